@@ -1,0 +1,152 @@
+/*
+ * jobspec: the training job specification, parsed and validated.
+ *
+ * A job spec is the JSON document a user submits (POST /v1/jobs, `ringworker
+ * train --spec`). This module is its one parser and validator; the coordinator
+ * and the worker both link it, and schema/jobspec.schema.json describes the
+ * same document for other tools (a test keeps the two in agreement).
+ *
+ * Every field but data.train has a default (JOBSPEC_DEFAULT_* below and the
+ * README's table). Unknown fields are refused so that typos never pass
+ * silently. Errors name the offending field by its JSON pointer
+ * ("/model/n_head") and say what was wrong and what is allowed.
+ */
+#ifndef RINGMASTER_API_JOBSPEC_H
+#define RINGMASTER_API_JOBSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+typedef enum {
+	JOBSPEC_FORMAT_NANOGPT = 0, /* flat uint16 tokens */
+	JOBSPEC_FORMAT_LLMC,        /* 256 x int32 header (magic 20240520), uint16 tokens */
+	JOBSPEC_FORMAT_TEXT,        /* raw bytes, vocabulary 256 */
+} jobspec_format_t;
+
+typedef enum {
+	JOBSPEC_SCHEDULE_COSINE = 0,
+	JOBSPEC_SCHEDULE_CONSTANT,
+} jobspec_schedule_t;
+
+typedef enum {
+	JOBSPEC_PRECISION_FP32 = 0,
+	JOBSPEC_PRECISION_BF16, /* bf16 matmul inputs, fp32 accumulation and master weights */
+} jobspec_precision_t;
+
+typedef enum {
+	JOBSPEC_DEVICE_CPU = 0,
+	JOBSPEC_DEVICE_CUDA,
+} jobspec_device_t;
+
+typedef enum {
+	JOBSPEC_SHARDING_NONE = 0,
+	JOBSPEC_SHARDING_ZERO1,
+	JOBSPEC_SHARDING_ZERO2,
+	JOBSPEC_SHARDING_ZERO3,
+} jobspec_sharding_t;
+
+/* Limits enforced by validation (also in the JSON schema). */
+#define JOBSPEC_NAME_MAX_BYTES 256
+#define JOBSPEC_PATH_MAX_BYTES 4096
+#define JOBSPEC_MAX_LAYERS 1024
+#define JOBSPEC_MAX_EMBD 65536
+#define JOBSPEC_MAX_HEADS 1024
+#define JOBSPEC_MAX_VOCAB 1048576
+#define JOBSPEC_MAX_SEQ_LEN 1048576
+#define JOBSPEC_MAX_WORLD_SIZE 65536
+#define JOBSPEC_MAX_PRIORITY 1000
+#define JOBSPEC_MIN_PRIORITY (-1000)
+
+typedef struct {
+	char *name; /* 1..JOBSPEC_NAME_MAX_BYTES bytes of UTF-8, stored as sent */
+
+	struct {
+		char arch[8];   /* "gpt2" (the only architecture so far) */
+		int n_layer;    /* default 6 */
+		int n_head;     /* default 6; n_embd % n_head == 0 */
+		int n_embd;     /* default 384 */
+		int vocab_size; /* default 256 (bytes); <= 256 for format "text", <= 65536 for uint16 formats */
+		int seq_len;    /* default 256 */
+	} model;
+
+	struct {
+		char *train;             /* required: a path or a glob of shards */
+		char *val;               /* NULL when absent */
+		jobspec_format_t format; /* default "nanogpt" */
+	} data;
+
+	struct {
+		int64_t steps;        /* default 1000, >= 1 */
+		int batch_size;       /* per rank, per micro-step; default 8 */
+		int grad_accum;       /* micro-steps per optimizer step; default 1 */
+		double lr;            /* peak learning rate; default 6e-4 */
+		int64_t warmup_steps; /* default 100, linear from lr/warmup to lr */
+		jobspec_schedule_t lr_schedule; /* default cosine */
+		double min_lr;        /* cosine floor; default 6e-5; <= lr */
+		double weight_decay;  /* AdamW, not on biases and LayerNorm; default 0.1 */
+		double grad_clip;     /* global norm; 0 disables; default 1.0 */
+		uint64_t seed;        /* default 1337; < 2^53 so JSON keeps it exact */
+		int64_t eval_every;   /* steps between validation passes; 0 disables; default 100 */
+		int eval_batches;     /* batches per validation pass; default 8 */
+		jobspec_precision_t precision; /* default fp32 */
+	} train;
+
+	struct {
+		int world_size;               /* default 1 */
+		jobspec_device_t device;      /* default cpu */
+		jobspec_sharding_t sharding;  /* default none */
+	} parallel;
+
+	struct {
+		int64_t every_steps; /* 0 disables snapshots; default 100 */
+		int keep_last;       /* default 3, >= 1 */
+		int64_t keep_every;  /* also keep every M-th step; 0 disables; default 0 */
+	} checkpoint;
+
+	struct {
+		int max_restarts; /* default 3 */
+	} restart;
+
+	int priority; /* higher runs first; JOBSPEC_MIN_PRIORITY..JOBSPEC_MAX_PRIORITY; default 0 */
+} jobspec_t;
+
+/* Where and why a spec was refused. `pointer` is a JSON pointer (RFC 6901) to
+ * the offending field ("" for the whole document), `message` one sentence
+ * that names the field, what was wrong and what is allowed. */
+typedef struct {
+	char pointer[256];
+	char message[512];
+} jobspec_error_t;
+
+/*
+ * Parse and validate a JSON document of `len` bytes (need not be
+ * NUL-terminated). On success fills *ret_spec (free with jobspec_free) and
+ * returns 0. On failure returns -EINVAL (invalid JSON or spec) and fills *err;
+ * *ret_spec is left untouched. `err` may be NULL.
+ */
+int jobspec_parse(const char *json, size_t len, jobspec_t *ret_spec, jobspec_error_t *err);
+
+/* As jobspec_parse, from an already decoded JSON value (borrowed). */
+int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *err);
+
+/* Read and parse a spec file. Errors as jobspec_parse; a file that cannot be
+ * read gives -errno with err->pointer "" and a message naming the path. */
+int jobspec_load_file(const char *path, jobspec_t *ret_spec, jobspec_error_t *err);
+
+/* The spec as a JSON object with every default filled in (new reference;
+ * NULL only on out-of-memory). Parsing the result gives an equal spec. */
+json_t *jobspec_to_json(const jobspec_t *spec);
+
+/* Release what jobspec_parse allocated; accepts a zeroed or freed spec. */
+void jobspec_free(jobspec_t *spec);
+
+/* Names of enum values as they appear in JSON ("nanogpt", "zero2", ...). */
+const char *jobspec_format_name(jobspec_format_t f);
+const char *jobspec_schedule_name(jobspec_schedule_t s);
+const char *jobspec_precision_name(jobspec_precision_t p);
+const char *jobspec_device_name(jobspec_device_t d);
+const char *jobspec_sharding_name(jobspec_sharding_t s);
+
+#endif

@@ -1,0 +1,179 @@
+/*
+ * store: the coordinator's SQLite database (jobs, events, idempotency keys,
+ * workers, schema migrations).
+ *
+ * One store_t wraps one SQLite connection and its prepared statements, and is
+ * used by one thread only. The broker loop opens the single writer
+ * (STORE_OPEN_WRITER), which applies the embedded migrations (schema/NNN_*.sql,
+ * in order, in one transaction, recorded in schema_migrations) and owns every
+ * write. Each HTTP thread opens its own reader (STORE_OPEN_READER); WAL mode
+ * lets readers run beside the writer. A database whose recorded schema is
+ * newer than this binary's is refused, never altered.
+ *
+ * Writes are grouped by the caller: store_begin(), any number of mutations,
+ * store_commit() (durable when it returns: synchronous=FULL), so that requests
+ * arriving together share one transaction (group commit).
+ *
+ * Errors: functions return 0 or a negative errno-style code (-ENOENT: no such
+ * row, -EEXIST: duplicate key, -EIO: SQLite error, -ENOMEM, -EPROTO: database
+ * schema newer than this binary). store_errmsg() gives the last SQLite message.
+ */
+#ifndef RINGMASTER_COORDINATORD_STORE_H
+#define RINGMASTER_COORDINATORD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+typedef struct store store_t;
+
+/* Job states, named as in DESIGN.md. */
+typedef enum {
+	STORE_JOB_QUEUED = 0,
+	STORE_JOB_SCHEDULED,
+	STORE_JOB_RUNNING,
+	STORE_JOB_RECOVERING,
+	STORE_JOB_SUCCEEDED,
+	STORE_JOB_FAILED,
+	STORE_JOB_CANCELLED,
+	STORE_JOB_N_STATES
+} store_job_state_t;
+
+/* "queued", "scheduled", ...; NULL for an out-of-range value. */
+const char *store_job_state_name(store_job_state_t s);
+/* Parse a state name; returns 0 and sets *ret_state, or -EINVAL. */
+int store_job_state_parse(const char *name, store_job_state_t *ret_state);
+/* true for succeeded, failed, cancelled. */
+bool store_job_state_is_final(store_job_state_t s);
+
+#define STORE_ID_BYTES 24 /* ids are short ASCII strings, NUL-terminated */
+
+typedef struct {
+	char id[STORE_ID_BYTES]; /* "j-" + random base32, unique */
+	int64_t seq;             /* insertion order, set by store_job_insert */
+	char *name;              /* owned, as sent */
+	store_job_state_t state;
+	int priority;
+	int world_size;
+	char *spec_json;         /* owned: the spec with defaults filled in (compact JSON) */
+	int attempt;             /* 0 until first started */
+	int64_t created_at_us;   /* Unix epoch microseconds */
+	int64_t updated_at_us;
+	char *state_reason;      /* owned, may be NULL: why it reached its state */
+} store_job_t;
+
+/* Release the strings a store_job_t owns; accepts a zeroed job. */
+void store_job_clear(store_job_t *job);
+
+typedef struct {
+	int64_t id;            /* increasing */
+	char job_id[STORE_ID_BYTES];
+	int64_t at_us;
+	char *type;            /* owned: "submitted", "state", "cancel_requested", ... */
+	char *from_state;      /* owned, NULL when not a transition */
+	char *to_state;        /* owned, NULL when not a transition */
+	char *reason;          /* owned, may be NULL */
+	int attempt;
+} store_event_t;
+
+void store_event_clear(store_event_t *ev);
+
+typedef enum {
+	STORE_OPEN_WRITER = 1, /* create if missing, migrate; one per database */
+	STORE_OPEN_READER = 2, /* read-only queries; one per reading thread */
+} store_open_mode_t;
+
+/*
+ * Open the database at `path`. The writer creates the file and its folder's
+ * database files if missing, sets WAL + synchronous=FULL + foreign keys and
+ * applies pending migrations; a reader requires an up-to-date schema. Returns
+ * NULL on failure and, if `errbuf` is given, writes one line naming the path
+ * and the cause (for example "database /x.db has schema version 9, newer than
+ * this ringmasterd (2): refusing to touch it").
+ */
+store_t *store_open(const char *path, store_open_mode_t mode, char *errbuf, size_t errlen);
+
+/* Close and free; accepts NULL. Finalizes statements; a writer checkpoints the WAL. */
+void store_close(store_t *st);
+
+/* The last SQLite error message of this connection (borrowed). */
+const char *store_errmsg(const store_t *st);
+
+/* The schema version this binary knows (highest embedded migration) and the
+ * one recorded in the open database. */
+int store_schema_version_known(void);
+int store_schema_version(store_t *st, int *ret_version);
+
+/* ---- writer only ---- */
+
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK. store_commit returns once durable. */
+int store_begin(store_t *st);
+int store_commit(store_t *st);
+int store_rollback(store_t *st);
+
+/*
+ * Insert a new job (state queued unless job->state says otherwise) and its
+ * "submitted" event. job->id, name, spec_json, priority, world_size,
+ * created_at_us must be set; job->seq is written back. -EEXIST on a duplicate
+ * id.
+ */
+int store_job_insert(store_t *st, store_job_t *job);
+
+/*
+ * Move a job to `to` and record a "state" event (from, to, reason, attempt).
+ * -ENOENT if there is no such job. The caller decides whether the transition
+ * is allowed (see store_job_state_is_final).
+ */
+int store_job_set_state(store_t *st, const char *job_id, store_job_state_t to,
+                        const char *reason, int64_t now_us);
+
+/* Append an event of any type (from/to/reason may be NULL). */
+int store_event_insert(store_t *st, const char *job_id, const char *type, const char *from_state,
+                       const char *to_state, const char *reason, int attempt, int64_t at_us);
+
+/*
+ * Idempotency keys for POST /v1/jobs: the stored reply for `key`, with the
+ * SHA-256 (32 bytes) of the request body it answered. store_idem_get returns
+ * -ENOENT when the key is new; on success *ret_body is malloc'ed (caller frees).
+ */
+int store_idem_get(store_t *st, const char *key, unsigned char ret_body_hash[32], int *ret_status,
+                   char **ret_body, char *ret_job_id /* STORE_ID_BYTES */);
+int store_idem_put(store_t *st, const char *key, const unsigned char body_hash[32], int status,
+                   const char *body, const char *job_id, int64_t now_us);
+
+/* ---- readers (and the writer) ---- */
+
+/* One job by id: 0 and *ret_job filled (clear with store_job_clear), or -ENOENT. */
+int store_job_get(store_t *st, const char *job_id, store_job_t *ret_job);
+
+/*
+ * Jobs in insertion order with seq > after_seq, optionally only those in
+ * `state` (pass NULL for all), at most `limit`. Calls `fn` for each (the job
+ * is borrowed for the call); a non-zero return from fn stops the walk and is
+ * returned. *ret_more is set to whether more rows follow the last one given.
+ */
+typedef int (*store_job_fn)(const store_job_t *job, void *userdata);
+int store_job_list(store_t *st, const store_job_state_t *state, int64_t after_seq, int limit,
+                   store_job_fn fn, void *userdata, bool *ret_more);
+
+/* Events of a job with id > after_id, oldest first, at most `limit`. -ENOENT if no such job. */
+typedef int (*store_event_fn)(const store_event_t *ev, void *userdata);
+int store_event_list(store_t *st, const char *job_id, int64_t after_id, int limit,
+                     store_event_fn fn, void *userdata, bool *ret_more);
+
+/* Number of jobs in each state; ret_counts has STORE_JOB_N_STATES entries. */
+int store_job_count_by_state(store_t *st, int64_t ret_counts[STORE_JOB_N_STATES]);
+
+/* Total number of jobs (for readiness and tests). */
+int store_job_count(store_t *st, int64_t *ret_count);
+
+/*
+ * Workers known to the coordinator as a JSON array (new reference), each
+ * {node, state, devices, last_heartbeat_at, running_ranks}. Empty until the
+ * workers issue registers agents.
+ */
+int store_worker_list_json(store_t *st, json_t **ret_array);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * optim: AdamW, global gradient-norm clipping and the learning-rate schedule,
+ * over ranges of the flat parameter buffer.
+ *
+ * Everything works on a contiguous range [lo, hi) of the flat buffers so that
+ * a ZeRO shard updates just its own range. Weight decay follows the per-tensor
+ * `decay` flags of gpt2_tensor_t (not on biases and LayerNorm). Sums of
+ * squares use a fixed chunking and order, so they do not depend on the number
+ * of OpenMP threads.
+ */
+#ifndef RINGMASTER_ENGINE_OPTIM_H
+#define RINGMASTER_ENGINE_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt2.h"
+
+typedef struct {
+	double lr;           /* this step's learning rate */
+	double beta1;        /* 0.9 */
+	double beta2;        /* 0.95 */
+	double eps;          /* 1e-8 */
+	double weight_decay; /* decoupled, applied where the tensor's decay flag is set */
+	int64_t t;           /* 1-based step count, for bias correction */
+} optim_adamw_t;
+
+/*
+ * One AdamW update of params[lo, hi) from grads[lo, hi), with moments m, v
+ * indexed like params (m[i], v[i] for i in [lo, hi)). `m_model` supplies the
+ * tensor table (decay flags).
+ */
+void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads, float *m, float *v,
+                        size_t lo, size_t hi, const optim_adamw_t *hp);
+
+/* Sum of squares of x[0..n), in double, in an order fixed by n alone. */
+double optim_sum_squares(const float *x, size_t n);
+
+/* Multiply x[0..n) by s. */
+void optim_scale(float *x, size_t n, float s);
+
+/*
+ * Learning rate at 0-based `step`: linear warmup from lr/warmup_steps to lr
+ * over warmup_steps, then constant or cosine decay to min_lr at total_steps.
+ */
+double optim_lr_at(int64_t step, int64_t total_steps, int64_t warmup_steps, double lr, double min_lr,
+                   int cosine);
+
+#endif
