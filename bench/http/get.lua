@@ -1,0 +1,9 @@
+-- wrk script: GET /v1/jobs/{id} over the ids listed in the file named by
+-- the IDS environment variable (one per line), round robin.
+local ids = {}
+for line in io.lines(os.getenv("IDS")) do ids[#ids + 1] = line end
+local i = 0
+request = function()
+  i = i % #ids + 1
+  return wrk.format("GET", "/v1/jobs/" .. ids[i])
+end
