@@ -6,8 +6,8 @@
  * and the worker both link it, and schema/jobspec.schema.json describes the
  * same document for other tools (a test keeps the two in agreement).
  *
- * Every field but data.train has a default (JOBSPEC_DEFAULT_* below and the
- * README's table). Unknown fields are refused so that typos never pass
+ * Every field but data.train has a default (in the field comments below and
+ * the table in docs/jobspec.md). Unknown fields are refused so that typos never pass
  * silently. Errors name the offending field by its JSON pointer
  * ("/model/n_head") and say what was wrong and what is allowed.
  */
@@ -73,7 +73,7 @@ typedef struct {
 
 	struct {
 		char *train;             /* required: a path or a glob of shards */
-		char *val;               /* NULL when absent */
+		char *val;               /* NULL when absent (jobspec_to_json writes null) */
 		jobspec_format_t format; /* default "nanogpt" */
 	} data;
 
@@ -123,8 +123,8 @@ typedef struct {
 /*
  * Parse and validate a JSON document of `len` bytes (need not be
  * NUL-terminated). On success fills *ret_spec (free with jobspec_free) and
- * returns 0. On failure returns -EINVAL (invalid JSON or spec) and fills *err;
- * *ret_spec is left untouched. `err` may be NULL.
+ * returns 0. On failure returns -EINVAL (invalid JSON or spec) or -ENOMEM and
+ * fills *err; *ret_spec is left untouched. `err` may be NULL.
  */
 int jobspec_parse(const char *json, size_t len, jobspec_t *ret_spec, jobspec_error_t *err);
 
@@ -132,7 +132,8 @@ int jobspec_parse(const char *json, size_t len, jobspec_t *ret_spec, jobspec_err
 int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *err);
 
 /* Read and parse a spec file. Errors as jobspec_parse; a file that cannot be
- * read gives -errno with err->pointer "" and a message naming the path. */
+ * read gives -errno (-EFBIG over 16 MiB) with err->pointer "" and a message
+ * naming the path. */
 int jobspec_load_file(const char *path, jobspec_t *ret_spec, jobspec_error_t *err);
 
 /* The spec as a JSON object with every default filled in (new reference;
@@ -142,7 +143,8 @@ json_t *jobspec_to_json(const jobspec_t *spec);
 /* Release what jobspec_parse allocated; accepts a zeroed or freed spec. */
 void jobspec_free(jobspec_t *spec);
 
-/* Names of enum values as they appear in JSON ("nanogpt", "zero2", ...). */
+/* Names of enum values as they appear in JSON ("nanogpt", "zero2", ...);
+ * "invalid" for an out-of-range value. */
 const char *jobspec_format_name(jobspec_format_t f);
 const char *jobspec_schedule_name(jobspec_schedule_t s);
 const char *jobspec_precision_name(jobspec_precision_t p);

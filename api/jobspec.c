@@ -1,0 +1,804 @@
+/*
+ * jobspec: parse, validate and render the training job specification.
+ *
+ * The document is checked field by field, in a fixed order: at each level the
+ * unknown keys first (so that a typo is reported as such rather than as a
+ * missing field), then every known field against its type and range, then the
+ * rules that tie two fields together. The first problem found is reported with
+ * the JSON pointer of the field and one sentence naming the field, what was
+ * wrong and what is allowed. docs/jobspec.md lists the same defaults and
+ * bounds, and schema/jobspec.schema.json encodes them for other tools.
+ *
+ * Numbers: integer fields take JSON integers only (8, not 8.0 or 8e0), so a
+ * value is never silently truncated; real fields take integers or reals.
+ * Strings are kept byte for byte as sent; jansson has already checked that
+ * they are valid UTF-8 without NUL bytes.
+ */
+#include "jobspec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Defaults (docs/jobspec.md has the same table). */
+#define DEFAULT_NAME "unnamed"
+#define DEFAULT_ARCH "gpt2"
+#define DEFAULT_N_LAYER 6
+#define DEFAULT_N_HEAD 6
+#define DEFAULT_N_EMBD 384
+#define DEFAULT_VOCAB_SIZE 256
+#define DEFAULT_SEQ_LEN 256
+#define DEFAULT_STEPS 1000
+#define DEFAULT_BATCH_SIZE 8
+#define DEFAULT_GRAD_ACCUM 1
+#define DEFAULT_LR 6e-4
+#define DEFAULT_WARMUP_STEPS 100
+#define DEFAULT_MIN_LR 6e-5
+#define DEFAULT_WEIGHT_DECAY 0.1
+#define DEFAULT_GRAD_CLIP 1.0
+#define DEFAULT_SEED 1337
+#define DEFAULT_EVAL_EVERY 100
+#define DEFAULT_EVAL_BATCHES 8
+#define DEFAULT_WORLD_SIZE 1
+#define DEFAULT_EVERY_STEPS 100
+#define DEFAULT_KEEP_LAST 3
+#define DEFAULT_KEEP_EVERY 0
+#define DEFAULT_MAX_RESTARTS 3
+#define DEFAULT_PRIORITY 0
+
+/* Bounds not in the header (docs/jobspec.md states them all). */
+#define MAX_STEPS INT64_C(1000000000000) /* 10^12 */
+#define MAX_BATCH_SIZE 65536
+#define MAX_GRAD_ACCUM 65536
+#define MAX_LR 10.0
+#define MAX_WEIGHT_DECAY 10.0
+#define MAX_GRAD_CLIP 1e6
+#define MAX_SEED ((INT64_C(1) << 53) - 1)
+#define MAX_EVAL_BATCHES 100000
+#define MAX_KEEP_LAST 1000000
+#define MAX_RESTARTS 1000
+#define MAX_UINT16_VOCAB 65536 /* nanogpt and llmc store tokens as uint16 */
+#define MAX_TEXT_VOCAB 256     /* text is read as bytes */
+#define MAX_FILE_BYTES (16 * 1024 * 1024)
+
+static const char *const s_format_names[] = {"nanogpt", "llmc", "text"};
+static const char *const s_schedule_names[] = {"cosine", "constant"};
+static const char *const s_precision_names[] = {"fp32", "bf16"};
+static const char *const s_device_names[] = {"cpu", "cuda"};
+static const char *const s_sharding_names[] = {"none", "zero1", "zero2", "zero3"};
+static const char *const s_arch_names[] = {"gpt2"};
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Keys allowed in each object; NULL-terminated. */
+static const char *const s_root_keys[] = {
+	"name", "model", "data", "train", "parallel", "checkpoint", "restart", "priority", NULL};
+static const char *const s_model_keys[] = {
+	"arch", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", NULL};
+static const char *const s_data_keys[] = {"train", "val", "format", NULL};
+static const char *const s_train_keys[] = {
+	"steps", "batch_size", "grad_accum", "lr", "warmup_steps", "lr_schedule", "min_lr",
+	"weight_decay", "grad_clip", "seed", "eval_every", "eval_batches", "precision", NULL};
+static const char *const s_parallel_keys[] = {"world_size", "device", "sharding", NULL};
+static const char *const s_checkpoint_keys[] = {"every_steps", "keep_last", "keep_every", NULL};
+static const char *const s_restart_keys[] = {"max_restarts", NULL};
+
+/* ---- error reporting ---- */
+
+__attribute__((format(printf, 3, 4)))
+static int s_fail(jobspec_error_t *err, const char *pointer, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		snprintf(err->pointer, sizeof(err->pointer), "%s", pointer);
+		va_start(ap, fmt);
+		vsnprintf(err->message, sizeof(err->message), fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+static int s_fail_oom(jobspec_error_t *err)
+{
+	if (err) {
+		err->pointer[0] = '\0';
+		snprintf(err->message, sizeof(err->message), "out of memory while reading the job spec");
+	}
+	return -ENOMEM;
+}
+
+/* "model.n_head" and "/model/n_head" for a key of a section (NULL: top level). */
+typedef struct {
+	char dotted[64];
+	char pointer[64];
+} s_field_name_t;
+
+static s_field_name_t s_field(const char *section, const char *key)
+{
+	s_field_name_t f;
+	if (section) {
+		snprintf(f.dotted, sizeof(f.dotted), "%s.%s", section, key);
+		snprintf(f.pointer, sizeof(f.pointer), "/%s/%s", section, key);
+	} else {
+		snprintf(f.dotted, sizeof(f.dotted), "%s", key);
+		snprintf(f.pointer, sizeof(f.pointer), "/%s", key);
+	}
+	return f;
+}
+
+/* Shortest "%g" form that reads back as the same double. */
+static void s_format_real(double v, char *buf, size_t size)
+{
+	if (v == floor(v) && fabs(v) < 1e15) {
+		snprintf(buf, size, "%.0f", v);
+		return;
+	}
+	for (int prec = 6; prec <= 17; prec++) {
+		snprintf(buf, size, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			return;
+	}
+}
+
+/* Copy at most `max` bytes of `s` without cutting a UTF-8 sequence, with
+ * "..." appended when shortened. */
+static void s_excerpt(const char *s, size_t len, char *buf, size_t size, size_t max)
+{
+	size_t n = len;
+	bool cut = false;
+	if (max + 4 > size)
+		max = size - 4;
+	if (n > max) {
+		n = max;
+		while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+			n--;
+		cut = true;
+	}
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i]; /* keep messages on one line */
+	if (cut) {
+		memcpy(buf + n, "...", 3);
+		n += 3;
+	}
+	buf[n] = '\0';
+}
+
+/* What a value is, for "(got ...)" in messages. */
+static void s_describe(const json_t *v, char *buf, size_t size)
+{
+	char tmp[48];
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: snprintf(buf, size, "an object"); break;
+	case JSON_ARRAY: snprintf(buf, size, "an array"); break;
+	case JSON_TRUE: snprintf(buf, size, "true"); break;
+	case JSON_FALSE: snprintf(buf, size, "false"); break;
+	case JSON_NULL: snprintf(buf, size, "null"); break;
+	case JSON_INTEGER:
+		snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		break;
+	case JSON_REAL:
+		s_format_real(json_real_value(v), tmp, sizeof(tmp));
+		snprintf(buf, size, "%s", tmp);
+		break;
+	case JSON_STRING:
+		s_excerpt(json_string_value(v), json_string_length(v), tmp, sizeof(tmp), 32);
+		snprintf(buf, size, "the string \"%s\"", tmp);
+		break;
+	default: snprintf(buf, size, "an unexpected value"); break;
+	}
+}
+
+/* ---- field readers: `obj` NULL means the section is absent ---- */
+
+static int s_check_keys(const json_t *obj, const char *section, const char *const *allowed,
+			jobspec_error_t *err)
+{
+	const char *key;
+	json_t *value;
+	json_object_foreach((json_t *)obj, key, value) {
+		bool known = false;
+		for (const char *const *k = allowed; *k; k++) {
+			if (strcmp(*k, key) == 0) {
+				known = true;
+				break;
+			}
+		}
+		if (known)
+			continue;
+
+		char list[256] = "";
+		size_t used = 0;
+		for (const char *const *k = allowed; *k; k++) {
+			int n = snprintf(list + used, sizeof(list) - used, "%s%s",
+					 k == allowed ? "" : ", ", *k);
+			if (n < 0 || (size_t)n >= sizeof(list) - used)
+				break;
+			used += (size_t)n;
+		}
+
+		/* The pointer names the unknown key itself (RFC 6901 escapes ~
+		 * and /); when it would not fit, the enclosing object. */
+		char pointer[sizeof(err->pointer)];
+		size_t p = (size_t)snprintf(pointer, sizeof(pointer), "%s%s/",
+					    section ? "/" : "", section ? section : "");
+		const size_t key_len = strlen(key);
+		bool fits = true;
+		for (size_t i = 0; i < key_len && fits; i++) {
+			const char *esc = key[i] == '~' ? "~0" : key[i] == '/' ? "~1" : NULL;
+			size_t need = esc ? 2 : 1;
+			if (p + need >= sizeof(pointer)) {
+				fits = false;
+				break;
+			}
+			if (esc)
+				memcpy(pointer + p, esc, 2);
+			else
+				pointer[p] = key[i];
+			p += need;
+		}
+		pointer[p] = '\0';
+		if (!fits)
+			snprintf(pointer, sizeof(pointer), "%s%s", section ? "/" : "",
+				 section ? section : "");
+
+		char shown[80];
+		s_excerpt(key, key_len, shown, sizeof(shown), 64);
+		if (section)
+			return s_fail(err, pointer,
+				      "unknown field \"%s\" in %s; allowed fields: %s", shown,
+				      section, list);
+		return s_fail(err, pointer,
+			      "unknown field \"%s\" at the top level; allowed fields: %s", shown,
+			      list);
+	}
+	return 0;
+}
+
+static int s_get_section(const json_t *doc, const char *section, const char *const *allowed,
+			 const json_t **ret, jobspec_error_t *err)
+{
+	const json_t *obj = json_object_get(doc, section);
+	if (!obj) {
+		*ret = NULL;
+		return 0;
+	}
+	if (!json_is_object(obj)) {
+		char got[64];
+		char pointer[32];
+		s_describe(obj, got, sizeof(got));
+		snprintf(pointer, sizeof(pointer), "/%s", section);
+		return s_fail(err, pointer, "%s must be an object (got %s)", section, got);
+	}
+	int rc = s_check_keys(obj, section, allowed, err);
+	if (rc < 0)
+		return rc;
+	*ret = obj;
+	return 0;
+}
+
+static int s_get_int(const json_t *obj, const char *section, const char *key, int64_t lo,
+		     int64_t hi, int64_t def, int64_t *ret, jobspec_error_t *err)
+{
+	const json_t *v = obj ? json_object_get(obj, key) : NULL;
+	if (!v) {
+		*ret = def;
+		return 0;
+	}
+	if (json_is_integer(v)) {
+		json_int_t x = json_integer_value(v);
+		if (x >= lo && x <= hi) {
+			*ret = x;
+			return 0;
+		}
+	}
+	char got[64];
+	s_describe(v, got, sizeof(got));
+	s_field_name_t f = s_field(section, key);
+	return s_fail(err, f.pointer, "%s must be an integer between %" PRId64 " and %" PRId64
+		      " (got %s%s)", f.dotted, lo, hi, got,
+		      json_is_real(v) ? ", a real number; write integers without a fraction or exponent" : "");
+}
+
+/* A real in [lo, hi], or (lo, hi] when lo_exclusive. */
+static int s_get_real(const json_t *obj, const char *section, const char *key, double lo,
+		      bool lo_exclusive, double hi, double def, double *ret, jobspec_error_t *err)
+{
+	const json_t *v = obj ? json_object_get(obj, key) : NULL;
+	if (!v) {
+		*ret = def;
+		return 0;
+	}
+	if (json_is_number(v)) {
+		double x = json_number_value(v);
+		if ((lo_exclusive ? x > lo : x >= lo) && x <= hi) {
+			*ret = x;
+			return 0;
+		}
+	}
+	char got[64], lo_s[32], hi_s[32];
+	s_describe(v, got, sizeof(got));
+	s_format_real(lo, lo_s, sizeof(lo_s));
+	s_format_real(hi, hi_s, sizeof(hi_s));
+	s_field_name_t f = s_field(section, key);
+	if (lo_exclusive)
+		return s_fail(err, f.pointer,
+			      "%s must be a number greater than %s and at most %s (got %s)",
+			      f.dotted, lo_s, hi_s, got);
+	return s_fail(err, f.pointer, "%s must be a number between %s and %s (got %s)",
+		      f.dotted, lo_s, hi_s, got);
+}
+
+/* A string of 1..max_bytes bytes; *ret borrowed from `obj`, NULL when absent
+ * (or null when `nullable`). `required`: NULL when the field may be absent,
+ * else what the field is, for the "is required" message. */
+static int s_get_string(const json_t *obj, const char *section, const char *key,
+			size_t max_bytes, const char *required, bool nullable, const char **ret,
+			jobspec_error_t *err)
+{
+	const json_t *v = obj ? json_object_get(obj, key) : NULL;
+	s_field_name_t f = s_field(section, key);
+	if (!v || (nullable && json_is_null(v))) {
+		if (required)
+			return s_fail(err, f.pointer, "%s is required: %s (a string of 1 to %zu bytes)",
+				      f.dotted, required, max_bytes);
+		*ret = NULL;
+		return 0;
+	}
+	char got[64];
+	if (json_is_string(v)) {
+		size_t len = json_string_length(v);
+		if (memchr(json_string_value(v), '\0', len))
+			return s_fail(err, f.pointer, "%s must not contain NUL bytes", f.dotted);
+		if (len >= 1 && len <= max_bytes) {
+			*ret = json_string_value(v);
+			return 0;
+		}
+		if (len == 0)
+			snprintf(got, sizeof(got), "an empty string");
+		else
+			snprintf(got, sizeof(got), "%zu bytes", len);
+	} else {
+		s_describe(v, got, sizeof(got));
+	}
+	return s_fail(err, f.pointer, "%s must be %sa string of 1 to %zu bytes (got %s)",
+		      f.dotted, nullable ? "null or " : "", max_bytes, got);
+}
+
+static int s_get_enum(const json_t *obj, const char *section, const char *key,
+		      const char *const *names, size_t n_names, int def, int *ret,
+		      jobspec_error_t *err)
+{
+	const json_t *v = obj ? json_object_get(obj, key) : NULL;
+	if (!v) {
+		*ret = def;
+		return 0;
+	}
+	if (json_is_string(v)) {
+		for (size_t i = 0; i < n_names; i++) {
+			if (strcmp(json_string_value(v), names[i]) == 0 &&
+			    json_string_length(v) == strlen(names[i])) {
+				*ret = (int)i;
+				return 0;
+			}
+		}
+	}
+	char list[128] = "";
+	size_t used = 0;
+	for (size_t i = 0; i < n_names; i++) {
+		int n = snprintf(list + used, sizeof(list) - used, "%s\"%s\"", i ? ", " : "",
+				 names[i]);
+		if (n < 0 || (size_t)n >= sizeof(list) - used)
+			break;
+		used += (size_t)n;
+	}
+	char got[64];
+	s_describe(v, got, sizeof(got));
+	s_field_name_t f = s_field(section, key);
+	if (n_names == 1)
+		return s_fail(err, f.pointer, "%s must be %s (got %s)", f.dotted, list, got);
+	return s_fail(err, f.pointer, "%s must be one of %s (got %s)", f.dotted, list, got);
+}
+
+/* ---- the document ---- */
+
+/* Fills *spec with borrowed string pointers into `doc` (copied by the caller). */
+typedef struct {
+	const char *name;
+	const char *train;
+	const char *val;
+} s_strings_t;
+
+#define TRY(expr)                      \
+	do {                           \
+		int rc_ = (expr);      \
+		if (rc_ < 0)           \
+			return rc_;    \
+	} while (0)
+
+static int s_read_model(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
+{
+	const json_t *m;
+	int64_t v;
+	int e;
+	TRY(s_get_section(doc, "model", s_model_keys, &m, err));
+	TRY(s_get_enum(m, "model", "arch", s_arch_names, N_ELEMS(s_arch_names), 0, &e, err));
+	snprintf(s->model.arch, sizeof(s->model.arch), "%s", s_arch_names[e]);
+	TRY(s_get_int(m, "model", "n_layer", 1, JOBSPEC_MAX_LAYERS, DEFAULT_N_LAYER, &v, err));
+	s->model.n_layer = (int)v;
+	TRY(s_get_int(m, "model", "n_head", 1, JOBSPEC_MAX_HEADS, DEFAULT_N_HEAD, &v, err));
+	s->model.n_head = (int)v;
+	TRY(s_get_int(m, "model", "n_embd", 1, JOBSPEC_MAX_EMBD, DEFAULT_N_EMBD, &v, err));
+	s->model.n_embd = (int)v;
+	TRY(s_get_int(m, "model", "vocab_size", 1, JOBSPEC_MAX_VOCAB, DEFAULT_VOCAB_SIZE, &v, err));
+	s->model.vocab_size = (int)v;
+	TRY(s_get_int(m, "model", "seq_len", 1, JOBSPEC_MAX_SEQ_LEN, DEFAULT_SEQ_LEN, &v, err));
+	s->model.seq_len = (int)v;
+	return 0;
+}
+
+static int s_read_data(const json_t *doc, jobspec_t *s, s_strings_t *str, jobspec_error_t *err)
+{
+	const json_t *d;
+	int e;
+	TRY(s_get_section(doc, "data", s_data_keys, &d, err));
+	TRY(s_get_string(d, "data", "train", JOBSPEC_PATH_MAX_BYTES,
+			 "the path or glob of the training token shards", false, &str->train, err));
+	TRY(s_get_string(d, "data", "val", JOBSPEC_PATH_MAX_BYTES, NULL, true, &str->val, err));
+	TRY(s_get_enum(d, "data", "format", s_format_names, N_ELEMS(s_format_names),
+		       JOBSPEC_FORMAT_NANOGPT, &e, err));
+	s->data.format = (jobspec_format_t)e;
+	return 0;
+}
+
+static int s_read_train(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
+{
+	const json_t *t;
+	int64_t v;
+	int e;
+	TRY(s_get_section(doc, "train", s_train_keys, &t, err));
+	TRY(s_get_int(t, "train", "steps", 1, MAX_STEPS, DEFAULT_STEPS, &s->train.steps, err));
+	TRY(s_get_int(t, "train", "batch_size", 1, MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE, &v, err));
+	s->train.batch_size = (int)v;
+	TRY(s_get_int(t, "train", "grad_accum", 1, MAX_GRAD_ACCUM, DEFAULT_GRAD_ACCUM, &v, err));
+	s->train.grad_accum = (int)v;
+	TRY(s_get_real(t, "train", "lr", 0.0, true, MAX_LR, DEFAULT_LR, &s->train.lr, err));
+	TRY(s_get_int(t, "train", "warmup_steps", 0, MAX_STEPS, DEFAULT_WARMUP_STEPS,
+		      &s->train.warmup_steps, err));
+	TRY(s_get_enum(t, "train", "lr_schedule", s_schedule_names, N_ELEMS(s_schedule_names),
+		       JOBSPEC_SCHEDULE_COSINE, &e, err));
+	s->train.lr_schedule = (jobspec_schedule_t)e;
+	TRY(s_get_real(t, "train", "min_lr", 0.0, false, MAX_LR, DEFAULT_MIN_LR, &s->train.min_lr,
+		       err));
+	TRY(s_get_real(t, "train", "weight_decay", 0.0, false, MAX_WEIGHT_DECAY,
+		       DEFAULT_WEIGHT_DECAY, &s->train.weight_decay, err));
+	TRY(s_get_real(t, "train", "grad_clip", 0.0, false, MAX_GRAD_CLIP, DEFAULT_GRAD_CLIP,
+		       &s->train.grad_clip, err));
+	TRY(s_get_int(t, "train", "seed", 0, MAX_SEED, DEFAULT_SEED, &v, err));
+	s->train.seed = (uint64_t)v;
+	TRY(s_get_int(t, "train", "eval_every", 0, MAX_STEPS, DEFAULT_EVAL_EVERY,
+		      &s->train.eval_every, err));
+	TRY(s_get_int(t, "train", "eval_batches", 1, MAX_EVAL_BATCHES, DEFAULT_EVAL_BATCHES, &v,
+		      err));
+	s->train.eval_batches = (int)v;
+	TRY(s_get_enum(t, "train", "precision", s_precision_names, N_ELEMS(s_precision_names),
+		       JOBSPEC_PRECISION_FP32, &e, err));
+	s->train.precision = (jobspec_precision_t)e;
+	return 0;
+}
+
+static int s_read_rest(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
+{
+	const json_t *o;
+	int64_t v;
+	int e;
+	TRY(s_get_section(doc, "parallel", s_parallel_keys, &o, err));
+	TRY(s_get_int(o, "parallel", "world_size", 1, JOBSPEC_MAX_WORLD_SIZE, DEFAULT_WORLD_SIZE,
+		      &v, err));
+	s->parallel.world_size = (int)v;
+	TRY(s_get_enum(o, "parallel", "device", s_device_names, N_ELEMS(s_device_names),
+		       JOBSPEC_DEVICE_CPU, &e, err));
+	s->parallel.device = (jobspec_device_t)e;
+	TRY(s_get_enum(o, "parallel", "sharding", s_sharding_names, N_ELEMS(s_sharding_names),
+		       JOBSPEC_SHARDING_NONE, &e, err));
+	s->parallel.sharding = (jobspec_sharding_t)e;
+
+	TRY(s_get_section(doc, "checkpoint", s_checkpoint_keys, &o, err));
+	TRY(s_get_int(o, "checkpoint", "every_steps", 0, MAX_STEPS, DEFAULT_EVERY_STEPS,
+		      &s->checkpoint.every_steps, err));
+	TRY(s_get_int(o, "checkpoint", "keep_last", 1, MAX_KEEP_LAST, DEFAULT_KEEP_LAST, &v, err));
+	s->checkpoint.keep_last = (int)v;
+	TRY(s_get_int(o, "checkpoint", "keep_every", 0, MAX_STEPS, DEFAULT_KEEP_EVERY,
+		      &s->checkpoint.keep_every, err));
+
+	TRY(s_get_section(doc, "restart", s_restart_keys, &o, err));
+	TRY(s_get_int(o, "restart", "max_restarts", 0, MAX_RESTARTS, DEFAULT_MAX_RESTARTS, &v, err));
+	s->restart.max_restarts = (int)v;
+
+	TRY(s_get_int(doc, NULL, "priority", JOBSPEC_MIN_PRIORITY, JOBSPEC_MAX_PRIORITY,
+		      DEFAULT_PRIORITY, &v, err));
+	s->priority = (int)v;
+	return 0;
+}
+
+static bool s_has(const json_t *doc, const char *section, const char *key)
+{
+	const json_t *obj = json_object_get(doc, section);
+	return obj && json_object_get(obj, key);
+}
+
+/* Rules that tie fields together; every field is already in range. When one
+ * side of a rule was left at its default, the pointer names the side the user
+ * wrote and the message says which value is the default. */
+static int s_check_cross(const json_t *doc, const jobspec_t *s, jobspec_error_t *err)
+{
+	char a[32], b[32];
+
+	if (s->model.n_embd % s->model.n_head != 0) {
+		bool head_given = s_has(doc, "model", "n_head") || !s_has(doc, "model", "n_embd");
+		return s_fail(err, head_given ? "/model/n_head" : "/model/n_embd",
+			      "model.n_embd (%d%s) must be divisible by model.n_head (%d%s)",
+			      s->model.n_embd, s_has(doc, "model", "n_embd") ? "" : ", the default",
+			      s->model.n_head, s_has(doc, "model", "n_head") ? "" : ", the default");
+	}
+
+	const int vocab_max = s->data.format == JOBSPEC_FORMAT_TEXT ? MAX_TEXT_VOCAB
+								     : MAX_UINT16_VOCAB;
+	if (s->model.vocab_size > vocab_max)
+		return s_fail(err, "/model/vocab_size",
+			      "model.vocab_size (%d) must be at most %d when data.format is \"%s\" (%s)",
+			      s->model.vocab_size, vocab_max, jobspec_format_name(s->data.format),
+			      s->data.format == JOBSPEC_FORMAT_TEXT
+				      ? "text is read as bytes, one token per byte"
+				      : "tokens are stored as uint16");
+
+	if (s->train.min_lr > s->train.lr) {
+		bool min_given = s_has(doc, "train", "min_lr");
+		s_format_real(s->train.min_lr, a, sizeof(a));
+		s_format_real(s->train.lr, b, sizeof(b));
+		return s_fail(err, min_given ? "/train/min_lr" : "/train/lr",
+			      "train.min_lr (%s%s) must be at most train.lr (%s%s); lower train.min_lr or raise train.lr",
+			      a, min_given ? "" : ", the default", b,
+			      s_has(doc, "train", "lr") ? "" : ", the default");
+	}
+
+	if (s->train.warmup_steps > s->train.steps) {
+		bool warmup_given = s_has(doc, "train", "warmup_steps");
+		return s_fail(err, warmup_given ? "/train/warmup_steps" : "/train/steps",
+			      "train.warmup_steps (%" PRId64 "%s) must be at most train.steps (%" PRId64
+			      "%s); set train.warmup_steps to at most %" PRId64,
+			      s->train.warmup_steps, warmup_given ? "" : ", the default",
+			      s->train.steps, s_has(doc, "train", "steps") ? "" : ", the default",
+			      s->train.steps);
+	}
+	return 0;
+}
+
+int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *err)
+{
+	jobspec_t s;
+	s_strings_t str = {0};
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	if (!json_is_object(doc)) {
+		char got[64];
+		if (doc)
+			s_describe(doc, got, sizeof(got));
+		else
+			snprintf(got, sizeof(got), "nothing");
+		return s_fail(err, "", "the job spec must be a JSON object (got %s)", got);
+	}
+	rc = s_check_keys(doc, NULL, s_root_keys, err);
+	if (rc < 0)
+		return rc;
+	rc = s_get_string(doc, NULL, "name", JOBSPEC_NAME_MAX_BYTES, NULL, false, &str.name, err);
+	if (rc < 0)
+		return rc;
+	if ((rc = s_read_model(doc, &s, err)) < 0 || (rc = s_read_data(doc, &s, &str, err)) < 0 ||
+	    (rc = s_read_train(doc, &s, err)) < 0 || (rc = s_read_rest(doc, &s, err)) < 0 ||
+	    (rc = s_check_cross(doc, &s, err)) < 0)
+		return rc;
+
+	/* Strings are copied last so that no failure above has anything to free. */
+	s.name = strdup(str.name ? str.name : DEFAULT_NAME);
+	s.data.train = strdup(str.train);
+	s.data.val = str.val ? strdup(str.val) : NULL;
+	if (!s.name || !s.data.train || (str.val && !s.data.val)) {
+		jobspec_free(&s);
+		return s_fail_oom(err);
+	}
+	*ret_spec = s;
+	return 0;
+}
+
+int jobspec_parse(const char *json, size_t len, jobspec_t *ret_spec, jobspec_error_t *err)
+{
+	json_error_t jerr;
+	json_t *doc;
+	int rc;
+
+	if (!json && len > 0)
+		return s_fail(err, "", "the job spec is missing");
+	/* JSON_DECODE_ANY so that a bare scalar gets "must be a JSON object";
+	 * duplicate keys are refused because which one wins is ambiguous. */
+	doc = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+	if (!doc) {
+		if (json_error_code(&jerr) == json_error_out_of_memory)
+			return s_fail_oom(err);
+		if (strstr(jerr.text, "JSON_ALLOW_NUL"))
+			return s_fail(err, "", "invalid JSON at line %d, column %d: \\u0000 (NUL) is not allowed in strings",
+				      jerr.line, jerr.column);
+		return s_fail(err, "", "invalid JSON at line %d, column %d: %s", jerr.line,
+			      jerr.column, jerr.text);
+	}
+	rc = jobspec_from_json(doc, ret_spec, err);
+	json_decref(doc);
+	return rc;
+}
+
+int jobspec_load_file(const char *path, jobspec_t *ret_spec, jobspec_error_t *err)
+{
+	FILE *f;
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	int rc;
+
+	f = fopen(path, "rb");
+	if (!f) {
+		rc = -errno;
+		goto fail_open;
+	}
+	for (;;) {
+		if (len == cap) {
+			size_t ncap = cap ? cap * 2 : 4096;
+			char *nbuf;
+			if (cap >= MAX_FILE_BYTES) {
+				fclose(f);
+				free(buf);
+				if (err) {
+					err->pointer[0] = '\0';
+					snprintf(err->message, sizeof(err->message),
+						 "job spec file %s is larger than %d bytes", path,
+						 MAX_FILE_BYTES);
+				}
+				return -EFBIG;
+			}
+			nbuf = realloc(buf, ncap);
+			if (!nbuf) {
+				fclose(f);
+				free(buf);
+				return s_fail_oom(err);
+			}
+			buf = nbuf;
+			cap = ncap;
+		}
+		errno = 0;
+		size_t n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (n == 0) {
+			if (ferror(f)) {
+				rc = errno ? -errno : -EIO;
+				fclose(f);
+				free(buf);
+				goto fail_open;
+			}
+			break;
+		}
+	}
+	fclose(f);
+	rc = jobspec_parse(buf, len, ret_spec, err);
+	free(buf);
+	return rc;
+
+fail_open:
+	if (err) {
+		err->pointer[0] = '\0';
+		snprintf(err->message, sizeof(err->message), "cannot read job spec file %s: %s",
+			 path, strerror(-rc));
+	}
+	return rc;
+}
+
+/* ---- rendering ---- */
+
+static int s_set(json_t *obj, const char *key, json_t *value)
+{
+	return json_object_set_new(obj, key, value); /* steals value, even on failure */
+}
+
+json_t *jobspec_to_json(const jobspec_t *s)
+{
+	json_t *doc = json_object();
+	json_t *model = json_object(), *data = json_object(), *train = json_object();
+	json_t *parallel = json_object(), *checkpoint = json_object(), *restart = json_object();
+	int bad = 0;
+
+	if (!doc || !model || !data || !train || !parallel || !checkpoint || !restart) {
+		json_decref(doc);
+		json_decref(model);
+		json_decref(data);
+		json_decref(train);
+		json_decref(parallel);
+		json_decref(checkpoint);
+		json_decref(restart);
+		return NULL;
+	}
+	bad |= s_set(doc, "name", json_string(s->name ? s->name : DEFAULT_NAME));
+
+	bad |= s_set(model, "arch", json_string(s->model.arch));
+	bad |= s_set(model, "n_layer", json_integer(s->model.n_layer));
+	bad |= s_set(model, "n_head", json_integer(s->model.n_head));
+	bad |= s_set(model, "n_embd", json_integer(s->model.n_embd));
+	bad |= s_set(model, "vocab_size", json_integer(s->model.vocab_size));
+	bad |= s_set(model, "seq_len", json_integer(s->model.seq_len));
+	bad |= s_set(doc, "model", model);
+
+	bad |= s_set(data, "train", json_string(s->data.train ? s->data.train : ""));
+	bad |= s_set(data, "val", s->data.val ? json_string(s->data.val) : json_null());
+	bad |= s_set(data, "format", json_string(jobspec_format_name(s->data.format)));
+	bad |= s_set(doc, "data", data);
+
+	bad |= s_set(train, "steps", json_integer(s->train.steps));
+	bad |= s_set(train, "batch_size", json_integer(s->train.batch_size));
+	bad |= s_set(train, "grad_accum", json_integer(s->train.grad_accum));
+	bad |= s_set(train, "lr", json_real(s->train.lr));
+	bad |= s_set(train, "warmup_steps", json_integer(s->train.warmup_steps));
+	bad |= s_set(train, "lr_schedule", json_string(jobspec_schedule_name(s->train.lr_schedule)));
+	bad |= s_set(train, "min_lr", json_real(s->train.min_lr));
+	bad |= s_set(train, "weight_decay", json_real(s->train.weight_decay));
+	bad |= s_set(train, "grad_clip", json_real(s->train.grad_clip));
+	bad |= s_set(train, "seed", json_integer((json_int_t)s->train.seed));
+	bad |= s_set(train, "eval_every", json_integer(s->train.eval_every));
+	bad |= s_set(train, "eval_batches", json_integer(s->train.eval_batches));
+	bad |= s_set(train, "precision", json_string(jobspec_precision_name(s->train.precision)));
+	bad |= s_set(doc, "train", train);
+
+	bad |= s_set(parallel, "world_size", json_integer(s->parallel.world_size));
+	bad |= s_set(parallel, "device", json_string(jobspec_device_name(s->parallel.device)));
+	bad |= s_set(parallel, "sharding", json_string(jobspec_sharding_name(s->parallel.sharding)));
+	bad |= s_set(doc, "parallel", parallel);
+
+	bad |= s_set(checkpoint, "every_steps", json_integer(s->checkpoint.every_steps));
+	bad |= s_set(checkpoint, "keep_last", json_integer(s->checkpoint.keep_last));
+	bad |= s_set(checkpoint, "keep_every", json_integer(s->checkpoint.keep_every));
+	bad |= s_set(doc, "checkpoint", checkpoint);
+
+	bad |= s_set(restart, "max_restarts", json_integer(s->restart.max_restarts));
+	bad |= s_set(doc, "restart", restart);
+
+	bad |= s_set(doc, "priority", json_integer(s->priority));
+
+	if (bad) {
+		json_decref(doc);
+		return NULL;
+	}
+	return doc;
+}
+
+void jobspec_free(jobspec_t *spec)
+{
+	if (!spec)
+		return;
+	free(spec->name);
+	free(spec->data.train);
+	free(spec->data.val);
+	spec->name = NULL;
+	spec->data.train = NULL;
+	spec->data.val = NULL;
+}
+
+/* Out-of-range values give "invalid" rather than NULL so that callers can
+ * print the result unconditionally. */
+#define NAME_OF(table, v) \
+	((unsigned)(v) < N_ELEMS(table) ? (table)[(unsigned)(v)] : "invalid")
+
+const char *jobspec_format_name(jobspec_format_t f) { return NAME_OF(s_format_names, f); }
+const char *jobspec_schedule_name(jobspec_schedule_t s) { return NAME_OF(s_schedule_names, s); }
+const char *jobspec_precision_name(jobspec_precision_t p) { return NAME_OF(s_precision_names, p); }
+const char *jobspec_device_name(jobspec_device_t d) { return NAME_OF(s_device_names, d); }
+const char *jobspec_sharding_name(jobspec_sharding_t s) { return NAME_OF(s_sharding_names, s); }
