@@ -171,7 +171,7 @@ int store_job_count(store_t *st, int64_t *ret_count);
 
 /*
  * Workers known to the coordinator as a JSON array (new reference), each
- * {node, state, devices, last_heartbeat_at, running_ranks}. Empty until the
+ * {node, state, devices, last_heartbeat_us, running_ranks}. Empty until the
  * workers issue registers agents.
  */
 int store_worker_list_json(store_t *st, json_t **ret_array);

@@ -1,0 +1,687 @@
+/*
+ * broker: the writer loop and its inproc client (see broker.h).
+ *
+ * Commands travel as multipart messages on inproc://ringmaster-writer:
+ *   client -> loop   [cmd_hdr_t] [args...]   (the ROUTER prepends the identity)
+ *   loop -> client   [reply_hdr_t] [body]
+ * SUBMIT args are [name] [spec_json] [idempotency key or empty]; CANCEL has
+ * [job id]; PING has none. Each command carries a sequence number so that a
+ * client that gave up waiting skips the late answer to its previous command.
+ */
+#include "broker.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+#include <systemd/sd-daemon.h>
+#include <zmq.h>
+
+#include "jobview.h"
+#include "log.h"
+#include "metrics.h"
+#include "problem.h"
+#include "sbuf.h"
+#include "store.h"
+
+#define WRITER_ENDPOINT "inproc://ringmaster-writer"
+#define CMD_MAGIC 0x524d4331u /* "RMC1" */
+#define MAX_GROUP 256
+#define MAX_PARTS 8
+#define POLL_MS 100
+#define WIRE_MAX_MSG_BYTES (1 << 20)
+
+enum { CMD_PING = 1, CMD_SUBMIT, CMD_CANCEL };
+
+typedef struct {
+	uint32_t magic;
+	uint32_t seq;
+	uint32_t type;
+	int32_t priority;
+	int32_t world_size;
+	uint32_t has_idem_key;
+	unsigned char body_hash[32];
+} cmd_hdr_t;
+
+typedef struct {
+	uint32_t seq;
+	int32_t status;
+	uint32_t replayed;
+} reply_hdr_t;
+
+typedef struct {
+	unsigned char identity[256];
+	size_t identity_len;
+	cmd_hdr_t hdr;
+	char *arg[3]; /* malloc'ed, NUL-terminated */
+	int status;
+	bool replayed;
+	sbuf_t body;
+} cmd_t;
+
+struct broker {
+	void *zctx;
+	void *router;  /* workers (tcp) */
+	void *writer;  /* inproc commands from HTTP threads */
+	store_t *store;
+	pthread_t thread;
+	bool started;
+	atomic_bool stop;
+	cmd_t group[MAX_GROUP];
+	char endpoint[512];
+};
+
+struct broker_client {
+	void *sock;
+	uint32_t seq;
+};
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* mkdir -p of the folder holding `path`. */
+static int make_parent_dirs(const char *path, char *err, size_t errlen)
+{
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = '\0';
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
+			int e = errno;
+			snprintf(err, errlen, "cannot create database folder %s: %s", dir, strerror(e));
+			return -e;
+		}
+		*p = '/';
+	}
+	if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
+		int e = errno;
+		snprintf(err, errlen, "cannot create database folder %s: %s", dir, strerror(e));
+		return -e;
+	}
+	if (access(dir, W_OK) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "database folder %s is not writable: %s", dir, strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+broker_t *broker_new(void *zctx, const char *endpoint, const char *db_path, char *err,
+                     size_t errlen)
+{
+	broker_t *b = calloc(1, sizeof *b);
+	if (!b) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	b->zctx = zctx;
+	atomic_init(&b->stop, false);
+	snprintf(b->endpoint, sizeof b->endpoint, "%s", endpoint);
+
+	if (make_parent_dirs(db_path, err, errlen) < 0)
+		goto fail;
+	b->store = store_open(db_path, STORE_OPEN_WRITER, err, errlen);
+	if (!b->store)
+		goto fail;
+
+	int linger = 0;
+	int64_t max_msg = WIRE_MAX_MSG_BYTES;
+	b->router = zmq_socket(zctx, ZMQ_ROUTER);
+	if (!b->router) {
+		snprintf(err, errlen, "cannot create the broker socket: %s", zmq_strerror(zmq_errno()));
+		goto fail;
+	}
+	zmq_setsockopt(b->router, ZMQ_LINGER, &linger, sizeof linger);
+	zmq_setsockopt(b->router, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+	if (zmq_bind(b->router, endpoint) != 0) {
+		snprintf(err, errlen, "cannot bind the broker to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+		goto fail;
+	}
+
+	b->writer = zmq_socket(zctx, ZMQ_ROUTER);
+	if (!b->writer) {
+		snprintf(err, errlen, "cannot create the writer socket: %s", zmq_strerror(zmq_errno()));
+		goto fail;
+	}
+	zmq_setsockopt(b->writer, ZMQ_LINGER, &linger, sizeof linger);
+	if (zmq_bind(b->writer, WRITER_ENDPOINT) != 0) {
+		snprintf(err, errlen, "cannot bind %s: %s", WRITER_ENDPOINT, zmq_strerror(zmq_errno()));
+		goto fail;
+	}
+	return b;
+fail:
+	broker_free(b);
+	return NULL;
+}
+
+/* ---- the loop ---- */
+
+static void cmd_clear(cmd_t *c)
+{
+	for (int i = 0; i < 3; i++) {
+		free(c->arg[i]);
+		c->arg[i] = NULL;
+	}
+	c->status = 0;
+	c->replayed = false;
+	sbuf_reset(&c->body);
+}
+
+static void cmd_problem(cmd_t *c, int status, const char *detail)
+{
+	sbuf_reset(&c->body);
+	c->status = status;
+	c->replayed = false;
+	problem_render(&c->body, status, detail, NULL);
+}
+
+/* Receive one whole multipart message into parts[]; extra parts are dropped.
+ * Returns the number of parts kept, 0 when nothing is waiting, <0 on error. */
+static int recv_parts(void *sock, zmq_msg_t parts[MAX_PARTS], int *ret_total)
+{
+	int n = 0, total = 0;
+	for (;;) {
+		zmq_msg_t m;
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, sock, total == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+			int e = zmq_errno();
+			zmq_msg_close(&m);
+			for (int i = 0; i < n; i++)
+				zmq_msg_close(&parts[i]);
+			return e == EAGAIN && total == 0 ? 0 : -e;
+		}
+		total++;
+		bool more = zmq_msg_more(&m);
+		if (n < MAX_PARTS)
+			parts[n++] = m;
+		else
+			zmq_msg_close(&m);
+		if (!more)
+			break;
+	}
+	*ret_total = total;
+	return n;
+}
+
+static char *msg_strdup(zmq_msg_t *m)
+{
+	size_t n = zmq_msg_size(m);
+	char *s = malloc(n + 1);
+	if (s) {
+		memcpy(s, zmq_msg_data(m), n);
+		s[n] = '\0';
+	}
+	return s;
+}
+
+/* Any message on the workers' socket: ERROR reply, then drop it. */
+static void handle_wire(broker_t *b)
+{
+	for (int k = 0; k < 64; k++) {
+		zmq_msg_t parts[MAX_PARTS];
+		int total = 0;
+		int n = recv_parts(b->router, parts, &total);
+		if (n <= 0)
+			return;
+		const char *payload = "{\"code\":\"not_implemented\",\"detail\":\"this coordinator does not "
+		                      "serve workers yet\"}";
+		if (n < 2)
+			payload = "{\"code\":\"malformed\",\"detail\":\"expected [RMW1] [type] [json]\"}";
+		else if (zmq_msg_size(&parts[1]) != 4 || memcmp(zmq_msg_data(&parts[1]), "RMW1", 4) != 0)
+			payload = "{\"code\":\"bad_protocol\",\"detail\":\"unknown protocol version; expected RMW1\"}";
+		log_debug("broker: %d-part message from a peer answered with ERROR", total);
+		/* identity, then [RMW1] [ERROR] [json] */
+		if (zmq_send(b->router, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]),
+		             ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+			zmq_send(b->router, "RMW1", 4, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+			zmq_send(b->router, "ERROR", 5, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+			zmq_send(b->router, payload, strlen(payload), ZMQ_DONTWAIT);
+		}
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&parts[i]);
+	}
+}
+
+static void send_reply(broker_t *b, const unsigned char *identity, size_t identity_len,
+                       uint32_t seq, int status, bool replayed, const char *body, size_t body_len)
+{
+	reply_hdr_t h = {.seq = seq, .status = status, .replayed = replayed};
+	if (zmq_send(b->writer, identity, identity_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+		return;
+	zmq_send(b->writer, &h, sizeof h, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(b->writer, body ? body : "", body ? body_len : 0, ZMQ_DONTWAIT);
+}
+
+static void new_job_id(char out[STORE_ID_BYTES])
+{
+	static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+	unsigned char rnd[13]; /* 20 symbols x 5 bits = 100 bits */
+	randombytes_buf(rnd, sizeof rnd);
+	out[0] = 'j';
+	out[1] = '-';
+	for (int i = 0; i < 20; i++) {
+		int bit = i * 5;
+		unsigned v = ((unsigned)rnd[bit / 8] << 8 | rnd[bit / 8 + 1]) >> (11 - bit % 8);
+		out[2 + i] = alphabet[v & 31];
+	}
+	out[22] = '\0';
+}
+
+/* Apply one SUBMIT inside the open transaction. 0 (with c->status set) or a
+ * negative errno that fails the whole group. */
+static int apply_submit(broker_t *b, cmd_t *c)
+{
+	const char *name = c->arg[0], *spec = c->arg[1], *key = c->arg[2];
+	bool has_key = c->hdr.has_idem_key && key && key[0];
+	if (has_key) {
+		unsigned char hash[32];
+		int status = 0;
+		char *body = NULL;
+		char job_id[STORE_ID_BYTES];
+		int r = store_idem_get(b->store, key, hash, &status, &body, job_id);
+		if (r == 0) {
+			if (sodium_memcmp(hash, c->hdr.body_hash, sizeof hash) == 0) {
+				sbuf_reset(&c->body);
+				sbuf_puts(&c->body, body ? body : "");
+				c->status = status;
+				c->replayed = true;
+			} else {
+				char detail[512];
+				snprintf(detail, sizeof detail,
+				         "Idempotency-Key was already used for a different request body (job %s); "
+				         "use a new key for a new job",
+				         job_id);
+				cmd_problem(c, 409, detail);
+			}
+			free(body);
+			return 0;
+		}
+		if (r != -ENOENT)
+			return r;
+	}
+
+	store_job_t job;
+	memset(&job, 0, sizeof job);
+	job.name = (char *)name;
+	job.spec_json = (char *)spec;
+	job.priority = c->hdr.priority;
+	job.world_size = c->hdr.world_size;
+	job.state = STORE_JOB_QUEUED;
+	job.created_at_us = job.updated_at_us = now_us();
+	int r = -EEXIST;
+	for (int tries = 0; tries < 4 && r == -EEXIST; tries++) {
+		new_job_id(job.id);
+		r = store_job_insert(b->store, &job);
+	}
+	if (r < 0)
+		return r;
+	sbuf_reset(&c->body);
+	jobview_job(&c->body, &job);
+	if (c->body.failed)
+		return -ENOMEM;
+	c->status = 201;
+	if (has_key) {
+		r = store_idem_put(b->store, key, c->hdr.body_hash, 201, c->body.data, job.id,
+		                   job.created_at_us);
+		if (r < 0)
+			return r;
+	}
+	log_debug("job %s submitted", job.id);
+	return 0;
+}
+
+static int apply_cancel(broker_t *b, cmd_t *c)
+{
+	const char *id = c->arg[0];
+	store_job_t job;
+	memset(&job, 0, sizeof job);
+	int r = store_job_get(b->store, id, &job);
+	if (r == -ENOENT) {
+		char detail[256];
+		snprintf(detail, sizeof detail, "no job with id %.40s", id);
+		cmd_problem(c, 404, detail);
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	if (store_job_state_is_final(job.state)) {
+		char detail[256];
+		snprintf(detail, sizeof detail,
+		         "job %s is already %s; only queued, scheduled, running or recovering jobs can be cancelled",
+		         job.id, store_job_state_name(job.state));
+		store_job_clear(&job);
+		cmd_problem(c, 409, detail);
+		return 0;
+	}
+	store_job_clear(&job);
+	r = store_job_set_state(b->store, id, STORE_JOB_CANCELLED, "cancelled by request", now_us());
+	if (r < 0)
+		return r;
+	r = store_job_get(b->store, id, &job);
+	if (r < 0)
+		return r;
+	sbuf_reset(&c->body);
+	jobview_job(&c->body, &job);
+	store_job_clear(&job);
+	if (c->body.failed)
+		return -ENOMEM;
+	c->status = 200;
+	log_info("job %s cancelled", id);
+	return 0;
+}
+
+/* Parse one command message into c. false when it is not a valid command
+ * (it is then dropped: only our own clients speak on this socket). */
+static bool parse_cmd(cmd_t *c, zmq_msg_t *parts, int n)
+{
+	if (n < 2 || zmq_msg_size(&parts[0]) > sizeof c->identity ||
+	    zmq_msg_size(&parts[1]) != sizeof c->hdr)
+		return false;
+	c->identity_len = zmq_msg_size(&parts[0]);
+	memcpy(c->identity, zmq_msg_data(&parts[0]), c->identity_len);
+	memcpy(&c->hdr, zmq_msg_data(&parts[1]), sizeof c->hdr);
+	if (c->hdr.magic != CMD_MAGIC)
+		return false;
+	int want = c->hdr.type == CMD_SUBMIT ? 3 : c->hdr.type == CMD_CANCEL ? 1 : 0;
+	if (c->hdr.type != CMD_PING && c->hdr.type != CMD_SUBMIT && c->hdr.type != CMD_CANCEL)
+		return false;
+	if (n != 2 + want)
+		return false;
+	for (int i = 0; i < want; i++) {
+		c->arg[i] = msg_strdup(&parts[2 + i]);
+		if (!c->arg[i])
+			return false;
+	}
+	return true;
+}
+
+/* Drain the command socket and apply everything in one transaction. */
+static void handle_commands(broker_t *b)
+{
+	int n_cmd = 0;
+	while (n_cmd < MAX_GROUP) {
+		zmq_msg_t parts[MAX_PARTS];
+		int total = 0;
+		int n = recv_parts(b->writer, parts, &total);
+		if (n <= 0)
+			break;
+		cmd_t *c = &b->group[n_cmd];
+		bool ok = parse_cmd(c, parts, n);
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&parts[i]);
+		if (!ok) {
+			cmd_clear(c);
+			continue;
+		}
+		if (c->hdr.type == CMD_PING) {
+			send_reply(b, c->identity, c->identity_len, c->hdr.seq, 200, false, NULL, 0);
+			cmd_clear(c);
+			continue;
+		}
+		n_cmd++;
+	}
+	if (n_cmd == 0)
+		return;
+
+	int r = store_begin(b->store);
+	for (int i = 0; i < n_cmd && r == 0; i++) {
+		cmd_t *c = &b->group[i];
+		r = c->hdr.type == CMD_SUBMIT ? apply_submit(b, c) : apply_cancel(b, c);
+	}
+	if (r == 0) {
+		r = store_commit(b->store);
+		if (r < 0)
+			log_error("store: commit of %d command(s) failed: %s", n_cmd, store_errmsg(b->store));
+	} else {
+		log_error("store: a group of %d command(s) failed (%s): %s", n_cmd, strerror(-r),
+		          store_errmsg(b->store));
+	}
+	if (r < 0) {
+		store_rollback(b->store);
+		for (int i = 0; i < n_cmd; i++)
+			cmd_problem(&b->group[i], 503,
+			            "the coordinator could not write to its database; nothing was stored, retry later");
+	}
+	metrics_record_commit(n_cmd, r == 0);
+	for (int i = 0; i < n_cmd; i++) {
+		cmd_t *c = &b->group[i];
+		send_reply(b, c->identity, c->identity_len, c->hdr.seq, c->status, c->replayed, c->body.data,
+		           c->body.len);
+		cmd_clear(c);
+	}
+}
+
+static void *loop_main(void *arg)
+{
+	broker_t *b = arg;
+	uint64_t wd_usec = 0;
+	int64_t wd_next = 0;
+	if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0) {
+		wd_usec /= 2;
+		wd_next = mono_us();
+		log_info("systemd watchdog enabled: keep-alive every %llu ms", (unsigned long long)wd_usec / 1000);
+	} else {
+		wd_usec = 0;
+	}
+	log_debug("broker loop started");
+	while (!atomic_load(&b->stop)) {
+		long timeout_ms = POLL_MS;
+		if (wd_usec) {
+			int64_t now = mono_us();
+			if (now >= wd_next) {
+				sd_notify(0, "WATCHDOG=1");
+				wd_next = now + (int64_t)wd_usec;
+			}
+			long until = (long)((wd_next - now) / 1000);
+			if (until < timeout_ms)
+				timeout_ms = until < 1 ? 1 : until;
+		}
+		zmq_pollitem_t items[2] = {
+			{.socket = b->writer, .events = ZMQ_POLLIN},
+			{.socket = b->router, .events = ZMQ_POLLIN},
+		};
+		int r = zmq_poll(items, 2, timeout_ms);
+		if (r < 0) {
+			if (zmq_errno() == EINTR)
+				continue;
+			if (zmq_errno() == ETERM)
+				break;
+			log_error("broker: poll failed: %s", zmq_strerror(zmq_errno()));
+			struct timespec ts = {0, 10 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (items[0].revents & ZMQ_POLLIN)
+			handle_commands(b);
+		if (items[1].revents & ZMQ_POLLIN)
+			handle_wire(b);
+	}
+	log_debug("broker loop stopped");
+	return NULL;
+}
+
+int broker_start(broker_t *b)
+{
+	int r = pthread_create(&b->thread, NULL, loop_main, b);
+	if (r)
+		return -r;
+	b->started = true;
+	return 0;
+}
+
+void broker_stop(broker_t *b)
+{
+	if (!b || !b->started)
+		return;
+	atomic_store(&b->stop, true);
+	pthread_join(b->thread, NULL);
+	b->started = false;
+}
+
+void broker_free(broker_t *b)
+{
+	if (!b)
+		return;
+	broker_stop(b);
+	for (int i = 0; i < MAX_GROUP; i++) {
+		cmd_clear(&b->group[i]);
+		sbuf_free(&b->group[i].body);
+	}
+	if (b->writer)
+		zmq_close(b->writer);
+	if (b->router)
+		zmq_close(b->router);
+	store_close(b->store);
+	free(b);
+}
+
+/* ---- client ---- */
+
+broker_client_t *broker_client_new(void *zctx)
+{
+	broker_client_t *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->sock = zmq_socket(zctx, ZMQ_DEALER);
+	if (!c->sock)
+		goto fail;
+	int linger = 0;
+	zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+	if (zmq_connect(c->sock, WRITER_ENDPOINT) != 0)
+		goto fail;
+	return c;
+fail:
+	broker_client_free(c);
+	return NULL;
+}
+
+void broker_client_free(broker_client_t *c)
+{
+	if (!c)
+		return;
+	if (c->sock)
+		zmq_close(c->sock);
+	free(c);
+}
+
+void broker_reply_clear(broker_reply_t *r)
+{
+	free(r->body);
+	memset(r, 0, sizeof *r);
+}
+
+/* Send hdr + args; wait for the reply with the same seq. */
+static int call(broker_client_t *c, cmd_hdr_t *hdr, const char *const *args, int n_args,
+                int timeout_ms, broker_reply_t *ret)
+{
+	hdr->magic = CMD_MAGIC;
+	hdr->seq = ++c->seq;
+	if (zmq_send(c->sock, hdr, sizeof *hdr, n_args ? ZMQ_SNDMORE : 0) < 0)
+		return -zmq_errno();
+	for (int i = 0; i < n_args; i++) {
+		const char *a = args[i] ? args[i] : "";
+		if (zmq_send(c->sock, a, strlen(a), i + 1 < n_args ? ZMQ_SNDMORE : 0) < 0)
+			return -zmq_errno();
+	}
+	int64_t deadline = mono_us() + (int64_t)timeout_ms * 1000;
+	for (;;) {
+		int64_t left_ms = (deadline - mono_us()) / 1000;
+		if (left_ms <= 0)
+			return -ETIMEDOUT;
+		zmq_pollitem_t item = {.socket = c->sock, .events = ZMQ_POLLIN};
+		int r = zmq_poll(&item, 1, (long)left_ms);
+		if (r < 0) {
+			if (zmq_errno() == EINTR)
+				continue;
+			return -zmq_errno();
+		}
+		if (r == 0)
+			return -ETIMEDOUT;
+		zmq_msg_t parts[MAX_PARTS];
+		int total = 0;
+		int n = recv_parts(c->sock, parts, &total);
+		if (n < 0)
+			return n;
+		if (n == 0)
+			continue;
+		reply_hdr_t h;
+		bool mine = n == 2 && zmq_msg_size(&parts[0]) == sizeof h;
+		if (mine) {
+			memcpy(&h, zmq_msg_data(&parts[0]), sizeof h);
+			mine = h.seq == c->seq;
+		}
+		if (mine && ret) {
+			ret->status = h.status;
+			ret->replayed = h.replayed != 0;
+			ret->body = msg_strdup(&parts[1]);
+			ret->body_len = zmq_msg_size(&parts[1]);
+		}
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&parts[i]);
+		if (!mine)
+			continue; /* a late answer to a command we gave up on */
+		if (ret && !ret->body)
+			return -ENOMEM;
+		return 0;
+	}
+}
+
+int broker_client_submit(broker_client_t *c, const broker_submit_t *cmd, int timeout_ms,
+                         broker_reply_t *ret)
+{
+	cmd_hdr_t h;
+	memset(&h, 0, sizeof h);
+	h.type = CMD_SUBMIT;
+	h.priority = cmd->priority;
+	h.world_size = cmd->world_size;
+	h.has_idem_key = cmd->idem_key != NULL;
+	memcpy(h.body_hash, cmd->body_hash, sizeof h.body_hash);
+	const char *args[3] = {cmd->name, cmd->spec_json, cmd->idem_key};
+	memset(ret, 0, sizeof *ret);
+	return call(c, &h, args, 3, timeout_ms, ret);
+}
+
+int broker_client_cancel(broker_client_t *c, const char *job_id, int timeout_ms,
+                         broker_reply_t *ret)
+{
+	cmd_hdr_t h;
+	memset(&h, 0, sizeof h);
+	h.type = CMD_CANCEL;
+	const char *args[1] = {job_id};
+	memset(ret, 0, sizeof *ret);
+	return call(c, &h, args, 1, timeout_ms, ret);
+}
+
+int broker_client_ping(broker_client_t *c, int timeout_ms)
+{
+	cmd_hdr_t h;
+	memset(&h, 0, sizeof h);
+	h.type = CMD_PING;
+	return call(c, &h, NULL, 0, timeout_ms, NULL);
+}

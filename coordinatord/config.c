@@ -1,0 +1,266 @@
+/*
+ * config: defaults, INI file (inih) and command-line options (getopt_long).
+ * See config.h for the keys. Options are applied after the file so that they
+ * override it whatever their order on the command line.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ini.h>
+
+void config_defaults(config_t *cfg)
+{
+	memset(cfg, 0, sizeof *cfg);
+	snprintf(cfg->listen_host, sizeof cfg->listen_host, "127.0.0.1");
+	snprintf(cfg->listen_port, sizeof cfg->listen_port, "8080");
+	snprintf(cfg->broker, sizeof cfg->broker, "%s", CONFIG_DEFAULT_BROKER);
+	snprintf(cfg->db, sizeof cfg->db, "%s", CONFIG_DEFAULT_DB);
+	cfg->log_level = LOG_INFO;
+	cfg->max_body_bytes = CONFIG_DEFAULT_MAX_BODY_BYTES;
+	cfg->http_threads = CONFIG_DEFAULT_HTTP_THREADS;
+}
+
+/* "HOST:PORT" or "[V6]:PORT"; port 0..65535. */
+static int parse_listen(config_t *cfg, const char *value)
+{
+	const char *colon;
+	const char *host = value;
+	size_t host_len;
+	if (value[0] == '[') {
+		const char *close = strchr(value, ']');
+		if (!close || close[1] != ':')
+			return -EINVAL;
+		host = value + 1;
+		host_len = (size_t)(close - host);
+		colon = close + 1;
+	} else {
+		colon = strrchr(value, ':');
+		if (!colon)
+			return -EINVAL;
+		host_len = (size_t)(colon - value);
+		if (memchr(value, ':', host_len))
+			return -EINVAL; /* bare IPv6 needs brackets */
+	}
+	if (host_len == 0 || host_len >= sizeof cfg->listen_host)
+		return -EINVAL;
+	const char *port = colon + 1;
+	size_t port_len = strlen(port);
+	if (port_len == 0 || port_len > 5 || strspn(port, "0123456789") != port_len)
+		return -EINVAL;
+	if (atoi(port) > 65535)
+		return -EINVAL;
+	memcpy(cfg->listen_host, host, host_len);
+	cfg->listen_host[host_len] = '\0';
+	memcpy(cfg->listen_port, port, port_len + 1);
+	return 0;
+}
+
+static int parse_long(const char *value, long lo, long hi, long *ret)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(value, &end, 10);
+	if (errno || end == value || *end != '\0' || v < lo || v > hi)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+int config_set(config_t *cfg, const char *key, const char *value, const char *origin, char *err,
+               size_t errlen)
+{
+	long v;
+	if (strcmp(key, "listen") == 0) {
+		if (parse_listen(cfg, value) == 0)
+			return 0;
+		snprintf(err, errlen, "%s: listen must be HOST:PORT or [IPV6]:PORT with a port 0-65535 (got \"%s\")",
+		         origin, value);
+	} else if (strcmp(key, "broker") == 0) {
+		if (value[0] && strstr(value, "://") && strlen(value) < sizeof cfg->broker) {
+			snprintf(cfg->broker, sizeof cfg->broker, "%s", value);
+			return 0;
+		}
+		snprintf(err, errlen, "%s: broker must be a ZeroMQ endpoint such as tcp://127.0.0.1:5555 (got \"%s\")",
+		         origin, value);
+	} else if (strcmp(key, "db") == 0) {
+		if (value[0] && strlen(value) < sizeof cfg->db) {
+			snprintf(cfg->db, sizeof cfg->db, "%s", value);
+			return 0;
+		}
+		snprintf(err, errlen, "%s: db must be a file path (got \"%s\")", origin, value);
+	} else if (strcmp(key, "log_level") == 0) {
+		if (log_level_parse(value, &cfg->log_level) == 0)
+			return 0;
+		snprintf(err, errlen, "%s: log_level must be error, warn, info or debug (got \"%s\")", origin,
+		         value);
+	} else if (strcmp(key, "max_body_bytes") == 0) {
+		if (parse_long(value, 1024, 1L << 30, &v) == 0) {
+			cfg->max_body_bytes = (size_t)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: max_body_bytes must be an integer from 1024 to 1073741824 (got \"%s\")",
+		         origin, value);
+	} else if (strcmp(key, "http_threads") == 0) {
+		if (parse_long(value, 1, 256, &v) == 0) {
+			cfg->http_threads = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: http_threads must be an integer from 1 to 256 (got \"%s\")", origin,
+		         value);
+	} else {
+		snprintf(err, errlen,
+		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads)",
+		         origin, key);
+	}
+	return -EINVAL;
+}
+
+typedef struct {
+	config_t *cfg;
+	const char *path;
+	char *err;
+	size_t errlen;
+	int rc;
+	int line;
+} ini_ctx_t;
+
+static int on_ini_value(void *user, const char *section, const char *name, const char *value
+#if INI_HANDLER_LINENO
+                       , int lineno
+#endif
+)
+{
+	ini_ctx_t *c = user;
+	int line = 0;
+#if INI_HANDLER_LINENO
+	line = lineno;
+#endif
+	if (c->rc)
+		return 0;
+	char origin[4200];
+	if (line > 0)
+		snprintf(origin, sizeof origin, "%s:%d", c->path, line);
+	else
+		snprintf(origin, sizeof origin, "%s", c->path);
+	if (strcmp(section, "server") != 0) {
+		snprintf(c->err, c->errlen, "%s: unknown section [%s] (the file has one section, [server])",
+		         origin, section);
+		c->rc = -EINVAL;
+		return 0;
+	}
+	c->rc = config_set(c->cfg, name, value, origin, c->err, c->errlen);
+	return c->rc == 0;
+}
+
+int config_load_file(config_t *cfg, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		int e = errno;
+		snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(e));
+		return -e;
+	}
+	ini_ctx_t c = {.cfg = cfg, .path = path, .err = err, .errlen = errlen};
+	int r = ini_parse_file(f, on_ini_value, &c);
+	fclose(f);
+	if (c.rc)
+		return c.rc;
+	if (r > 0) {
+		snprintf(err, errlen, "%s:%d: syntax error (expected \"key = value\" or \"[section]\")", path, r);
+		return -EINVAL;
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "cannot parse config file %s", path);
+		return -EIO;
+	}
+	return 0;
+}
+
+static void print_help(const char *argv0)
+{
+	printf("Usage: %s [OPTIONS]\n"
+	       "The ringmaster coordinator: REST API, job store and worker broker.\n\n"
+	       "  --config FILE       read settings from an INI file ([server] section)\n"
+	       "  --listen HOST:PORT  REST API address (default " CONFIG_DEFAULT_LISTEN ")\n"
+	       "  --broker ENDPOINT   ZeroMQ ROUTER endpoint (default " CONFIG_DEFAULT_BROKER ")\n"
+	       "  --db PATH           SQLite database (default " CONFIG_DEFAULT_DB ")\n"
+	       "  --log-level LEVEL   error, warn, info or debug (default info)\n"
+	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
+	       "  --help              show this help and exit\n"
+	       "  --version           show the version and exit\n",
+	       argv0);
+}
+
+int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
+                     size_t errlen)
+{
+	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES };
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, OPT_CONFIG},
+		{"listen", required_argument, NULL, OPT_LISTEN},
+		{"broker", required_argument, NULL, OPT_BROKER},
+		{"db", required_argument, NULL, OPT_DB},
+		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+		{"print-routes", no_argument, NULL, OPT_ROUTES},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	config_defaults(cfg);
+	config_action_t action = CONFIG_RUN;
+	const char *config_path = NULL;
+
+	/* Pass 1: find --config and the actions; report unknown options. */
+	opterr = 0;
+	optind = 1;
+	int c;
+	while ((c = getopt_long(argc, argv, ":hV", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_CONFIG: config_path = optarg; break;
+		case OPT_ROUTES: action = CONFIG_PRINT_ROUTES; break;
+		case 'h': print_help(argv[0]); *ret_action = CONFIG_HELP; return 0;
+		case 'V': printf("ringmasterd %s\n", RINGMASTER_VERSION); *ret_action = CONFIG_VERSION; return 0;
+		case ':':
+			snprintf(err, errlen, "option %s needs a value (see --help)", argv[optind - 1]);
+			return -EINVAL;
+		case '?':
+			snprintf(err, errlen, "unknown option %s (see --help)", argv[optind - 1]);
+			return -EINVAL;
+		default: break;
+		}
+	}
+	if (optind < argc) {
+		snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", argv[optind]);
+		return -EINVAL;
+	}
+	if (config_path) {
+		int r = config_load_file(cfg, config_path, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	/* Pass 2: overrides. */
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":hV", opts, NULL)) != -1) {
+		const char *key = NULL, *origin = NULL;
+		switch (c) {
+		case OPT_LISTEN: key = "listen"; origin = "--listen"; break;
+		case OPT_BROKER: key = "broker"; origin = "--broker"; break;
+		case OPT_DB: key = "db"; origin = "--db"; break;
+		case OPT_LOG_LEVEL: key = "log_level"; origin = "--log-level"; break;
+		default: break;
+		}
+		if (key) {
+			int r = config_set(cfg, key, optarg, origin, err, errlen);
+			if (r < 0)
+				return r;
+		}
+	}
+	*ret_action = action;
+	return 0;
+}

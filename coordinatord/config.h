@@ -1,0 +1,69 @@
+/*
+ * config: ringmasterd's settings, from built-in defaults, an INI file
+ * (--config FILE, parsed with inih) and command-line overrides, in that order.
+ *
+ * The file has one section, [server]:
+ *   listen = 127.0.0.1:8080            REST API address (HOST:PORT, [V6]:PORT)
+ *   broker = tcp://127.0.0.1:5555      ZeroMQ ROUTER endpoint for workers
+ *   db = ./state/ringmaster.db         SQLite database; its folder is created
+ *   log_level = info                   error | warn | info | debug
+ *   max_body_bytes = 1048576           request body limit (413 above it)
+ *   http_threads = 4                   libmicrohttpd thread pool size
+ * A bad value or unknown key is refused with a message naming the key and
+ * where it came from ("ringmasterd.conf:3: http_threads ...").
+ */
+#ifndef RINGMASTER_COORDINATORD_CONFIG_H
+#define RINGMASTER_COORDINATORD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define CONFIG_DEFAULT_LISTEN "127.0.0.1:8080"
+#define CONFIG_DEFAULT_BROKER "tcp://127.0.0.1:5555"
+#define CONFIG_DEFAULT_DB "./state/ringmaster.db"
+#define CONFIG_DEFAULT_MAX_BODY_BYTES 1048576
+#define CONFIG_DEFAULT_HTTP_THREADS 4
+
+typedef struct {
+	char listen_host[256]; /* without brackets */
+	char listen_port[8];
+	char broker[512];
+	char db[4096];
+	log_level_t log_level;
+	size_t max_body_bytes;
+	int http_threads;
+} config_t;
+
+typedef enum {
+	CONFIG_RUN = 0,        /* start the daemon */
+	CONFIG_HELP,           /* --help printed: exit 0 */
+	CONFIG_VERSION,        /* --version printed: exit 0 */
+	CONFIG_PRINT_ROUTES,   /* --print-routes: print the route table, exit 0 */
+} config_action_t;
+
+/* Fill `cfg` with the defaults above. */
+void config_defaults(config_t *cfg);
+
+/*
+ * Set one key from text. `origin` names where the value came from (a file and
+ * line, or an option) and is used in the error. Returns 0, or -EINVAL with a
+ * one-line message in `err`.
+ */
+int config_set(config_t *cfg, const char *key, const char *value, const char *origin, char *err,
+               size_t errlen);
+
+/* Read an INI file over `cfg`. -errno / -EINVAL with a one-line message. */
+int config_load_file(config_t *cfg, const char *path, char *err, size_t errlen);
+
+/*
+ * Defaults, then --config FILE, then the other options. Returns 0 and
+ * *ret_action, or -EINVAL with a message in `err` (unknown option, bad
+ * value). --help and --version print to stdout.
+ */
+int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
+                     size_t errlen);
+
+#endif

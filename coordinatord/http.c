@@ -1,0 +1,1042 @@
+/*
+ * http: REST routes on libmicrohttpd (see http.h).
+ *
+ * Request flow: the access handler is called once when the headers are in
+ * (first call), then once per body chunk, then once more with no data. GET
+ * routes answer on the first call without allocating per-request state.
+ * POST routes check Content-Type, Content-Length and Idempotency-Key on the
+ * first call (so an oversized body gets 413 before it is read), collect the
+ * body (still counting, for chunked uploads), and answer on the last call.
+ *
+ * Per-thread state (thread_ctx_t) holds the thread's reader store_t, its
+ * broker client and a reusable output buffer. Contexts are registered in a
+ * list so that http_stop can close them after libmicrohttpd's threads have
+ * exited.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <sodium.h>
+
+#include "broker.h"
+#include "jobspec.h"
+#include "jobview.h"
+#include "log.h"
+#include "metrics.h"
+#include "problem.h"
+#include "sbuf.h"
+#include "store.h"
+
+#define JSON_TYPE "application/json"
+#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define WRITE_TIMEOUT_MS 10000
+#define PING_TIMEOUT_MS 1000
+#define LIST_DEFAULT_LIMIT 100
+#define LIST_MAX_LIMIT 1000
+#define IDEM_KEY_MAX 255
+
+enum {
+	R_JOBS = 0,
+	R_JOB,
+	R_JOB_CANCEL,
+	R_JOB_EVENTS,
+	R_WORKERS,
+	R_HEALTHZ,
+	R_READYZ,
+	R_METRICS,
+	R_UNMATCHED,
+	N_ROUTES
+};
+
+enum { M_GET = 1, M_POST = 2 };
+
+static const struct {
+	const char *path;
+	unsigned methods;
+	const char *allow;
+} s_routes[N_ROUTES] = {
+	[R_JOBS] = {"/v1/jobs", M_GET | M_POST, "GET, POST"},
+	[R_JOB] = {"/v1/jobs/{id}", M_GET, "GET"},
+	[R_JOB_CANCEL] = {"/v1/jobs/{id}/cancel", M_POST, "POST"},
+	[R_JOB_EVENTS] = {"/v1/jobs/{id}/events", M_GET, "GET"},
+	[R_WORKERS] = {"/v1/workers", M_GET, "GET"},
+	[R_HEALTHZ] = {"/healthz", M_GET, "GET"},
+	[R_READYZ] = {"/readyz", M_GET, "GET"},
+	[R_METRICS] = {"/metrics", M_GET, "GET"},
+	[R_UNMATCHED] = {"unmatched", 0, NULL},
+};
+
+static const char *const s_route_labels[N_ROUTES] = {
+	"/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/cancel", "/v1/jobs/{id}/events", "/v1/workers",
+	"/healthz", "/readyz", "/metrics", "unmatched",
+};
+
+static const http_route_t s_route_table[] = {
+	{"GET", "/v1/jobs"},
+	{"POST", "/v1/jobs"},
+	{"GET", "/v1/jobs/{id}"},
+	{"POST", "/v1/jobs/{id}/cancel"},
+	{"GET", "/v1/jobs/{id}/events"},
+	{"GET", "/v1/workers"},
+	{"GET", "/healthz"},
+	{"GET", "/readyz"},
+	{"GET", "/metrics"},
+};
+
+const http_route_t *http_routes(size_t *ret_n)
+{
+	*ret_n = sizeof s_route_table / sizeof s_route_table[0];
+	return s_route_table;
+}
+
+typedef struct thread_ctx {
+	struct thread_ctx *next;
+	store_t *reader;
+	broker_client_t *client;
+	sbuf_t out;
+} thread_ctx_t;
+
+struct http {
+	struct MHD_Daemon *mhd;
+	int listen_fd;
+	void *zctx;
+	char db_path[4096];
+	size_t max_body_bytes;
+	pthread_mutex_t lock; /* guards `threads` */
+	thread_ctx_t *threads;
+	atomic_int in_flight;
+	atomic_bool stopping; /* new requests get 503 and the connection closes */
+	bool stopped;
+};
+
+/* Per-request state, only for requests that carry a body we read. */
+typedef struct {
+	int route;
+	metrics_method_t method;
+	int64_t start_us;
+	bool too_large;
+	sbuf_t body;
+	char id[STORE_ID_BYTES];
+	char idem_key[IDEM_KEY_MAX + 1];
+	bool has_idem_key;
+} request_t;
+
+static __thread thread_ctx_t *t_ctx;
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static thread_ctx_t *ctx_get(http_t *h)
+{
+	if (t_ctx)
+		return t_ctx;
+	thread_ctx_t *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	pthread_mutex_lock(&h->lock);
+	c->next = h->threads;
+	h->threads = c;
+	pthread_mutex_unlock(&h->lock);
+	t_ctx = c;
+	return c;
+}
+
+/* The thread's reader, opened on first use; NULL if it cannot be opened. */
+static store_t *ctx_reader(http_t *h, thread_ctx_t *c)
+{
+	if (!c->reader) {
+		char err[512];
+		c->reader = store_open(h->db_path, STORE_OPEN_READER, err, sizeof err);
+		if (!c->reader)
+			log_error("http: cannot open a reader: %s", err);
+	}
+	return c->reader;
+}
+
+static broker_client_t *ctx_client(http_t *h, thread_ctx_t *c)
+{
+	if (!c->client) {
+		c->client = broker_client_new(h->zctx);
+		if (!c->client)
+			log_error("http: cannot connect to the writer loop");
+	}
+	return c->client;
+}
+
+/* ---- responses ---- */
+
+static enum MHD_Result respond(struct MHD_Connection *conn, int route, metrics_method_t method,
+                               int64_t start_us, int status, const char *ctype, void *body,
+                               size_t len, enum MHD_ResponseMemoryMode mode, const char *allow,
+                               const char *location, bool replayed)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, mode);
+	if (!resp) {
+		if (mode == MHD_RESPMEM_MUST_FREE)
+			free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	if (allow)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	if (location)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
+	if (replayed)
+		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	enum MHD_Result r = MHD_queue_response(conn, (unsigned)status, resp);
+	MHD_destroy_response(resp);
+	metrics_record(route, method, status, mono_us() - start_us);
+	if (status >= 500)
+		log_warn("http: %s answered %d", s_route_labels[route], status);
+	else if (log_enabled(LOG_DEBUG))
+		log_debug("http: %s answered %d", s_route_labels[route], status);
+	return r;
+}
+
+/* Answer with the thread buffer's contents (copied by libmicrohttpd). */
+static enum MHD_Result respond_out(struct MHD_Connection *conn, thread_ctx_t *c, int route,
+                                   metrics_method_t method, int64_t start_us, int status,
+                                   const char *ctype)
+{
+	if (c->out.failed) {
+		sbuf_reset(&c->out);
+		problem_render(&c->out, 500, "out of memory while building the response", NULL);
+		status = 500;
+		ctype = PROBLEM_CONTENT_TYPE;
+	}
+	return respond(conn, route, method, start_us, status, ctype, c->out.data ? c->out.data : (char *)"",
+	               c->out.len, MHD_RESPMEM_MUST_COPY, NULL, NULL, false);
+}
+
+static enum MHD_Result respond_problem(struct MHD_Connection *conn, thread_ctx_t *c, int route,
+                                       metrics_method_t method, int64_t start_us, int status,
+                                       const char *detail, const char *pointer, const char *allow)
+{
+	sbuf_t local = {0};
+	sbuf_t *out = c ? &c->out : &local;
+	sbuf_reset(out);
+	problem_render(out, status, detail, pointer);
+	enum MHD_Result r;
+	if (out->failed)
+		r = MHD_NO;
+	else
+		r = respond(conn, route, method, start_us, status, PROBLEM_CONTENT_TYPE, out->data, out->len,
+		            MHD_RESPMEM_MUST_COPY, allow, NULL, false);
+	sbuf_free(&local);
+	return r;
+}
+
+/* ---- routing ---- */
+
+/* Match `url` to a route; for job routes copy the id segment to id_out
+ * (empty when it cannot be a job id, which then answers 404). */
+static int match_route(const char *url, char id_out[STORE_ID_BYTES], const char **ret_seg,
+                       size_t *ret_seg_len)
+{
+	id_out[0] = '\0';
+	if (strncmp(url, "/v1/", 4) == 0) {
+		const char *p = url + 4;
+		if (strcmp(p, "workers") == 0)
+			return R_WORKERS;
+		if (strncmp(p, "jobs", 4) != 0)
+			return R_UNMATCHED;
+		p += 4;
+		if (*p == '\0')
+			return R_JOBS;
+		if (*p != '/' || p[1] == '\0' || p[1] == '/')
+			return R_UNMATCHED;
+		const char *seg = p + 1;
+		const char *end = strchr(seg, '/');
+		size_t seg_len = end ? (size_t)(end - seg) : strlen(seg);
+		int route;
+		if (!end)
+			route = R_JOB;
+		else if (strcmp(end, "/cancel") == 0)
+			route = R_JOB_CANCEL;
+		else if (strcmp(end, "/events") == 0)
+			route = R_JOB_EVENTS;
+		else
+			return R_UNMATCHED;
+		*ret_seg = seg;
+		*ret_seg_len = seg_len;
+		if (seg_len < STORE_ID_BYTES) {
+			memcpy(id_out, seg, seg_len);
+			id_out[seg_len] = '\0';
+		}
+		return route;
+	}
+	if (strcmp(url, "/healthz") == 0)
+		return R_HEALTHZ;
+	if (strcmp(url, "/readyz") == 0)
+		return R_READYZ;
+	if (strcmp(url, "/metrics") == 0)
+		return R_METRICS;
+	return R_UNMATCHED;
+}
+
+/* A job id as this server makes them: "j-" then [a-z2-7]. Anything else is
+ * simply not found, without a database lookup. */
+static bool plausible_id(const char *id)
+{
+	size_t n = strlen(id);
+	if (n < 3 || n >= STORE_ID_BYTES || id[0] != 'j' || id[1] != '-')
+		return false;
+	return strspn(id + 2, "abcdefghijklmnopqrstuvwxyz234567") == n - 2;
+}
+
+static enum MHD_Result not_found_job(struct MHD_Connection *conn, thread_ctx_t *c, int route,
+                                     metrics_method_t method, int64_t start_us, const char *seg,
+                                     size_t seg_len)
+{
+	char detail[160];
+	if (seg_len > 64)
+		snprintf(detail, sizeof detail, "no job with id %.40s... (%zu bytes)", seg, seg_len);
+	else
+		snprintf(detail, sizeof detail, "no job with id %.*s", (int)seg_len, seg);
+	return respond_problem(conn, c, route, method, start_us, 404, detail, NULL, NULL);
+}
+
+/* ---- GET handlers ---- */
+
+static enum MHD_Result get_job(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                               int64_t start_us, const char *id, const char *seg, size_t seg_len)
+{
+	if (!plausible_id(id))
+		return not_found_job(conn, c, R_JOB, METRICS_METHOD_GET, start_us, seg, seg_len);
+	store_t *st = ctx_reader(h, c);
+	if (!st)
+		return respond_problem(conn, c, R_JOB, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	store_job_t job;
+	memset(&job, 0, sizeof job);
+	int r = store_job_get(st, id, &job);
+	if (r == -ENOENT)
+		return not_found_job(conn, c, R_JOB, METRICS_METHOD_GET, start_us, seg, seg_len);
+	if (r < 0)
+		return respond_problem(conn, c, R_JOB, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	sbuf_reset(&c->out);
+	jobview_job(&c->out, &job);
+	store_job_clear(&job);
+	return respond_out(conn, c, R_JOB, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
+}
+
+typedef struct {
+	const char *bad_key;
+	int n_state, n_limit, n_cursor;
+	bool allow_state;
+} query_check_t;
+
+static enum MHD_Result query_iter(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+	query_check_t *q = cls;
+	if (q->allow_state && strcmp(key, "state") == 0)
+		q->n_state++;
+	else if (strcmp(key, "limit") == 0)
+		q->n_limit++;
+	else if (strcmp(key, "cursor") == 0)
+		q->n_cursor++;
+	else if (!q->bad_key)
+		q->bad_key = key;
+	return MHD_YES;
+}
+
+/* Parse limit and cursor (and state when allow_state); on error fill detail
+ * and pointer and return -EINVAL. */
+static int parse_paging(struct MHD_Connection *conn, bool allow_state, int *ret_limit,
+                        long long *ret_after, bool *ret_has_state, store_job_state_t *ret_state,
+                        char *detail, size_t detail_len, const char **ret_pointer)
+{
+	query_check_t q = {.allow_state = allow_state};
+	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, query_iter, &q);
+	if (q.bad_key) {
+		snprintf(detail, detail_len, "unknown query parameter \"%.64s\" (allowed: %s)", q.bad_key,
+		         allow_state ? "state, limit, cursor" : "limit, cursor");
+		*ret_pointer = NULL;
+		return -EINVAL;
+	}
+	if (q.n_state > 1 || q.n_limit > 1 || q.n_cursor > 1) {
+		snprintf(detail, detail_len, "each query parameter may appear once");
+		*ret_pointer = NULL;
+		return -EINVAL;
+	}
+	const char *v;
+	*ret_has_state = false;
+	if (allow_state && (v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state"))) {
+		if (store_job_state_parse(v, ret_state) < 0) {
+			snprintf(detail, detail_len,
+			         "state must be one of queued, scheduled, running, recovering, succeeded, failed, "
+			         "cancelled (got \"%.64s\")",
+			         v);
+			*ret_pointer = "state";
+			return -EINVAL;
+		}
+		*ret_has_state = true;
+	}
+	*ret_limit = LIST_DEFAULT_LIMIT;
+	if ((v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"))) {
+		char *end;
+		errno = 0;
+		long n = strtol(v, &end, 10);
+		if (errno || end == v || *end || n < 1 || n > LIST_MAX_LIMIT) {
+			snprintf(detail, detail_len, "limit must be an integer from 1 to %d (got \"%.64s\")",
+			         LIST_MAX_LIMIT, v);
+			*ret_pointer = "limit";
+			return -EINVAL;
+		}
+		*ret_limit = (int)n;
+	}
+	*ret_after = 0;
+	if ((v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"))) {
+		if (jobview_cursor_decode(v, ret_after) < 0) {
+			snprintf(detail, detail_len,
+			         "cursor is not one this server gave out; pass next_cursor from a previous page unchanged");
+			*ret_pointer = "cursor";
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+typedef struct {
+	sbuf_t *out;
+	int n;
+	long long last;
+} list_ctx_t;
+
+static int list_job_fn(const store_job_t *job, void *userdata)
+{
+	list_ctx_t *l = userdata;
+	if (l->n++)
+		sbuf_putc(l->out, ',');
+	jobview_job(l->out, job);
+	l->last = job->seq;
+	return 0;
+}
+
+static int list_event_fn(const store_event_t *ev, void *userdata)
+{
+	list_ctx_t *l = userdata;
+	if (l->n++)
+		sbuf_putc(l->out, ',');
+	jobview_event(l->out, ev);
+	l->last = ev->id;
+	return 0;
+}
+
+static void put_next_cursor(sbuf_t *out, bool more, long long last)
+{
+	sbuf_puts(out, "],\"next_cursor\":");
+	if (more) {
+		char cur[JOBVIEW_CURSOR_BYTES];
+		jobview_cursor_encode(last, cur);
+		sbuf_putc(out, '"');
+		sbuf_puts(out, cur);
+		sbuf_putc(out, '"');
+	} else {
+		sbuf_puts(out, "null");
+	}
+	sbuf_putc(out, '}');
+}
+
+static enum MHD_Result list_jobs(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                 int64_t start_us)
+{
+	char detail[256];
+	const char *pointer = NULL;
+	int limit;
+	long long after;
+	bool has_state;
+	store_job_state_t state;
+	if (parse_paging(conn, true, &limit, &after, &has_state, &state, detail, sizeof detail, &pointer) < 0)
+		return respond_problem(conn, c, R_JOBS, METRICS_METHOD_GET, start_us, 400, detail, pointer, NULL);
+	store_t *st = ctx_reader(h, c);
+	if (!st)
+		return respond_problem(conn, c, R_JOBS, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	sbuf_reset(&c->out);
+	sbuf_puts(&c->out, "{\"jobs\":[");
+	list_ctx_t l = {.out = &c->out};
+	bool more = false;
+	int r = store_job_list(st, has_state ? &state : NULL, after, limit, list_job_fn, &l, &more);
+	if (r < 0)
+		return respond_problem(conn, c, R_JOBS, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	put_next_cursor(&c->out, more && l.n > 0, l.last);
+	return respond_out(conn, c, R_JOBS, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
+}
+
+static enum MHD_Result list_events(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                   int64_t start_us, const char *id, const char *seg, size_t seg_len)
+{
+	if (!plausible_id(id))
+		return not_found_job(conn, c, R_JOB_EVENTS, METRICS_METHOD_GET, start_us, seg, seg_len);
+	char detail[256];
+	const char *pointer = NULL;
+	int limit;
+	long long after;
+	bool has_state;
+	store_job_state_t state;
+	if (parse_paging(conn, false, &limit, &after, &has_state, &state, detail, sizeof detail, &pointer) < 0)
+		return respond_problem(conn, c, R_JOB_EVENTS, METRICS_METHOD_GET, start_us, 400, detail,
+		                       pointer, NULL);
+	store_t *st = ctx_reader(h, c);
+	if (!st)
+		return respond_problem(conn, c, R_JOB_EVENTS, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	sbuf_reset(&c->out);
+	sbuf_puts(&c->out, "{\"events\":[");
+	list_ctx_t l = {.out = &c->out};
+	bool more = false;
+	int r = store_event_list(st, id, after, limit, list_event_fn, &l, &more);
+	if (r == -ENOENT)
+		return not_found_job(conn, c, R_JOB_EVENTS, METRICS_METHOD_GET, start_us, seg, seg_len);
+	if (r < 0)
+		return respond_problem(conn, c, R_JOB_EVENTS, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	put_next_cursor(&c->out, more && l.n > 0, l.last);
+	return respond_out(conn, c, R_JOB_EVENTS, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
+}
+
+static enum MHD_Result list_workers(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                    int64_t start_us)
+{
+	store_t *st = ctx_reader(h, c);
+	json_t *arr = NULL;
+	if (!st || store_worker_list_json(st, &arr) < 0)
+		return respond_problem(conn, c, R_WORKERS, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	char *items = json_dumps(arr, JSON_COMPACT);
+	json_decref(arr);
+	sbuf_reset(&c->out);
+	sbuf_puts(&c->out, "{\"workers\":");
+	sbuf_puts(&c->out, items ? items : "[]");
+	sbuf_putc(&c->out, '}');
+	free(items);
+	return respond_out(conn, c, R_WORKERS, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
+}
+
+static enum MHD_Result get_readyz(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                  int64_t start_us)
+{
+	store_t *st = ctx_reader(h, c);
+	int64_t n;
+	if (!st || store_job_count(st, &n) < 0)
+		return respond_problem(conn, c, R_READYZ, METRICS_METHOD_GET, start_us, 503,
+		                       "the database is not readable", NULL, NULL);
+	broker_client_t *bc = ctx_client(h, c);
+	if (!bc || broker_client_ping(bc, PING_TIMEOUT_MS) < 0)
+		return respond_problem(conn, c, R_READYZ, METRICS_METHOD_GET, start_us, 503,
+		                       "the writer loop did not answer within 1 s", NULL, NULL);
+	sbuf_reset(&c->out);
+	sbuf_puts(&c->out, "{\"status\":\"ready\"}");
+	return respond_out(conn, c, R_READYZ, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
+}
+
+static enum MHD_Result get_metrics(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                   int64_t start_us)
+{
+	store_t *st = ctx_reader(h, c);
+	int64_t counts[STORE_JOB_N_STATES];
+	bool have_counts = st && store_job_count_by_state(st, counts) == 0;
+	sbuf_reset(&c->out);
+	metrics_render(&c->out, have_counts ? counts : NULL);
+	return respond_out(conn, c, R_METRICS, METRICS_METHOD_GET, start_us, 200, METRICS_TYPE);
+}
+
+/* ---- POST handlers ---- */
+
+/* application/json, any case, optionally followed by parameters. */
+static bool is_json_type(const char *ct)
+{
+	if (!ct)
+		return false;
+	while (*ct == ' ' || *ct == '\t')
+		ct++;
+	size_t n = strlen(JSON_TYPE);
+	if (strncasecmp(ct, JSON_TYPE, n) != 0)
+		return false;
+	ct += n;
+	while (*ct == ' ' || *ct == '\t')
+		ct++;
+	return *ct == '\0' || *ct == ';';
+}
+
+/* Offset of the first byte that breaks UTF-8, or -1 if `s` is valid. */
+static long utf8_invalid_at(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		unsigned char c = s[i];
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t len;
+		unsigned min;
+		unsigned cp;
+		if ((c & 0xe0) == 0xc0) {
+			len = 2;
+			min = 0x80;
+			cp = c & 0x1f;
+		} else if ((c & 0xf0) == 0xe0) {
+			len = 3;
+			min = 0x800;
+			cp = c & 0x0f;
+		} else if ((c & 0xf8) == 0xf0) {
+			len = 4;
+			min = 0x10000;
+			cp = c & 0x07;
+		} else {
+			return (long)i;
+		}
+		if (i + len > n)
+			return (long)i;
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return (long)i;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return (long)i;
+		i += len;
+	}
+	return -1;
+}
+
+static enum MHD_Result submit_job(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                  request_t *rq)
+{
+	const metrics_method_t M = METRICS_METHOD_POST;
+	char detail[600];
+	if (rq->too_large) {
+		snprintf(detail, sizeof detail, "request body is larger than the limit of %zu bytes",
+		         h->max_body_bytes);
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 413, detail, NULL, NULL);
+	}
+	if (rq->body.len == 0)
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 400,
+		                       "request body is empty; send the job spec as a JSON object", "", NULL);
+	if (rq->body.failed)
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 500,
+		                       "out of memory while reading the request body", NULL, NULL);
+	long bad = utf8_invalid_at((const unsigned char *)rq->body.data, rq->body.len);
+	if (bad >= 0) {
+		snprintf(detail, sizeof detail, "request body is not valid UTF-8 (byte offset %ld)", bad);
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 400, detail, "", NULL);
+	}
+	jobspec_t spec;
+	jobspec_error_t err;
+	memset(&spec, 0, sizeof spec);
+	memset(&err, 0, sizeof err);
+	if (jobspec_parse(rq->body.data, rq->body.len, &spec, &err) < 0) {
+		err.pointer[sizeof err.pointer - 1] = '\0';
+		err.message[sizeof err.message - 1] = '\0';
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 400,
+		                       err.message[0] ? err.message : "invalid job spec", err.pointer, NULL);
+	}
+	json_t *doc = jobspec_to_json(&spec);
+	char *spec_json = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	json_decref(doc);
+	if (!spec_json) {
+		jobspec_free(&spec);
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 500,
+		                       "out of memory while storing the job spec", NULL, NULL);
+	}
+	broker_submit_t cmd = {
+		.name = spec.name,
+		.spec_json = spec_json,
+		.priority = spec.priority,
+		.world_size = spec.parallel.world_size,
+		.idem_key = rq->has_idem_key ? rq->idem_key : NULL,
+	};
+	crypto_hash_sha256(cmd.body_hash, (const unsigned char *)rq->body.data, rq->body.len);
+	broker_client_t *bc = ctx_client(h, c);
+	broker_reply_t reply;
+	memset(&reply, 0, sizeof reply);
+	int r = bc ? broker_client_submit(bc, &cmd, WRITE_TIMEOUT_MS, &reply) : -ENOTCONN;
+	free(spec_json);
+	jobspec_free(&spec);
+	if (r < 0)
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 503,
+		                       r == -ETIMEDOUT ? "the writer loop did not answer in time; the job may or may "
+		                                         "not have been stored (retry with the same Idempotency-Key)"
+		                                       : "the writer loop cannot be reached; retry later",
+		                       NULL, NULL);
+	char location[64] = "";
+	const char *loc = NULL;
+	if (reply.status == 201) {
+		/* the id is the first field of the job object: {"id":"j-..." */
+		const char *p = strstr(reply.body, "\"id\":\"");
+		if (p) {
+			p += 6;
+			const char *q = strchr(p, '"');
+			if (q && q - p < STORE_ID_BYTES) {
+				snprintf(location, sizeof location, "/v1/jobs/%.*s", (int)(q - p), p);
+				loc = location;
+			}
+		}
+	}
+	const char *ctype = reply.status >= 400 ? PROBLEM_CONTENT_TYPE : JSON_TYPE;
+	enum MHD_Result mr = respond(conn, R_JOBS, M, rq->start_us, reply.status, ctype, reply.body,
+	                             reply.body_len, MHD_RESPMEM_MUST_FREE, NULL, loc, reply.replayed);
+	reply.body = NULL; /* owned by the response now */
+	return mr;
+}
+
+static enum MHD_Result cancel_job(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                  request_t *rq)
+{
+	const metrics_method_t M = METRICS_METHOD_POST;
+	if (!plausible_id(rq->id))
+		return respond_problem(conn, c, R_JOB_CANCEL, M, rq->start_us, 404, "no job with that id", NULL,
+		                       NULL);
+	broker_client_t *bc = ctx_client(h, c);
+	broker_reply_t reply;
+	memset(&reply, 0, sizeof reply);
+	int r = bc ? broker_client_cancel(bc, rq->id, WRITE_TIMEOUT_MS, &reply) : -ENOTCONN;
+	if (r < 0)
+		return respond_problem(conn, c, R_JOB_CANCEL, M, rq->start_us, 503,
+		                       "the writer loop did not answer in time; retry later", NULL, NULL);
+	const char *ctype = reply.status >= 400 ? PROBLEM_CONTENT_TYPE : JSON_TYPE;
+	enum MHD_Result mr = respond(conn, R_JOB_CANCEL, M, rq->start_us, reply.status, ctype, reply.body,
+	                             reply.body_len, MHD_RESPMEM_MUST_FREE, NULL, NULL, false);
+	reply.body = NULL;
+	return mr;
+}
+
+/* ---- the access handler ---- */
+
+/* Answer requests that need no per-request state: every GET, unknown routes
+ * and wrong methods. Runs on the handler's last call, not the first: a
+ * response queued on the first call makes libmicrohttpd close the connection
+ * (it cannot know the body was consumed), which would defeat keep-alive. */
+static enum MHD_Result answer_simple(http_t *h, struct MHD_Connection *conn, const char *url,
+                                     const char *method_str)
+{
+	int64_t start_us = mono_us();
+	metrics_method_t method = metrics_method_index(method_str);
+	thread_ctx_t *c = ctx_get(h);
+	if (!c)
+		return MHD_NO;
+	char id[STORE_ID_BYTES];
+	const char *seg = NULL;
+	size_t seg_len = 0;
+	int route = match_route(url, id, &seg, &seg_len);
+	if (route == R_UNMATCHED) {
+		char detail[200];
+		snprintf(detail, sizeof detail, "no route %.100s%s (see api/openapi.yaml for the routes served)", url,
+		         strlen(url) > 100 ? "..." : "");
+		return respond_problem(conn, c, route, method, start_us, 404, detail, NULL, NULL);
+	}
+	unsigned m = method == METRICS_METHOD_GET ? M_GET : method == METRICS_METHOD_POST ? M_POST : 0;
+	if (!(s_routes[route].methods & m)) {
+		char detail[200];
+		snprintf(detail, sizeof detail, "method %.16s is not allowed on %s (allowed: %s)", method_str,
+		         s_routes[route].path, s_routes[route].allow);
+		return respond_problem(conn, c, route, method, start_us, 405, detail, NULL, s_routes[route].allow);
+	}
+	switch (route) {
+	case R_JOB: return get_job(h, conn, c, start_us, id, seg, seg_len);
+	case R_JOBS: return list_jobs(h, conn, c, start_us);
+	case R_JOB_EVENTS: return list_events(h, conn, c, start_us, id, seg, seg_len);
+	case R_WORKERS: return list_workers(h, conn, c, start_us);
+	case R_READYZ: return get_readyz(h, conn, c, start_us);
+	case R_METRICS: return get_metrics(h, conn, c, start_us);
+	case R_HEALTHZ:
+		sbuf_reset(&c->out);
+		sbuf_puts(&c->out, "{\"status\":\"ok\"}");
+		return respond_out(conn, c, route, method, start_us, 200, JSON_TYPE);
+	default:
+		return respond_problem(conn, c, route, method, start_us, 500, "route without a handler", NULL, NULL);
+	}
+}
+
+/* Marks requests answered by answer_simple (no allocation needed). */
+static char s_simple;
+
+static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const char *url,
+                                  const char *method_str, void **con_cls)
+{
+	metrics_method_t method = metrics_method_index(method_str);
+	char id[STORE_ID_BYTES];
+	const char *seg = NULL;
+	size_t seg_len = 0;
+	int route = match_route(url, id, &seg, &seg_len);
+	if (method != METRICS_METHOD_POST || route == R_UNMATCHED || !(s_routes[route].methods & M_POST)) {
+		*con_cls = &s_simple;
+		return MHD_YES;
+	}
+	int64_t start_us = mono_us();
+	thread_ctx_t *c = ctx_get(h);
+	if (!c)
+		return MHD_NO;
+	/* POST: refuse early what must not be read (the connection then closes) */
+	const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (clen) {
+		char *end;
+		errno = 0;
+		unsigned long long n = strtoull(clen, &end, 10);
+		if (errno || end == clen || n > h->max_body_bytes) {
+			char detail[200];
+			snprintf(detail, sizeof detail, "request body is larger than the limit of %zu bytes",
+			         h->max_body_bytes);
+			return respond_problem(conn, c, route, method, start_us, 413, detail, NULL, NULL);
+		}
+	}
+	request_t *rq = calloc(1, sizeof *rq);
+	if (!rq)
+		return MHD_NO;
+	rq->route = route;
+	rq->method = method;
+	rq->start_us = start_us;
+	snprintf(rq->id, sizeof rq->id, "%s", id);
+	if (route == R_JOBS) {
+		const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+		if (!is_json_type(ct)) {
+			free(rq);
+			char detail[200];
+			snprintf(detail, sizeof detail, "Content-Type must be application/json (got %.64s)",
+			         ct ? ct : "none");
+			return respond_problem(conn, c, route, method, start_us, 415, detail, NULL, NULL);
+		}
+		const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
+		if (key) {
+			size_t n = strlen(key);
+			bool ok = n >= 1 && n <= IDEM_KEY_MAX;
+			for (size_t i = 0; ok && i < n; i++)
+				ok = key[i] >= 0x20 && key[i] <= 0x7e;
+			if (!ok) {
+				free(rq);
+				return respond_problem(conn, c, route, method, start_us, 400,
+				                       "Idempotency-Key must be 1 to 255 printable ASCII characters",
+				                       NULL, NULL);
+			}
+			memcpy(rq->idem_key, key, n + 1);
+			rq->has_idem_key = true;
+		}
+	}
+	*con_cls = rq;
+	return MHD_YES;
+}
+
+/* During shutdown: 503 and close, so keep-alive clients let go. */
+static enum MHD_Result refuse_stopping(struct MHD_Connection *conn, const char *url, const char *method)
+{
+	static const char body[] = "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+	                           "\"detail\":\"the coordinator is shutting down; retry shortly\"}";
+	char id[STORE_ID_BYTES];
+	const char *seg = NULL;
+	size_t seg_len = 0;
+	int route = match_route(url, id, &seg, &seg_len);
+	struct MHD_Response *resp =
+		MHD_create_response_from_buffer(sizeof body - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, PROBLEM_CONTENT_TYPE);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	enum MHD_Result r = MHD_queue_response(conn, 503, resp);
+	MHD_destroy_response(resp);
+	metrics_record(route, metrics_method_index(method), 503, 0);
+	return r;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
+                              const char *method, const char *version, const char *upload_data,
+                              size_t *upload_data_size, void **con_cls)
+{
+	http_t *h = cls;
+	request_t *rq = *con_cls;
+	if (!rq) {
+		atomic_fetch_add_explicit(&h->in_flight, 1, memory_order_relaxed);
+		if (atomic_load_explicit(&h->stopping, memory_order_relaxed))
+			return refuse_stopping(conn, url, method);
+		return first_call(h, conn, url, method, con_cls);
+	}
+	if ((void *)rq == (void *)&s_simple) {
+		if (*upload_data_size > 0) {
+			*upload_data_size = 0; /* a body where none is expected: discard */
+			return MHD_YES;
+		}
+		return answer_simple(h, conn, url, method);
+	}
+	if (*upload_data_size > 0) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		if (rq->route != R_JOBS || rq->too_large)
+			return MHD_YES; /* cancel takes no body; discard */
+		if (rq->body.len + n > h->max_body_bytes) {
+			rq->too_large = true; /* chunked upload past the limit: discard the rest */
+			sbuf_free(&rq->body);
+			return MHD_YES;
+		}
+		sbuf_append(&rq->body, upload_data, n);
+		return MHD_YES;
+	}
+	thread_ctx_t *c = ctx_get(h);
+	if (!c)
+		return MHD_NO;
+	if (rq->route == R_JOBS)
+		return submit_job(h, conn, c, rq);
+	return cancel_job(h, conn, c, rq);
+}
+
+static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+	http_t *h = cls;
+	request_t *rq = *con_cls;
+	if (rq && (void *)rq != (void *)&s_simple) {
+		sbuf_free(&rq->body);
+		free(rq);
+		*con_cls = NULL;
+	}
+	atomic_fetch_sub_explicit(&h->in_flight, 1, memory_order_relaxed);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+	vsnprintf(line, sizeof line, fmt, ap);
+	size_t n = strlen(line);
+	while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	log_warn("libmicrohttpd: %s", line);
+}
+
+/* ---- lifecycle ---- */
+
+static int listen_socket(const config_t *cfg, char *err, size_t errlen)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res = NULL;
+	int r = getaddrinfo(cfg->listen_host, cfg->listen_port, &hints, &res);
+	if (r != 0) {
+		snprintf(err, errlen, "cannot listen on %s:%s: %s", cfg->listen_host, cfg->listen_port,
+		         gai_strerror(r));
+		return -EINVAL;
+	}
+	int fd = -1, e = 0;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+			break;
+		e = errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot listen on %s:%s: %s", cfg->listen_host, cfg->listen_port, strerror(e));
+		return -e;
+	}
+	return fd;
+}
+
+http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
+{
+	http_t *h = calloc(1, sizeof *h);
+	if (!h) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	h->listen_fd = -1;
+	h->zctx = zctx;
+	h->max_body_bytes = cfg->max_body_bytes;
+	snprintf(h->db_path, sizeof h->db_path, "%s", cfg->db);
+	pthread_mutex_init(&h->lock, NULL);
+	atomic_init(&h->in_flight, 0);
+	atomic_init(&h->stopping, false);
+	metrics_init(s_route_labels, N_ROUTES);
+
+	h->listen_fd = listen_socket(cfg, err, errlen);
+	if (h->listen_fd < 0)
+		goto fail;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_TURBO |
+	                 MHD_USE_ERROR_LOG;
+	h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handle, h,
+	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+	                          MHD_OPTION_LISTEN_SOCKET, (MHD_socket)h->listen_fd,
+	                          MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
+	                          MHD_OPTION_NOTIFY_COMPLETED, completed, h,
+	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+	                          MHD_OPTION_END);
+	if (!h->mhd) {
+		snprintf(err, errlen, "cannot start the HTTP server on %s:%s", cfg->listen_host, cfg->listen_port);
+		goto fail;
+	}
+	h->listen_fd = -1; /* libmicrohttpd owns it now */
+	return h;
+fail:
+	http_free(h);
+	return NULL;
+}
+
+void http_stop(http_t *h, int grace_ms)
+{
+	if (!h || h->stopped)
+		return;
+	h->stopped = true;
+	if (h->mhd) {
+		atomic_store(&h->stopping, true);
+		MHD_socket fd = MHD_quiesce_daemon(h->mhd); /* no new connections from here */
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+		int64_t deadline = mono_us() + (int64_t)grace_ms * 1000;
+		while (atomic_load(&h->in_flight) > 0 && mono_us() < deadline) {
+			struct timespec ts = {0, 10 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+		MHD_stop_daemon(h->mhd);
+		h->mhd = NULL;
+	}
+	/* libmicrohttpd's threads have exited: close what they opened. */
+	pthread_mutex_lock(&h->lock);
+	thread_ctx_t *c = h->threads;
+	h->threads = NULL;
+	pthread_mutex_unlock(&h->lock);
+	while (c) {
+		thread_ctx_t *next = c->next;
+		store_close(c->reader);
+		broker_client_free(c->client);
+		sbuf_free(&c->out);
+		free(c);
+		c = next;
+	}
+}
+
+void http_free(http_t *h)
+{
+	if (!h)
+		return;
+	http_stop(h, 0);
+	if (h->listen_fd >= 0)
+		close(h->listen_fd);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}

@@ -1,0 +1,82 @@
+/*
+ * jobview: JSON of jobs and events, and list cursors (see jobview.h).
+ */
+#include "jobview.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+static void put_str(sbuf_t *out, const char *s)
+{
+	sbuf_json_string(out, s, s ? strlen(s) : 0);
+}
+
+void jobview_job(sbuf_t *out, const store_job_t *job)
+{
+	sbuf_puts(out, "{\"id\":");
+	put_str(out, job->id);
+	sbuf_puts(out, ",\"name\":");
+	put_str(out, job->name);
+	sbuf_puts(out, ",\"state\":");
+	put_str(out, store_job_state_name(job->state));
+	sbuf_printf(out, ",\"priority\":%d,\"world_size\":%d,\"attempt\":%d,\"spec\":", job->priority,
+	            job->world_size, job->attempt);
+	if (job->spec_json && job->spec_json[0])
+		sbuf_puts(out, job->spec_json);
+	else
+		sbuf_puts(out, "null");
+	sbuf_puts(out, ",\"created_at\":");
+	sbuf_json_time(out, job->created_at_us);
+	sbuf_puts(out, ",\"updated_at\":");
+	sbuf_json_time(out, job->updated_at_us);
+	sbuf_puts(out, ",\"state_reason\":");
+	put_str(out, job->state_reason);
+	sbuf_putc(out, '}');
+}
+
+void jobview_event(sbuf_t *out, const store_event_t *ev)
+{
+	sbuf_printf(out, "{\"id\":%lld,\"type\":", (long long)ev->id);
+	put_str(out, ev->type);
+	sbuf_puts(out, ",\"at\":");
+	sbuf_json_time(out, ev->at_us);
+	sbuf_puts(out, ",\"from\":");
+	put_str(out, ev->from_state);
+	sbuf_puts(out, ",\"to\":");
+	put_str(out, ev->to_state);
+	sbuf_puts(out, ",\"reason\":");
+	put_str(out, ev->reason);
+	sbuf_printf(out, ",\"attempt\":%d}", ev->attempt);
+}
+
+void jobview_cursor_encode(long long n, char out[JOBVIEW_CURSOR_BYTES])
+{
+	char raw[32];
+	int len = snprintf(raw, sizeof raw, "v1:%lld", n);
+	sodium_bin2base64(out, JOBVIEW_CURSOR_BYTES, (const unsigned char *)raw, (size_t)len,
+	                  sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+}
+
+int jobview_cursor_decode(const char *text, long long *ret_n)
+{
+	unsigned char raw[32];
+	size_t raw_len = 0;
+	size_t text_len = strlen(text);
+	if (text_len == 0 || text_len >= JOBVIEW_CURSOR_BYTES)
+		return -EINVAL;
+	if (sodium_base642bin(raw, sizeof raw - 1, text, text_len, NULL, &raw_len, NULL,
+	                      sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0)
+		return -EINVAL;
+	raw[raw_len] = '\0';
+	if (raw_len < 4 || memcmp(raw, "v1:", 3) != 0)
+		return -EINVAL;
+	const char *digits = (const char *)raw + 3;
+	if (strspn(digits, "0123456789") != raw_len - 3 || raw_len - 3 > 18)
+		return -EINVAL;
+	*ret_n = strtoll(digits, NULL, 10);
+	return 0;
+}

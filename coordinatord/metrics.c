@@ -1,0 +1,144 @@
+/*
+ * metrics: lock-free request counters and the Prometheus exposition (see
+ * metrics.h). Counters are indexed [route][method][status - 100]; only
+ * non-zero series are exported, so the page stays short.
+ */
+#include "metrics.h"
+
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#define N_STATUS 500 /* 100..599 */
+
+static const double s_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                  0.1,    0.25,  0.5,    1.0,   2.5,  5.0};
+#define N_BUCKETS (sizeof s_bounds / sizeof s_bounds[0])
+
+typedef struct {
+	_Atomic uint64_t buckets[N_BUCKETS]; /* non-cumulative; +Inf is count */
+	_Atomic uint64_t count;
+	_Atomic uint64_t sum_us;
+} histogram_t;
+
+static const char *const *s_route_names;
+static int s_n_routes;
+static _Atomic uint64_t s_requests[METRICS_MAX_ROUTES][METRICS_N_METHODS][N_STATUS];
+static histogram_t s_latency[METRICS_MAX_ROUTES];
+static _Atomic uint64_t s_commits_ok, s_commits_failed, s_commit_commands;
+static int64_t s_start_time_s;
+
+static const char *const s_method_names[METRICS_N_METHODS] = {
+	"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "OTHER",
+};
+
+metrics_method_t metrics_method_index(const char *method)
+{
+	for (int i = 0; i < METRICS_METHOD_OTHER; i++)
+		if (strcmp(method, s_method_names[i]) == 0)
+			return (metrics_method_t)i;
+	return METRICS_METHOD_OTHER;
+}
+
+void metrics_init(const char *const *route_names, int n_routes)
+{
+	s_route_names = route_names;
+	s_n_routes = n_routes < METRICS_MAX_ROUTES ? n_routes : METRICS_MAX_ROUTES;
+	s_start_time_s = (int64_t)time(NULL);
+}
+
+void metrics_record(int route, metrics_method_t method, int status, int64_t duration_us)
+{
+	if (route < 0 || route >= s_n_routes || status < 100 || status > 599)
+		return;
+	atomic_fetch_add_explicit(&s_requests[route][method][status - 100], 1, memory_order_relaxed);
+	histogram_t *h = &s_latency[route];
+	double secs = (double)duration_us / 1e6;
+	for (size_t i = 0; i < N_BUCKETS; i++) {
+		if (secs <= s_bounds[i]) {
+			atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+			break;
+		}
+	}
+	atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->sum_us, (uint64_t)(duration_us < 0 ? 0 : duration_us),
+	                          memory_order_relaxed);
+}
+
+void metrics_record_commit(int n_commands, int ok)
+{
+	atomic_fetch_add_explicit(ok ? &s_commits_ok : &s_commits_failed, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s_commit_commands, (uint64_t)n_commands, memory_order_relaxed);
+}
+
+static uint64_t load(_Atomic uint64_t *v)
+{
+	return atomic_load_explicit(v, memory_order_relaxed);
+}
+
+void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES])
+{
+	sbuf_puts(out, "# HELP ringmaster_build_info Build of this ringmasterd.\n"
+	               "# TYPE ringmaster_build_info gauge\n"
+	               "ringmaster_build_info{version=\"" RINGMASTER_VERSION "\"} 1\n"
+	               "# HELP ringmaster_up 1 while the coordinator serves.\n"
+	               "# TYPE ringmaster_up gauge\n"
+	               "ringmaster_up 1\n"
+	               "# HELP ringmaster_process_start_time_seconds Start time of the process since the Unix epoch.\n"
+	               "# TYPE ringmaster_process_start_time_seconds gauge\n");
+	sbuf_printf(out, "ringmaster_process_start_time_seconds %lld\n", (long long)s_start_time_s);
+
+	if (job_counts) {
+		sbuf_puts(out, "# HELP ringmaster_jobs Jobs in the store by state.\n"
+		               "# TYPE ringmaster_jobs gauge\n");
+		for (int s = 0; s < STORE_JOB_N_STATES; s++)
+			sbuf_printf(out, "ringmaster_jobs{state=\"%s\"} %lld\n",
+			            store_job_state_name((store_job_state_t)s), (long long)job_counts[s]);
+	}
+
+	sbuf_puts(out, "# HELP ringmaster_http_requests_total HTTP requests by route template, method and status.\n"
+	               "# TYPE ringmaster_http_requests_total counter\n");
+	for (int r = 0; r < s_n_routes; r++)
+		for (int m = 0; m < METRICS_N_METHODS; m++)
+			for (int s = 0; s < N_STATUS; s++) {
+				uint64_t n = load(&s_requests[r][m][s]);
+				if (n)
+					sbuf_printf(out,
+					            "ringmaster_http_requests_total{route=\"%s\",method=\"%s\",status=\"%d\"} %llu\n",
+					            s_route_names[r], s_method_names[m], s + 100, (unsigned long long)n);
+			}
+
+	sbuf_puts(out, "# HELP ringmaster_http_request_duration_seconds Time to produce an HTTP response, by route template.\n"
+	               "# TYPE ringmaster_http_request_duration_seconds histogram\n");
+	for (int r = 0; r < s_n_routes; r++) {
+		histogram_t *h = &s_latency[r];
+		uint64_t count = load(&h->count);
+		if (!count)
+			continue;
+		uint64_t cum = 0;
+		for (size_t i = 0; i < N_BUCKETS; i++) {
+			cum += load(&h->buckets[i]);
+			sbuf_printf(out, "ringmaster_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
+			            s_route_names[r], s_bounds[i], (unsigned long long)cum);
+		}
+		if (cum > count) /* buckets were bumped after count was read */
+			count = cum;
+		sbuf_printf(out, "ringmaster_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n",
+		            s_route_names[r], (unsigned long long)count);
+		sbuf_printf(out, "ringmaster_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n",
+		            s_route_names[r], (double)load(&h->sum_us) / 1e6);
+		sbuf_printf(out, "ringmaster_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
+		            s_route_names[r], (unsigned long long)count);
+	}
+
+	sbuf_printf(out,
+	            "# HELP ringmaster_store_commits_total Group-commit transactions of the writer loop by outcome.\n"
+	            "# TYPE ringmaster_store_commits_total counter\n"
+	            "ringmaster_store_commits_total{outcome=\"ok\"} %llu\n"
+	            "ringmaster_store_commits_total{outcome=\"failed\"} %llu\n"
+	            "# HELP ringmaster_store_commands_total Mutations applied by the writer loop.\n"
+	            "# TYPE ringmaster_store_commands_total counter\n"
+	            "ringmaster_store_commands_total %llu\n",
+	            (unsigned long long)load(&s_commits_ok), (unsigned long long)load(&s_commits_failed),
+	            (unsigned long long)load(&s_commit_commands));
+}

@@ -1,0 +1,50 @@
+/*
+ * metrics: Prometheus text exposition (format 0.0.4) of the coordinator.
+ *
+ * HTTP threads record each request (route template, method, status, time to
+ * produce the response) with relaxed atomic increments: no lock and no
+ * allocation on the request path. /metrics renders the counters together with
+ * gauges that the caller supplies (jobs by state). Every metric is prefixed
+ * ringmaster_.
+ */
+#ifndef RINGMASTER_COORDINATORD_METRICS_H
+#define RINGMASTER_COORDINATORD_METRICS_H
+
+#include <stdint.h>
+
+#include "sbuf.h"
+#include "store.h"
+
+#define METRICS_MAX_ROUTES 16
+
+typedef enum {
+	METRICS_METHOD_GET = 0,
+	METRICS_METHOD_HEAD,
+	METRICS_METHOD_POST,
+	METRICS_METHOD_PUT,
+	METRICS_METHOD_DELETE,
+	METRICS_METHOD_PATCH,
+	METRICS_METHOD_OPTIONS,
+	METRICS_METHOD_OTHER,
+	METRICS_N_METHODS
+} metrics_method_t;
+
+/* Map an HTTP method string to its index (METRICS_METHOD_OTHER if unknown). */
+metrics_method_t metrics_method_index(const char *method);
+
+/* Register the route labels (borrowed, must outlive the process' use of
+ * metrics); index n is the `route` argument of metrics_record. At most
+ * METRICS_MAX_ROUTES. Call once before serving. */
+void metrics_init(const char *const *route_names, int n_routes);
+
+/* Count one request. `status` 100..599; `duration_us` time to the response. */
+void metrics_record(int route, metrics_method_t method, int status, int64_t duration_us);
+
+/* Writer-loop counters: one group commit of `n_commands` commands. */
+void metrics_record_commit(int n_commands, int ok);
+
+/* Append the whole exposition. `job_counts` may be NULL when the store could
+ * not be read (the jobs gauge is then omitted). */
+void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES]);
+
+#endif

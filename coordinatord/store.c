@@ -1,0 +1,732 @@
+/*
+ * store: the coordinator's SQLite database (see store.h for the contract).
+ *
+ * Each store_t is one connection with its statements prepared once at open.
+ * The writer checks the recorded schema version before it changes anything
+ * in the file (a newer database is refused untouched), then switches to WAL,
+ * and applies the pending embedded migrations in one IMMEDIATE transaction,
+ * recording each in schema_migrations. Readers open the existing file
+ * read-write but with query_only set, so they can share the WAL index and
+ * never write.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <sqlite3.h>
+
+#include "store_migrations.h"
+
+enum {
+	ST_JOB_INSERT,
+	ST_JOB_SET_STATE,
+	ST_JOB_GET,
+	ST_JOB_LIST,
+	ST_JOB_LIST_STATE,
+	ST_JOB_COUNT_BY_STATE,
+	ST_JOB_COUNT,
+	ST_EVENT_INSERT,
+	ST_EVENT_LIST,
+	ST_JOB_EXISTS,
+	ST_IDEM_GET,
+	ST_IDEM_PUT,
+	ST_WORKER_LIST,
+	ST_N
+};
+
+static const char *const stmt_sql[ST_N] = {
+	[ST_JOB_INSERT] = "INSERT INTO jobs (id, name, state, priority, world_size, spec_json, attempt, "
+	                  "created_at_us, updated_at_us, state_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+	                  "?8, ?8, ?9)",
+	[ST_JOB_SET_STATE] = "UPDATE jobs SET state = ?2, state_reason = ?3, updated_at_us = ?4 WHERE id = ?1 "
+	                     "RETURNING attempt",
+	[ST_JOB_GET] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, created_at_us, "
+	               "updated_at_us, state_reason FROM jobs WHERE id = ?1",
+	[ST_JOB_LIST] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, created_at_us, "
+	                "updated_at_us, state_reason FROM jobs WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+	[ST_JOB_LIST_STATE] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, "
+	                      "created_at_us, updated_at_us, state_reason FROM jobs WHERE state = ?3 AND "
+	                      "seq > ?1 ORDER BY seq LIMIT ?2",
+	[ST_JOB_COUNT_BY_STATE] = "SELECT state, count(*) FROM jobs GROUP BY state",
+	[ST_JOB_COUNT] = "SELECT count(*) FROM jobs",
+	[ST_EVENT_INSERT] = "INSERT INTO events (job_id, at_us, type, from_state, to_state, reason, attempt) "
+	                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[ST_EVENT_LIST] = "SELECT id, job_id, at_us, type, from_state, to_state, reason, attempt FROM events "
+	                  "WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+	[ST_JOB_EXISTS] = "SELECT 1 FROM jobs WHERE id = ?1",
+	[ST_IDEM_GET] = "SELECT body_hash, status, body, job_id FROM idempotency_keys WHERE key = ?1",
+	[ST_IDEM_PUT] = "INSERT INTO idempotency_keys (key, body_hash, status, body, job_id, created_at_us) "
+	                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+	[ST_WORKER_LIST] = "SELECT node, state, devices_json, last_heartbeat_us, running_ranks FROM workers "
+	                   "ORDER BY node",
+};
+
+struct store {
+	sqlite3 *db;
+	store_open_mode_t mode;
+	sqlite3_stmt *stmt[ST_N];
+};
+
+static const char *const state_names[STORE_JOB_N_STATES] = {
+	[STORE_JOB_QUEUED] = "queued",         [STORE_JOB_SCHEDULED] = "scheduled",
+	[STORE_JOB_RUNNING] = "running",       [STORE_JOB_RECOVERING] = "recovering",
+	[STORE_JOB_SUCCEEDED] = "succeeded",   [STORE_JOB_FAILED] = "failed",
+	[STORE_JOB_CANCELLED] = "cancelled",
+};
+
+const char *store_job_state_name(store_job_state_t s)
+{
+	if ((int)s < 0 || s >= STORE_JOB_N_STATES)
+		return NULL;
+	return state_names[s];
+}
+
+int store_job_state_parse(const char *name, store_job_state_t *ret_state)
+{
+	for (int i = 0; name && i < STORE_JOB_N_STATES; i++) {
+		if (strcmp(name, state_names[i]) == 0) {
+			*ret_state = (store_job_state_t)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+bool store_job_state_is_final(store_job_state_t s)
+{
+	return s == STORE_JOB_SUCCEEDED || s == STORE_JOB_FAILED || s == STORE_JOB_CANCELLED;
+}
+
+void store_job_clear(store_job_t *job)
+{
+	if (!job)
+		return;
+	free(job->name);
+	free(job->spec_json);
+	free(job->state_reason);
+	job->name = job->spec_json = job->state_reason = NULL;
+}
+
+void store_event_clear(store_event_t *ev)
+{
+	if (!ev)
+		return;
+	free(ev->type);
+	free(ev->from_state);
+	free(ev->to_state);
+	free(ev->reason);
+	ev->type = ev->from_state = ev->to_state = ev->reason = NULL;
+}
+
+int store_schema_version_known(void)
+{
+	return store_n_migrations;
+}
+
+const char *store_errmsg(const store_t *st)
+{
+	return st && st->db ? sqlite3_errmsg(st->db) : "no database";
+}
+
+static int64_t now_us(void)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* Map an SQLite result code to the errno-style codes of store.h. */
+static int sqlite_err(int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW:
+		return 0;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	default:
+		return -EIO;
+	}
+}
+
+static void errorf(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	if (!errbuf || errlen == 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static int exec(store_t *st, const char *sql)
+{
+	return sqlite_err(sqlite3_exec(st->db, sql, NULL, NULL, NULL));
+}
+
+/* Create the folders above `path` (mkdir -p of its dirname). */
+static int make_parent_dirs(const char *path)
+{
+	char *dir = strdup(path);
+	if (!dir)
+		return -ENOMEM;
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
+			int e = -errno;
+			free(dir);
+			return e;
+		}
+		*p = '/';
+	}
+	free(dir);
+	return 0;
+}
+
+/* The highest version recorded in schema_migrations; 0 when the table does
+ * not exist (a new file). */
+static int recorded_version(store_t *st, int *ret_version)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(st->db,
+	                            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = "
+	                            "'schema_migrations'",
+	                            -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return sqlite_err(rc);
+	rc = sqlite3_step(s);
+	int exists = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
+	sqlite3_finalize(s);
+	if (rc != SQLITE_ROW)
+		return sqlite_err(rc);
+	*ret_version = 0;
+	if (!exists)
+		return 0;
+	rc = sqlite3_prepare_v2(st->db, "SELECT coalesce(max(version), 0) FROM schema_migrations", -1, &s,
+	                        NULL);
+	if (rc != SQLITE_OK)
+		return sqlite_err(rc);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*ret_version = sqlite3_column_int(s, 0);
+	sqlite3_finalize(s);
+	return rc == SQLITE_ROW ? 0 : sqlite_err(rc);
+}
+
+int store_schema_version(store_t *st, int *ret_version)
+{
+	return recorded_version(st, ret_version);
+}
+
+/* Apply the migrations above `from` in one transaction. */
+static int migrate(store_t *st, const char *path, char *errbuf, size_t errlen)
+{
+	int r = exec(st, "BEGIN IMMEDIATE");
+	if (r < 0)
+		goto fail;
+	r = exec(st, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+	             "name TEXT NOT NULL, applied_at_us INTEGER NOT NULL)");
+	if (r < 0)
+		goto rollback;
+	/* Re-read under the write lock: another writer may have migrated. */
+	int now = 0;
+	r = recorded_version(st, &now);
+	if (r < 0)
+		goto rollback;
+	if (now > store_n_migrations) {
+		exec(st, "ROLLBACK");
+		errorf(errbuf, errlen,
+		       "database %s has schema version %d, newer than this ringmasterd (%d): refusing to touch it",
+		       path, now, store_n_migrations);
+		return -EPROTO;
+	}
+	for (int i = now; i < store_n_migrations; i++) {
+		const store_migration_t *m = &store_migrations[i];
+		r = exec(st, m->sql);
+		if (r < 0)
+			goto rollback;
+		sqlite3_stmt *s = NULL;
+		int rc = sqlite3_prepare_v2(st->db,
+		                            "INSERT INTO schema_migrations (version, name, applied_at_us) "
+		                            "VALUES (?1, ?2, ?3)",
+		                            -1, &s, NULL);
+		if (rc == SQLITE_OK) {
+			sqlite3_bind_int(s, 1, m->version);
+			sqlite3_bind_text(s, 2, m->name, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(s, 3, now_us());
+			rc = sqlite3_step(s);
+		}
+		sqlite3_finalize(s);
+		if (rc != SQLITE_DONE) {
+			r = sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+			goto rollback;
+		}
+	}
+	r = exec(st, "COMMIT");
+	if (r < 0)
+		goto rollback;
+	return 0;
+rollback: {
+	char msg[256];
+	snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(st->db));
+	exec(st, "ROLLBACK");
+	errorf(errbuf, errlen, "database %s: applying schema migrations failed: %s", path, msg);
+	return r;
+}
+fail:
+	errorf(errbuf, errlen, "database %s: cannot start the migration transaction: %s", path,
+	       sqlite3_errmsg(st->db));
+	return r;
+}
+
+store_t *store_open(const char *path, store_open_mode_t mode, char *errbuf, size_t errlen)
+{
+	if (!path || !path[0]) {
+		errorf(errbuf, errlen, "database path is empty");
+		return NULL;
+	}
+	store_t *st = calloc(1, sizeof *st);
+	if (!st) {
+		errorf(errbuf, errlen, "database %s: out of memory", path);
+		return NULL;
+	}
+	st->mode = mode;
+	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+	if (mode == STORE_OPEN_WRITER) {
+		flags |= SQLITE_OPEN_CREATE;
+		int r = make_parent_dirs(path);
+		if (r < 0) {
+			errorf(errbuf, errlen, "database %s: cannot create its folder: %s", path, strerror(-r));
+			goto fail;
+		}
+	}
+	int rc = sqlite3_open_v2(path, &st->db, flags, NULL);
+	if (rc != SQLITE_OK) {
+		errorf(errbuf, errlen, "database %s: cannot open: %s", path,
+		       st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+		goto fail;
+	}
+	sqlite3_extended_result_codes(st->db, 1);
+	sqlite3_busy_timeout(st->db, 5000);
+
+	int version = 0;
+	if (recorded_version(st, &version) < 0) {
+		errorf(errbuf, errlen, "database %s: cannot read it (is it an SQLite database?): %s", path,
+		       sqlite3_errmsg(st->db));
+		goto fail;
+	}
+	if (version > store_n_migrations) {
+		errorf(errbuf, errlen,
+		       "database %s has schema version %d, newer than this ringmasterd (%d): refusing to touch it",
+		       path, version, store_n_migrations);
+		goto fail;
+	}
+	if (mode == STORE_OPEN_WRITER) {
+		if (exec(st, "PRAGMA journal_mode = WAL") < 0 || exec(st, "PRAGMA synchronous = FULL") < 0 ||
+		    exec(st, "PRAGMA foreign_keys = ON") < 0) {
+			errorf(errbuf, errlen, "database %s: cannot configure it: %s", path,
+			       sqlite3_errmsg(st->db));
+			goto fail;
+		}
+		if (version < store_n_migrations && migrate(st, path, errbuf, errlen) < 0)
+			goto fail;
+	} else {
+		if (version < store_n_migrations) {
+			errorf(errbuf, errlen,
+			       "database %s has schema version %d, older than this ringmasterd (%d): the writer "
+			       "must migrate it first",
+			       path, version, store_n_migrations);
+			goto fail;
+		}
+		if (exec(st, "PRAGMA query_only = ON") < 0) {
+			errorf(errbuf, errlen, "database %s: %s", path, sqlite3_errmsg(st->db));
+			goto fail;
+		}
+	}
+	for (int i = 0; i < ST_N; i++) {
+		rc = sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i], NULL);
+		if (rc != SQLITE_OK) {
+			errorf(errbuf, errlen, "database %s: preparing a statement failed: %s", path,
+			       sqlite3_errmsg(st->db));
+			goto fail;
+		}
+	}
+	return st;
+fail:
+	store_close(st);
+	return NULL;
+}
+
+void store_close(store_t *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < ST_N; i++)
+		sqlite3_finalize(st->stmt[i]);
+	if (st->db && st->mode == STORE_OPEN_WRITER)
+		sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	sqlite3_close(st->db);
+	free(st);
+}
+
+int store_begin(store_t *st)
+{
+	return exec(st, "BEGIN IMMEDIATE");
+}
+
+int store_commit(store_t *st)
+{
+	return exec(st, "COMMIT");
+}
+
+int store_rollback(store_t *st)
+{
+	if (sqlite3_get_autocommit(st->db))
+		return 0; /* nothing open (SQLite may have rolled back on its own) */
+	return exec(st, "ROLLBACK");
+}
+
+/* Take a prepared statement, reset and cleared for binding. */
+static sqlite3_stmt *stmt(store_t *st, int which)
+{
+	sqlite3_stmt *s = st->stmt[which];
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	return s;
+}
+
+static void bind_text_or_null(sqlite3_stmt *s, int i, const char *text)
+{
+	if (text)
+		sqlite3_bind_text(s, i, text, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(s, i);
+}
+
+/* Run a statement that returns no rows. */
+static int step_done(sqlite3_stmt *s)
+{
+	int rc = sqlite3_step(s);
+	int r = rc == SQLITE_DONE ? 0 : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	return r;
+}
+
+int store_event_insert(store_t *st, const char *job_id, const char *type, const char *from_state,
+                       const char *to_state, const char *reason, int attempt, int64_t at_us)
+{
+	sqlite3_stmt *s = stmt(st, ST_EVENT_INSERT);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, at_us);
+	sqlite3_bind_text(s, 3, type, -1, SQLITE_STATIC);
+	bind_text_or_null(s, 4, from_state);
+	bind_text_or_null(s, 5, to_state);
+	bind_text_or_null(s, 6, reason);
+	sqlite3_bind_int(s, 7, attempt);
+	return step_done(s);
+}
+
+int store_job_insert(store_t *st, store_job_t *job)
+{
+	const char *state = store_job_state_name(job->state);
+	if (!state || !job->name || !job->spec_json)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_JOB_INSERT);
+	sqlite3_bind_text(s, 1, job->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, job->name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, state, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 4, job->priority);
+	sqlite3_bind_int(s, 5, job->world_size);
+	sqlite3_bind_text(s, 6, job->spec_json, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 7, job->attempt);
+	sqlite3_bind_int64(s, 8, job->created_at_us);
+	bind_text_or_null(s, 9, job->state_reason);
+	int r = step_done(s);
+	if (r < 0)
+		return r;
+	job->seq = sqlite3_last_insert_rowid(st->db);
+	job->updated_at_us = job->created_at_us;
+	return store_event_insert(st, job->id, "submitted", NULL, state, NULL, job->attempt,
+	                          job->created_at_us);
+}
+
+static char *column_strdup(sqlite3_stmt *s, int i)
+{
+	if (sqlite3_column_type(s, i) == SQLITE_NULL)
+		return NULL;
+	const unsigned char *t = sqlite3_column_text(s, i);
+	int n = sqlite3_column_bytes(s, i);
+	char *out = malloc((size_t)n + 1);
+	if (!out)
+		return NULL;
+	memcpy(out, t, (size_t)n);
+	out[n] = '\0';
+	return out;
+}
+
+/* Fill a job from a row of the job SELECTs. -ENOMEM or -EIO on failure. */
+static int job_from_row(sqlite3_stmt *s, store_job_t *job)
+{
+	memset(job, 0, sizeof *job);
+	job->seq = sqlite3_column_int64(s, 0);
+	const char *id = (const char *)sqlite3_column_text(s, 1);
+	snprintf(job->id, sizeof job->id, "%s", id ? id : "");
+	job->name = column_strdup(s, 2);
+	if (store_job_state_parse((const char *)sqlite3_column_text(s, 3), &job->state) < 0)
+		job->state = STORE_JOB_FAILED; /* cannot happen: a CHECK constraint guards it */
+	job->priority = sqlite3_column_int(s, 4);
+	job->world_size = sqlite3_column_int(s, 5);
+	job->spec_json = column_strdup(s, 6);
+	job->attempt = sqlite3_column_int(s, 7);
+	job->created_at_us = sqlite3_column_int64(s, 8);
+	job->updated_at_us = sqlite3_column_int64(s, 9);
+	job->state_reason = column_strdup(s, 10);
+	if (!job->name || !job->spec_json ||
+	    (!job->state_reason && sqlite3_column_type(s, 10) != SQLITE_NULL)) {
+		store_job_clear(job);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int store_job_get(store_t *st, const char *job_id, store_job_t *ret_job)
+{
+	sqlite3_stmt *s = stmt(st, ST_JOB_GET);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	int r;
+	if (rc == SQLITE_ROW)
+		r = job_from_row(s, ret_job);
+	else
+		r = rc == SQLITE_DONE ? -ENOENT : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	return r;
+}
+
+int store_job_set_state(store_t *st, const char *job_id, store_job_state_t to, const char *reason,
+                        int64_t now_us_)
+{
+	store_job_t old;
+	int r = store_job_get(st, job_id, &old);
+	if (r < 0)
+		return r;
+	const char *from = store_job_state_name(old.state);
+	int attempt = old.attempt;
+	store_job_clear(&old);
+	const char *to_name = store_job_state_name(to);
+	if (!to_name)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_JOB_SET_STATE);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, to_name, -1, SQLITE_STATIC);
+	bind_text_or_null(s, 3, reason);
+	sqlite3_bind_int64(s, 4, now_us_);
+	int rc = sqlite3_step(s);
+	r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	if (r < 0)
+		return r;
+	return store_event_insert(st, job_id, "state", from, to_name, reason, attempt, now_us_);
+}
+
+int store_idem_get(store_t *st, const char *key, unsigned char ret_body_hash[32], int *ret_status,
+                   char **ret_body, char *ret_job_id)
+{
+	sqlite3_stmt *s = stmt(st, ST_IDEM_GET);
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	int r = 0;
+	if (rc == SQLITE_ROW) {
+		if (sqlite3_column_bytes(s, 0) != 32) {
+			r = -EIO;
+		} else {
+			memcpy(ret_body_hash, sqlite3_column_blob(s, 0), 32);
+			*ret_status = sqlite3_column_int(s, 1);
+			*ret_body = column_strdup(s, 2);
+			const char *id = (const char *)sqlite3_column_text(s, 3);
+			snprintf(ret_job_id, STORE_ID_BYTES, "%s", id ? id : "");
+			if (!*ret_body)
+				r = -ENOMEM;
+		}
+	} else {
+		r = rc == SQLITE_DONE ? -ENOENT : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	}
+	sqlite3_reset(s);
+	return r;
+}
+
+int store_idem_put(store_t *st, const char *key, const unsigned char body_hash[32], int status,
+                   const char *body, const char *job_id, int64_t now_us_)
+{
+	sqlite3_stmt *s = stmt(st, ST_IDEM_PUT);
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_blob(s, 2, body_hash, 32, SQLITE_STATIC);
+	sqlite3_bind_int(s, 3, status);
+	sqlite3_bind_text(s, 4, body, -1, SQLITE_STATIC);
+	bind_text_or_null(s, 5, job_id);
+	sqlite3_bind_int64(s, 6, now_us_);
+	return step_done(s);
+}
+
+int store_job_list(store_t *st, const store_job_state_t *state, int64_t after_seq, int limit,
+                   store_job_fn fn, void *userdata, bool *ret_more)
+{
+	if (limit < 0)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, state ? ST_JOB_LIST_STATE : ST_JOB_LIST);
+	sqlite3_bind_int64(s, 1, after_seq);
+	sqlite3_bind_int64(s, 2, (int64_t)limit + 1); /* one more row tells whether more follow */
+	if (state) {
+		const char *name = store_job_state_name(*state);
+		if (!name)
+			return -EINVAL;
+		sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
+	}
+	int n = 0, r = 0, rc;
+	bool more = false;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n == limit) {
+			more = true;
+			break;
+		}
+		store_job_t job;
+		r = job_from_row(s, &job);
+		if (r < 0)
+			break;
+		r = fn(&job, userdata);
+		store_job_clear(&job);
+		n++;
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW && rc != SQLITE_DONE)
+		r = sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	if (ret_more)
+		*ret_more = more;
+	return r;
+}
+
+int store_event_list(store_t *st, const char *job_id, int64_t after_id, int limit, store_event_fn fn,
+                     void *userdata, bool *ret_more)
+{
+	if (limit < 0)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_JOB_EXISTS);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	if (rc == SQLITE_DONE)
+		return -ENOENT;
+	if (rc != SQLITE_ROW)
+		return sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+
+	s = stmt(st, ST_EVENT_LIST);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, after_id);
+	sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
+	int n = 0, r = 0;
+	bool more = false;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n == limit) {
+			more = true;
+			break;
+		}
+		store_event_t ev;
+		memset(&ev, 0, sizeof ev);
+		ev.id = sqlite3_column_int64(s, 0);
+		const char *jid = (const char *)sqlite3_column_text(s, 1);
+		snprintf(ev.job_id, sizeof ev.job_id, "%s", jid ? jid : "");
+		ev.at_us = sqlite3_column_int64(s, 2);
+		ev.type = column_strdup(s, 3);
+		ev.from_state = column_strdup(s, 4);
+		ev.to_state = column_strdup(s, 5);
+		ev.reason = column_strdup(s, 6);
+		ev.attempt = sqlite3_column_int(s, 7);
+		if (!ev.type) {
+			store_event_clear(&ev);
+			r = -ENOMEM;
+			break;
+		}
+		r = fn(&ev, userdata);
+		store_event_clear(&ev);
+		n++;
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW && rc != SQLITE_DONE)
+		r = sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	if (ret_more)
+		*ret_more = more;
+	return r;
+}
+
+int store_job_count_by_state(store_t *st, int64_t ret_counts[STORE_JOB_N_STATES])
+{
+	for (int i = 0; i < STORE_JOB_N_STATES; i++)
+		ret_counts[i] = 0;
+	sqlite3_stmt *s = stmt(st, ST_JOB_COUNT_BY_STATE);
+	int rc;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		store_job_state_t state;
+		if (store_job_state_parse((const char *)sqlite3_column_text(s, 0), &state) == 0)
+			ret_counts[state] = sqlite3_column_int64(s, 1);
+	}
+	sqlite3_reset(s);
+	return rc == SQLITE_DONE ? 0 : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+}
+
+int store_job_count(store_t *st, int64_t *ret_count)
+{
+	sqlite3_stmt *s = stmt(st, ST_JOB_COUNT);
+	int rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*ret_count = sqlite3_column_int64(s, 0);
+	sqlite3_reset(s);
+	return rc == SQLITE_ROW ? 0 : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+}
+
+int store_worker_list_json(store_t *st, json_t **ret_array)
+{
+	json_t *arr = json_array();
+	if (!arr)
+		return -ENOMEM;
+	sqlite3_stmt *s = stmt(st, ST_WORKER_LIST);
+	int rc, r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const char *devices = (const char *)sqlite3_column_text(s, 2);
+		json_t *dev = json_loads(devices ? devices : "[]", 0, NULL);
+		json_t *w = json_pack("{s:s, s:s, s:o, s:o, s:I}", "node", (const char *)sqlite3_column_text(s, 0),
+		                      "state", (const char *)sqlite3_column_text(s, 1), "devices",
+		                      dev ? dev : json_array(), "last_heartbeat_us",
+		                      sqlite3_column_type(s, 3) == SQLITE_NULL
+		                          ? json_null()
+		                          : json_integer(sqlite3_column_int64(s, 3)),
+		                      "running_ranks", (json_int_t)sqlite3_column_int64(s, 4));
+		if (!w || json_array_append_new(arr, w) < 0) {
+			r = -ENOMEM;
+			break;
+		}
+	}
+	if (r == 0 && rc != SQLITE_DONE)
+		r = sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	if (r < 0) {
+		json_decref(arr);
+		return r;
+	}
+	*ret_array = arr;
+	return 0;
+}

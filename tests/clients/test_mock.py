@@ -1,0 +1,326 @@
+#!/usr/bin/python3
+"""ringctl against a mock coordinator (stdlib http.server).
+
+The mock answers with shapes the real daemon may not produce today: extra
+fields, missing optional ones, several pages, problem+json with a pointer, a
+proxy's HTML error page, a body that is not JSON, worker lists. It also
+records what ringctl sends (headers, escaped paths, query strings).
+
+Usage: test_mock.py RINGCTL
+"""
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import unittest
+import urllib.parse
+
+RINGCTL = None
+
+JOB = {
+    "id": "j1", "name": "tiny", "state": "queued", "priority": 3, "world_size": 2,
+    "attempt": 0, "created_at": "2025-06-01T12:00:00.123456Z",
+    "updated_at": "2025-06-01T12:00:01.000000Z", "state_reason": None,
+    "owner": "alice",  # a field ringctl does not know
+    "spec": {"name": "tiny", "data": {"train": "x.bin"}, "train": {"lr": 0.0003},
+             "parallel": {"world_size": 2}},
+}
+# Missing optional fields: no priority, world_size only in the spec, no times.
+SPARSE_JOB = {"id": "j2", "name": "sparse", "state": "running",
+              "spec": {"parallel": {"world_size": 4}}}
+
+
+def page_jobs(cursor):
+    if cursor in (None, ""):
+        return {"jobs": [JOB], "next_cursor": "p2", "extra": 1}
+    if cursor == "p2":
+        return {"jobs": [SPARSE_JOB], "next_cursor": "p3"}
+    if cursor == "p3":
+        return {"jobs": [dict(JOB, id="j3", name="third\x1b[31m\nline")], "next_cursor": None}
+    return None
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests = []
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body, ctype="application/json"):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def problem(self, status, title, detail, pointer=None):
+        body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+        if pointer:
+            body["pointer"] = pointer
+        self.reply(status, body, "application/problem+json")
+
+    def record(self, body=b""):
+        Handler.requests.append({"method": self.command, "path": self.path,
+                                 "headers": dict(self.headers), "body": body})
+
+    def do_GET(self):
+        self.record()
+        url = urllib.parse.urlsplit(self.path)
+        q = urllib.parse.parse_qs(url.query)
+        if url.path == "/v1/jobs":
+            page = page_jobs(q.get("cursor", [None])[0])
+            if page is None:
+                return self.problem(400, "Bad Request", "bad cursor", "cursor")
+            return self.reply(200, page)
+        if url.path == "/v1/jobs/j1":
+            return self.reply(200, JOB)
+        if url.path == "/v1/jobs/j2":
+            return self.reply(200, SPARSE_JOB)
+        if url.path == "/v1/jobs/a%2Fb%20c":
+            return self.reply(200, dict(JOB, id="a/b c"))
+        if url.path == "/v1/jobs/html":
+            return self.reply(502, b"<html>\n<body>Bad gateway</body>\n</html>\n", "text/html")
+        if url.path == "/v1/jobs/notjson":
+            return self.reply(200, b"hello", "text/plain")
+        if url.path == "/v1/jobs/j1/events":
+            if q.get("cursor") == ["e2"]:
+                return self.reply(200, {"events": [
+                    {"id": 2, "type": "state", "at": "2025-06-01T12:00:05.5Z", "from": "queued",
+                     "to": "cancelled", "reason": "cancelled by user", "attempt": 0}],
+                    "next_cursor": None})
+            return self.reply(200, {"events": [
+                {"id": 1, "type": "submitted", "at": "2025-06-01T12:00:00.1Z", "from": None,
+                 "to": "queued", "reason": None, "attempt": 0}], "next_cursor": "e2"})
+        if url.path == "/v1/workers":
+            return self.reply(200, {"workers": [
+                {"id": "node-a", "state": "ready", "devices": [{"kind": "cuda"}, {"kind": "cuda"}],
+                 "last_heartbeat_at": "2025-06-01T12:00:00.999Z"},
+                {"node": "node-b", "state": "lost", "devices": 8}]})
+        if url.path == "/v1/loop":
+            return self.reply(200, {"jobs": [], "next_cursor": "same"})
+        self.problem(404, "Not Found", "no route " + url.path)
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(n) if n else b""
+        self.record(body)
+        url = urllib.parse.urlsplit(self.path)
+        if url.path == "/v1/jobs":
+            try:
+                spec = json.loads(body)
+            except ValueError:
+                return self.problem(400, "Bad Request", "not JSON")
+            if spec.get("model", {}).get("n_head") == 5:
+                return self.problem(400, "Bad Request",
+                                    "model.n_embd (64) must be divisible by model.n_head (5)",
+                                    "/model/n_head")
+            return self.reply(201, dict(JOB, name=spec.get("name", "unnamed")))
+        if url.path == "/v1/jobs/j1/cancel":
+            return self.reply(200, dict(JOB, state="cancelled"))
+        if url.path == "/v1/jobs/done/cancel":
+            return self.problem(409, "Conflict", "job done is already succeeded")
+        self.problem(404, "Not Found", "no route " + url.path)
+
+
+class MockTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        cls.url = "http://127.0.0.1:%d" % cls.server.server_address[1]
+        cls.thread = threading.Thread(target=cls.server.serve_forever, daemon=True)
+        cls.thread.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.shutdown()
+        cls.server.server_close()
+
+    def setUp(self):
+        Handler.requests.clear()
+
+    def ctl(self, *args, stdin=None, env_extra=None, server=True):
+        env = {k: v for k, v in os.environ.items()
+               if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+        env.pop("RINGMASTER_SERVER", None)
+        env.pop("RINGMASTER_TOKEN", None)
+        env.update(env_extra or {})
+        argv = [RINGCTL] + (["--server", self.url] if server else []) + list(args)
+        r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30, env=env)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertNotIn("runtime error:", r.stderr)
+        return r
+
+    def test_jobs_all_follows_cursors(self):
+        r = self.ctl("jobs", "--all", "--limit", "1", "--state", "queued")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["ID", "NAME", "STATE", "PRIO", "WORLD", "CREATED"])
+        self.assertEqual(len(lines), 4, r.stdout)
+        # Column starts line up with the header's.
+        for col in ("STATE", "PRIO", "WORLD", "CREATED"):
+            start = lines[0].index(col)
+            for row in lines[1:]:
+                self.assertNotEqual(row[start], " ", (col, row))
+                self.assertEqual(row[start - 1], " ", (col, row))
+        self.assertIn("2025-06-01T12:00:00Z", lines[1])
+        self.assertEqual(lines[2].split(), ["j2", "sparse", "running", "-", "4", "-"])
+        self.assertNotIn("\x1b", r.stdout)
+        self.assertIn("third?[31m?line", lines[3])
+        self.assertEqual(r.stderr, "")
+        paths = [q["path"] for q in Handler.requests]
+        self.assertEqual(paths, ["/v1/jobs?state=queued&limit=1",
+                                 "/v1/jobs?state=queued&limit=1&cursor=p2",
+                                 "/v1/jobs?state=queued&limit=1&cursor=p3"])
+
+    def test_jobs_one_page_hints_more(self):
+        r = self.ctl("jobs")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.stdout.splitlines()), 2)
+        self.assertIn("--cursor p2", r.stderr)
+
+    def test_jobs_json_one_page_is_the_servers_body(self):
+        r = self.ctl("--json", "jobs")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), page_jobs(None))
+
+    def test_jobs_json_all_merges_pages(self):
+        r = self.ctl("jobs", "--all", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual([j["id"] for j in doc["jobs"]], ["j1", "j2", "j3"])
+        self.assertIsNone(doc["next_cursor"])
+        self.assertEqual(doc["jobs"][0]["spec"]["train"]["lr"], 0.0003)
+
+    def test_show_prints_known_and_extra_fields_and_spec(self):
+        r = self.ctl("show", "j1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].startswith("id:"), lines)
+        keys = [l.split(":")[0] for l in lines if l and not l.startswith(" ")]
+        self.assertEqual(keys, ["id", "name", "state", "state_reason", "priority", "world_size",
+                                "attempt", "created_at", "updated_at", "owner", "spec"])
+        self.assertIn("owner:", r.stdout)
+        values = {l.split(":", 1)[0]: l.split(":", 1)[1].strip() for l in lines
+                  if l and not l.startswith(" ") and l != "spec:"}
+        self.assertEqual(values["state_reason"], "-")
+        self.assertEqual(values["created_at"], "2025-06-01T12:00:00.123456Z")
+        spec_text = "\n".join(lines[lines.index("spec:") + 1:])
+        self.assertEqual(json.loads(spec_text), JOB["spec"])
+        self.assertIn('"lr": 0.0003', spec_text)
+        # Values are aligned.
+        starts = {len(l) - len(l.split(":", 1)[1].lstrip()) for l in lines[:10]}
+        self.assertEqual(len(starts), 1, lines[:10])
+
+    def test_show_sparse_job(self):
+        r = self.ctl("show", "j2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("state: running", r.stdout)
+
+    def test_ids_are_escaped(self):
+        r = self.ctl("show", "a/b c")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(Handler.requests[0]["path"], "/v1/jobs/a%2Fb%20c")
+
+    def test_submit_sends_json_key_and_token(self):
+        spec = '{"name": "from-stdin", "data": {"train": "x"}}'
+        r = self.ctl("submit", "--idempotency-key", "k-1", "-", stdin=spec,
+                     env_extra={"RINGMASTER_TOKEN": "s3cret"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "submitted job j1 (from-stdin): queued\n")
+        req = Handler.requests[0]
+        self.assertEqual(req["method"], "POST")
+        self.assertEqual(req["headers"]["Content-Type"], "application/json")
+        self.assertEqual(req["headers"]["Idempotency-Key"], "k-1")
+        self.assertEqual(req["headers"]["Authorization"], "Bearer s3cret")
+        self.assertEqual(req["body"].decode(), spec)  # sent byte for byte
+
+    def test_submit_quiet_prints_only_the_id(self):
+        r = self.ctl("submit", "-q", "-", stdin='{"data": {"train": "x"}}')
+        self.assertEqual((r.returncode, r.stdout), (0, "j1\n"), r.stderr)
+
+    def test_submit_problem_with_pointer(self):
+        r = self.ctl("submit", "-", stdin='{"model": {"n_embd": 64, "n_head": 5}}')
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(r.stderr, "ringctl: 400 Bad Request: model.n_embd (64) must be "
+                                   "divisible by model.n_head (5) (at /model/n_head)\n")
+
+    def test_submit_local_syntax_error(self):
+        r = self.ctl("submit", "-", stdin='{"data": {"train": "x"},\n  oops}')
+        self.assertEqual(r.returncode, 1)
+        self.assertTrue(r.stderr.startswith("ringctl: <stdin>:2:"), r.stderr)
+        self.assertEqual(Handler.requests, [])
+
+    def test_submit_missing_file(self):
+        r = self.ctl("submit", "/nonexistent/spec.json")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("/nonexistent/spec.json", r.stderr)
+
+    def test_cancel(self):
+        r = self.ctl("cancel", "j1")
+        self.assertEqual((r.returncode, r.stdout), (0, "job j1: cancelled\n"), r.stderr)
+        self.assertEqual(Handler.requests[0]["method"], "POST")
+        self.assertEqual(Handler.requests[0]["body"], b"")
+
+    def test_cancel_conflict(self):
+        r = self.ctl("cancel", "done")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, "ringctl: 409 Conflict: job done is already succeeded\n")
+
+    def test_events_all(self):
+        r = self.ctl("events", "j1", "--all")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["ID", "AT", "TYPE", "FROM", "TO", "ATTEMPT", "REASON"])
+        self.assertEqual(len(lines), 3)
+        self.assertTrue(lines[2].endswith("cancelled by user"), lines[2])
+        self.assertIn("2025-06-01T12:00:05Z", lines[2])
+
+    def test_workers(self):
+        r = self.ctl("workers")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["ID", "STATE", "DEVICES", "LAST", "SEEN"])
+        self.assertEqual(lines[1].split(), ["node-a", "ready", "2", "2025-06-01T12:00:00Z"])
+        self.assertEqual(lines[2].split(), ["node-b", "lost", "8", "-"])
+
+    def test_non_json_error_body(self):
+        r = self.ctl("show", "html")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, "ringctl: 502 Bad Gateway: <html> <body>Bad gateway</body> "
+                                   "</html>\n")
+
+    def test_non_json_success_body(self):
+        r = self.ctl("show", "notjson")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not JSON", r.stderr)
+
+    def test_not_found(self):
+        r = self.ctl("show", "nope")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, "ringctl: 404 Not Found: no route /v1/jobs/nope\n")
+
+    def test_server_from_env_and_flag_wins(self):
+        r = self.ctl("jobs", server=False, env_extra={"RINGMASTER_SERVER": self.url + "/"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.ctl("jobs", "--server", self.url, server=False,
+                     env_extra={"RINGMASTER_SERVER": "http://127.0.0.1:1"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_bad_server_url(self):
+        r = self.ctl("jobs", "--server", "ftp://example.invalid/", server=False)
+        self.assertEqual(r.returncode, 64, r.stderr)
+
+
+def main():
+    global RINGCTL
+    RINGCTL = sys.argv.pop(1)
+    unittest.main(verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

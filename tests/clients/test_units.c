@@ -1,0 +1,127 @@
+/*
+ * Unit tests of ringctl's pure modules: table.c (widths, sanitizing,
+ * truncation, alignment) and report.c (the one-line error message). The REST
+ * side is tested against a mock server (test_mock.py) and the real daemon
+ * (test_ringctl.py).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+#include "table.h"
+
+static int n_failed;
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                           \
+		if (!(cond)) {                                                                             \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+			n_failed++;                                                                            \
+		}                                                                                          \
+	} while (0)
+
+#define CHECK_STR(got, want)                                                                       \
+	do {                                                                                           \
+		const char *g_ = (got), *w_ = (want);                                                      \
+		if (!g_ || strcmp(g_, w_) != 0) {                                                          \
+			fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__, __LINE__,                \
+			        g_ ? g_ : "(null)", w_);                                                       \
+			n_failed++;                                                                            \
+		}                                                                                          \
+	} while (0)
+
+static void test_sanitize(void)
+{
+	char *s = table_sanitize("a\nb\x1b[31mc\x7f", 0);
+	CHECK_STR(s, "a?b?[31mc?");
+	free(s);
+	s = table_sanitize("abcdefghij", 6);
+	CHECK_STR(s, "abc...");
+	free(s);
+	s = table_sanitize("abcdef", 6);
+	CHECK_STR(s, "abcdef");
+	free(s);
+	/* Cut on character boundaries: "ééééééé" is 7 characters, 14 bytes. */
+	s = table_sanitize("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 5);
+	CHECK_STR(s, "\xc3\xa9\xc3\xa9...");
+	free(s);
+	CHECK(table_display_width("\xc3\xa9t\xc3\xa9") == 3);
+	CHECK(table_display_width("") == 0);
+}
+
+static void test_table_print(void)
+{
+	static const char *const headers[] = {"ID", "NAME", "STATE"};
+	table_t *t = table_new(3, headers);
+	CHECK(t != NULL);
+	if (!t)
+		return;
+	const char *r1[] = {"1", "\xc3\xa9t\xc3\xa9", "queued"};
+	const char *r2[] = {"1234", NULL, "cancelled"};
+	CHECK(table_add_row(t, r1) == 0);
+	CHECK(table_add_row(t, r2) == 0);
+	CHECK(table_n_rows(t) == 2);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	CHECK(f != NULL);
+	if (f) {
+		table_print(t, f);
+		fclose(f);
+		CHECK_STR(buf, "ID    NAME  STATE\n"
+		               "1     \xc3\xa9t\xc3\xa9   queued\n"
+		               "1234  -     cancelled\n");
+		free(buf);
+	}
+	table_free(t);
+	table_free(NULL);
+	CHECK(table_new(0, headers) == NULL);
+}
+
+static void test_report(void)
+{
+	char line[512];
+	const char *problem = "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+	                      "\"detail\":\"model.n_embd (64) must be divisible by model.n_head (5)\","
+	                      "\"pointer\":\"/model/n_head\"}";
+	report_format_http_error(400, "application/problem+json", problem, strlen(problem), line,
+	                         sizeof line);
+	CHECK_STR(line, "400 Bad Request: model.n_embd (64) must be divisible by model.n_head (5) "
+	                "(at /model/n_head)");
+
+	const char *no_title = "{\"detail\":\"no job 42\\nhere\"}";
+	report_format_http_error(404, "application/problem+json", no_title, strlen(no_title), line,
+	                         sizeof line);
+	CHECK_STR(line, "404 Not Found: no job 42 here");
+
+	const char *html = "<html>\r\n<body>bad gateway</body></html>\n";
+	report_format_http_error(502, "text/html", html, strlen(html), line, sizeof line);
+	CHECK_STR(line, "502 Bad Gateway: <html> <body>bad gateway</body></html>");
+
+	report_format_http_error(599, NULL, "", 0, line, sizeof line);
+	CHECK_STR(line, "599");
+
+	/* Cut, never overflowing. */
+	char small[16];
+	report_format_http_error(400, "application/problem+json", problem, strlen(problem), small,
+	                         sizeof small);
+	CHECK(strlen(small) == sizeof small - 1);
+	CHECK(strncmp(small, "400 Bad Request", 15) == 0);
+
+	CHECK_STR(report_reason_phrase(415), "Unsupported Media Type");
+	CHECK(report_reason_phrase(299) == NULL);
+}
+
+int main(void)
+{
+	test_sanitize();
+	test_table_print();
+	test_report();
+	if (n_failed) {
+		fprintf(stderr, "%d check(s) failed\n", n_failed);
+		return 1;
+	}
+	printf("all checks passed\n");
+	return 0;
+}

@@ -1,0 +1,397 @@
+/*
+ * test_store: the coordinator's SQLite store on real database files.
+ *
+ * Migrations (a new file gets the whole schema and its record; reopening
+ * applies nothing twice; a database from a newer version is refused and left
+ * byte-for-byte unchanged; a reader refuses an unmigrated file), job and
+ * event CRUD, list filters and paging, idempotency keys, group commit and
+ * rollback, strings stored exactly as sent, and readers running on their own
+ * connections while the writer commits.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "store.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                   \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			failures++;                                                        \
+			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                                      \
+			fputc('\n', stderr);                                               \
+		}                                                                          \
+	} while (0)
+
+static char tmpdir[256];
+
+static void path_in_tmp(char *out, size_t n, const char *name)
+{
+	snprintf(out, n, "%s/%s", tmpdir, name);
+}
+
+static store_t *open_writer(const char *path)
+{
+	char err[512] = "";
+	store_t *st = store_open(path, STORE_OPEN_WRITER, err, sizeof err);
+	CHECK(st != NULL, "writer open of %s: %s", path, err);
+	return st;
+}
+
+static int insert_job(store_t *st, const char *id, const char *name, int priority)
+{
+	store_job_t job;
+	memset(&job, 0, sizeof job);
+	snprintf(job.id, sizeof job.id, "%s", id);
+	job.name = (char *)name;
+	job.spec_json = (char *)"{\"name\":\"x\"}";
+	job.priority = priority;
+	job.world_size = 2;
+	job.state = STORE_JOB_QUEUED;
+	job.created_at_us = 1000;
+	return store_job_insert(st, &job);
+}
+
+static void test_states(void)
+{
+	for (int i = 0; i < STORE_JOB_N_STATES; i++) {
+		store_job_state_t s;
+		const char *name = store_job_state_name((store_job_state_t)i);
+		CHECK(name != NULL, "state %d has no name", i);
+		CHECK(store_job_state_parse(name, &s) == 0 && (int)s == i, "round trip of %s", name);
+	}
+	store_job_state_t s;
+	CHECK(store_job_state_parse("Queued", &s) == -EINVAL, "state names are case-sensitive");
+	CHECK(store_job_state_parse(NULL, &s) == -EINVAL, "NULL name");
+	CHECK(store_job_state_name(STORE_JOB_N_STATES) == NULL, "out of range");
+	CHECK(store_job_state_is_final(STORE_JOB_CANCELLED) && !store_job_state_is_final(STORE_JOB_RUNNING),
+	      "final states");
+}
+
+static void test_migrations(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "sub/dir/m.db");
+	store_t *st = open_writer(path); /* creates the folders too */
+	if (!st)
+		return;
+	int v = -1;
+	CHECK(store_schema_version(st, &v) == 0 && v == store_schema_version_known(),
+	      "new database at version %d, known %d", v, store_schema_version_known());
+	CHECK(store_schema_version_known() >= 1, "no embedded migration");
+	store_close(st);
+
+	/* Reopen: nothing applied twice (the record has one row per version). */
+	st = open_writer(path);
+	store_close(st);
+	sqlite3 *db = NULL;
+	CHECK(sqlite3_open(path, &db) == SQLITE_OK, "sqlite open");
+	sqlite3_stmt *s = NULL;
+	sqlite3_prepare_v2(db, "SELECT count(*), max(version) FROM schema_migrations", -1, &s, NULL);
+	CHECK(sqlite3_step(s) == SQLITE_ROW, "schema_migrations readable");
+	CHECK(sqlite3_column_int(s, 0) == store_schema_version_known(), "migrations recorded %d times",
+	      sqlite3_column_int(s, 0));
+	sqlite3_finalize(s);
+	sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, NULL);
+	CHECK(sqlite3_step(s) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(s, 0), "wal") == 0,
+	      "journal mode is not WAL");
+	sqlite3_finalize(s);
+
+	/* A newer database: refused, and the file is not touched. */
+	CHECK(sqlite3_exec(db, "INSERT INTO schema_migrations VALUES (4242, '4242_future', 0)", NULL, NULL,
+	                   NULL) == SQLITE_OK,
+	      "insert future version");
+	sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+	sqlite3_close(db);
+	struct stat before, after;
+	stat(path, &before);
+	char err[512] = "";
+	st = store_open(path, STORE_OPEN_WRITER, err, sizeof err);
+	CHECK(st == NULL, "a newer database was opened");
+	CHECK(strstr(err, "4242") && strstr(err, "newer") && strstr(err, path), "message: %s", err);
+	store_close(st);
+	st = store_open(path, STORE_OPEN_READER, err, sizeof err);
+	CHECK(st == NULL, "a reader opened a newer database");
+	store_close(st);
+	stat(path, &after);
+	CHECK(before.st_size == after.st_size && before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
+	          before.st_mtim.tv_nsec == after.st_mtim.tv_nsec,
+	      "the newer database file changed");
+
+	/* A reader never creates or migrates. */
+	path_in_tmp(path, sizeof path, "absent.db");
+	st = store_open(path, STORE_OPEN_READER, err, sizeof err);
+	CHECK(st == NULL && access(path, F_OK) != 0, "reader created %s", path);
+	store_close(st);
+
+	/* Not a database. */
+	path_in_tmp(path, sizeof path, "garbage.db");
+	FILE *f = fopen(path, "w");
+	fputs("this is not an sqlite file, not at all, it is text and it is long enough\n", f);
+	fclose(f);
+	st = store_open(path, STORE_OPEN_WRITER, err, sizeof err);
+	CHECK(st == NULL && strstr(err, path), "garbage file: %s", err);
+	store_close(st);
+}
+
+typedef struct {
+	int n;
+	char ids[16][STORE_ID_BYTES];
+	int64_t last_seq;
+} collect_t;
+
+static int collect(const store_job_t *job, void *userdata)
+{
+	collect_t *c = userdata;
+	if (c->n < 16)
+		snprintf(c->ids[c->n], STORE_ID_BYTES, "%s", job->id);
+	c->n++;
+	c->last_seq = job->seq;
+	return 0;
+}
+
+static int count_events(const store_event_t *ev, void *userdata)
+{
+	int *n = userdata;
+	(*n)++;
+	if (*n == 1)
+		CHECK(strcmp(ev->type, "submitted") == 0 && ev->from_state == NULL &&
+		          strcmp(ev->to_state, "queued") == 0,
+		      "first event is %s", ev->type);
+	if (*n == 2)
+		CHECK(strcmp(ev->type, "state") == 0 && strcmp(ev->from_state, "queued") == 0 &&
+		          strcmp(ev->to_state, "cancelled") == 0 && strcmp(ev->reason, "by test") == 0,
+		      "second event is %s", ev->type);
+	return 0;
+}
+
+static void test_jobs(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "jobs.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+	/* Strings exactly as sent: quotes, SQL metacharacters, UTF-8. */
+	const char *odd = "x'); DROP TABLE jobs; -- \"é\" 名前";
+	CHECK(store_begin(st) == 0, "begin");
+	char id[STORE_ID_BYTES];
+	for (int i = 0; i < 10; i++) {
+		snprintf(id, sizeof id, "j-%02d", i);
+		CHECK(insert_job(st, id, i == 3 ? odd : "plain", i) == 0, "insert %s: %s", id, store_errmsg(st));
+	}
+	CHECK(insert_job(st, "j-03", "dup", 0) == -EEXIST, "duplicate id accepted");
+	CHECK(store_commit(st) == 0, "commit");
+
+	store_job_t job;
+	CHECK(store_job_get(st, "j-03", &job) == 0, "get");
+	CHECK(strcmp(job.name, odd) == 0 && job.state == STORE_JOB_QUEUED && job.priority == 3 &&
+	          job.world_size == 2 && job.created_at_us == 1000 && job.state_reason == NULL,
+	      "job read back differs: %s", job.name);
+	store_job_clear(&job);
+	CHECK(store_job_get(st, "j-nope", &job) == -ENOENT, "missing job");
+
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(store_job_set_state(st, "j-05", STORE_JOB_CANCELLED, "by test", 2000) == 0, "set state");
+	CHECK(store_job_set_state(st, "j-nope", STORE_JOB_CANCELLED, "x", 2000) == -ENOENT, "missing job");
+	CHECK(store_commit(st) == 0, "commit");
+	CHECK(store_job_get(st, "j-05", &job) == 0 && job.state == STORE_JOB_CANCELLED &&
+	          job.updated_at_us == 2000 && strcmp(job.state_reason, "by test") == 0,
+	      "state change not stored");
+	store_job_clear(&job);
+
+	int n_ev = 0;
+	bool more = true;
+	CHECK(store_event_list(st, "j-05", 0, 100, count_events, &n_ev, &more) == 0 && n_ev == 2 && !more,
+	      "events: %d", n_ev);
+	CHECK(store_event_list(st, "j-nope", 0, 100, count_events, &n_ev, &more) == -ENOENT, "events of none");
+
+	/* Paging: limit 4 over 10 jobs, cursor = last seq. */
+	collect_t c = {0};
+	int64_t after = 0;
+	int pages = 0;
+	do {
+		int before = c.n;
+		CHECK(store_job_list(st, NULL, after, 4, collect, &c, &more) == 0, "list");
+		after = c.last_seq;
+		pages++;
+		CHECK(c.n - before <= 4, "page too long");
+	} while (more && pages < 10);
+	CHECK(c.n == 10 && pages == 3, "paging gave %d jobs in %d pages", c.n, pages);
+	CHECK(strcmp(c.ids[0], "j-00") == 0 && strcmp(c.ids[9], "j-09") == 0, "insertion order");
+
+	store_job_state_t cancelled = STORE_JOB_CANCELLED;
+	collect_t c2 = {0};
+	CHECK(store_job_list(st, &cancelled, 0, 100, collect, &c2, &more) == 0 && c2.n == 1 &&
+	          strcmp(c2.ids[0], "j-05") == 0,
+	      "state filter gave %d", c2.n);
+
+	int64_t counts[STORE_JOB_N_STATES], total = 0;
+	CHECK(store_job_count_by_state(st, counts) == 0 && counts[STORE_JOB_QUEUED] == 9 &&
+	          counts[STORE_JOB_CANCELLED] == 1 && counts[STORE_JOB_RUNNING] == 0,
+	      "counts");
+	CHECK(store_job_count(st, &total) == 0 && total == 10, "total %lld", (long long)total);
+
+	/* Rollback: nothing of the group stays. */
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(insert_job(st, "j-rolled", "r", 0) == 0, "insert");
+	CHECK(store_rollback(st) == 0, "rollback");
+	CHECK(store_job_get(st, "j-rolled", &job) == -ENOENT, "rolled-back job exists");
+
+	json_t *workers = NULL;
+	CHECK(store_worker_list_json(st, &workers) == 0 && json_is_array(workers) && json_array_size(workers) == 0,
+	      "workers");
+	json_decref(workers);
+	store_close(st);
+
+	/* Everything is still there after a reopen. */
+	st = open_writer(path);
+	if (st) {
+		CHECK(store_job_count(st, &total) == 0 && total == 10, "after reopen %lld", (long long)total);
+		store_close(st);
+	}
+}
+
+static void test_idempotency(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "idem.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+	unsigned char hash[32], got[32];
+	for (int i = 0; i < 32; i++)
+		hash[i] = (unsigned char)(i * 7);
+	int status = 0;
+	char *body = NULL;
+	char job_id[STORE_ID_BYTES];
+	CHECK(store_idem_get(st, "k1", got, &status, &body, job_id) == -ENOENT, "new key");
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(store_idem_put(st, "k1", hash, 201, "{\"id\":\"j-1\"}", "j-1", 5) == 0, "put");
+	CHECK(store_idem_put(st, "k1", hash, 201, "{}", "j-2", 5) == -EEXIST, "second put of a key");
+	CHECK(store_commit(st) == 0, "commit");
+	CHECK(store_idem_get(st, "k1", got, &status, &body, job_id) == 0 && status == 201 &&
+	          memcmp(got, hash, 32) == 0 && strcmp(body, "{\"id\":\"j-1\"}") == 0 &&
+	          strcmp(job_id, "j-1") == 0,
+	      "stored reply differs");
+	free(body);
+	store_close(st);
+}
+
+/* Readers on their own connections during a stream of writer commits: every
+ * read succeeds and the count never goes down. */
+typedef struct {
+	const char *path;
+	atomic_bool *stop;
+	int reads, errors, regressions;
+} reader_arg_t;
+
+static void *reader_main(void *p)
+{
+	reader_arg_t *a = p;
+	char err[512];
+	store_t *st = store_open(a->path, STORE_OPEN_READER, err, sizeof err);
+	if (!st) {
+		fprintf(stderr, "reader open: %s\n", err);
+		a->errors++;
+		return NULL;
+	}
+	int64_t last = 0;
+	while (!atomic_load(a->stop)) {
+		int64_t n = 0;
+		if (store_job_count(st, &n) < 0) {
+			a->errors++;
+			continue;
+		}
+		if (n < last)
+			a->regressions++;
+		last = n;
+		store_job_t job;
+		int r = store_job_get(st, "r-00000", &job);
+		if (r == 0)
+			store_job_clear(&job);
+		else if (r != -ENOENT)
+			a->errors++;
+		a->reads++;
+	}
+	/* A reader refuses to write. */
+	if (store_begin(st) == 0 && insert_job(st, "r-from-reader", "x", 0) == 0)
+		a->errors++;
+	store_rollback(st);
+	store_close(st);
+	return NULL;
+}
+
+static void test_readers_during_writes(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "rw.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+	atomic_bool stop = false;
+	reader_arg_t args[3];
+	pthread_t th[3];
+	for (int i = 0; i < 3; i++) {
+		args[i] = (reader_arg_t){.path = path, .stop = &stop};
+		pthread_create(&th[i], NULL, reader_main, &args[i]);
+	}
+	int inserted = 0;
+	for (int g = 0; g < 60; g++) {
+		CHECK(store_begin(st) == 0, "begin: %s", store_errmsg(st));
+		for (int k = 0; k < 5; k++) {
+			char id[STORE_ID_BYTES];
+			snprintf(id, sizeof id, "r-%05d", inserted);
+			if (insert_job(st, id, "rw", 0) == 0)
+				inserted++;
+		}
+		CHECK(store_commit(st) == 0, "commit: %s", store_errmsg(st));
+	}
+	atomic_store(&stop, true);
+	int reads = 0;
+	for (int i = 0; i < 3; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(args[i].errors == 0, "reader %d had %d errors", i, args[i].errors);
+		CHECK(args[i].regressions == 0, "reader %d saw the count go down", i);
+		reads += args[i].reads;
+	}
+	CHECK(inserted == 300, "inserted %d", inserted);
+	CHECK(reads > 0, "readers did not read");
+	int64_t total = 0;
+	CHECK(store_job_count(st, &total) == 0 && total == 300, "total %lld", (long long)total);
+	store_close(st);
+}
+
+int main(void)
+{
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/test-store-XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_states();
+	test_migrations();
+	test_jobs();
+	test_idempotency();
+	test_readers_during_writes();
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+	if (failures) {
+		fprintf(stderr, "%d check(s) failed\n", failures);
+		return 1;
+	}
+	printf("store: all checks passed\n");
+	return 0;
+}

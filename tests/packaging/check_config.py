@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+"""Checks packaging/ringmasterd.conf, the example configuration.
+
+It must be INI with one section, [server], holding exactly the keys the
+daemon knows, each with a valid value and a comment above it. (The
+integration test in tests/clients starts the real daemon with this file,
+which proves the daemon accepts it.)
+
+Usage: check_config.py CONF
+"""
+import configparser
+import re
+import sys
+
+KEYS = {
+    "listen": lambda v: re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[^:\s]+):[0-9]{1,5}", v)
+    and int(v.rsplit(":", 1)[1]) <= 65535,
+    "broker": lambda v: "://" in v,
+    "db": lambda v: v.startswith("/"),
+    "log_level": lambda v: v in ("error", "warn", "info", "debug"),
+    "max_body_bytes": lambda v: v.isdigit() and 1024 <= int(v) <= 1 << 30,
+    "http_threads": lambda v: v.isdigit() and 1 <= int(v) <= 256,
+}
+DEFAULTS = {"listen": "127.0.0.1:8080", "broker": "tcp://127.0.0.1:5555",
+            "log_level": "info", "max_body_bytes": "1048576", "http_threads": "4"}
+
+
+def main():
+    path = sys.argv[1]
+    errors = []
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    with open(path) as f:
+        text = f.read()
+    parser.read_string(text)
+    if parser.sections() != ["server"]:
+        errors.append("sections must be exactly [server] (got %s)" % parser.sections())
+    else:
+        server = parser["server"]
+        if set(server) != set(KEYS):
+            errors.append("keys must be %s (got %s)" % (sorted(KEYS), sorted(server)))
+        for key, ok in KEYS.items():
+            if key in server and not ok(server[key]):
+                errors.append("%s = %s is not a valid value" % (key, server[key]))
+        for key, value in DEFAULTS.items():
+            if server.get(key) != value:
+                errors.append("%s should show the default %s (got %s)" % (key, value, server.get(key)))
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"(\w+)\s*=", line)
+        if m and (i == 0 or not lines[i - 1].startswith("#")):
+            errors.append("line %d: key %s has no comment above it" % (i + 1, m.group(1)))
+    for e in errors:
+        print("FAIL:", e)
+    if not errors:
+        print("ok: %s has [server] with every key, valid and commented" % path)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
