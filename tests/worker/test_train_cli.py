@@ -1,0 +1,299 @@
+#!/usr/bin/python3
+"""Drive the real `ringworker train` binary as a user would.
+
+usage: test_train_cli.py --ringworker PATH [--only NAME]
+
+Each case writes a spec and data into a fresh temporary directory and checks
+the exit status, stderr and stdout. Covered: --help/--version, every data and
+spec error (exit code, and the file or field named on stderr), each data format
+and globs end to end, the --json line format, bitwise determinism (two runs,
+and 1 vs 2 OpenMP threads), the embedded default job on a small generated
+corpus, and the loss falling on a tiny model.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+
+RINGWORKER = None
+LLMC_MAGIC = 20240520
+
+SENTENCES = [
+    "the quick brown fox jumps over the lazy dog.",
+    "a stitch in time saves nine.",
+    "all that glitters is not gold.",
+    "to be or not to be, that is the question.",
+    "the early bird catches the worm.",
+    "where there is smoke there is fire.",
+]
+
+
+def corpus(n_bytes, seed=1):
+    """Deterministic English-like text of about n_bytes."""
+    out, x = [], seed
+    size = 0
+    while size < n_bytes:
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        s = SENTENCES[(x >> 8) % len(SENTENCES)]
+        out.append(s + ("\n" if (x >> 4) % 3 == 0 else " "))
+        size += len(out[-1])
+    return "".join(out)[:n_bytes]
+
+
+def tiny_spec(**over):
+    spec = {
+        "name": "tiny",
+        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 32},
+        "data": {"train": "train.txt", "val": "val.txt", "format": "text"},
+        "train": {"steps": 10, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2,
+                  "min_lr": 3e-4, "eval_every": 5, "eval_batches": 2, "seed": 7},
+    }
+    for key, value in over.items():
+        section, _, field = key.partition("__")
+        if value is None:
+            spec[section].pop(field, None)
+        else:
+            spec[section][field] = value
+    return spec
+
+
+def write(path, data):
+    with open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def nanogpt_bytes(tokens):
+    return struct.pack("<%dH" % len(tokens), *tokens)
+
+
+def llmc_bytes(tokens, magic=LLMC_MAGIC, version=1, count=None):
+    header = [0] * 256
+    header[0], header[1] = magic, version
+    header[2] = len(tokens) if count is None else count
+    return struct.pack("<256i", *header) + nanogpt_bytes(tokens)
+
+
+def run(tmp, spec, *args, env=None):
+    """Write spec.json into tmp and run `ringworker train` there."""
+    path = os.path.join(tmp, "spec.json")
+    write(path, json.dumps(spec))
+    cmd = [RINGWORKER, "train", "--spec", path, "--data-root", tmp] + list(args)
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "2")
+    full_env.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300)
+
+
+def expect_fail(tmp, spec, code, *needles, env=None):
+    r = run(tmp, spec, "--steps", "1", env=env)
+    err = r.stderr.strip()
+    assert r.returncode == code, "exit %d (want %d); stderr: %s" % (r.returncode, code, err)
+    assert "\n" not in err, "error is not one line: %r" % err
+    assert err.startswith("ringworker: error: "), err
+    for n in needles:
+        assert n in err, "stderr %r does not name %r" % (err, n)
+
+
+def json_lines(stdout):
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def with_text_data(tmp, n_train=20000, n_val=4000):
+    write(os.path.join(tmp, "train.txt"), corpus(n_train, 1))
+    write(os.path.join(tmp, "val.txt"), corpus(n_val, 2))
+
+
+# ---------------------------------------------------------------- cases
+
+def case_help_version(tmp):
+    r = subprocess.run([RINGWORKER, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "ringworker train" in r.stdout, r
+    r = subprocess.run([RINGWORKER, "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("ringworker "), r
+    r = subprocess.run([RINGWORKER, "bogus"], capture_output=True, text=True)
+    assert r.returncode == 1 and "bogus" in r.stderr, r
+    r = subprocess.run([RINGWORKER, "train", "--steps", "zero"], capture_output=True, text=True)
+    assert r.returncode == 1 and "--steps" in r.stderr, r
+
+
+def case_error_missing_file(tmp):
+    with_text_data(tmp)
+    expect_fail(tmp, tiny_spec(data__train="nope.txt"), 3, "data.train", "nope.txt",
+                "No such file")
+    expect_fail(tmp, tiny_spec(data__val="nope-val.txt"), 3, "data.val", "nope-val.txt")
+    expect_fail(tmp, tiny_spec(data__train="shard_*.bin"), 3, "data.train", "shard_*.bin")
+
+
+def case_error_missing_spec(tmp):
+    r = subprocess.run([RINGWORKER, "train", "--spec", os.path.join(tmp, "absent.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "absent.json" in r.stderr, r
+
+
+def case_error_short_data(tmp):
+    write(os.path.join(tmp, "train.txt"), "x" * 32)  # needs seq_len + 1 = 33
+    write(os.path.join(tmp, "val.txt"), corpus(1000))
+    expect_fail(tmp, tiny_spec(), 3, "model.seq_len (32) is longer than the data", "data.train")
+    with_text_data(tmp)
+    write(os.path.join(tmp, "val.txt"), "short")
+    expect_fail(tmp, tiny_spec(), 3, "seq_len", "data.val")
+
+
+def case_error_llmc_corrupt(tmp):
+    spec = tiny_spec(data__format="llmc", data__train="s.bin", data__val=None)
+    write(os.path.join(tmp, "s.bin"), llmc_bytes(list(range(100)), count=200))
+    expect_fail(tmp, spec, 3, "s.bin", "truncated")
+    write(os.path.join(tmp, "s.bin"), llmc_bytes(list(range(100)), magic=20240521))
+    expect_fail(tmp, spec, 3, "s.bin", "magic 20240521")
+    write(os.path.join(tmp, "s.bin"), llmc_bytes(list(range(100)), version=3))
+    expect_fail(tmp, spec, 3, "s.bin", "version 3")
+    write(os.path.join(tmp, "s.bin"), b"\x00" * 100)
+    expect_fail(tmp, spec, 3, "s.bin", "too short")
+
+
+def case_error_nanogpt_odd(tmp):
+    write(os.path.join(tmp, "n.bin"), b"\x01\x00\x02")
+    expect_fail(tmp, tiny_spec(data__format="nanogpt", data__train="n.bin", data__val=None),
+                3, "n.bin", "truncated")
+
+
+def case_error_vocab(tmp):
+    toks = [i % 200 for i in range(500)]
+    toks[321] = 300
+    write(os.path.join(tmp, "v.bin"), nanogpt_bytes(toks))
+    spec = tiny_spec(data__format="nanogpt", data__train="v.bin", data__val=None,
+                     model__vocab_size=256)
+    expect_fail(tmp, spec, 3, "v.bin", "token id 300", "byte offset 642", "model.vocab_size")
+    write(os.path.join(tmp, "t.txt"), "abc\xffdef" * 20)
+    spec = tiny_spec(data__train="t.txt", data__val=None, model__vocab_size=128)
+    expect_fail(tmp, spec, 3, "t.txt", "model.vocab_size (128)")
+
+
+def case_error_heads(tmp):
+    with_text_data(tmp)
+    expect_fail(tmp, tiny_spec(model__n_embd=30, model__n_head=4), 2, "model.n_embd",
+                "model.n_head")
+
+
+def case_error_memory(tmp):
+    write(os.path.join(tmp, "big.txt"), corpus(70000))
+    spec = tiny_spec(model__seq_len=65536, train__batch_size=65536, data__train="big.txt",
+                     data__val=None)
+    env = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":allocator_may_return_null=1"}
+    expect_fail(tmp, spec, 4, "memory", env=env)
+
+
+def case_formats_and_globs(tmp):
+    toks = [ord(c) for c in corpus(6000)]
+    for i in range(3):
+        part = toks[i * 2000:(i + 1) * 2000]
+        write(os.path.join(tmp, "shard_%d.bin" % i), nanogpt_bytes(part))
+        write(os.path.join(tmp, "llmc_%d.bin" % i), llmc_bytes(part))
+    write(os.path.join(tmp, "all.txt"), corpus(6000))
+    losses = {}
+    for fmt, train in (("nanogpt", "shard_*.bin"), ("llmc", "llmc_?.bin"), ("text", "all.txt")):
+        spec = tiny_spec(data__format=fmt, data__train=train, data__val=None, train__steps=3)
+        r = run(tmp, spec, "--json")
+        assert r.returncode == 0, (fmt, r.stderr)
+        assert "3 file(s)" in r.stderr or fmt == "text", r.stderr
+        losses[fmt] = [x["loss"] for x in json_lines(r.stdout)]
+    # the same tokens in three formats give the same training
+    assert losses["nanogpt"] == losses["llmc"] == losses["text"], losses
+
+
+def case_json_format(tmp):
+    with_text_data(tmp)
+    r = run(tmp, tiny_spec(), "--json")
+    assert r.returncode == 0, r.stderr
+    lines = json_lines(r.stdout)
+    assert len(lines) == 10, r.stdout
+    base = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "ms"}
+    for obj in lines:
+        want = base | {"val_loss"} if obj["step"] in (5, 10) else base
+        assert set(obj) == want, obj
+    assert [o["step"] for o in lines] == list(range(1, 11))
+    assert "done: 10 steps" in r.stderr, r.stderr
+    r = run(tmp, tiny_spec(), "--steps", "2")
+    assert r.returncode == 0, r.stderr
+    assert "step 2/2 | loss " in r.stdout and "done: 2 steps" in r.stdout, r.stdout
+
+
+def case_determinism(tmp):
+    with_text_data(tmp)
+    spec = tiny_spec(train__grad_accum=2)
+    a = run(tmp, spec, "--json")
+    b = run(tmp, spec, "--json")
+    c = run(tmp, spec, "--json", env={"OMP_NUM_THREADS": "1"})
+    for r in (a, b, c):
+        assert r.returncode == 0, r.stderr
+
+    def key(r):
+        return [(o["loss"], o["grad_norm"], o.get("val_loss")) for o in json_lines(r.stdout)]
+    assert key(a) == key(b), (key(a), key(b))
+    assert key(a) == key(c), ("1 vs 2 threads differ", key(a), key(c))
+    # --steps N is a prefix of the full run
+    d = run(tmp, spec, "--json", "--steps", "3")
+    assert [o["loss"] for o in json_lines(d.stdout)] == [o["loss"] for o in json_lines(a.stdout)][:3]
+
+
+def case_default_job_smoke(tmp):
+    os.makedirs(os.path.join(tmp, "data", "fortunes"))
+    write(os.path.join(tmp, "data", "fortunes", "train.txt"), corpus(20000, 3))
+    write(os.path.join(tmp, "data", "fortunes", "val.txt"), corpus(3000, 4))
+    r = subprocess.run([RINGWORKER, "train", "--steps", "2", "--json", "--data-root", tmp],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
+    assert r.returncode == 0, r.stderr
+    assert "embedded default" in r.stderr, r.stderr
+    lines = json_lines(r.stdout)
+    assert len(lines) == 2 and "val_loss" in lines[-1], lines
+    assert 4.5 < lines[0]["loss"] < 6.5, lines  # about ln(256) = 5.55 at init
+
+
+def case_loss_falls(tmp):
+    with_text_data(tmp, 50000, 4000)
+    spec = tiny_spec(train__steps=30, train__lr=1e-2, train__warmup_steps=3, train__min_lr=1e-3,
+                     train__eval_every=30)
+    r = run(tmp, spec, "--json")
+    assert r.returncode == 0, r.stderr
+    lines = json_lines(r.stdout)
+    first, last = lines[0]["loss"], sum(o["loss"] for o in lines[-5:]) / 5
+    assert first > 5.0 and last < first - 2.0, (first, last)
+    assert lines[-1]["val_loss"] < first - 2.0, lines[-1]
+
+
+CASES = [(name[5:], fn) for name, fn in sorted(globals().items()) if name.startswith("case_")]
+
+
+def main():
+    global RINGWORKER
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ringworker", required=True)
+    ap.add_argument("--only")
+    args = ap.parse_args()
+    RINGWORKER = os.path.abspath(args.ringworker)
+    failed = 0
+    if args.only and args.only not in dict(CASES):
+        print("no case named %r" % args.only)
+        return 1
+    for name, fn in CASES:
+        if args.only and args.only != name:
+            continue
+        with tempfile.TemporaryDirectory(prefix="ringworker-test-") as tmp:
+            try:
+                fn(tmp)
+                print("ok   %s" % name, flush=True)
+            except Exception:
+                failed += 1
+                print("FAIL %s" % name, flush=True)
+                traceback.print_exc()
+    print("%d failed" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
