@@ -80,6 +80,8 @@ kill "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=""
 
 mkdir -p "$work/www"
 head -c "$size" /dev/urandom | base64 -w0 | head -c "$size" > "$work/www/job.json"
+# nginx workers run as an unprivileged user: let them read the file.
+chmod 755 "$work" "$work/www"; chmod 644 "$work/www/job.json"
 cat > "$work/nginx.conf" <<NGX
 worker_processes 2;
 pid $work/nginx.pid;
@@ -105,10 +107,13 @@ def ms(v):
 def parse(name):
     t = open(f"{out}/{name}.txt").read()
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-    p50 = ms(re.search(r"50%\s+(\S+)", t).group(1))
-    p99 = ms(re.search(r"99%\s+(\S+)", t).group(1))
+    p50 = ms(re.search(r"^\s+50%\s+([\d.]+(?:us|ms|s))\s*$", t, re.M).group(1))
+    p99 = ms(re.search(r"^\s+99%\s+([\d.]+(?:us|ms|s))\s*$", t, re.M).group(1))
     errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
-    return rps, p50, p99, int(errs.group(1)) if errs else 0
+    n_err = int(errs.group(1)) if errs else 0
+    if n_err:
+        sys.exit(f"{name}: {n_err} answers were not 2xx: the figures would be meaningless")
+    return rps, p50, p99, n_err
 post, get, ngx = parse("post"), parse("get"), parse("nginx")
 print(f"jobs in store: {total}; job JSON {size} B; wrk -t2 -c32, 2 cores shared with wrk")
 print()
