@@ -97,7 +97,8 @@ void gpt2_init_params(gpt2_t *m, uint64_t seed);
  */
 float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
 
-/* The logits (B, T, V) of the last forward pass (borrowed). */
+/* The logits (B, T, V) of the last forward pass (borrowed). Valid until the
+ * next gpt2_backward, which overwrites them in place with their gradient. */
 const float *gpt2_logits(const gpt2_t *m);
 
 /* Set every gradient to zero. */

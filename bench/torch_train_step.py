@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""PyTorch's side of the training benchmark: the same GPT-2 and the same step
+as bench_train_step, so run-train-bench.sh can put them side by side.
+
+The model is nanoGPT-style PyTorch as one would tune it for the CPU:
+nn.Linear layers, tanh GELU, causal attention with a precomputed mask, LM
+head tied to the token embedding. A step is zero_grad(set_to_none), forward,
+mean cross-entropy, backward, clip_grad_norm_(1.0) and AdamW (betas 0.9/0.95,
+eps 1e-8, weight decay 0.1 on matrices and embeddings only, foreach kernels).
+--precision bf16 runs forward and loss under
+torch.cpu.amp.autocast(dtype=torch.bfloat16) with fp32 master weights (the
+engine's bf16 mode keeps fp32 weights too). Threads: torch.set_num_threads
+(--threads, default 2).
+
+Prints one JSON object: median and best ms/step, tokens/s at the median,
+achieved GFLOP/s (6N + 6LCT per token, as gpt2_flops_per_token) and the
+peak resident set size.
+"""
+import argparse
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, seq):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = nn.LayerNorm(n_embd, eps=1e-5)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.ln_2 = nn.LayerNorm(n_embd, eps=1e-5)
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.mlp_proj = nn.Linear(4 * n_embd, n_embd)
+        mask = torch.full((seq, seq), float("-inf")).triu(1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        nh = self.n_head
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, nh, C // nh).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nh, C // nh).transpose(1, 2)
+        v = v.view(B, T, nh, C // nh).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // nh)) + self.mask[:T, :T]
+        y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, n_layer, n_head, n_embd, vocab, seq):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.wpe = nn.Embedding(seq, n_embd)
+        self.h = nn.ModuleList(Block(n_embd, n_head, seq) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for block in self.h:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--embd", type=int, default=768)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1337)
+    args = ap.parse_args()
+    if args.steps < 1 or args.embd % args.heads:
+        sys.exit("torch_train_step: --steps must be >= 1 and --embd divisible by --heads")
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = GPT2(args.layers, args.heads, args.embd, args.vocab, args.seq)
+    model.train()
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    n_params = sum(p.numel() for p in model.parameters())
+    flops_per_token = 6.0 * n_params + 6.0 * args.layers * args.embd * args.seq
+    autocast = args.precision == "bf16"
+
+    times_ms = []
+    loss = None
+    for step in range(args.warmup + args.steps):
+        idx = torch.randint(0, args.vocab, (args.batch, args.seq))
+        tgt = torch.randint(0, args.vocab, (args.batch, args.seq))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.cpu.amp.autocast(enabled=autocast, dtype=torch.bfloat16):
+            loss = model(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = (time.perf_counter() - t0) * 1e3
+        if step >= args.warmup:
+            times_ms.append(dt)
+        print(f"step {step}: {dt:.1f} ms, loss {loss.item():.4f}", file=sys.stderr)
+
+    median_ms = statistics.median(times_ms)
+    tok_s = args.batch * args.seq / (median_ms * 1e-3)
+    print(json.dumps({
+        "program": "pytorch", "torch": torch.__version__, "precision": args.precision,
+        "layers": args.layers, "heads": args.heads, "embd": args.embd, "vocab": args.vocab,
+        "batch": args.batch, "seq": args.seq, "threads": torch.get_num_threads(),
+        "num_params": n_params, "steps": args.steps, "warmup": args.warmup,
+        "median_ms": round(median_ms, 2), "min_ms": round(min(times_ms), 2),
+        "tokens_per_s": round(tok_s, 1), "flops_per_token": flops_per_token,
+        "gflops": round(flops_per_token * tok_s / 1e9, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "last_loss": round(loss.item(), 4),
+    }))
+
+
+if __name__ == "__main__":
+    main()

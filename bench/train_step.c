@@ -1,0 +1,212 @@
+/*
+ * bench_train_step: how fast the CPU engine trains, one full step at a time.
+ *
+ * Builds a GPT-2 of the shape given on the command line, initialises it from
+ * a seed, and times full training steps on random token batches: zero_grad,
+ * forward, backward, global-norm clipping to 1.0, and an AdamW update over
+ * the whole flat range (what one rank of `ringworker train` does with no
+ * gradient accumulation). `--warmup` steps run untimed first. Prints one JSON
+ * object: the median and best ms/step, tokens/s at the median, achieved
+ * GFLOP/s (gpt2_flops_per_token), and the peak resident set size. Threads:
+ * OpenMP, so OMP_NUM_THREADS. bench/run-train-bench.sh runs it beside PyTorch.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <omp.h>
+
+#include "gpt2.h"
+#include "optim.h"
+
+#define MAX_STEPS 10000
+
+typedef struct {
+	gpt2_config_t cfg;
+	int batch;
+	int seq;
+	int steps;
+	int warmup;
+	gpt2_precision_t precision;
+	const char *precision_name;
+	uint64_t seed;
+} options_t;
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static uint64_t s_rng_state;
+
+static uint32_t rng_next(void)
+{
+	/* xorshift64* */
+	s_rng_state ^= s_rng_state >> 12;
+	s_rng_state ^= s_rng_state << 25;
+	s_rng_state ^= s_rng_state >> 27;
+	return (uint32_t)((s_rng_state * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+	        "usage: bench_train_step [--layers N] [--heads N] [--embd N] [--vocab N] [--batch N]\n"
+	        "                        [--seq N] [--steps N] [--warmup N] [--precision fp32|bf16]\n"
+	        "                        [--seed N]\n"
+	        "  times full training steps of the CPU engine; prints JSON\n"
+	        "  defaults: GPT-2 124M (12 layers, 12 heads, 768 embd, vocab 50257), batch 4,\n"
+	        "            seq 64, 10 steps after 3 warmup steps, fp32\n");
+	exit(2);
+}
+
+static int parse_int(const char *flag, const char *s, int min)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || v < min || v > 1000000000) {
+		fprintf(stderr, "bench_train_step: %s must be an integer >= %d (got '%s')\n", flag, min, s);
+		exit(2);
+	}
+	return (int)v;
+}
+
+static options_t parse_options(int argc, char **argv)
+{
+	options_t o = {
+		.cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 64},
+		.batch = 4, .seq = 64, .steps = 10, .warmup = 3,
+		.precision = GPT2_PRECISION_FP32, .precision_name = "fp32", .seed = 1337,
+	};
+	for (int i = 1; i < argc; i++) {
+		const char *flag = argv[i];
+		if (!strcmp(flag, "--help") || !strcmp(flag, "-h") || i + 1 >= argc)
+			usage();
+		const char *val = argv[++i];
+		if (!strcmp(flag, "--layers"))
+			o.cfg.n_layer = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--heads"))
+			o.cfg.n_head = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--embd"))
+			o.cfg.n_embd = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--vocab"))
+			o.cfg.vocab_size = parse_int(flag, val, 2);
+		else if (!strcmp(flag, "--batch"))
+			o.batch = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--seq"))
+			o.seq = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--steps"))
+			o.steps = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--warmup"))
+			o.warmup = parse_int(flag, val, 0);
+		else if (!strcmp(flag, "--seed"))
+			o.seed = (uint64_t)parse_int(flag, val, 0);
+		else if (!strcmp(flag, "--precision")) {
+			o.precision_name = val;
+			if (!strcmp(val, "fp32"))
+				o.precision = GPT2_PRECISION_FP32;
+			else if (!strcmp(val, "bf16"))
+				o.precision = GPT2_PRECISION_BF16;
+			else {
+				fprintf(stderr, "bench_train_step: --precision must be fp32 or bf16 (got '%s')\n", val);
+				exit(2);
+			}
+		} else {
+			fprintf(stderr, "bench_train_step: unknown option '%s'\n", flag);
+			usage();
+		}
+	}
+	if (o.steps > MAX_STEPS) {
+		fprintf(stderr, "bench_train_step: --steps must be at most %d (got %d)\n", MAX_STEPS, o.steps);
+		exit(2);
+	}
+	o.cfg.seq_len = o.seq;
+	return o;
+}
+
+int main(int argc, char **argv)
+{
+	options_t o = parse_options(argc, argv);
+	char err[256];
+	gpt2_t *model = gpt2_create(&o.cfg, o.batch, o.seq, o.precision, err, sizeof err);
+	if (!model) {
+		fprintf(stderr, "bench_train_step: %s\n", err);
+		return 1;
+	}
+	gpt2_init_params(model, o.seed);
+	size_t n = gpt2_num_params(model);
+	size_t n_tokens = (size_t)o.batch * (size_t)o.seq;
+	float *m = calloc(n, sizeof *m);
+	float *v = calloc(n, sizeof *v);
+	int32_t *inputs = malloc(n_tokens * sizeof *inputs);   /* (B, T) */
+	int32_t *targets = malloc(n_tokens * sizeof *targets); /* (B, T) */
+	double *times_ms = malloc((size_t)o.steps * sizeof *times_ms);
+	if (!m || !v || !inputs || !targets || !times_ms) {
+		fprintf(stderr, "bench_train_step: out of memory for the optimizer state (%zu parameters)\n", n);
+		return 1;
+	}
+	s_rng_state = o.seed * 0x9E3779B97F4A7C15ULL + 1;
+
+	float loss = 0.0f;
+	double grad_norm = 0.0;
+	int total = o.warmup + o.steps;
+	for (int step = 0; step < total; step++) {
+		for (size_t i = 0; i < n_tokens; i++) {
+			inputs[i] = (int32_t)(rng_next() % (uint32_t)o.cfg.vocab_size);
+			targets[i] = (int32_t)(rng_next() % (uint32_t)o.cfg.vocab_size);
+		}
+		double t0 = now_ms();
+		gpt2_zero_grad(model);
+		loss = gpt2_forward(model, inputs, targets, o.batch, o.seq);
+		gpt2_backward(model, 1.0f);
+		grad_norm = sqrt(optim_sum_squares(gpt2_grads(model), n));
+		if (grad_norm > 1.0)
+			optim_scale(gpt2_grads(model), n, (float)(1.0 / (grad_norm + 1e-6)));
+		optim_adamw_t hp = {
+			.lr = optim_lr_at(step, total, o.warmup, 6e-4, 6e-5, 1),
+			.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = step + 1,
+		};
+		optim_adamw_update(model, gpt2_params(model), gpt2_grads(model), m, v, 0, n, &hp);
+		double dt = now_ms() - t0;
+		if (step >= o.warmup)
+			times_ms[step - o.warmup] = dt;
+		fprintf(stderr, "step %d: %.1f ms, loss %.4f\n", step, dt, (double)loss);
+	}
+
+	qsort(times_ms, (size_t)o.steps, sizeof times_ms[0], cmp_double);
+	double median_ms = o.steps % 2 ? times_ms[o.steps / 2]
+	                               : 0.5 * (times_ms[o.steps / 2 - 1] + times_ms[o.steps / 2]);
+	double tok_s = (double)n_tokens / (median_ms * 1e-3);
+	double flops_per_token = gpt2_flops_per_token(model, o.seq);
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+
+	printf("{\"program\": \"ringmaster\", \"precision\": \"%s\", \"layers\": %d, \"heads\": %d, "
+	       "\"embd\": %d, \"vocab\": %d, \"batch\": %d, \"seq\": %d, \"threads\": %d, "
+	       "\"num_params\": %zu, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.2f, \"min_ms\": %.2f, "
+	       "\"tokens_per_s\": %.1f, \"flops_per_token\": %.0f, \"gflops\": %.1f, "
+	       "\"peak_rss_mib\": %.1f, \"last_loss\": %.4f}\n",
+	       o.precision_name, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd, o.cfg.vocab_size, o.batch, o.seq,
+	       omp_get_max_threads(), n, o.steps, o.warmup, median_ms, times_ms[0], tok_s, flops_per_token,
+	       flops_per_token * tok_s / 1e9, (double)ru.ru_maxrss / 1024.0, (double)loss);
+
+	free(times_ms);
+	free(targets);
+	free(inputs);
+	free(v);
+	free(m);
+	gpt2_free(model);
+	return 0;
+}

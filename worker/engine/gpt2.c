@@ -1,0 +1,652 @@
+/*
+ * gpt2: the GPT-2 model on the CPU (see gpt2.h): the parameter table, the
+ * activation arena, and forward and backward as a sequence of oneDNN GEMMs
+ * (matmul.c) and C kernels (kernels.c).
+ *
+ * Layout. Parameters and gradients are two flat fp32 buffers in Hugging Face
+ * order. Linear weights are stored (in, out) as in HF's Conv1D, so a layer is
+ * y = x @ W + b: forward is a plain GEMM, dx = dy @ W^T and dW += x^T @ dy use
+ * transposed memory descriptors. The LM head is tied to wte (V, C): logits =
+ * x @ wte^T. Activations live in one 64-byte aligned arena sized for
+ * (max_B, max_T) at create time; per-layer tensors are indexed with the max
+ * sizes, so a smaller (B, T) simply uses the front of each slice. Backward
+ * turns the logits into their gradient in place (the logits are not valid
+ * after gpt2_backward) and recomputes GELU(fch) instead of keeping it.
+ * Residual additions are fused into the projection GEMMs (oneDNN's sum
+ * post-op: res = x, then res += y @ W + b).
+ *
+ * bf16 mode: the whole flat parameter buffer is converted to a bf16 copy at
+ * each forward (same offsets), and each GEMM's activation operands are
+ * converted into two bf16 scratch buffers; GEMMs accumulate and write fp32,
+ * and everything else (master weights, gradients, the C kernels) stays fp32.
+ *
+ * Misuse that the contract rules out (a batch larger than the model was
+ * created for, a token id out of range, backward without a forward with
+ * targets) and oneDNN failures are bugs: they print a line and exit with
+ * EX_SOFTWARE (70).
+ *
+ * Floating point: forward, backward and the optimizer set flush-to-zero and
+ * denormals-are-zero on the calling thread and the OpenMP threads
+ * (kernel_flush_denormals); denormal moments and gradients are otherwise
+ * very slow and carry no information.
+ *
+ * Determinism. The C kernels reduce in an order fixed by the shapes alone
+ * (kernels.h). oneDNN's GEMMs are deterministic run to run for a fixed shape
+ * and thread count. Across thread counts, measured here with oneDNN 2.6 on
+ * an AVX-512 machine: see DETERMINISM_NOTE below and
+ * tests/worker/engine/test_determinism.c.
+ */
+#include "gpt2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "kernels.h"
+#include "matmul.h"
+
+/*
+ * DETERMINISM_NOTE. Guaranteed: same seed, same shapes, same thread count ->
+ * bitwise identical results (the C kernels reduce in a fixed order, and a
+ * oneDNN primitive for a fixed shape and thread count runs the same kernel
+ * with the same blocking). Initialisation and the optimizer are independent
+ * of the thread count. Measured, not guaranteed: with oneDNN 2.6
+ * (brg:avx512_core kernels) training runs gave bitwise identical losses and
+ * parameters with 1, 2 and 3 OpenMP threads, in fp32 and bf16, for GPT-2
+ * shapes (2 layers, C 384 and 768, V 50257, B*T 256 and 512) and the test's
+ * tiny model. oneDNN does not promise this: its matmul chooses blocking and
+ * may split the K dimension by the number of threads, which reorders fp32
+ * sums, so other shapes or another oneDNN build may differ in the last bits
+ * between thread counts. test_determinism reports it without asserting it.
+ */
+
+#define N_LAYER_TENSORS 12
+
+/* Tensor indices within a layer, in HF order. */
+enum {
+	T_LN1_W, T_LN1_B, T_QKV_W, T_QKV_B, T_PROJ_W, T_PROJ_B,
+	T_LN2_W, T_LN2_B, T_FC_W, T_FC_B, T_FCPROJ_W, T_FCPROJ_B,
+};
+
+typedef struct {
+	float *encoded;                       /* (B, T, C) */
+	float *ln1, *ln1_mean, *ln1_rstd;     /* (L, B, T, C), (L, B, T), (L, B, T) */
+	float *qkv;                           /* (L, B, T, 3C) */
+	float *att;                           /* (L, B, H, T, T) */
+	float *atty;                          /* (L, B, T, C) */
+	float *res2;                          /* (L, B, T, C) */
+	float *ln2, *ln2_mean, *ln2_rstd;     /* (L, B, T, C), (L, B, T), (L, B, T) */
+	float *fch;                           /* (L, B, T, 4C) before GELU */
+	float *res3;                          /* (L, B, T, C) */
+	float *lnf, *lnf_mean, *lnf_rstd;     /* (B, T, C), (B, T), (B, T) */
+	float *logits;                        /* (B, T, V); dlogits after backward */
+	float *lse;                           /* (B, T) */
+	float *losses;                        /* (B, T) */
+	float *dres;                          /* (B, T, C) gradient of the residual stream */
+	float *dbig;                          /* (B, T, 4C) GELU output / dfch / dqkv */
+	float *dsmall;                        /* (B, T, C) dln / datty */
+	float *att_scratch;                   /* kernel_attention_scratch_floats */
+	int32_t *inputs, *targets;            /* (B, T) copies for backward */
+	uint16_t *a16, *b16;                  /* bf16 GEMM operands: (B*T*max(V, 4C)), (B*T*4C) */
+} acts_t;
+
+struct gpt2 {
+	gpt2_config_t cfg;
+	int max_B, max_T;
+	gpt2_precision_t precision;
+
+	int n_tensors;
+	gpt2_tensor_t *tensors; /* (n_tensors) */
+	size_t n_params;
+	float *params;          /* (n_params) */
+	float *grads;           /* (n_params) */
+	uint16_t *params16;     /* (n_params) bf16 copy; NULL in fp32 */
+
+	void *arena;
+	size_t arena_bytes;
+	acts_t a;
+
+	matmul_cache_t *mm;
+
+	int B, T;             /* of the last forward */
+	bool have_targets;    /* last forward had targets, backward may run */
+};
+
+/* ---- allocation and layout ---- */
+
+static void *s_aligned_alloc(size_t bytes)
+{
+	size_t rounded = (bytes + 63) / 64 * 64;
+	return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+/* Carve `n` elements of `size` bytes from the arena at *off (64-byte aligned). */
+static void *s_carve(char *base, size_t *off, size_t n, size_t size)
+{
+	void *p = base ? base + *off : NULL;
+	*off += (n * size + 63) / 64 * 64;
+	return p;
+}
+
+/* Lay out the arena for (max_B, max_T); with base NULL, only measures it. */
+static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T,
+                       bool bf16)
+{
+	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
+	size_t H = (size_t)cfg->n_head;
+	size_t N = (size_t)max_B * (size_t)max_T;
+	size_t f = sizeof(float);
+	size_t off = 0;
+	a->encoded = s_carve(base, &off, N * C, f);
+	a->ln1 = s_carve(base, &off, L * N * C, f);
+	a->ln1_mean = s_carve(base, &off, L * N, f);
+	a->ln1_rstd = s_carve(base, &off, L * N, f);
+	a->qkv = s_carve(base, &off, L * N * 3 * C, f);
+	a->att = s_carve(base, &off, L * N * H * (size_t)max_T, f);
+	a->atty = s_carve(base, &off, L * N * C, f);
+	a->res2 = s_carve(base, &off, L * N * C, f);
+	a->ln2 = s_carve(base, &off, L * N * C, f);
+	a->ln2_mean = s_carve(base, &off, L * N, f);
+	a->ln2_rstd = s_carve(base, &off, L * N, f);
+	a->fch = s_carve(base, &off, L * N * 4 * C, f);
+	a->res3 = s_carve(base, &off, L * N * C, f);
+	a->lnf = s_carve(base, &off, N * C, f);
+	a->lnf_mean = s_carve(base, &off, N, f);
+	a->lnf_rstd = s_carve(base, &off, N, f);
+	a->logits = s_carve(base, &off, N * V, f);
+	a->lse = s_carve(base, &off, N, f);
+	a->losses = s_carve(base, &off, N, f);
+	a->dres = s_carve(base, &off, N * C, f);
+	a->dbig = s_carve(base, &off, N * 4 * C, f);
+	a->dsmall = s_carve(base, &off, N * C, f);
+	a->att_scratch = s_carve(base, &off,
+				 kernel_attention_scratch_floats(max_B, max_T, (int)C, (int)H), f);
+	a->inputs = s_carve(base, &off, N, sizeof(int32_t));
+	a->targets = s_carve(base, &off, N, sizeof(int32_t));
+	a->a16 = NULL;
+	a->b16 = NULL;
+	if (bf16) {
+		a->a16 = s_carve(base, &off, N * (V > 4 * C ? V : 4 * C), sizeof(uint16_t));
+		a->b16 = s_carve(base, &off, N * 4 * C, sizeof(uint16_t));
+	}
+	return off;
+}
+
+/* The same arena size as s_layout, in double so that absurd sizes cannot
+ * overflow before they are refused. */
+static double s_arena_bytes_estimate(const gpt2_config_t *cfg, double B, double T, bool bf16)
+{
+	double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, H = cfg->n_head;
+	double N = B * T;
+	double floats = N * (8 * C + V + 4) + B * C * (T + 16) + N * H * T +
+	                L * N * (12 * C + 4 + H * T);
+	double bytes = 4 * floats + 8 * N;
+	if (bf16)
+		bytes += 2 * N * ((V > 4 * C ? V : 4 * C) + 4 * C);
+	return bytes + 64.0 * 32;
+}
+
+/* Memory this machine can give us: MemAvailable, else the physical size. */
+static double s_available_bytes(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (f) {
+		char line[256];
+		while (fgets(line, sizeof line, f)) {
+			unsigned long long kib;
+			if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+				fclose(f);
+				return (double)kib * 1024.0;
+			}
+		}
+		fclose(f);
+	}
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
+}
+
+static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int64_t d1, bool decay)
+{
+	gpt2_tensor_t *t = &m->tensors[m->n_tensors++];
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->ndim = ndim;
+	t->shape[0] = d0;
+	t->shape[1] = ndim == 2 ? d1 : 0;
+	t->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+	t->offset = m->n_params;
+	t->decay = decay;
+	m->n_params += t->numel;
+}
+
+static void s_build_tensor_table(gpt2_t *m)
+{
+	const gpt2_config_t *c = &m->cfg;
+	int64_t C = c->n_embd;
+	char name[GPT2_TENSOR_NAME_MAX];
+	s_add_tensor(m, "wte.weight", 2, c->vocab_size, C, true);
+	s_add_tensor(m, "wpe.weight", 2, c->seq_len, C, true);
+	for (int l = 0; l < c->n_layer; l++) {
+#define LAYER_TENSOR(suffix, ndim, d0, d1, decay)                         \
+	do {                                                              \
+		snprintf(name, sizeof name, "h.%d." suffix, l);           \
+		s_add_tensor(m, name, ndim, d0, d1, decay);               \
+	} while (0)
+		LAYER_TENSOR("ln_1.weight", 1, C, 0, false);
+		LAYER_TENSOR("ln_1.bias", 1, C, 0, false);
+		LAYER_TENSOR("attn.c_attn.weight", 2, C, 3 * C, true);
+		LAYER_TENSOR("attn.c_attn.bias", 1, 3 * C, 0, false);
+		LAYER_TENSOR("attn.c_proj.weight", 2, C, C, true);
+		LAYER_TENSOR("attn.c_proj.bias", 1, C, 0, false);
+		LAYER_TENSOR("ln_2.weight", 1, C, 0, false);
+		LAYER_TENSOR("ln_2.bias", 1, C, 0, false);
+		LAYER_TENSOR("mlp.c_fc.weight", 2, C, 4 * C, true);
+		LAYER_TENSOR("mlp.c_fc.bias", 1, 4 * C, 0, false);
+		LAYER_TENSOR("mlp.c_proj.weight", 2, 4 * C, C, true);
+		LAYER_TENSOR("mlp.c_proj.bias", 1, C, 0, false);
+#undef LAYER_TENSOR
+	}
+	s_add_tensor(m, "ln_f.weight", 1, C, 0, false);
+	s_add_tensor(m, "ln_f.bias", 1, C, 0, false);
+}
+
+static int s_check_positive(const char *field, int v, char *err, size_t errlen)
+{
+	if (v > 0)
+		return 0;
+	snprintf(err, errlen, "%s (%d) must be positive", field, v);
+	return -1;
+}
+
+gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
+                    char *err, size_t errlen)
+{
+	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
+	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
+	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
+	    s_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
+	    s_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
+	    s_check_positive("train.batch_size", max_B, err, errlen))
+		return NULL;
+	if (cfg->n_embd % cfg->n_head != 0) {
+		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
+			 cfg->n_embd, cfg->n_head);
+		return NULL;
+	}
+	if (max_T < 1 || max_T > cfg->seq_len) {
+		snprintf(err, errlen, "the sequence length (%d) must be between 1 and model.seq_len (%d)",
+			 max_T, cfg->seq_len);
+		return NULL;
+	}
+	bool bf16 = precision == GPT2_PRECISION_BF16;
+	double C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
+	double n_params = V * C + (double)cfg->seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+	/* parameters, gradients, and the trainer's two AdamW moments; plus the bf16 copy */
+	double state_bytes = n_params * (16.0 + (bf16 ? 2.0 : 0.0));
+	double act_bytes = s_arena_bytes_estimate(cfg, max_B, max_T, bf16);
+	double avail = s_available_bytes();
+	if (state_bytes > avail) {
+		snprintf(err, errlen,
+			 "model does not fit in memory: needs %.1f GiB for %.0f parameters, their gradients"
+			 " and AdamW state, but %.1f GiB is available; lower model.n_layer, model.n_embd or"
+			 " model.vocab_size",
+			 state_bytes / 1073741824.0, n_params, avail / 1073741824.0);
+		return NULL;
+	}
+	if (state_bytes + act_bytes > avail || (double)max_B * max_T > 2147483647.0 / 4) {
+		snprintf(err, errlen,
+			 "batch does not fit in memory: needs %.1f GiB for activations (train.batch_size %d"
+			 " x model.seq_len %d tokens) and %.1f GiB for parameters, gradients and AdamW"
+			 " state, but %.1f GiB is available; lower train.batch_size or model.seq_len",
+			 act_bytes / 1073741824.0, max_B, max_T, state_bytes / 1073741824.0,
+			 avail / 1073741824.0);
+		return NULL;
+	}
+
+	gpt2_t *m = calloc(1, sizeof *m);
+	if (!m)
+		goto fail_nomem;
+	m->cfg = *cfg;
+	m->max_B = max_B;
+	m->max_T = max_T;
+	m->precision = precision;
+	m->tensors = calloc((size_t)(2 + N_LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
+	if (!m->tensors)
+		goto fail_nomem;
+	s_build_tensor_table(m);
+	m->params = s_aligned_alloc(m->n_params * sizeof(float));
+	m->grads = s_aligned_alloc(m->n_params * sizeof(float));
+	if (!m->params || !m->grads)
+		goto fail_nomem;
+	memset(m->params, 0, m->n_params * sizeof(float));
+	memset(m->grads, 0, m->n_params * sizeof(float));
+	if (bf16) {
+		m->params16 = s_aligned_alloc(m->n_params * sizeof(uint16_t));
+		if (!m->params16)
+			goto fail_nomem;
+	}
+	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, bf16);
+	m->arena = s_aligned_alloc(m->arena_bytes);
+	if (!m->arena)
+		goto fail_nomem;
+	s_layout(&m->a, m->arena, cfg, max_B, max_T, bf16);
+	m->mm = matmul_cache_create(bf16, err, errlen);
+	if (!m->mm)
+		goto fail;
+	return m;
+
+fail_nomem:
+	snprintf(err, errlen,
+		 "batch does not fit in memory: cannot allocate %.1f GiB for activations"
+		 " (train.batch_size %d x model.seq_len %d tokens) and %.1f GiB for parameters and"
+		 " gradients; lower train.batch_size or model.seq_len",
+		 act_bytes / 1073741824.0, max_B, max_T, n_params * 8.0 / 1073741824.0);
+fail:
+	gpt2_free(m);
+	return NULL;
+}
+
+void gpt2_free(gpt2_t *m)
+{
+	if (!m)
+		return;
+	matmul_cache_free(m->mm);
+	free(m->arena);
+	free(m->params16);
+	free(m->grads);
+	free(m->params);
+	free(m->tensors);
+	free(m);
+}
+
+const gpt2_config_t *gpt2_config(const gpt2_t *m)
+{
+	return &m->cfg;
+}
+
+size_t gpt2_num_params(const gpt2_t *m)
+{
+	return m->n_params;
+}
+
+float *gpt2_params(gpt2_t *m)
+{
+	return m->params;
+}
+
+float *gpt2_grads(gpt2_t *m)
+{
+	return m->grads;
+}
+
+int gpt2_num_tensors(const gpt2_t *m)
+{
+	return m->n_tensors;
+}
+
+const gpt2_tensor_t *gpt2_tensor(const gpt2_t *m, int i)
+{
+	return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+
+const gpt2_tensor_t *gpt2_tensor_by_name(const gpt2_t *m, const char *name)
+{
+	for (int i = 0; i < m->n_tensors; i++)
+		if (strcmp(m->tensors[i].name, name) == 0)
+			return &m->tensors[i];
+	return NULL;
+}
+
+size_t gpt2_activation_bytes(const gpt2_t *m)
+{
+	size_t p = m->n_params * (2 * sizeof(float) + (m->params16 ? sizeof(uint16_t) : 0));
+	return p + m->arena_bytes;
+}
+
+double gpt2_flops_per_token(const gpt2_t *m, int T)
+{
+	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
+}
+
+/* ---- initialisation ---- */
+
+static uint64_t s_splitmix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* A uniform double in (0, 1] from 53 random bits. */
+static double s_unit(uint64_t r)
+{
+	return ((double)(r >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+/*
+ * Normal(0, std) into x[0..n): pair j of tensor `key` comes from a hash of
+ * (seed, key, j) through Box-Muller, so elements are independent of the
+ * order (and thread) they are computed in.
+ */
+static void s_fill_normal(float *x, size_t n, uint64_t seed, uint64_t key, double std)
+{
+	uint64_t stream = s_splitmix64(seed ^ s_splitmix64(key + 0x243f6a8885a308d3ull));
+	size_t n_pairs = (n + 1) / 2;
+#pragma omp parallel for schedule(static)
+	for (size_t j = 0; j < n_pairs; j++) {
+		uint64_t r1 = s_splitmix64(stream + 2 * j), r2 = s_splitmix64(stream + 2 * j + 1);
+		double rad = sqrt(-2.0 * log(s_unit(r1))) * std;
+		double ang = 2.0 * M_PI * s_unit(r2);
+		x[2 * j] = (float)(rad * cos(ang));
+		if (2 * j + 1 < n)
+			x[2 * j + 1] = (float)(rad * sin(ang));
+	}
+}
+
+void gpt2_init_params(gpt2_t *m, uint64_t seed)
+{
+	double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+	for (int i = 0; i < m->n_tensors; i++) {
+		const gpt2_tensor_t *t = &m->tensors[i];
+		float *p = m->params + t->offset;
+		const char *dot = strrchr(t->name, '.');
+		bool is_ln = strstr(t->name, "ln_") != NULL;
+		if (t->ndim == 2) {
+			bool resid = strstr(t->name, "c_proj.weight") != NULL;
+			s_fill_normal(p, t->numel, seed, (uint64_t)i, resid ? resid_std : 0.02);
+		} else {
+			float v = is_ln && strcmp(dot, ".weight") == 0 ? 1.0f : 0.0f;
+			for (size_t k = 0; k < t->numel; k++)
+				p[k] = v;
+		}
+	}
+}
+
+/* ---- forward and backward ---- */
+
+static float *s_param(gpt2_t *m, int l, int which)
+{
+	return m->params + m->tensors[2 + l * N_LAYER_TENSORS + which].offset;
+}
+
+static float *s_grad(gpt2_t *m, int l, int which)
+{
+	return m->grads + m->tensors[2 + l * N_LAYER_TENSORS + which].offset;
+}
+
+/*
+ * C (M, N) (+)= op(A) @ op(B) (+ bias), see matmul_run. In bf16 mode, B is
+ * taken from the bf16 parameter copy when it points into the parameters,
+ * else converted like A into a scratch buffer.
+ */
+static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, bool trans_a, const float *B,
+                   bool trans_b, const float *bias, float *C, bool accumulate)
+{
+	if (!m->params16) {
+		matmul_run(m->mm, M, N, K, A, trans_a, B, trans_b, bias, C, accumulate);
+		return;
+	}
+	/* A transposed is written row-major: oneDNN's bf16 kernels are much
+	 * slower on a transposed A (the weight-gradient GEMMs) */
+	if (trans_a)
+		kernel_to_bf16_transposed(m->a.a16, A, (size_t)K, (size_t)M);
+	else
+		kernel_to_bf16(m->a.a16, A, (size_t)M * K);
+	trans_a = false;
+	const uint16_t *b16;
+	uintptr_t b = (uintptr_t)B, lo = (uintptr_t)m->params;
+	if (b >= lo && b < lo + m->n_params * sizeof(float)) {
+		b16 = m->params16 + (b - lo) / sizeof(float);
+	} else {
+		kernel_to_bf16(m->a.b16, B, (size_t)K * N);
+		b16 = m->a.b16;
+	}
+	matmul_run(m->mm, M, N, K, m->a.a16, trans_a, b16, trans_b, bias, C, accumulate);
+}
+
+/* Per-layer slices of the activations (max-sized strides). */
+#define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
+
+float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
+{
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size, H = m->cfg.n_head;
+	if (B < 1 || B > m->max_B || T < 1 || T > m->max_T) {
+		fprintf(stderr, "ringworker: fatal: gpt2_forward: batch %d x %d exceeds the model's %d x %d\n",
+			B, T, m->max_B, m->max_T);
+		exit(EX_SOFTWARE);
+	}
+	const int N = B * T;
+	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
+	acts_t *a = &m->a;
+	for (int n = 0; n < N; n++) {
+		if (inputs[n] < 0 || inputs[n] >= V || (targets && (targets[n] < 0 || targets[n] >= V))) {
+			fprintf(stderr, "ringworker: fatal: gpt2_forward: token id out of [0, %d)\n", V);
+			exit(EX_SOFTWARE);
+		}
+	}
+	kernel_flush_denormals();
+	memcpy(a->inputs, inputs, (size_t)N * sizeof(int32_t));
+	m->B = B;
+	m->T = T;
+	m->have_targets = false;
+	if (m->params16)
+		kernel_to_bf16(m->params16, m->params, m->n_params);
+
+	const float *wte = m->params + m->tensors[0].offset;
+	const float *wpe = m->params + m->tensors[1].offset;
+	kernel_embed_forward(a->encoded, inputs, wte, wpe, B, T, C);
+	const float *x = a->encoded;
+	for (int l = 0; l < L; l++) {
+		float *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
+		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C), *atty = LAYER_SLICE(a->atty, l, C);
+		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
+		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
+
+		kernel_layernorm_forward(ln1, LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
+					 x, s_param(m, l, T_LN1_W), s_param(m, l, T_LN1_B), N, C);
+		s_gemm(m, N, 3 * C, C, ln1, false, s_param(m, l, T_QKV_W), false, s_param(m, l, T_QKV_B),
+		       qkv, false);
+		kernel_attention_forward(atty, att, qkv, a->att_scratch, B, T, C, H);
+		memcpy(res2, x, (size_t)N * C * sizeof(float));
+		s_gemm(m, N, C, C, atty, false, s_param(m, l, T_PROJ_W), false, s_param(m, l, T_PROJ_B),
+		       res2, true);
+		kernel_layernorm_forward(ln2, LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
+					 res2, s_param(m, l, T_LN2_W), s_param(m, l, T_LN2_B), N, C);
+		s_gemm(m, N, 4 * C, C, ln2, false, s_param(m, l, T_FC_W), false, s_param(m, l, T_FC_B),
+		       fch, false);
+		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
+		memcpy(res3, res2, (size_t)N * C * sizeof(float));
+		s_gemm(m, N, C, 4 * C, a->dbig, false, s_param(m, l, T_FCPROJ_W), false,
+		       s_param(m, l, T_FCPROJ_B), res3, true);
+		x = res3;
+	}
+	const gpt2_tensor_t *lnf_w = &m->tensors[m->n_tensors - 2], *lnf_b = &m->tensors[m->n_tensors - 1];
+	kernel_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, m->params + lnf_w->offset,
+				 m->params + lnf_b->offset, N, C);
+	/* logits (N, V) = lnf (N, C) @ wte^T; wte is stored (V, C) */
+	s_gemm(m, N, V, C, a->lnf, false, wte, true, NULL, a->logits, false);
+	if (!targets)
+		return 0.0f;
+	memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
+	m->have_targets = true;
+	return kernel_crossentropy_forward(a->losses, a->lse, a->logits, targets, N, V);
+}
+
+const float *gpt2_logits(const gpt2_t *m)
+{
+	return m->a.logits;
+}
+
+void gpt2_zero_grad(gpt2_t *m)
+{
+	float *g = m->grads;
+	size_t n = m->n_params;
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < n; i++)
+		g[i] = 0.0f;
+}
+
+void gpt2_backward(gpt2_t *m, float loss_scale)
+{
+	if (!m->have_targets) {
+		fprintf(stderr, "ringworker: fatal: gpt2_backward without a forward with targets\n");
+		exit(EX_SOFTWARE);
+	}
+	m->have_targets = false; /* the logits become their gradient */
+	kernel_flush_denormals();
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size, H = m->cfg.n_head;
+	const int B = m->B, T = m->T, N = B * T;
+	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
+	acts_t *a = &m->a;
+	const float *wte = m->params + m->tensors[0].offset;
+	float *dwte = m->grads + m->tensors[0].offset, *dwpe = m->grads + m->tensors[1].offset;
+
+	kernel_crossentropy_backward_inplace(a->logits, a->lse, a->targets, N, V, loss_scale / (float)N);
+	float *dlogits = a->logits;
+	/* dwte (V, C) += dlogits^T (V, N) @ lnf (N, C); dlnf (N, C) = dlogits (N, V) @ wte (V, C) */
+	s_gemm(m, V, C, N, dlogits, true, a->lnf, false, NULL, dwte, true);
+	s_gemm(m, N, C, V, dlogits, false, wte, false, NULL, a->dsmall, false);
+	const gpt2_tensor_t *lnf_w = &m->tensors[m->n_tensors - 2], *lnf_b = &m->tensors[m->n_tensors - 1];
+	memset(a->dres, 0, (size_t)N * C * sizeof(float));
+	kernel_layernorm_backward(a->dres, m->grads + lnf_w->offset, m->grads + lnf_b->offset, a->dsmall,
+				  LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd,
+				  m->params + lnf_w->offset, N, C);
+
+	for (int l = L - 1; l >= 0; l--) {
+		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
+		float *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
+		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C), *atty = LAYER_SLICE(a->atty, l, C);
+		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
+
+		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
+		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
+		s_gemm(m, 4 * C, C, N, a->dbig, true, a->dres, false, NULL, s_grad(m, l, T_FCPROJ_W), true);
+		kernel_bias_backward(s_grad(m, l, T_FCPROJ_B), a->dres, N, C);
+		s_gemm(m, N, 4 * C, C, a->dres, false, s_param(m, l, T_FCPROJ_W), true, NULL, a->dbig, false);
+		kernel_gelu_backward_inplace(a->dbig, fch, (size_t)N * 4 * C);
+		s_gemm(m, C, 4 * C, N, ln2, true, a->dbig, false, NULL, s_grad(m, l, T_FC_W), true);
+		kernel_bias_backward(s_grad(m, l, T_FC_B), a->dbig, N, 4 * C);
+		s_gemm(m, N, C, 4 * C, a->dbig, false, s_param(m, l, T_FC_W), true, NULL, a->dsmall, false);
+		kernel_layernorm_backward(a->dres, s_grad(m, l, T_LN2_W), s_grad(m, l, T_LN2_B), a->dsmall,
+					  res2, LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
+					  s_param(m, l, T_LN2_W), N, C);
+
+		/* attention: res2 = x + attn(ln1 @ Wqkv + bqkv) @ Wproj + bproj; dres holds d res2 */
+		s_gemm(m, C, C, N, atty, true, a->dres, false, NULL, s_grad(m, l, T_PROJ_W), true);
+		kernel_bias_backward(s_grad(m, l, T_PROJ_B), a->dres, N, C);
+		s_gemm(m, N, C, C, a->dres, false, s_param(m, l, T_PROJ_W), true, NULL, a->dsmall, false);
+		kernel_attention_backward(a->dbig, a->dsmall, qkv, att, a->att_scratch, B, T, C, H);
+		s_gemm(m, C, 3 * C, N, ln1, true, a->dbig, false, NULL, s_grad(m, l, T_QKV_W), true);
+		kernel_bias_backward(s_grad(m, l, T_QKV_B), a->dbig, N, 3 * C);
+		s_gemm(m, N, C, 3 * C, a->dbig, false, s_param(m, l, T_QKV_W), true, NULL, a->dsmall, false);
+		kernel_layernorm_backward(a->dres, s_grad(m, l, T_LN1_W), s_grad(m, l, T_LN1_B), a->dsmall, x,
+					  LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
+					  s_param(m, l, T_LN1_W), N, C);
+	}
+	kernel_embed_backward(dwte, dwpe, a->dres, a->inputs, B, T, C);
+}

@@ -1,0 +1,84 @@
+/*
+ * kernels: the non-GEMM layers of the GPT-2 engine in C with OpenMP, forward
+ * and backward: embeddings, LayerNorm, causal attention, GELU, bias
+ * gradients, cross-entropy, and fp32 -> bf16 conversion.
+ *
+ * Determinism: every reduction has an order fixed by the shapes alone.
+ * Row-wise work (LayerNorm statistics, softmax, cross-entropy) is split over
+ * threads by rows, and each row is reduced by one thread in a fixed lane
+ * order. Reductions over the rows (bias and LayerNorm parameter gradients,
+ * embedding gradients) are split over threads by column blocks, and each
+ * column is summed over the rows serially. So no result depends on the
+ * number of OpenMP threads. Private to worker/engine/.
+ *
+ * Shapes: N = B*T rows; C channels; H heads of hd = C/H channels each.
+ * "Backward" functions ADD into gradients of parameters (d...w, d...b) and
+ * into `dx` where they say so.
+ */
+#ifndef RINGMASTER_ENGINE_KERNELS_H
+#define RINGMASTER_ENGINE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* out (B, T, C) = wte[inputs] + wpe[t] */
+void kernel_embed_forward(float *out, const int32_t *inputs, const float *wte, const float *wpe,
+                          int B, int T, int C);
+/* dwte (V, C) += scatter of dout by token; dwpe (maxT, C) += sum over b of dout */
+void kernel_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inputs,
+                           int B, int T, int C);
+
+/* out (N, C) = LayerNorm(x) * w + b, eps 1e-5; mean, rstd (N) kept for backward */
+void kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, int N, int C);
+/* dx (N, C) += d/dx; dw, db (C) += d/dw, d/db; given dout (N, C) and the forward's x, mean, rstd */
+void kernel_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                               const float *mean, const float *rstd, const float *w, int N, int C);
+
+/*
+ * Causal self-attention. qkv (B, T, 3C) holds q, k, v side by side (HF
+ * c_attn order); att (B, H, T, T) gets the softmax probabilities (zero above
+ * the diagonal); out (B, T, C) the heads' outputs side by side. scratch holds
+ * kernel_attention_scratch_floats(B, T, C, H) floats.
+ */
+size_t kernel_attention_scratch_floats(int B, int T, int C, int H);
+void kernel_attention_forward(float *out, float *att, const float *qkv, float *scratch, int B, int T,
+                              int C, int H);
+/* dqkv (B, T, 3C) = gradient of the attention (overwritten, not added) */
+void kernel_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                               float *scratch, int B, int T, int C, int H);
+
+/* out = gelu(x) (tanh approximation), n elements; out may be x */
+void kernel_gelu_forward(float *out, const float *x, size_t n);
+/* d (n) *= gelu'(x), in place */
+void kernel_gelu_backward_inplace(float *d, const float *x, size_t n);
+
+/* db (C) += sum over the N rows of dout (N, C) */
+void kernel_bias_backward(float *db, const float *dout, int N, int C);
+
+/*
+ * Cross-entropy over logits (N, V) with targets (N): losses (N) and lse (N)
+ * (log-sum-exp, kept for backward). Returns the mean loss, summed in order.
+ */
+float kernel_crossentropy_forward(float *losses, float *lse, const float *logits,
+                                  const int32_t *targets, int N, int V);
+/* logits (N, V) become dlogits = scale * (softmax - onehot(target)), in place */
+void kernel_crossentropy_backward_inplace(float *logits, const float *lse, const int32_t *targets,
+                                          int N, int V, float scale);
+
+/*
+ * Set flush-to-zero and denormals-are-zero (x86 MXCSR) on the calling thread
+ * and on every OpenMP thread: denormal gradients and AdamW moments are
+ * otherwise ~100x slower to compute with and change nothing that matters.
+ * Persistent for those threads; no-op elsewhere.
+ */
+void kernel_flush_denormals(void);
+
+/* dst (n) = bf16(src), round to nearest even; NaN stays NaN */
+void kernel_to_bf16(uint16_t *dst, const float *src, size_t n);
+
+/* dst (cols, rows) = bf16(src (rows, cols))^T: the conversion and a transpose
+ * in one pass (oneDNN's bf16 GEMMs are faster on row-major operands) */
+void kernel_to_bf16_transposed(uint16_t *dst, const float *src, size_t rows, size_t cols);
+
+#endif
