@@ -20,6 +20,7 @@ done
 
 work=$(mktemp -d /tmp/rm-httpbench.XXXXXX)
 out=${OUT_DIR:-$work}
+mkdir -p "$out"
 port=$((20000 + RANDOM % 20000))
 nport=$((port + 1))
 bport=$((port + 2))
