@@ -1,33 +1,40 @@
 #!/usr/bin/env bash
-# Build the job spec libFuzzer binary with clang (outside meson) and run it.
+# Build one libFuzzer harness with clang (outside meson) and run it.
 #
-#   tests/fuzz/run-fuzzer.sh [SECONDS] [extra libFuzzer flags...]
+#   tests/fuzz/run-fuzzer.sh [jobspec|wire] [SECONDS] [extra libFuzzer flags...]
 #
-# The seed corpus tests/fuzz/corpus/jobspec/ is only read: new inputs go to
-# build-fuzz/corpus-jobspec/, crashes to build-fuzz/. To keep an interesting
+# The seed corpus tests/fuzz/corpus/NAME/ is only read: new inputs go to
+# build-fuzz/corpus-NAME/, crashes to build-fuzz/. To keep an interesting
 # input, minimize it (-minimize_crash=1 or -merge=1) and copy it into the
 # seed corpus, which `meson test --suite fuzz` replays.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-seconds=${1:-60}
-shift || true
+name=${1:-jobspec}
+seconds=${2:-60}
+shift 2 || shift $# || true
 out=build-fuzz
-mkdir -p "$out/corpus-jobspec"
+mkdir -p "$out/corpus-$name"
+
+case $name in
+  jobspec) srcs=(tests/fuzz/fuzz_jobspec.c api/jobspec.c); libs="jansson"; dict=(-dict=tests/fuzz/jobspec.dict) ;;
+  wire) srcs=(tests/fuzz/fuzz_wire.c api/wire.c); libs="jansson libzmq"; dict=(-dict=tests/fuzz/wire.dict) ;;
+  *) echo "run-fuzzer: unknown harness '$name' (jobspec or wire)" >&2; exit 2 ;;
+esac
 
 clang -g -O1 -std=gnu11 -D_GNU_SOURCE \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -Iapi tests/fuzz/fuzz_jobspec.c api/jobspec.c \
-  $(pkg-config --cflags --libs jansson) -lm \
-  -o "$out/fuzz-jobspec"
+  -Iapi "${srcs[@]}" \
+  $(pkg-config --cflags --libs $libs) -lm \
+  -o "$out/fuzz-$name"
 
-"$out/fuzz-jobspec" \
+"$out/fuzz-$name" \
   -max_total_time="$seconds" \
-  -dict=tests/fuzz/jobspec.dict \
+  "${dict[@]}" \
   -max_len=4096 \
   -timeout=10 \
   -rss_limit_mb=2048 \
   -artifact_prefix="$out/" \
   -print_final_stats=1 \
   "$@" \
-  "$out/corpus-jobspec" tests/fuzz/corpus/jobspec
+  "$out/corpus-$name" "tests/fuzz/corpus/$name"

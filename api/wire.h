@@ -1,0 +1,158 @@
+/*
+ * wire: the ZeroMQ protocol between ringmasterd and the workers (agents and
+ * rank processes), and its codec.
+ *
+ * The coordinator binds one ROUTER socket; every agent and every rank connects
+ * one DEALER socket with a routing identity:
+ *   agent/<node>                       a node agent
+ *   rank/<job>/<attempt>/<rank>        a rank process
+ * A message is three frames after the identity that the ROUTER adds:
+ *   [protocol "RMW1"] [type, ASCII, e.g. "HEARTBEAT"] [payload: one JSON object]
+ * The payload is at most WIRE_MAX_PAYLOAD_BYTES. wire_decode() checks the
+ * protocol, the type and the fields each type requires (listed below with
+ * their JSON types); extra fields are ignored so that newer peers can add
+ * some. Anything it refuses gets an ERROR reply (or is dropped when no reply
+ * is possible); a peer never crashes on what it receives.
+ *
+ * Liveness (Paranoid Pirate): any message from a peer counts as a heartbeat.
+ * Agents send HEARTBEAT every heartbeat_ms when they have nothing else to
+ * say; the coordinator declares an agent dead after `dead_after` intervals
+ * without a message. The coordinator sends each registered agent HEARTBEAT
+ * {node: the agent's node} every heartbeat_ms too; an agent that hears
+ * nothing for dead_after intervals reconnects (backoff 1 s doubling to 32 s)
+ * and REGISTERs again with the ranks it runs. Rank processes are watched by their agent (waitpid),
+ * so they need no heartbeat of their own.
+ *
+ * Messages and their required payload fields:
+ *
+ * agent -> coordinator
+ *   REGISTER     node:str, devices:[{kind:"cpu"|"cuda", index:int}],
+ *                ranks:[{job:str, attempt:int, rank:int, pid:int}]  (ranks it runs now)
+ *   HEARTBEAT    node:str
+ *   RANK_EXITED  job:str, attempt:int, rank:int,
+ *                exit_code:int (-1 when killed by a signal), signal:int (0 when exited),
+ *                error:str (the rank's last line on stderr that says "error", or "")
+ * coordinator -> agent
+ *   REGISTERED   heartbeat_ms:int, dead_after:int
+ *   SPAWN        job:str, attempt:int, rank:int, world_size:int,
+ *                device:{kind:str, index:int}   (the agent picks the rank's
+ *                thread count and CPU affinity for the node)
+ *   KILL         job:str, attempt:int, rank:int (-1: every rank of that job)
+ *
+ * rank -> coordinator  (the identity names job, attempt and rank)
+ *   JOIN         job:str, attempt:int, rank:int
+ *   KV_SET       key:str, value:str (base64; the coordinator keeps it opaque)
+ *   KV_GET       key:str, timeout_ms:int (0: answer now; else wait up to that)
+ *   METRICS      step:int, loss:real, lr:real, grad_norm:real, tokens_per_s:real,
+ *                ms:real; optional val_loss:real
+ *   DONE         step:int, loss:real
+ *   FAILED       reason:str
+ * coordinator -> rank
+ *   JOINED       job:str, attempt:int, rank:int, world_size:int,
+ *                spec:{...} (the job spec with defaults), metrics_every:int
+ *   KV_OK        key:str
+ *   KV_VALUE     key:str, found:bool, value:str ("" when not found)
+ *   ABORT        job:str, attempt:int, reason:str (the rank exits at once)
+ *
+ * either way
+ *   ERROR        code:int (400 malformed, 404 unknown type or job, 409 stale
+ *                attempt, 413 too large), detail:str
+ *
+ * KV keys live per (job, attempt): the coordinator scopes them by the
+ * sender's identity, so ranks of different attempts never see each other's
+ * keys.
+ */
+#ifndef RINGMASTER_API_WIRE_H
+#define RINGMASTER_API_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#define WIRE_PROTOCOL "RMW1"
+#define WIRE_MAX_PAYLOAD_BYTES (1 << 20)
+#define WIRE_MAX_IDENTITY_BYTES 255
+
+typedef enum {
+	WIRE_REGISTER = 1,
+	WIRE_HEARTBEAT,
+	WIRE_RANK_EXITED,
+	WIRE_REGISTERED,
+	WIRE_SPAWN,
+	WIRE_KILL,
+	WIRE_JOIN,
+	WIRE_KV_SET,
+	WIRE_KV_GET,
+	WIRE_METRICS,
+	WIRE_DONE,
+	WIRE_FAILED,
+	WIRE_JOINED,
+	WIRE_KV_OK,
+	WIRE_KV_VALUE,
+	WIRE_ABORT,
+	WIRE_ERROR,
+} wire_type_t;
+
+#define WIRE_N_TYPES 17
+
+/* "REGISTER", ... for a valid type; "?" otherwise. */
+const char *wire_type_name(wire_type_t type);
+
+/* The type named by `name` (`len` bytes, not NUL-terminated): 0 and
+ * *ret_type, or -ENOENT. */
+int wire_type_from_name(const char *name, size_t len, wire_type_t *ret_type);
+
+/*
+ * Decode one message: `n_frames` frames (data, size) after any routing
+ * identity. On success returns 0, *ret_type and *ret_payload (a new
+ * reference to a JSON object with every field its type requires). On
+ * failure returns a negative code with one line in `err`:
+ *   -EPROTO   wrong frame count or protocol frame (a wrong version)
+ *   -ENOENT   unknown message type
+ *   -EMSGSIZE payload over WIRE_MAX_PAYLOAD_BYTES
+ *   -EINVAL   payload not a JSON object, or a required field missing or of
+ *             the wrong type (`err` names the field)
+ * The ERROR reply's code for each: 400, 404, 413, 400.
+ */
+int wire_decode(size_t n_frames, const void *const *frames, const size_t *sizes,
+                wire_type_t *ret_type, json_t **ret_payload, char *err, size_t errlen);
+
+/* The ERROR code (400, 404, 413) for a wire_decode() failure. */
+int wire_error_code(int decode_rc);
+
+/*
+ * Encode `payload` (borrowed; must be an object with the fields `type`
+ * requires) compactly into a malloc'ed buffer: 0 and *ret_buf / *ret_len, or
+ * -EINVAL (fields missing) / -EMSGSIZE / -ENOMEM with `err` set.
+ */
+int wire_encode(wire_type_t type, const json_t *payload, char **ret_buf, size_t *ret_len,
+                char *err, size_t errlen);
+
+/*
+ * Send one message on a ZeroMQ socket: [identity] [RMW1] [type] [payload].
+ * `identity` is NULL on a DEALER; on a ROUTER it names the peer. The send
+ * never blocks (ZMQ_DONTWAIT): a peer that cannot take it loses it.
+ * 0 or a negative errno (-EINVAL for a payload wire_encode refuses).
+ */
+int wire_send(void *sock, const void *identity, size_t identity_len, wire_type_t type,
+              const json_t *payload);
+
+/*
+ * Receive one whole message from `sock` (a DEALER when `ret_identity` is NULL,
+ * else a ROUTER: the identity is copied there, at most
+ * WIRE_MAX_IDENTITY_BYTES, and its length stored in *ret_identity_len) and
+ * decode it. `flags` is 0 or ZMQ_DONTWAIT. Returns 0 with *ret_type and
+ * *ret_payload; -EAGAIN when nothing is waiting (ZMQ_DONTWAIT) or on a
+ * receive timeout; a wire_decode() error (the whole message has been consumed,
+ * the identity is set, and `err` says why) for the caller to answer with
+ * ERROR; or another negative errno when the socket failed.
+ */
+int wire_recv(void *sock, int flags, unsigned char *ret_identity, size_t *ret_identity_len,
+              wire_type_t *ret_type, json_t **ret_payload, char *err, size_t errlen);
+
+/* Send ERROR {code, detail} to `identity` (NULL on a DEALER). 0 or -errno. */
+int wire_send_error(void *sock, const void *identity, size_t identity_len, int code,
+                    const char *detail);
+
+#endif
