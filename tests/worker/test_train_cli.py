@@ -187,6 +187,14 @@ def case_error_memory(tmp):
     expect_fail(tmp, spec, 4, "memory", env=env)
 
 
+def case_error_bf16_unsupported(tmp):
+    # oneDNN limited to AVX2 has no bf16 matmul: the same as a CPU without
+    # AVX-512, where bf16 must be refused with a clear spec error.
+    with_text_data(tmp)
+    expect_fail(tmp, tiny_spec(train__precision="bf16"), 2, "train.precision", "fp32",
+                env={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+
+
 def case_formats_and_globs(tmp):
     toks = [ord(c) for c in corpus(6000)]
     for i in range(3):

@@ -51,6 +51,25 @@ struct matmul_cache {
 		}                                                                                    \
 	} while (0)
 
+/* Whether oneDNN implements a bf16 x bf16 -> f32 matmul on this CPU (it
+ * does not below AVX-512, or under ONEDNN_MAX_CPU_ISA=AVX2). */
+static bool s_bf16_supported(dnnl_engine_t engine)
+{
+	dnnl_dims_t dims = {16, 16}, strides = {16, 1};
+	dnnl_memory_desc_t in_md, out_md;
+	if (dnnl_memory_desc_init_by_strides(&in_md, 2, dims, dnnl_bf16, strides) != dnnl_success ||
+	    dnnl_memory_desc_init_by_strides(&out_md, 2, dims, dnnl_f32, strides) != dnnl_success)
+		return false;
+	dnnl_matmul_desc_t desc;
+	if (dnnl_matmul_desc_init(&desc, &in_md, &in_md, NULL, &out_md) != dnnl_success)
+		return false;
+	dnnl_primitive_desc_t pd;
+	if (dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL) != dnnl_success)
+		return false;
+	dnnl_primitive_desc_destroy(pd);
+	return true;
+}
+
 matmul_cache_t *matmul_cache_create(bool bf16, char *err, size_t errlen)
 {
 	matmul_cache_t *c = calloc(1, sizeof *c);
@@ -65,6 +84,12 @@ matmul_cache_t *matmul_cache_create(bool bf16, char *err, size_t errlen)
 	}
 	if (dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags) != dnnl_success) {
 		snprintf(err, errlen, "cannot create a oneDNN stream");
+		goto fail;
+	}
+	if (bf16 && !s_bf16_supported(c->engine)) {
+		snprintf(err, errlen,
+		         "train.precision \"bf16\" is not supported on this CPU (oneDNN has no bf16"
+		         " matmul for it; it needs AVX-512): use \"fp32\"");
 		goto fail;
 	}
 	return c;
