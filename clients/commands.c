@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -25,7 +26,18 @@
 /* JSON output of values inside tables and `show`: stable and readable. */
 #define DUMP_FLAGS (JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
 
-enum { OPT_JSON = 1000, OPT_SERVER, OPT_HELP, OPT_ALL, OPT_STATE, OPT_LIMIT, OPT_CURSOR, OPT_IDEM };
+enum {
+	OPT_JSON = 1000,
+	OPT_SERVER,
+	OPT_HELP,
+	OPT_ALL,
+	OPT_STATE,
+	OPT_LIMIT,
+	OPT_CURSOR,
+	OPT_IDEM,
+	OPT_SINCE,
+	OPT_FOLLOW,
+};
 
 static int usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg)
 {
@@ -45,6 +57,8 @@ typedef struct {
 	const char *cursor;
 	const char *idempotency_key;
 	long limit; /* 0 = server's default */
+	long long since; /* metrics: first step */
+	bool follow;     /* metrics: keep polling until the job ends */
 } cmd_opts_t;
 
 #define COMMON_LONG_OPTS                                                                           \
@@ -81,6 +95,17 @@ static int parse_options(cmd_ctx_t *ctx, const cmd_t *cmd, int argc, char **argv
 		case OPT_STATE: opts->state = optarg; break;
 		case OPT_CURSOR: opts->cursor = optarg; break;
 		case OPT_IDEM: opts->idempotency_key = optarg; break;
+		case 'f':
+		case OPT_FOLLOW: opts->follow = true; break;
+		case OPT_SINCE:
+			errno = 0;
+			opts->since = strtoll(optarg, &end, 10);
+			if (errno || end == optarg || *end || opts->since < 0) {
+				*ret_exit = usage_error(cmd->name, cmd->usage,
+				                        "--since needs an integer >= 0 (got \"%s\")", optarg);
+				return -1;
+			}
+			break;
 		case OPT_LIMIT:
 			errno = 0;
 			opts->limit = strtol(optarg, &end, 10);
@@ -811,6 +836,144 @@ out:
 	return status;
 }
 
+/* ---- metrics ------------------------------------------------------------- */
+
+/* Interval between polls of `metrics --follow`. */
+#define FOLLOW_POLL_US 1000000
+
+static void print_metric_header(void)
+{
+	printf("%8s  %9s  %9s  %10s  %9s  %10s  %9s\n", "STEP", "LOSS", "VAL_LOSS", "LR", "GRAD_NORM",
+	       "TOKENS/S", "MS");
+}
+
+static void print_metric_row(const json_t *m)
+{
+	char val[32] = "-";
+	const json_t *v = json_object_get(m, "val_loss");
+	if (json_is_number(v))
+		snprintf(val, sizeof val, "%.4f", json_number_value(v));
+	printf("%8lld  %9.4f  %9s  %10.3e  %9.3f  %10.0f  %9.1f\n",
+	       (long long)json_integer_value(json_object_get(m, "step")),
+	       json_number_value(json_object_get(m, "loss")), val,
+	       json_number_value(json_object_get(m, "lr")),
+	       json_number_value(json_object_get(m, "grad_norm")),
+	       json_number_value(json_object_get(m, "tokens_per_s")),
+	       json_number_value(json_object_get(m, "ms")));
+}
+
+static bool state_is_final(const char *state)
+{
+	return state && (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
+	                 strcmp(state, "cancelled") == 0);
+}
+
+/*
+ * One page of metrics from step *since: prints its rows (a line of JSON
+ * each with --json) and moves *since past the last one. *ret_more tells
+ * whether the server has more rows already.
+ */
+static int metrics_page(cmd_ctx_t *ctx, const char *base_path, long long *since, bool *header_done,
+                        bool *ret_more)
+{
+	char *path = strdup(base_path);
+	char since_text[32];
+	snprintf(since_text, sizeof since_text, "%lld", *since);
+	if (!path || path_add_query(ctx, &path, "since_step", since_text) < 0) {
+		free(path);
+		return out_of_memory();
+	}
+	rest_response_t response;
+	json_t *page;
+	int status = request_json(ctx, "GET", path, NULL, 0, NULL, &response, &page);
+	free(path);
+	if (status != CTL_EXIT_OK)
+		return status;
+	size_t i;
+	json_t *m;
+	json_array_foreach(json_object_get(page, "metrics"), i, m) {
+		if (ctx->json) {
+			char *text = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			if (text)
+				printf("%s\n", text);
+			free(text);
+		} else {
+			if (!*header_done) {
+				print_metric_header();
+				*header_done = true;
+			}
+			print_metric_row(m);
+		}
+		json_int_t step = json_integer_value(json_object_get(m, "step"));
+		if (step >= *since)
+			*since = step + 1;
+	}
+	*ret_more = json_is_integer(json_object_get(page, "next_since_step"));
+	fflush(stdout);
+	json_decref(page);
+	rest_response_clear(&response);
+	return CTL_EXIT_OK;
+}
+
+static int run_metrics(cmd_ctx_t *ctx, int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		COMMON_LONG_OPTS,
+		{"since", required_argument, NULL, OPT_SINCE},
+		{"follow", no_argument, NULL, OPT_FOLLOW},
+		{0, 0, 0, 0},
+	};
+	const cmd_t *cmd = cmd_find("metrics");
+	cmd_opts_t opts = {0};
+	int first, status;
+	if (parse_options(ctx, cmd, argc, argv, ":hf", long_opts, &opts, &first, &status) < 0 ||
+	    expect_args(cmd, argc, first, 1, &status) < 0)
+		return status;
+	char *path = job_path(ctx, argv[first], "/metrics");
+	char *job = job_path(ctx, argv[first], "");
+	if (!path || !job) {
+		free(path);
+		free(job);
+		return out_of_memory();
+	}
+	long long since = opts.since;
+	bool header_done = false, more = true;
+	for (;;) {
+		/* Read the job's state before its metrics, so that the rows of a
+		 * job seen as ended are all there when they are read. */
+		char state[32] = "";
+		if (opts.follow) {
+			rest_response_t response;
+			json_t *j;
+			if ((status = request_json(ctx, "GET", job, NULL, 0, NULL, &response, &j)) != CTL_EXIT_OK)
+				break;
+			snprintf(state, sizeof state, "%s", or_empty(json_string_value(json_object_get(j, "state"))));
+			if (state_is_final(state)) {
+				const char *reason = json_string_value(json_object_get(j, "state_reason"));
+				fprintf(stderr, "ringctl: job %s %s%s%s\n", argv[first], state, reason ? ": " : "",
+				        or_empty(reason));
+			}
+			json_decref(j);
+			rest_response_clear(&response);
+		}
+		do {
+			status = metrics_page(ctx, path, &since, &header_done, &more);
+		} while (status == CTL_EXIT_OK && more);
+		if (status != CTL_EXIT_OK || !opts.follow)
+			break;
+		if (state_is_final(state)) {
+			status = strcmp(state, "succeeded") == 0 ? CTL_EXIT_OK : CTL_EXIT_FAILED;
+			break;
+		}
+		usleep(FOLLOW_POLL_US);
+	}
+	if (status == CTL_EXIT_OK && !header_done && !ctx->json && !opts.follow)
+		fprintf(stderr, "ringctl: no metrics yet for job %s\n", argv[first]);
+	free(path);
+	free(job);
+	return status;
+}
+
 /* ---- the command table ---------------------------------------------------- */
 
 static const cmd_t commands[] = {
@@ -822,6 +985,9 @@ static const cmd_t commands[] = {
 	{"cancel", run_cancel, "ID", "Cancel a job."},
 	{"events", run_events, "[--limit N] [--cursor C] [--all] ID",
 	 "List a job's events (state changes with their reasons)."},
+	{"metrics", run_metrics, "[--since STEP] [--follow] ID",
+	 "Print a job's training metrics (step, loss, validation loss, lr, tokens/s); --follow keeps"
+	 " printing new steps until the job ends, then exits 0 if it succeeded."},
 	{"workers", run_workers, "", "List the worker nodes known to the coordinator."},
 };
 

@@ -42,6 +42,24 @@ def page_jobs(cursor):
     return None
 
 
+def metric(step, val=None):
+    return {"step": step, "loss": 5.0 - step / 10, "lr": 1e-3, "grad_norm": 1.25,
+            "tokens_per_s": 4000.0, "ms": 500.5, "val_loss": val, "attempt": 1,
+            "time": "2025-06-01T12:00:00Z"}
+
+
+# Job "run": each GET of the job moves it on; a step more is visible each
+# time, and it ends succeeded after 4 reads. "bad" is failed from the start.
+FOLLOW = {"reads": 0}
+
+
+def metrics_page(job, since, visible):
+    rows = [metric(s, 4.2 if s % 3 == 0 else None) for s in range(1, visible + 1)]
+    rows = [r for r in rows if r["step"] >= since]
+    page, rest = rows[:2], rows[2:]  # pages of two rows
+    return {"metrics": page, "next_since_step": page[-1]["step"] + 1 if rest else None}
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     requests = []
@@ -95,6 +113,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(200, {"events": [
                 {"id": 1, "type": "submitted", "at": "2025-06-01T12:00:00.1Z", "from": None,
                  "to": "queued", "reason": None, "attempt": 0}], "next_cursor": "e2"})
+        if url.path == "/v1/jobs/run":
+            FOLLOW["reads"] += 1
+            state = "succeeded" if FOLLOW["reads"] >= 4 else "running"
+            return self.reply(200, dict(JOB, id="run", state=state))
+        if url.path == "/v1/jobs/bad":
+            return self.reply(200, dict(JOB, id="bad", state="failed",
+                                        state_reason="rank 1 exited: killed by signal 9"))
+        if url.path in ("/v1/jobs/run/metrics", "/v1/jobs/bad/metrics", "/v1/jobs/j1/metrics"):
+            since = int(q.get("since_step", ["0"])[0])
+            visible = {"run": 1 + FOLLOW["reads"], "bad": 2, "j1": 5}[url.path.split("/")[3]]
+            return self.reply(200, metrics_page(url.path, since, visible))
         if url.path == "/v1/workers":
             return self.reply(200, {"workers": [
                 {"id": "node-a", "state": "ready", "devices": [{"kind": "cuda"}, {"kind": "cuda"}],
@@ -279,6 +308,48 @@ class MockTest(unittest.TestCase):
         self.assertEqual(len(lines), 3)
         self.assertTrue(lines[2].endswith("cancelled by user"), lines[2])
         self.assertIn("2025-06-01T12:00:05Z", lines[2])
+
+    def test_metrics_table_pages(self):
+        r = self.ctl("metrics", "j1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(),
+                         ["STEP", "LOSS", "VAL_LOSS", "LR", "GRAD_NORM", "TOKENS/S", "MS"])
+        self.assertEqual([l.split()[0] for l in lines[1:]], ["1", "2", "3", "4", "5"])
+        self.assertEqual(lines[1].split(), ["1", "4.9000", "-", "1.000e-03", "1.250", "4000",
+                                            "500.5"])
+        self.assertEqual(lines[3].split()[2], "4.2000")
+        paths = [q["path"] for q in Handler.requests]
+        self.assertIn("/v1/jobs/j1/metrics?since_step=0", paths)
+        self.assertIn("/v1/jobs/j1/metrics?since_step=3", paths)
+
+    def test_metrics_since_and_json(self):
+        r = self.ctl("--json", "metrics", "--since", "4", "j1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(l) for l in r.stdout.splitlines()]
+        self.assertEqual([x["step"] for x in rows], [4, 5])
+
+    def test_metrics_follow_until_succeeded(self):
+        FOLLOW["reads"] = 0
+        r = self.ctl("metrics", "--follow", "run")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps = [l.split()[0] for l in r.stdout.splitlines()[1:]]
+        self.assertEqual(steps, ["1", "2", "3", "4", "5"])  # each once, in order
+        self.assertIn("job run succeeded", r.stderr)
+
+    def test_metrics_follow_failed_job(self):
+        r = self.ctl("metrics", "-f", "bad")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("failed: rank 1 exited: killed by signal 9", r.stderr)
+        self.assertEqual(len(r.stdout.splitlines()), 3)
+
+    def test_metrics_bad_since(self):
+        r = self.ctl("metrics", "--since", "-1", "j1")
+        self.assertEqual(r.returncode, 64)
+        self.assertIn("--since needs an integer >= 0", r.stderr)
+        r = self.ctl("metrics")
+        self.assertEqual(r.returncode, 64)
+        self.assertIn("missing argument", r.stderr)
 
     def test_workers(self):
         r = self.ctl("workers")
