@@ -26,19 +26,23 @@
 #include <systemd/sd-daemon.h>
 #include <zmq.h>
 
+#include "fabric.h"
 #include "jobview.h"
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
 #include "sbuf.h"
 #include "store.h"
+#include "wire.h"
 
 #define WRITER_ENDPOINT "inproc://ringmaster-writer"
 #define CMD_MAGIC 0x524d4331u /* "RMC1" */
 #define MAX_GROUP 256
 #define MAX_PARTS 8
 #define POLL_MS 100
-#define WIRE_MAX_MSG_BYTES (1 << 20)
+/* Frames up to twice the payload limit are read and answered with ERROR 413;
+ * a larger frame makes ZeroMQ drop the peer's connection. */
+#define WIRE_MAX_MSG_BYTES (2 * WIRE_MAX_PAYLOAD_BYTES)
 
 enum { CMD_PING = 1, CMD_SUBMIT, CMD_CANCEL };
 
@@ -73,6 +77,7 @@ struct broker {
 	void *router;  /* workers (tcp) */
 	void *writer;  /* inproc commands from HTTP threads */
 	store_t *store;
+	fabric_t *fabric; /* agents, ranks, scheduling: the ROUTER's side */
 	pthread_t thread;
 	bool started;
 	atomic_bool stop;
@@ -132,9 +137,9 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen)
 	return 0;
 }
 
-broker_t *broker_new(void *zctx, const char *endpoint, const char *db_path, char *err,
-                     size_t errlen)
+broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 {
+	const char *endpoint = cfg->broker, *db_path = cfg->db;
 	broker_t *b = calloc(1, sizeof *b);
 	if (!b) {
 		snprintf(err, errlen, "out of memory");
@@ -159,10 +164,24 @@ broker_t *broker_new(void *zctx, const char *endpoint, const char *db_path, char
 	}
 	zmq_setsockopt(b->router, ZMQ_LINGER, &linger, sizeof linger);
 	zmq_setsockopt(b->router, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+	int one = 1; /* a reconnecting agent's new connection takes over its identity */
+	zmq_setsockopt(b->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
 	if (zmq_bind(b->router, endpoint) != 0) {
 		snprintf(err, errlen, "cannot bind the broker to %s: %s", endpoint, zmq_strerror(zmq_errno()));
 		goto fail;
 	}
+	fabric_options_t fo = {
+		.heartbeat_ms = cfg->heartbeat_ms,
+		.dead_after = cfg->heartbeat_misses,
+		.metrics_every = cfg->metrics_every,
+	};
+	b->fabric = fabric_new(b->router, b->store, &fo);
+	if (!b->fabric) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	if (fabric_load(b->fabric, err, errlen) < 0)
+		goto fail;
 
 	b->writer = zmq_socket(zctx, ZMQ_ROUTER);
 	if (!b->writer) {
@@ -238,34 +257,6 @@ static char *msg_strdup(zmq_msg_t *m)
 		s[n] = '\0';
 	}
 	return s;
-}
-
-/* Any message on the workers' socket: ERROR reply, then drop it. */
-static void handle_wire(broker_t *b)
-{
-	for (int k = 0; k < 64; k++) {
-		zmq_msg_t parts[MAX_PARTS];
-		int total = 0;
-		int n = recv_parts(b->router, parts, &total);
-		if (n <= 0)
-			return;
-		const char *payload = "{\"code\":\"not_implemented\",\"detail\":\"this coordinator does not "
-		                      "serve workers yet\"}";
-		if (n < 2)
-			payload = "{\"code\":\"malformed\",\"detail\":\"expected [RMW1] [type] [json]\"}";
-		else if (zmq_msg_size(&parts[1]) != 4 || memcmp(zmq_msg_data(&parts[1]), "RMW1", 4) != 0)
-			payload = "{\"code\":\"bad_protocol\",\"detail\":\"unknown protocol version; expected RMW1\"}";
-		log_debug("broker: %d-part message from a peer answered with ERROR", total);
-		/* identity, then [RMW1] [ERROR] [json] */
-		if (zmq_send(b->router, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]),
-		             ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
-			zmq_send(b->router, "RMW1", 4, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-			zmq_send(b->router, "ERROR", 5, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-			zmq_send(b->router, payload, strlen(payload), ZMQ_DONTWAIT);
-		}
-		for (int i = 0; i < n; i++)
-			zmq_msg_close(&parts[i]);
-	}
 }
 
 static void send_reply(broker_t *b, const unsigned char *identity, size_t identity_len,
@@ -449,6 +440,7 @@ static void handle_commands(broker_t *b)
 	if (n_cmd == 0)
 		return;
 
+	fabric_flush(b->fabric); /* the group gets a transaction of its own */
 	int r = store_begin(b->store);
 	for (int i = 0; i < n_cmd && r == 0; i++) {
 		cmd_t *c = &b->group[i];
@@ -469,6 +461,14 @@ static void handle_commands(broker_t *b)
 			            "the coordinator could not write to its database; nothing was stored, retry later");
 	}
 	metrics_record_commit(n_cmd, r == 0);
+	for (int i = 0; i < n_cmd && r == 0; i++) {
+		/* committed: now the workers' side may act on it */
+		cmd_t *c = &b->group[i];
+		if (c->hdr.type == CMD_CANCEL && c->status == 200)
+			fabric_job_cancelled(b->fabric, c->arg[0], "cancelled by request");
+		else if (c->hdr.type == CMD_SUBMIT && c->status == 201 && !c->replayed)
+			fabric_mark_dirty(b->fabric);
+	}
 	for (int i = 0; i < n_cmd; i++) {
 		cmd_t *c = &b->group[i];
 		send_reply(b, c->identity, c->identity_len, c->hdr.seq, c->status, c->replayed, c->body.data,
@@ -492,6 +492,9 @@ static void *loop_main(void *arg)
 	log_debug("broker loop started");
 	while (!atomic_load(&b->stop)) {
 		long timeout_ms = POLL_MS;
+		long fabric_ms = fabric_timeout_ms(b->fabric);
+		if (fabric_ms < timeout_ms)
+			timeout_ms = fabric_ms;
 		if (wd_usec) {
 			int64_t now = mono_us();
 			if (now >= wd_next) {
@@ -500,7 +503,7 @@ static void *loop_main(void *arg)
 			}
 			long until = (long)((wd_next - now) / 1000);
 			if (until < timeout_ms)
-				timeout_ms = until < 1 ? 1 : until;
+				timeout_ms = until < 0 ? 0 : until;
 		}
 		zmq_pollitem_t items[2] = {
 			{.socket = b->writer, .events = ZMQ_POLLIN},
@@ -520,8 +523,11 @@ static void *loop_main(void *arg)
 		if (items[0].revents & ZMQ_POLLIN)
 			handle_commands(b);
 		if (items[1].revents & ZMQ_POLLIN)
-			handle_wire(b);
+			fabric_handle_wire(b->fabric);
+		fabric_tick(b->fabric);
+		fabric_flush(b->fabric);
 	}
+	fabric_flush(b->fabric);
 	log_debug("broker loop stopped");
 	return NULL;
 }
@@ -553,6 +559,8 @@ void broker_free(broker_t *b)
 		cmd_clear(&b->group[i]);
 		sbuf_free(&b->group[i].body);
 	}
+	fabric_flush(b->fabric);
+	fabric_free(b->fabric);
 	if (b->writer)
 		zmq_close(b->writer);
 	if (b->router)

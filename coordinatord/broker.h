@@ -2,8 +2,8 @@
  * broker: the coordinator's one writer thread (the "broker loop").
  *
  * The loop owns the writer store_t and every write to the database, and the
- * ZeroMQ ROUTER socket the workers connect to (bound now; until the workers'
- * protocol lands, any message on it gets an ERROR reply and is dropped). HTTP
+ * ZeroMQ ROUTER socket the workers connect to, whose protocol (api/wire.h),
+ * cluster state and scheduler live in fabric.c. HTTP
  * threads never write: each has a broker_client_t (a DEALER socket on an
  * inproc endpoint, used by that thread only) and sends mutations to the loop,
  * waiting for the reply.
@@ -23,18 +23,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "config.h"
+
 typedef struct broker broker_t;
 typedef struct broker_client broker_client_t;
 
 /*
- * Open the writer store at `db_path` (creating the folder's database,
- * migrating the schema), bind the ROUTER at `endpoint` and the inproc command
- * socket in the ZeroMQ context `zctx` (borrowed; must outlive the broker).
- * Returns NULL with one line in `err` on failure (schema too new, folder not
+ * Open the writer store at cfg->db (creating the folder's database,
+ * migrating the schema), bind the ROUTER at cfg->broker and the inproc
+ * command socket in the ZeroMQ context `zctx` (borrowed; must outlive the
+ * broker), and restore the workers' state from the store. cfg's heartbeat_ms,
+ * heartbeat_misses and metrics_every are the protocol's settings. Returns
+ * NULL with one line in `err` on failure (schema too new, folder not
  * writable, address in use).
  */
-broker_t *broker_new(void *zctx, const char *endpoint, const char *db_path, char *err,
-                     size_t errlen);
+broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen);
 
 /* Start the loop thread. 0 or a negative errno. */
 int broker_start(broker_t *b);

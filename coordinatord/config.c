@@ -24,6 +24,9 @@ void config_defaults(config_t *cfg)
 	cfg->log_level = LOG_INFO;
 	cfg->max_body_bytes = CONFIG_DEFAULT_MAX_BODY_BYTES;
 	cfg->http_threads = CONFIG_DEFAULT_HTTP_THREADS;
+	cfg->heartbeat_ms = CONFIG_DEFAULT_HEARTBEAT_MS;
+	cfg->heartbeat_misses = CONFIG_DEFAULT_HEARTBEAT_MISSES;
+	cfg->metrics_every = CONFIG_DEFAULT_METRICS_EVERY;
 }
 
 /* "HOST:PORT" or "[V6]:PORT"; port 0..65535. */
@@ -113,9 +116,31 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		}
 		snprintf(err, errlen, "%s: http_threads must be an integer from 1 to 256 (got \"%s\")", origin,
 		         value);
+	} else if (strcmp(key, "heartbeat_ms") == 0) {
+		if (parse_long(value, 10, 60000, &v) == 0) {
+			cfg->heartbeat_ms = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: heartbeat_ms must be an integer from 10 to 60000 (got \"%s\")", origin,
+		         value);
+	} else if (strcmp(key, "heartbeat_misses") == 0) {
+		if (parse_long(value, 1, 100, &v) == 0) {
+			cfg->heartbeat_misses = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: heartbeat_misses must be an integer from 1 to 100 (got \"%s\")", origin,
+		         value);
+	} else if (strcmp(key, "metrics_every") == 0) {
+		if (parse_long(value, 1, 1000000, &v) == 0) {
+			cfg->metrics_every = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: metrics_every must be an integer from 1 to 1000000 (got \"%s\")",
+		         origin, value);
 	} else {
 		snprintf(err, errlen,
-		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads)",
+		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, "
+		         "heartbeat_ms, heartbeat_misses, metrics_every)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -191,6 +216,9 @@ static void print_help(const char *argv0)
 	       "  --broker ENDPOINT   ZeroMQ ROUTER endpoint (default " CONFIG_DEFAULT_BROKER ")\n"
 	       "  --db PATH           SQLite database (default " CONFIG_DEFAULT_DB ")\n"
 	       "  --log-level LEVEL   error, warn, info or debug (default info)\n"
+	       "  --heartbeat-ms MS   heartbeat interval to and from agents (default 1000)\n"
+	       "  --heartbeat-misses N  intervals without a message before an agent is dead (default 3)\n"
+	       "  --metrics-every N   steps between the ranks' METRICS messages (default 1)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -200,7 +228,8 @@ static void print_help(const char *argv0)
 int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
                      size_t errlen)
 {
-	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES };
+	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
+	       OPT_HB_MISSES, OPT_METRICS_EVERY };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -208,6 +237,9 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"db", required_argument, NULL, OPT_DB},
 		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
 		{"print-routes", no_argument, NULL, OPT_ROUTES},
+		{"heartbeat-ms", required_argument, NULL, OPT_HB_MS},
+		{"heartbeat-misses", required_argument, NULL, OPT_HB_MISSES},
+		{"metrics-every", required_argument, NULL, OPT_METRICS_EVERY},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -253,6 +285,9 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_BROKER: key = "broker"; origin = "--broker"; break;
 		case OPT_DB: key = "db"; origin = "--db"; break;
 		case OPT_LOG_LEVEL: key = "log_level"; origin = "--log-level"; break;
+		case OPT_HB_MS: key = "heartbeat_ms"; origin = "--heartbeat-ms"; break;
+		case OPT_HB_MISSES: key = "heartbeat_misses"; origin = "--heartbeat-misses"; break;
+		case OPT_METRICS_EVERY: key = "metrics_every"; origin = "--metrics-every"; break;
 		default: break;
 		}
 		if (key) {

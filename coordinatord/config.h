@@ -9,6 +9,9 @@
  *   log_level = info                   error | warn | info | debug
  *   max_body_bytes = 1048576           request body limit (413 above it)
  *   http_threads = 4                   libmicrohttpd thread pool size
+ *   heartbeat_ms = 1000                heartbeat interval to and from agents
+ *   heartbeat_misses = 3               intervals without a message: agent dead
+ *   metrics_every = 1                  steps between the ranks' METRICS
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -26,6 +29,9 @@
 #define CONFIG_DEFAULT_DB "./state/ringmaster.db"
 #define CONFIG_DEFAULT_MAX_BODY_BYTES 1048576
 #define CONFIG_DEFAULT_HTTP_THREADS 4
+#define CONFIG_DEFAULT_HEARTBEAT_MS 1000
+#define CONFIG_DEFAULT_HEARTBEAT_MISSES 3
+#define CONFIG_DEFAULT_METRICS_EVERY 1
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -35,6 +41,9 @@ typedef struct {
 	log_level_t log_level;
 	size_t max_body_bytes;
 	int http_threads;
+	int heartbeat_ms;     /* 10 .. 60000 */
+	int heartbeat_misses; /* 1 .. 100: the agents' dead_after */
+	int metrics_every;    /* 1 .. 1000000 */
 } config_t;
 
 typedef enum {

@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -54,6 +55,7 @@ enum {
 	R_JOB,
 	R_JOB_CANCEL,
 	R_JOB_EVENTS,
+	R_JOB_METRICS,
 	R_WORKERS,
 	R_HEALTHZ,
 	R_READYZ,
@@ -73,6 +75,7 @@ static const struct {
 	[R_JOB] = {"/v1/jobs/{id}", M_GET, "GET"},
 	[R_JOB_CANCEL] = {"/v1/jobs/{id}/cancel", M_POST, "POST"},
 	[R_JOB_EVENTS] = {"/v1/jobs/{id}/events", M_GET, "GET"},
+	[R_JOB_METRICS] = {"/v1/jobs/{id}/metrics", M_GET, "GET"},
 	[R_WORKERS] = {"/v1/workers", M_GET, "GET"},
 	[R_HEALTHZ] = {"/healthz", M_GET, "GET"},
 	[R_READYZ] = {"/readyz", M_GET, "GET"},
@@ -81,8 +84,8 @@ static const struct {
 };
 
 static const char *const s_route_labels[N_ROUTES] = {
-	"/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/cancel", "/v1/jobs/{id}/events", "/v1/workers",
-	"/healthz", "/readyz", "/metrics", "unmatched",
+	"/v1/jobs",    "/v1/jobs/{id}", "/v1/jobs/{id}/cancel", "/v1/jobs/{id}/events", "/v1/jobs/{id}/metrics",
+	"/v1/workers", "/healthz",      "/readyz",              "/metrics",             "unmatched",
 };
 
 static const http_route_t s_route_table[] = {
@@ -91,6 +94,7 @@ static const http_route_t s_route_table[] = {
 	{"GET", "/v1/jobs/{id}"},
 	{"POST", "/v1/jobs/{id}/cancel"},
 	{"GET", "/v1/jobs/{id}/events"},
+	{"GET", "/v1/jobs/{id}/metrics"},
 	{"GET", "/v1/workers"},
 	{"GET", "/healthz"},
 	{"GET", "/readyz"},
@@ -273,6 +277,8 @@ static int match_route(const char *url, char id_out[STORE_ID_BYTES], const char 
 			route = R_JOB_CANCEL;
 		else if (strcmp(end, "/events") == 0)
 			route = R_JOB_EVENTS;
+		else if (strcmp(end, "/metrics") == 0)
+			route = R_JOB_METRICS;
 		else
 			return R_UNMATCHED;
 		*ret_seg = seg;
@@ -517,22 +523,247 @@ static enum MHD_Result list_events(http_t *h, struct MHD_Connection *conn, threa
 	return respond_out(conn, c, R_JOB_EVENTS, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
 }
 
+/* The ranks of live attempts, in node order (for GET /v1/workers). */
+typedef struct {
+	char *node;
+	char job_id[STORE_ID_BYTES];
+	int attempt, rank, device_index;
+	char device_kind[8];
+	char state[8];
+} rank_row_t;
+
+typedef struct {
+	rank_row_t *rows;
+	size_t n, cap;
+} rank_rows_t;
+
+static int collect_rank(const store_rank_t *r, void *userdata)
+{
+	rank_rows_t *rr = userdata;
+	if (rr->n == rr->cap) {
+		size_t cap = rr->cap ? rr->cap * 2 : 16;
+		rank_row_t *rows = realloc(rr->rows, cap * sizeof *rows);
+		if (!rows)
+			return -ENOMEM;
+		rr->rows = rows;
+		rr->cap = cap;
+	}
+	rank_row_t *e = &rr->rows[rr->n];
+	memset(e, 0, sizeof *e);
+	e->node = strdup(r->node);
+	if (!e->node)
+		return -ENOMEM;
+	snprintf(e->job_id, sizeof e->job_id, "%s", r->job_id);
+	e->attempt = r->attempt;
+	e->rank = r->rank;
+	e->device_index = r->device_index;
+	snprintf(e->device_kind, sizeof e->device_kind, "%s", r->device_kind);
+	snprintf(e->state, sizeof e->state, "%s", r->state);
+	rr->n++;
+	return 0;
+}
+
+typedef struct {
+	sbuf_t *out;
+	int n;
+	rank_rows_t *ranks;
+	size_t next; /* first rank row not yet consumed */
+} workers_ctx_t;
+
+static int list_worker_fn(const store_worker_t *w, void *userdata)
+{
+	workers_ctx_t *wc = userdata;
+	sbuf_t *out = wc->out;
+	if (wc->n++)
+		sbuf_putc(out, ',');
+	sbuf_puts(out, "{\"node\":");
+	sbuf_json_string(out, w->node, strlen(w->node));
+	sbuf_puts(out, ",\"state\":");
+	sbuf_json_string(out, w->state, strlen(w->state));
+	sbuf_puts(out, ",\"devices\":");
+	sbuf_puts(out, w->devices_json);
+	sbuf_puts(out, ",\"last_heartbeat\":");
+	if (w->has_heartbeat)
+		sbuf_json_time(out, w->last_heartbeat_us);
+	else
+		sbuf_puts(out, "null");
+	sbuf_puts(out, ",\"registered_at\":");
+	if (w->registered_at_us)
+		sbuf_json_time(out, w->registered_at_us);
+	else
+		sbuf_puts(out, "null");
+	/* skip rank rows of nodes without a worker row (both lists are in node order) */
+	while (wc->next < wc->ranks->n && strcmp(wc->ranks->rows[wc->next].node, w->node) < 0)
+		wc->next++;
+	size_t first = wc->next, n_running = 0;
+	while (wc->next < wc->ranks->n && strcmp(wc->ranks->rows[wc->next].node, w->node) == 0) {
+		const rank_row_t *r = &wc->ranks->rows[wc->next++];
+		n_running += strcmp(r->state, "placed") == 0 || strcmp(r->state, "joined") == 0;
+	}
+	sbuf_printf(out, ",\"running_ranks\":%zu,\"ranks\":[", n_running);
+	for (size_t i = first; i < wc->next; i++) {
+		const rank_row_t *r = &wc->ranks->rows[i];
+		if (i > first)
+			sbuf_putc(out, ',');
+		sbuf_puts(out, "{\"job\":");
+		sbuf_json_string(out, r->job_id, strlen(r->job_id));
+		sbuf_printf(out, ",\"attempt\":%d,\"rank\":%d,\"device\":{\"kind\":", r->attempt, r->rank);
+		sbuf_json_string(out, r->device_kind, strlen(r->device_kind));
+		sbuf_printf(out, ",\"index\":%d},\"state\":", r->device_index);
+		sbuf_json_string(out, r->state, strlen(r->state));
+		sbuf_putc(out, '}');
+	}
+	sbuf_puts(out, "]}");
+	return 0;
+}
+
 static enum MHD_Result list_workers(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
                                     int64_t start_us)
 {
 	store_t *st = ctx_reader(h, c);
-	json_t *arr = NULL;
-	if (!st || store_worker_list_json(st, &arr) < 0)
+	rank_rows_t ranks = {0};
+	int r = st ? store_rank_list_active(st, collect_rank, &ranks) : -EIO;
+	workers_ctx_t wc = {.out = &c->out, .ranks = &ranks};
+	if (r == 0) {
+		sbuf_reset(&c->out);
+		sbuf_puts(&c->out, "{\"workers\":[");
+		r = store_worker_list(st, list_worker_fn, &wc);
+		sbuf_puts(&c->out, "]}");
+	}
+	for (size_t i = 0; i < ranks.n; i++)
+		free(ranks.rows[i].node);
+	free(ranks.rows);
+	if (r < 0)
 		return respond_problem(conn, c, R_WORKERS, METRICS_METHOD_GET, start_us, 503,
 		                       "the database cannot be read; retry later", NULL, NULL);
-	char *items = json_dumps(arr, JSON_COMPACT);
-	json_decref(arr);
-	sbuf_reset(&c->out);
-	sbuf_puts(&c->out, "{\"workers\":");
-	sbuf_puts(&c->out, items ? items : "[]");
-	sbuf_putc(&c->out, '}');
-	free(items);
 	return respond_out(conn, c, R_WORKERS, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
+}
+
+/* ---- GET /v1/jobs/{id}/metrics ---- */
+
+#define METRICS_DEFAULT_LIMIT 1000
+#define METRICS_MAX_LIMIT 10000
+
+typedef struct {
+	const char *bad_key;
+	int n_since, n_limit;
+} metrics_query_t;
+
+static enum MHD_Result metrics_query_iter(void *cls, enum MHD_ValueKind kind, const char *key,
+                                          const char *value)
+{
+	metrics_query_t *q = cls;
+	if (strcmp(key, "since_step") == 0)
+		q->n_since++;
+	else if (strcmp(key, "limit") == 0)
+		q->n_limit++;
+	else if (!q->bad_key)
+		q->bad_key = key;
+	return MHD_YES;
+}
+
+static void put_real(sbuf_t *out, double v)
+{
+	if (isfinite(v))
+		sbuf_printf(out, "%.17g", v);
+	else
+		sbuf_puts(out, "null");
+}
+
+typedef struct {
+	sbuf_t *out;
+	int n;
+	long long last_step;
+} metric_list_ctx_t;
+
+static int list_metric_fn(const store_metric_t *m, void *userdata)
+{
+	metric_list_ctx_t *l = userdata;
+	sbuf_t *out = l->out;
+	if (l->n++)
+		sbuf_putc(out, ',');
+	sbuf_printf(out, "{\"step\":%lld,\"loss\":", (long long)m->step);
+	put_real(out, m->loss);
+	sbuf_puts(out, ",\"lr\":");
+	put_real(out, m->lr);
+	sbuf_puts(out, ",\"grad_norm\":");
+	put_real(out, m->grad_norm);
+	sbuf_puts(out, ",\"tokens_per_s\":");
+	put_real(out, m->tokens_per_s);
+	sbuf_puts(out, ",\"ms\":");
+	put_real(out, m->ms);
+	sbuf_puts(out, ",\"val_loss\":");
+	put_real(out, m->has_val_loss ? m->val_loss : NAN);
+	sbuf_printf(out, ",\"attempt\":%d,\"time\":", m->attempt);
+	sbuf_json_time(out, m->at_us);
+	sbuf_putc(out, '}');
+	l->last_step = m->step;
+	return 0;
+}
+
+static enum MHD_Result list_metrics(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                    int64_t start_us, const char *id, const char *seg, size_t seg_len)
+{
+	const int R = R_JOB_METRICS;
+	const metrics_method_t M = METRICS_METHOD_GET;
+	if (!plausible_id(id))
+		return not_found_job(conn, c, R, M, start_us, seg, seg_len);
+	char detail[256];
+	metrics_query_t q = {0};
+	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, metrics_query_iter, &q);
+	if (q.bad_key) {
+		snprintf(detail, sizeof detail, "unknown query parameter \"%.64s\" (allowed: since_step, limit)",
+		         q.bad_key);
+		return respond_problem(conn, c, R, M, start_us, 400, detail, NULL, NULL);
+	}
+	if (q.n_since > 1 || q.n_limit > 1)
+		return respond_problem(conn, c, R, M, start_us, 400, "each query parameter may appear once", NULL,
+		                       NULL);
+	long long since = 0;
+	int limit = METRICS_DEFAULT_LIMIT;
+	const char *v;
+	if ((v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since_step"))) {
+		char *end;
+		errno = 0;
+		long long n = strtoll(v, &end, 10);
+		if (errno || end == v || *end || n < 0) {
+			snprintf(detail, sizeof detail, "since_step must be an integer >= 0 (got \"%.64s\")", v);
+			return respond_problem(conn, c, R, M, start_us, 400, detail, "since_step", NULL);
+		}
+		since = n;
+	}
+	if ((v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"))) {
+		char *end;
+		errno = 0;
+		long n = strtol(v, &end, 10);
+		if (errno || end == v || *end || n < 1 || n > METRICS_MAX_LIMIT) {
+			snprintf(detail, sizeof detail, "limit must be an integer from 1 to %d (got \"%.64s\")",
+			         METRICS_MAX_LIMIT, v);
+			return respond_problem(conn, c, R, M, start_us, 400, detail, "limit", NULL);
+		}
+		limit = (int)n;
+	}
+	store_t *st = ctx_reader(h, c);
+	if (!st)
+		return respond_problem(conn, c, R, M, start_us, 503, "the database cannot be read; retry later", NULL,
+		                       NULL);
+	sbuf_reset(&c->out);
+	sbuf_puts(&c->out, "{\"metrics\":[");
+	metric_list_ctx_t l = {.out = &c->out};
+	bool more = false;
+	int r = store_metric_list(st, id, since, limit, list_metric_fn, &l, &more);
+	if (r == -ENOENT)
+		return not_found_job(conn, c, R, M, start_us, seg, seg_len);
+	if (r < 0)
+		return respond_problem(conn, c, R, M, start_us, 503, "the database cannot be read; retry later", NULL,
+		                       NULL);
+	sbuf_puts(&c->out, "],\"next_since_step\":");
+	if (more && l.n > 0)
+		sbuf_printf(&c->out, "%lld", l.last_step + 1);
+	else
+		sbuf_puts(&c->out, "null");
+	sbuf_putc(&c->out, '}');
+	return respond_out(conn, c, R, M, start_us, 200, JSON_TYPE);
 }
 
 static enum MHD_Result get_readyz(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
@@ -552,14 +783,45 @@ static enum MHD_Result get_readyz(http_t *h, struct MHD_Connection *conn, thread
 	return respond_out(conn, c, R_READYZ, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
 }
 
+typedef struct {
+	metrics_job_t *jobs;
+	size_t n, cap;
+} job_gauges_t;
+
+static int collect_job_gauge(const store_metric_t *m, void *userdata)
+{
+	job_gauges_t *g = userdata;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 8;
+		metrics_job_t *j = realloc(g->jobs, cap * sizeof *j);
+		if (!j)
+			return -ENOMEM;
+		g->jobs = j;
+		g->cap = cap;
+	}
+	metrics_job_t *j = &g->jobs[g->n++];
+	snprintf(j->job_id, sizeof j->job_id, "%s", m->job_id);
+	j->step = m->step;
+	j->loss = m->loss;
+	j->tokens_per_s = m->tokens_per_s;
+	return 0;
+}
+
 static enum MHD_Result get_metrics(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
                                    int64_t start_us)
 {
 	store_t *st = ctx_reader(h, c);
 	int64_t counts[STORE_JOB_N_STATES];
 	bool have_counts = st && store_job_count_by_state(st, counts) == 0;
+	int64_t workers[2];
+	bool have_workers = st && store_worker_count_by_state(st, &workers[0], &workers[1]) == 0;
+	job_gauges_t g = {0};
+	bool have_jobs = st && store_metric_latest_running(st, collect_job_gauge, &g) == 0;
 	sbuf_reset(&c->out);
 	metrics_render(&c->out, have_counts ? counts : NULL);
+	metrics_render_cluster(&c->out, have_workers ? workers : NULL, have_jobs ? g.jobs : NULL,
+	                       have_jobs ? g.n : 0);
+	free(g.jobs);
 	return respond_out(conn, c, R_METRICS, METRICS_METHOD_GET, start_us, 200, METRICS_TYPE);
 }
 
@@ -759,6 +1021,7 @@ static enum MHD_Result answer_simple(http_t *h, struct MHD_Connection *conn, con
 	case R_JOB: return get_job(h, conn, c, start_us, id, seg, seg_len);
 	case R_JOBS: return list_jobs(h, conn, c, start_us);
 	case R_JOB_EVENTS: return list_events(h, conn, c, start_us, id, seg, seg_len);
+	case R_JOB_METRICS: return list_metrics(h, conn, c, start_us, id, seg, seg_len);
 	case R_WORKERS: return list_workers(h, conn, c, start_us);
 	case R_READYZ: return get_readyz(h, conn, c, start_us);
 	case R_METRICS: return get_metrics(h, conn, c, start_us);

@@ -8,7 +8,8 @@
  *   GET  /v1/jobs/{id}            show
  *   POST /v1/jobs/{id}/cancel     cancel
  *   GET  /v1/jobs/{id}/events     events
- *   GET  /v1/workers              workers
+ *   GET  /v1/jobs/{id}/metrics    per-step metrics of rank 0 (since_step, limit)
+ *   GET  /v1/workers              workers, their devices and the ranks placed on them
  *   GET  /healthz, /readyz, /metrics
  *
  * Each handler thread lazily opens its own reader store_t and broker client

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <sodium.h>
 #include <systemd/sd-daemon.h>
@@ -50,6 +51,13 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	log_set_level(cfg.log_level);
+	/* One connection per agent and rank: take the hard limit on open files. */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			log_warn("cannot raise the open-file limit: %s", strerror(errno));
+	}
 	if (sodium_init() < 0) {
 		log_error("libsodium failed to initialise");
 		return 1;
@@ -71,7 +79,7 @@ int main(int argc, char **argv)
 		log_error("cannot create the ZeroMQ context: %s", zmq_strerror(zmq_errno()));
 		return 1;
 	}
-	broker = broker_new(zctx, cfg.broker, cfg.db, err, sizeof err);
+	broker = broker_new(zctx, &cfg, err, sizeof err);
 	if (!broker) {
 		log_error("%s", err);
 		goto out;

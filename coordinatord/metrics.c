@@ -5,6 +5,7 @@
  */
 #include "metrics.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -141,4 +142,41 @@ void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES])
 	            "ringmaster_store_commands_total %llu\n",
 	            (unsigned long long)load(&s_commits_ok), (unsigned long long)load(&s_commits_failed),
 	            (unsigned long long)load(&s_commit_commands));
+}
+
+static void put_gauge_value(sbuf_t *out, double v)
+{
+	if (isfinite(v))
+		sbuf_printf(out, "%.17g\n", v);
+	else
+		sbuf_puts(out, "NaN\n");
+}
+
+void metrics_render_cluster(sbuf_t *out, const int64_t *workers, const metrics_job_t *jobs, size_t n_jobs)
+{
+	if (workers)
+		sbuf_printf(out,
+		            "# HELP ringmaster_workers Worker agents by state.\n"
+		            "# TYPE ringmaster_workers gauge\n"
+		            "ringmaster_workers{state=\"alive\"} %lld\n"
+		            "ringmaster_workers{state=\"dead\"} %lld\n",
+		            (long long)workers[0], (long long)workers[1]);
+	if (!jobs || n_jobs == 0)
+		return;
+	sbuf_puts(out, "# HELP ringmaster_job_step Latest step reported by a running job's rank 0.\n"
+	               "# TYPE ringmaster_job_step gauge\n");
+	for (size_t i = 0; i < n_jobs; i++)
+		sbuf_printf(out, "ringmaster_job_step{job=\"%s\"} %lld\n", jobs[i].job_id, jobs[i].step);
+	sbuf_puts(out, "# HELP ringmaster_job_loss Latest training loss of a running job (mean over ranks).\n"
+	               "# TYPE ringmaster_job_loss gauge\n");
+	for (size_t i = 0; i < n_jobs; i++) {
+		sbuf_printf(out, "ringmaster_job_loss{job=\"%s\"} ", jobs[i].job_id);
+		put_gauge_value(out, jobs[i].loss);
+	}
+	sbuf_puts(out, "# HELP ringmaster_job_tokens_per_second Latest training throughput of a running job.\n"
+	               "# TYPE ringmaster_job_tokens_per_second gauge\n");
+	for (size_t i = 0; i < n_jobs; i++) {
+		sbuf_printf(out, "ringmaster_job_tokens_per_second{job=\"%s\"} ", jobs[i].job_id);
+		put_gauge_value(out, jobs[i].tokens_per_s);
+	}
 }

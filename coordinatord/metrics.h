@@ -4,12 +4,14 @@
  * HTTP threads record each request (route template, method, status, time to
  * produce the response) with relaxed atomic increments: no lock and no
  * allocation on the request path. /metrics renders the counters together with
- * gauges that the caller supplies (jobs by state). Every metric is prefixed
+ * gauges that the caller supplies (jobs by state, workers by state, running
+ * jobs' latest step, loss and tokens/s). Every metric is prefixed
  * ringmaster_.
  */
 #ifndef RINGMASTER_COORDINATORD_METRICS_H
 #define RINGMASTER_COORDINATORD_METRICS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sbuf.h"
@@ -46,5 +48,17 @@ void metrics_record_commit(int n_commands, int ok);
 /* Append the whole exposition. `job_counts` may be NULL when the store could
  * not be read (the jobs gauge is then omitted). */
 void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES]);
+
+/* The latest metrics of one running job, for the per-job gauges. */
+typedef struct {
+	char job_id[STORE_ID_BYTES];
+	long long step;
+	double loss, tokens_per_s; /* NAN when not reported */
+} metrics_job_t;
+
+/* Append the cluster gauges: workers by state (`workers` = {alive, dead}, or
+ * NULL when unreadable) and, per running job with metrics, its latest step,
+ * loss and tokens/s (labels job="ID"). */
+void metrics_render_cluster(sbuf_t *out, const int64_t *workers, const metrics_job_t *jobs, size_t n_jobs);
 
 #endif

@@ -12,6 +12,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,19 @@ enum {
 	ST_IDEM_GET,
 	ST_IDEM_PUT,
 	ST_WORKER_LIST,
+	ST_WORKER_REGISTER,
+	ST_WORKER_SET_STATE,
+	ST_WORKER_HEARTBEAT,
+	ST_WORKER_COUNT,
+	ST_JOB_SET_ATTEMPT,
+	ST_JOB_LIST_QUEUED,
+	ST_RANK_INSERT,
+	ST_RANK_SET_STATE,
+	ST_RANK_LOSE_ATTEMPT,
+	ST_RANK_LIST_ACTIVE,
+	ST_METRIC_INSERT,
+	ST_METRIC_LIST,
+	ST_METRIC_LATEST_RUNNING,
 	ST_N
 };
 
@@ -63,8 +77,40 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_IDEM_GET] = "SELECT body_hash, status, body, job_id FROM idempotency_keys WHERE key = ?1",
 	[ST_IDEM_PUT] = "INSERT INTO idempotency_keys (key, body_hash, status, body, job_id, created_at_us) "
 	                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-	[ST_WORKER_LIST] = "SELECT node, state, devices_json, last_heartbeat_us, running_ranks FROM workers "
+	[ST_WORKER_LIST] = "SELECT node, state, devices_json, last_heartbeat_us, registered_at_us FROM workers "
 	                   "ORDER BY node",
+	[ST_WORKER_REGISTER] = "INSERT INTO workers (node, state, devices_json, last_heartbeat_us, "
+	                       "registered_at_us) VALUES (?1, 'alive', ?2, ?3, ?3) ON CONFLICT (node) DO "
+	                       "UPDATE SET state = 'alive', devices_json = ?2, last_heartbeat_us = ?3, "
+	                       "registered_at_us = ?3",
+	[ST_WORKER_SET_STATE] = "UPDATE workers SET state = ?2 WHERE node = ?1",
+	[ST_WORKER_HEARTBEAT] = "UPDATE workers SET last_heartbeat_us = ?2 WHERE node = ?1",
+	[ST_WORKER_COUNT] = "SELECT state, count(*) FROM workers GROUP BY state",
+	[ST_JOB_SET_ATTEMPT] = "UPDATE jobs SET attempt = ?2, updated_at_us = ?3 WHERE id = ?1",
+	[ST_JOB_LIST_QUEUED] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, "
+	                       "created_at_us, updated_at_us, state_reason FROM jobs WHERE state = 'queued' "
+	                       "ORDER BY priority DESC, seq",
+	[ST_RANK_INSERT] = "INSERT INTO ranks (job_id, attempt, rank, node, device_kind, device_index, state, "
+	                   "updated_at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+	[ST_RANK_SET_STATE] = "UPDATE ranks SET state = ?4, exit_code = CASE WHEN ?5 THEN ?6 ELSE exit_code END, "
+	                      "signal = CASE WHEN ?5 THEN ?7 ELSE signal END, updated_at_us = ?8 "
+	                      "WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3",
+	[ST_RANK_LOSE_ATTEMPT] = "UPDATE ranks SET state = 'lost', updated_at_us = ?3 WHERE job_id = ?1 AND "
+	                         "attempt = ?2 AND state IN ('placed', 'joined')",
+	[ST_RANK_LIST_ACTIVE] = "SELECT r.job_id, r.attempt, r.rank, r.node, r.device_kind, r.device_index, "
+	                        "r.state FROM ranks r JOIN jobs j ON j.id = r.job_id AND j.attempt = r.attempt "
+	                        "WHERE j.state IN ('scheduled', 'running', 'recovering') "
+	                        "ORDER BY r.node, r.job_id, r.rank",
+	[ST_METRIC_INSERT] = "INSERT INTO metrics (job_id, attempt, rank, step, loss, lr, grad_norm, "
+	                     "tokens_per_s, ms, val_loss, at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+	                     "?10, ?11)",
+	[ST_METRIC_LIST] = "SELECT job_id, attempt, rank, step, loss, lr, grad_norm, tokens_per_s, ms, "
+	                   "val_loss, at_us FROM metrics WHERE job_id = ?1 AND step >= ?2 ORDER BY step, id "
+	                   "LIMIT ?3",
+	[ST_METRIC_LATEST_RUNNING] = "SELECT m.job_id, m.attempt, m.rank, m.step, m.loss, m.lr, m.grad_norm, "
+	                             "m.tokens_per_s, m.ms, m.val_loss, m.at_us FROM jobs j JOIN metrics m ON "
+	                             "m.id = (SELECT id FROM metrics WHERE job_id = j.id ORDER BY step DESC, id "
+	                             "DESC LIMIT 1) WHERE j.state = 'running' ORDER BY j.seq",
 };
 
 struct store {
@@ -698,35 +744,312 @@ int store_job_count(store_t *st, int64_t *ret_count)
 	return rc == SQLITE_ROW ? 0 : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
 }
 
-int store_worker_list_json(store_t *st, json_t **ret_array)
+/* SQLITE_DONE -> 0, anything else -> a negative errno. */
+static int rc_done(int rc)
 {
-	json_t *arr = json_array();
-	if (!arr)
-		return -ENOMEM;
+	return rc == SQLITE_DONE ? 0 : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+}
+
+/* Run an UPDATE and map "no row changed" to -ENOENT. */
+static int step_update(store_t *st, sqlite3_stmt *s)
+{
+	int r = step_done(s);
+	if (r == 0 && sqlite3_changes(st->db) == 0)
+		return -ENOENT;
+	return r;
+}
+
+int store_worker_register(store_t *st, const char *node, const char *devices_json, int64_t now_us_)
+{
+	sqlite3_stmt *s = stmt(st, ST_WORKER_REGISTER);
+	sqlite3_bind_text(s, 1, node, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, devices_json ? devices_json : "[]", -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, now_us_);
+	return step_done(s);
+}
+
+int store_worker_set_state(store_t *st, const char *node, const char *state)
+{
+	if (!state || (strcmp(state, "alive") != 0 && strcmp(state, "dead") != 0))
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_WORKER_SET_STATE);
+	sqlite3_bind_text(s, 1, node, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, state, -1, SQLITE_STATIC);
+	return step_update(st, s);
+}
+
+int store_worker_heartbeat(store_t *st, const char *node, int64_t at_us)
+{
+	sqlite3_stmt *s = stmt(st, ST_WORKER_HEARTBEAT);
+	sqlite3_bind_text(s, 1, node, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, at_us);
+	return step_update(st, s);
+}
+
+int store_worker_list(store_t *st, store_worker_fn fn, void *userdata)
+{
 	sqlite3_stmt *s = stmt(st, ST_WORKER_LIST);
 	int rc, r = 0;
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		const char *devices = (const char *)sqlite3_column_text(s, 2);
-		json_t *dev = json_loads(devices ? devices : "[]", 0, NULL);
-		json_t *w = json_pack("{s:s, s:s, s:o, s:o, s:I}", "node", (const char *)sqlite3_column_text(s, 0),
-		                      "state", (const char *)sqlite3_column_text(s, 1), "devices",
-		                      dev ? dev : json_array(), "last_heartbeat_us",
-		                      sqlite3_column_type(s, 3) == SQLITE_NULL
-		                          ? json_null()
-		                          : json_integer(sqlite3_column_int64(s, 3)),
-		                      "running_ranks", (json_int_t)sqlite3_column_int64(s, 4));
-		if (!w || json_array_append_new(arr, w) < 0) {
+		store_worker_t w = {
+			.node = (const char *)sqlite3_column_text(s, 0),
+			.state = (const char *)sqlite3_column_text(s, 1),
+			.devices_json = (const char *)sqlite3_column_text(s, 2),
+			.has_heartbeat = sqlite3_column_type(s, 3) != SQLITE_NULL,
+			.last_heartbeat_us = sqlite3_column_int64(s, 3),
+			.registered_at_us = sqlite3_column_int64(s, 4),
+		};
+		if (!w.node || !w.state) {
 			r = -ENOMEM;
 			break;
 		}
+		if (!w.devices_json)
+			w.devices_json = "[]";
+		r = fn(&w, userdata);
+		if (r != 0)
+			break;
 	}
-	if (r == 0 && rc != SQLITE_DONE)
-		r = sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
 	sqlite3_reset(s);
-	if (r < 0) {
-		json_decref(arr);
-		return r;
+	return r;
+}
+
+int store_worker_count_by_state(store_t *st, int64_t *ret_alive, int64_t *ret_dead)
+{
+	int64_t alive = 0, dead = 0;
+	sqlite3_stmt *s = stmt(st, ST_WORKER_COUNT);
+	int rc;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const char *state = (const char *)sqlite3_column_text(s, 0);
+		if (state && strcmp(state, "alive") == 0)
+			alive = sqlite3_column_int64(s, 1);
+		else if (state && strcmp(state, "dead") == 0)
+			dead = sqlite3_column_int64(s, 1);
 	}
-	*ret_array = arr;
-	return 0;
+	sqlite3_reset(s);
+	int r = rc_done(rc);
+	if (r == 0) {
+		*ret_alive = alive;
+		*ret_dead = dead;
+	}
+	return r;
+}
+
+int store_job_set_attempt(store_t *st, const char *job_id, int attempt, int64_t now_us_)
+{
+	sqlite3_stmt *s = stmt(st, ST_JOB_SET_ATTEMPT);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, attempt);
+	sqlite3_bind_int64(s, 3, now_us_);
+	return step_update(st, s);
+}
+
+int store_job_list_queued(store_t *st, store_job_fn fn, void *userdata)
+{
+	sqlite3_stmt *s = stmt(st, ST_JOB_LIST_QUEUED);
+	int rc, r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		store_job_t job;
+		r = job_from_row(s, &job);
+		if (r < 0)
+			break;
+		r = fn(&job, userdata);
+		store_job_clear(&job);
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
+	sqlite3_reset(s);
+	return r;
+}
+
+static bool rank_state_valid(const char *state)
+{
+	static const char *const names[] = {"placed", "joined", "done", "exited", "lost"};
+	for (size_t i = 0; state && i < sizeof names / sizeof names[0]; i++)
+		if (strcmp(state, names[i]) == 0)
+			return true;
+	return false;
+}
+
+int store_rank_insert(store_t *st, const store_rank_t *r, int64_t now_us_)
+{
+	const char *state = r->state ? r->state : "placed";
+	if (!r->node || !r->device_kind || !rank_state_valid(state))
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_RANK_INSERT);
+	sqlite3_bind_text(s, 1, r->job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, r->attempt);
+	sqlite3_bind_int(s, 3, r->rank);
+	sqlite3_bind_text(s, 4, r->node, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 5, r->device_kind, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 6, r->device_index);
+	sqlite3_bind_text(s, 7, state, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 8, now_us_);
+	return step_done(s);
+}
+
+int store_rank_set_state(store_t *st, const char *job_id, int attempt, int rank, const char *state,
+                         bool has_exit, int exit_code, int signal, int64_t now_us_)
+{
+	if (!rank_state_valid(state))
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_RANK_SET_STATE);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, attempt);
+	sqlite3_bind_int(s, 3, rank);
+	sqlite3_bind_text(s, 4, state, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 5, has_exit);
+	sqlite3_bind_int(s, 6, exit_code);
+	sqlite3_bind_int(s, 7, signal);
+	sqlite3_bind_int64(s, 8, now_us_);
+	return step_update(st, s);
+}
+
+int store_rank_lose_attempt(store_t *st, const char *job_id, int attempt, int64_t now_us_)
+{
+	sqlite3_stmt *s = stmt(st, ST_RANK_LOSE_ATTEMPT);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, attempt);
+	sqlite3_bind_int64(s, 3, now_us_);
+	return step_done(s);
+}
+
+int store_rank_list_active(store_t *st, store_rank_fn fn, void *userdata)
+{
+	sqlite3_stmt *s = stmt(st, ST_RANK_LIST_ACTIVE);
+	int rc, r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		store_rank_t rk;
+		memset(&rk, 0, sizeof rk);
+		const char *id = (const char *)sqlite3_column_text(s, 0);
+		snprintf(rk.job_id, sizeof rk.job_id, "%s", id ? id : "");
+		rk.attempt = sqlite3_column_int(s, 1);
+		rk.rank = sqlite3_column_int(s, 2);
+		rk.node = (const char *)sqlite3_column_text(s, 3);
+		rk.device_kind = (const char *)sqlite3_column_text(s, 4);
+		rk.device_index = sqlite3_column_int(s, 5);
+		rk.state = (const char *)sqlite3_column_text(s, 6);
+		if (!rk.node || !rk.device_kind || !rk.state) {
+			r = -ENOMEM;
+			break;
+		}
+		r = fn(&rk, userdata);
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
+	sqlite3_reset(s);
+	return r;
+}
+
+static void bind_real(sqlite3_stmt *s, int i, double v)
+{
+	if (isfinite(v))
+		sqlite3_bind_double(s, i, v);
+	else
+		sqlite3_bind_null(s, i);
+}
+
+static double column_real(sqlite3_stmt *s, int i)
+{
+	return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
+int store_metric_insert(store_t *st, const store_metric_t *m)
+{
+	sqlite3_stmt *s = stmt(st, ST_METRIC_INSERT);
+	sqlite3_bind_text(s, 1, m->job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, m->attempt);
+	sqlite3_bind_int(s, 3, m->rank);
+	sqlite3_bind_int64(s, 4, m->step);
+	bind_real(s, 5, m->loss);
+	bind_real(s, 6, m->lr);
+	bind_real(s, 7, m->grad_norm);
+	bind_real(s, 8, m->tokens_per_s);
+	bind_real(s, 9, m->ms);
+	if (m->has_val_loss)
+		bind_real(s, 10, m->val_loss);
+	else
+		sqlite3_bind_null(s, 10);
+	sqlite3_bind_int64(s, 11, m->at_us);
+	return step_done(s);
+}
+
+static void metric_from_row(sqlite3_stmt *s, store_metric_t *m)
+{
+	memset(m, 0, sizeof *m);
+	const char *id = (const char *)sqlite3_column_text(s, 0);
+	snprintf(m->job_id, sizeof m->job_id, "%s", id ? id : "");
+	m->attempt = sqlite3_column_int(s, 1);
+	m->rank = sqlite3_column_int(s, 2);
+	m->step = sqlite3_column_int64(s, 3);
+	m->loss = column_real(s, 4);
+	m->lr = column_real(s, 5);
+	m->grad_norm = column_real(s, 6);
+	m->tokens_per_s = column_real(s, 7);
+	m->ms = column_real(s, 8);
+	m->has_val_loss = sqlite3_column_type(s, 9) != SQLITE_NULL;
+	m->val_loss = m->has_val_loss ? sqlite3_column_double(s, 9) : NAN;
+	m->at_us = sqlite3_column_int64(s, 10);
+}
+
+int store_metric_list(store_t *st, const char *job_id, int64_t since_step, int limit,
+                      store_metric_fn fn, void *userdata, bool *ret_more)
+{
+	if (limit < 0)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_JOB_EXISTS);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	if (rc == SQLITE_DONE)
+		return -ENOENT;
+	if (rc != SQLITE_ROW)
+		return sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+
+	s = stmt(st, ST_METRIC_LIST);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, since_step);
+	sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
+	int n = 0, r = 0;
+	bool more = false;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n == limit) {
+			more = true;
+			break;
+		}
+		store_metric_t m;
+		metric_from_row(s, &m);
+		r = fn(&m, userdata);
+		n++;
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
+	sqlite3_reset(s);
+	if (ret_more)
+		*ret_more = more;
+	return r;
+}
+
+int store_metric_latest_running(store_t *st, store_metric_fn fn, void *userdata)
+{
+	sqlite3_stmt *s = stmt(st, ST_METRIC_LATEST_RUNNING);
+	int rc, r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		store_metric_t m;
+		metric_from_row(s, &m);
+		r = fn(&m, userdata);
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
+	sqlite3_reset(s);
+	return r;
 }

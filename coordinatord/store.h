@@ -1,6 +1,6 @@
 /*
  * store: the coordinator's SQLite database (jobs, events, idempotency keys,
- * workers, schema migrations).
+ * workers, ranks of each attempt, per-step metrics, schema migrations).
  *
  * One store_t wraps one SQLite connection and its prepared statements, and is
  * used by one thread only. The broker loop opens the single writer
@@ -169,11 +169,78 @@ int store_job_count_by_state(store_t *st, int64_t ret_counts[STORE_JOB_N_STATES]
 /* Total number of jobs (for readiness and tests). */
 int store_job_count(store_t *st, int64_t *ret_count);
 
-/*
- * Workers known to the coordinator as a JSON array (new reference), each
- * {node, state, devices, last_heartbeat_us, running_ranks}. Empty until the
- * workers issue registers agents.
- */
-int store_worker_list_json(store_t *st, json_t **ret_array);
+/* ---- workers, ranks, metrics (schema 002) ---- */
+
+typedef struct {
+	const char *node;         /* borrowed for the callback */
+	const char *state;        /* "alive" or "dead" */
+	const char *devices_json; /* [{"kind":"cpu","index":0}, ...] */
+	bool has_heartbeat;
+	int64_t last_heartbeat_us;
+	int64_t registered_at_us; /* 0 when unknown */
+} store_worker_t;
+
+typedef struct {
+	char job_id[STORE_ID_BYTES];
+	int attempt;
+	int rank;
+	const char *node;         /* borrowed */
+	const char *device_kind;  /* "cpu" or "cuda" */
+	int device_index;
+	const char *state;        /* placed, joined, done, exited, lost */
+} store_rank_t;
+
+typedef struct {
+	char job_id[STORE_ID_BYTES];
+	int attempt;
+	int rank;
+	int64_t step;
+	double loss, lr, grad_norm, tokens_per_s, ms; /* not finite: stored as NULL */
+	bool has_val_loss;
+	double val_loss;
+	int64_t at_us;
+} store_metric_t;
+
+/* Writer: insert or refresh a worker (state alive, devices, last heartbeat
+ * and registration time `now_us`). */
+int store_worker_register(store_t *st, const char *node, const char *devices_json, int64_t now_us);
+/* Writer: set a worker's state ("alive" or "dead"). -ENOENT for an unknown node. */
+int store_worker_set_state(store_t *st, const char *node, const char *state);
+/* Writer: record a heartbeat time. -ENOENT for an unknown node. */
+int store_worker_heartbeat(store_t *st, const char *node, int64_t at_us);
+
+/* Workers in node order; `fn` gets each (borrowed for the call). */
+typedef int (*store_worker_fn)(const store_worker_t *w, void *userdata);
+int store_worker_list(store_t *st, store_worker_fn fn, void *userdata);
+/* Number of workers alive and dead. */
+int store_worker_count_by_state(store_t *st, int64_t *ret_alive, int64_t *ret_dead);
+
+/* Writer: set a job's attempt number (the placement of a new attempt). */
+int store_job_set_attempt(store_t *st, const char *job_id, int attempt, int64_t now_us);
+/* Queued jobs in scheduling order: priority (higher first), then submission. */
+int store_job_list_queued(store_t *st, store_job_fn fn, void *userdata);
+
+/* Writer: one rank of a placed attempt (state "placed" unless r->state says). */
+int store_rank_insert(store_t *st, const store_rank_t *r, int64_t now_us);
+/* Writer: a rank's new state; exit_code/signal are stored when `has_exit`. */
+int store_rank_set_state(store_t *st, const char *job_id, int attempt, int rank, const char *state,
+                         bool has_exit, int exit_code, int signal, int64_t now_us);
+/* Writer: every rank of the attempt still placed or joined becomes "lost". */
+int store_rank_lose_attempt(store_t *st, const char *job_id, int attempt, int64_t now_us);
+/* Ranks of the current attempt of every scheduled, running or recovering
+ * job, ordered by node, job, rank; `fn` gets each (borrowed). */
+typedef int (*store_rank_fn)(const store_rank_t *r, void *userdata);
+int store_rank_list_active(store_t *st, store_rank_fn fn, void *userdata);
+
+/* Writer: one metrics row. */
+int store_metric_insert(store_t *st, const store_metric_t *m);
+/* Metrics rows of a job with step >= since_step, by step then arrival, at
+ * most `limit`; *ret_more tells whether more follow. -ENOENT: no such job.
+ * Fields stored as NULL come back as NAN (val_loss: has_val_loss false). */
+typedef int (*store_metric_fn)(const store_metric_t *m, void *userdata);
+int store_metric_list(store_t *st, const char *job_id, int64_t since_step, int limit,
+                      store_metric_fn fn, void *userdata, bool *ret_more);
+/* The latest metrics row (highest step) of every running job. */
+int store_metric_latest_running(store_t *st, store_metric_fn fn, void *userdata);
 
 #endif

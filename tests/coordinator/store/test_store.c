@@ -9,6 +9,7 @@
  * connections while the writer commits.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -175,6 +176,12 @@ static int count_events(const store_event_t *ev, void *userdata)
 	return 0;
 }
 
+static int count_worker(const store_worker_t *w, void *userdata)
+{
+	(*(int *)userdata)++;
+	return 0;
+}
+
 static void test_jobs(void)
 {
 	char path[512];
@@ -248,10 +255,8 @@ static void test_jobs(void)
 	CHECK(store_rollback(st) == 0, "rollback");
 	CHECK(store_job_get(st, "j-rolled", &job) == -ENOENT, "rolled-back job exists");
 
-	json_t *workers = NULL;
-	CHECK(store_worker_list_json(st, &workers) == 0 && json_is_array(workers) && json_array_size(workers) == 0,
-	      "workers");
-	json_decref(workers);
+	int n_workers = 0;
+	CHECK(store_worker_list(st, count_worker, &n_workers) == 0 && n_workers == 0, "workers %d", n_workers);
 	store_close(st);
 
 	/* Everything is still there after a reopen. */
@@ -372,6 +377,207 @@ static void test_readers_during_writes(void)
 	store_close(st);
 }
 
+/* ---- schema 002: workers, ranks, metrics ---- */
+
+typedef struct {
+	char names[8][32];
+	char states[8][8];
+	char devices[8][128];
+	int64_t hb[8];
+	int n;
+} worker_seen_t;
+
+static int see_worker(const store_worker_t *w, void *userdata)
+{
+	worker_seen_t *s = userdata;
+	if (s->n < 8) {
+		snprintf(s->names[s->n], sizeof s->names[0], "%s", w->node);
+		snprintf(s->states[s->n], sizeof s->states[0], "%s", w->state);
+		snprintf(s->devices[s->n], sizeof s->devices[0], "%s", w->devices_json);
+		s->hb[s->n] = w->has_heartbeat ? w->last_heartbeat_us : -1;
+	}
+	s->n++;
+	return 0;
+}
+
+typedef struct {
+	char text[16][96];
+	int n;
+} rank_seen_t;
+
+static int see_rank(const store_rank_t *r, void *userdata)
+{
+	rank_seen_t *s = userdata;
+	if (s->n < 16)
+		snprintf(s->text[s->n], sizeof s->text[0], "%s/%d/%d@%s:%s%d:%s", r->job_id, r->attempt, r->rank,
+		         r->node, r->device_kind, r->device_index, r->state);
+	s->n++;
+	return 0;
+}
+
+typedef struct {
+	store_metric_t rows[16];
+	int n;
+} metric_seen_t;
+
+static int see_metric(const store_metric_t *m, void *userdata)
+{
+	metric_seen_t *s = userdata;
+	if (s->n < 16)
+		s->rows[s->n] = *m;
+	s->n++;
+	return 0;
+}
+
+static int see_queued(const store_job_t *job, void *userdata)
+{
+	char *out = userdata;
+	strcat(out, job->id);
+	strcat(out, " ");
+	return 0;
+}
+
+static void test_cluster_tables(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "cluster.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+
+	/* workers: register (insert, then update), heartbeat, state, counts */
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(store_worker_register(st, "n2", "[{\"kind\":\"cpu\",\"index\":0}]", 100) == 0, "register n2");
+	CHECK(store_worker_register(st, "n1", "[]", 100) == 0, "register n1");
+	CHECK(store_worker_register(st, "n1", "[{\"kind\":\"cuda\",\"index\":1}]", 200) == 0, "re-register n1");
+	CHECK(store_worker_heartbeat(st, "n2", 300) == 0, "heartbeat");
+	CHECK(store_worker_heartbeat(st, "nope", 300) == -ENOENT, "heartbeat of an unknown node");
+	CHECK(store_worker_set_state(st, "n2", "dead") == 0, "dead");
+	CHECK(store_worker_set_state(st, "n2", "zombie") == -EINVAL, "a state that does not exist");
+	CHECK(store_worker_set_state(st, "nope", "dead") == -ENOENT, "state of an unknown node");
+	CHECK(store_commit(st) == 0, "commit");
+	worker_seen_t ws = {0};
+	CHECK(store_worker_list(st, see_worker, &ws) == 0 && ws.n == 2, "workers listed %d", ws.n);
+	CHECK(strcmp(ws.names[0], "n1") == 0 && strcmp(ws.states[0], "alive") == 0 && ws.hb[0] == 200 &&
+	          strcmp(ws.devices[0], "[{\"kind\":\"cuda\",\"index\":1}]") == 0,
+	      "n1: %s %s %lld %s", ws.names[0], ws.states[0], (long long)ws.hb[0], ws.devices[0]);
+	CHECK(strcmp(ws.names[1], "n2") == 0 && strcmp(ws.states[1], "dead") == 0 && ws.hb[1] == 300,
+	      "n2: %s %s %lld", ws.names[1], ws.states[1], (long long)ws.hb[1]);
+	int64_t alive = -1, dead = -1;
+	CHECK(store_worker_count_by_state(st, &alive, &dead) == 0 && alive == 1 && dead == 1, "counts %lld %lld",
+	      (long long)alive, (long long)dead);
+
+	/* queued order: priority first, then submission */
+	CHECK(insert_job(st, "j-low", "a", 0) == 0 && insert_job(st, "j-high", "b", 5) == 0 &&
+	          insert_job(st, "j-low2", "c", 0) == 0 && insert_job(st, "j-high2", "d", 5) == 0,
+	      "insert jobs");
+	char order[256] = "";
+	CHECK(store_job_list_queued(st, see_queued, order) == 0 && strcmp(order, "j-high j-high2 j-low j-low2 ") == 0,
+	      "queued order: %s", order);
+
+	/* ranks: placement of attempt 1 of j-high, listed while the job is live */
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(store_job_set_attempt(st, "j-high", 1, 500) == 0, "attempt");
+	CHECK(store_job_set_attempt(st, "j-none", 1, 500) == -ENOENT, "attempt of an unknown job");
+	for (int r = 0; r < 2; r++) {
+		store_rank_t rk = {.attempt = 1, .rank = r, .node = r ? "n2" : "n1", .device_kind = "cpu",
+		                   .device_index = r};
+		snprintf(rk.job_id, sizeof rk.job_id, "j-high");
+		CHECK(store_rank_insert(st, &rk, 500) == 0, "rank %d", r);
+		CHECK(store_rank_insert(st, &rk, 500) == -EEXIST, "rank %d twice", r);
+	}
+	store_rank_t bad = {.attempt = 1, .rank = 3, .node = "n1", .device_kind = "tpu", .device_index = 0};
+	snprintf(bad.job_id, sizeof bad.job_id, "j-high");
+	CHECK(store_rank_insert(st, &bad, 500) < 0, "a device kind that does not exist");
+	CHECK(store_job_set_state(st, "j-high", STORE_JOB_SCHEDULED, "placed", 500) == 0, "scheduled");
+	CHECK(store_rank_set_state(st, "j-high", 1, 0, "joined", false, 0, 0, 600) == 0, "joined");
+	CHECK(store_rank_set_state(st, "j-high", 1, 1, "sleeping", false, 0, 0, 600) == -EINVAL, "bad rank state");
+	CHECK(store_rank_set_state(st, "j-high", 1, 7, "joined", false, 0, 0, 600) == -ENOENT, "unknown rank");
+	CHECK(store_commit(st) == 0, "commit");
+	rank_seen_t rs = {0};
+	CHECK(store_rank_list_active(st, see_rank, &rs) == 0 && rs.n == 2, "active ranks %d", rs.n);
+	CHECK(strcmp(rs.text[0], "j-high/1/0@n1:cpu0:joined") == 0 && strcmp(rs.text[1], "j-high/1/1@n2:cpu1:placed") == 0,
+	      "ranks: %s | %s", rs.text[0], rs.text[1]);
+	order[0] = '\0';
+	CHECK(store_job_list_queued(st, see_queued, order) == 0 && strcmp(order, "j-high2 j-low j-low2 ") == 0,
+	      "queued after placement: %s", order);
+
+	/* an exit is recorded with its status; losing the attempt spares finished ranks */
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(store_rank_set_state(st, "j-high", 1, 1, "exited", true, -1, 9, 700) == 0, "exited");
+	CHECK(store_rank_lose_attempt(st, "j-high", 1, 800) == 0, "lose");
+	CHECK(store_commit(st) == 0, "commit");
+	rs.n = 0;
+	CHECK(store_rank_list_active(st, see_rank, &rs) == 0 && rs.n == 2 &&
+	          strcmp(rs.text[0], "j-high/1/0@n1:cpu0:lost") == 0 &&
+	          strcmp(rs.text[1], "j-high/1/1@n2:cpu1:exited") == 0,
+	      "after lose: %d %s | %s", rs.n, rs.text[0], rs.text[1]);
+	{
+		sqlite3 *db = NULL;
+		sqlite3_stmt *s = NULL;
+		CHECK(sqlite3_open(path, &db) == SQLITE_OK, "open");
+		sqlite3_prepare_v2(db, "SELECT exit_code, signal FROM ranks WHERE rank = 1", -1, &s, NULL);
+		CHECK(sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0) == -1 && sqlite3_column_int(s, 1) == 9,
+		      "exit status stored");
+		sqlite3_finalize(s);
+		sqlite3_close(db);
+	}
+	/* a final job's ranks are not active any more */
+	CHECK(store_job_set_state(st, "j-high", STORE_JOB_FAILED, "rank 1 exited: killed by signal 9", 900) == 0,
+	      "failed");
+	rs.n = 0;
+	CHECK(store_rank_list_active(st, see_rank, &rs) == 0 && rs.n == 0, "active after failure %d", rs.n);
+
+	/* metrics: insert in one transaction, list by step with paging, NULLs */
+	CHECK(store_job_set_state(st, "j-high2", STORE_JOB_RUNNING, "all joined", 900) == 0, "running");
+	CHECK(store_begin(st) == 0, "begin");
+	for (int step = 1; step <= 5; step++) {
+		store_metric_t m = {.attempt = 1, .rank = 0, .step = step, .loss = 5.0 - step * 0.5, .lr = 1e-3,
+		                    .grad_norm = 1.5, .tokens_per_s = 1000.0 * step, .ms = 12.5, .at_us = 1000 + step};
+		snprintf(m.job_id, sizeof m.job_id, "j-high2");
+		m.has_val_loss = step == 4;
+		m.val_loss = 3.25;
+		if (step == 5)
+			m.grad_norm = NAN;
+		CHECK(store_metric_insert(st, &m) == 0, "metric %d", step);
+	}
+	CHECK(store_commit(st) == 0, "commit");
+	metric_seen_t ms = {0};
+	bool more = true;
+	CHECK(store_metric_list(st, "j-high2", 0, 100, see_metric, &ms, &more) == 0 && ms.n == 5 && !more,
+	      "all metrics %d", ms.n);
+	CHECK(ms.rows[0].step == 1 && ms.rows[0].loss == 4.5 && ms.rows[0].lr == 1e-3 && ms.rows[0].ms == 12.5 &&
+	          !ms.rows[0].has_val_loss && ms.rows[0].at_us == 1001,
+	      "row 1");
+	CHECK(ms.rows[3].has_val_loss && ms.rows[3].val_loss == 3.25, "val_loss of step 4");
+	CHECK(isnan(ms.rows[4].grad_norm), "a NaN is stored as NULL and read back as NaN");
+	ms.n = 0;
+	CHECK(store_metric_list(st, "j-high2", 2, 2, see_metric, &ms, &more) == 0 && ms.n == 2 && more &&
+	          ms.rows[0].step == 2 && ms.rows[1].step == 3,
+	      "since_step 2, limit 2: %d rows, more %d", ms.n, more);
+	ms.n = 0;
+	CHECK(store_metric_list(st, "j-high2", 99, 10, see_metric, &ms, &more) == 0 && ms.n == 0 && !more,
+	      "past the end");
+	CHECK(store_metric_list(st, "j-nope", 0, 10, see_metric, &ms, &more) == -ENOENT, "unknown job");
+	ms.n = 0;
+	CHECK(store_metric_latest_running(st, see_metric, &ms) == 0 && ms.n == 1 && ms.rows[0].step == 5 &&
+	          strcmp(ms.rows[0].job_id, "j-high2") == 0 && ms.rows[0].tokens_per_s == 5000.0,
+	      "latest of running jobs: %d", ms.n);
+	store_close(st);
+
+	/* a reader sees it all */
+	char err[512] = "";
+	store_t *rd = store_open(path, STORE_OPEN_READER, err, sizeof err);
+	CHECK(rd != NULL, "reader: %s", err);
+	if (rd) {
+		ms.n = 0;
+		CHECK(store_metric_list(rd, "j-high2", 0, 100, see_metric, &ms, &more) == 0 && ms.n == 5, "reader metrics");
+		ws.n = 0;
+		CHECK(store_worker_list(rd, see_worker, &ws) == 0 && ws.n == 2, "reader workers");
+		store_close(rd);
+	}
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/test-store-XXXXXX");
@@ -384,6 +590,7 @@ int main(void)
 	test_jobs();
 	test_idempotency();
 	test_readers_during_writes();
+	test_cluster_tables();
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)

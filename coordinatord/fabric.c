@@ -1,0 +1,1534 @@
+/*
+ * fabric: agents, attempts, rendezvous and scheduling on the broker loop
+ * (see fabric.h for the contract and docs/coordinator.md for the protocol
+ * choices).
+ *
+ * Memory model: agents live in `agents` (by node) for the life of the fabric,
+ * dead ones included, so pointers to them stay valid. A live attempt (the
+ * current attempt of a scheduled or running job) lives in `attempts` (by job
+ * id) from placement until the job reaches a final state; its ranks point at
+ * their agents and hold their devices until then.
+ */
+#include "fabric.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <zmq.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "gang.h"
+#include "smap.h"
+#include "wire.h"
+
+#define KIND_CPU 0
+#define KIND_CUDA 1
+#define N_KINDS 2
+#define MAX_DEVICES 4096
+#define MAX_BATCH 512              /* wire messages per fabric_handle_wire */
+#define EXPIRY_CHECK_US 100000     /* how often agents' silence is checked */
+#define SCHED_PERIOD_US 1000000    /* scheduling pass even without a change */
+#define KV_MAX_KEY_BYTES 4096
+#define KV_MAX_KEYS 65536
+#define KV_MAX_BYTES (64u << 20)   /* keys + values of one attempt */
+#define KV_MAX_PARKED 65536
+#define KV_MAX_TIMEOUT_MS 86400000 /* one day */
+#define REASON_BYTES 2048
+/* A rank's DONE and its agent's RANK_EXITED travel on different connections:
+ * a clean exit (status 0) before DONE fails the job only if DONE has not
+ * come this long after it. */
+#define CLEAN_EXIT_GRACE_US 2000000
+
+static const char *const s_kind_names[N_KINDS] = {"cpu", "cuda"};
+
+typedef struct attempt attempt_t;
+
+typedef struct {
+	int kind;
+	int index;
+	attempt_t *owner; /* NULL when free */
+} device_t;
+
+typedef struct {
+	char node[WIRE_MAX_IDENTITY_BYTES + 1];
+	char ident[WIRE_MAX_IDENTITY_BYTES + 1]; /* "agent/<node>" */
+	device_t *devices; /* sorted by (kind, index) */
+	int n_devices;
+	bool alive;
+	bool hb_dirty;     /* last_seen_wall_us not yet written to the store */
+	unsigned mark;     /* scratch for "each agent once" walks */
+	int64_t last_seen_mono_us;
+	int64_t last_seen_wall_us;
+} agent_t;
+
+typedef struct {
+	agent_t *agent;
+	int device_kind;
+	int device_index;
+	bool connected; /* it has sent a message: it can be told to ABORT */
+	bool joined, done, exited;
+	bool reported;  /* scratch for REGISTER reconciliation */
+	int64_t clean_exit_deadline_us; /* exited with status 0 before DONE: wait for it until then */
+} rank_rt_t;
+
+typedef struct parked {
+	struct parked *next;
+	int rank;
+	char *key;
+	int64_t deadline_mono_us;
+} parked_t;
+
+struct attempt {
+	char job_id[STORE_ID_BYTES];
+	int attempt;
+	int world_size;
+	int kind;
+	store_job_state_t state; /* scheduled or running */
+	json_t *spec;            /* the stored spec, sent in JOINED */
+	rank_rt_t *ranks;        /* world_size entries */
+	int n_joined, n_done;
+	smap_t kv;               /* key -> malloc'ed value */
+	size_t kv_bytes;
+	parked_t *parked;
+	int n_parked;
+};
+
+/* A message held until the transaction of its iteration is committed. */
+typedef struct outmsg {
+	struct outmsg *next;
+	wire_type_t type;
+	json_t *payload;
+	char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+	size_t ident_len;
+} outmsg_t;
+
+struct fabric {
+	void *router;
+	store_t *st;
+	fabric_options_t opt;
+	int64_t dead_after_us;
+	smap_t agents;   /* node -> agent_t* */
+	smap_t attempts; /* job id -> attempt_t* */
+	bool in_tx;
+	bool tx_failed;
+	int n_tx_writes;
+	bool sched_dirty;
+	unsigned mark_gen;
+	int64_t next_hb_us, next_expiry_us, next_sched_us;
+	outmsg_t *out_head, *out_tail; /* sent after the commit, in order */
+};
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t wall_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int kind_parse(const char *name)
+{
+	for (int k = 0; name && k < N_KINDS; k++)
+		if (strcmp(name, s_kind_names[k]) == 0)
+			return k;
+	return -1;
+}
+
+/* ---- store writes: one lazy transaction per loop iteration ---- */
+
+static bool tx(fabric_t *f)
+{
+	if (f->in_tx)
+		return true;
+	int r = store_begin(f->st);
+	if (r < 0) {
+		log_error("store: cannot begin a transaction: %s", store_errmsg(f->st));
+		return false;
+	}
+	f->in_tx = true;
+	f->tx_failed = false;
+	f->n_tx_writes = 0;
+	return true;
+}
+
+/* Note the outcome of one write inside the transaction. */
+static void wrote(fabric_t *f, int r, const char *what)
+{
+	f->n_tx_writes++;
+	if (r < 0 && r != -ENOENT) {
+		log_error("store: %s failed (%s): %s", what, strerror(-r), store_errmsg(f->st));
+		f->tx_failed = true;
+	}
+}
+
+static void send_now(fabric_t *f, const void *ident, size_t ident_len, wire_type_t type, const json_t *payload)
+{
+	int r = wire_send(f->router, ident, ident_len, type, payload);
+	if (r < 0 && log_enabled(LOG_DEBUG))
+		log_debug("broker: %s to %.*s not sent: %s", wire_type_name(type), (int)ident_len,
+		          (const char *)ident, strerror(-r));
+}
+
+/* Send the held messages (after the commit: a peer never hears of a state
+ * that a reader of the database cannot see yet). */
+static void send_held(fabric_t *f)
+{
+	while (f->out_head) {
+		outmsg_t *m = f->out_head;
+		f->out_head = m->next;
+		send_now(f, m->ident, m->ident_len, m->type, m->payload);
+		json_decref(m->payload);
+		free(m);
+	}
+	f->out_tail = NULL;
+}
+
+void fabric_flush(fabric_t *f)
+{
+	if (!f)
+		return;
+	if (f->in_tx) {
+		int r = f->tx_failed ? -EIO : store_commit(f->st);
+		if (r < 0) {
+			if (!f->tx_failed)
+				log_error("store: commit of %d write(s) failed: %s", f->n_tx_writes, store_errmsg(f->st));
+			store_rollback(f->st);
+		}
+		metrics_record_commit(f->n_tx_writes, r == 0);
+		f->in_tx = false;
+		f->tx_failed = false;
+		f->n_tx_writes = 0;
+	}
+	send_held(f);
+}
+
+/* ---- sending ---- */
+
+/* Send `payload` (a new reference, consumed; NULL means out of memory) to
+ * the peer `ident` (`ident_len` bytes): at once, or after the commit when a
+ * transaction is open, keeping the order of everything sent. */
+static void send_raw(fabric_t *f, const void *ident, size_t ident_len, wire_type_t type, json_t *payload)
+{
+	if (!payload) {
+		log_error("broker: out of memory building %s for %.*s", wire_type_name(type), (int)ident_len,
+		          (const char *)ident);
+		return;
+	}
+	if (!f->in_tx && !f->out_head) {
+		send_now(f, ident, ident_len, type, payload);
+		json_decref(payload);
+		return;
+	}
+	outmsg_t *m = malloc(sizeof *m);
+	if (!m) {
+		send_now(f, ident, ident_len, type, payload);
+		json_decref(payload);
+		return;
+	}
+	m->next = NULL;
+	m->type = type;
+	m->payload = payload;
+	if (ident_len > WIRE_MAX_IDENTITY_BYTES)
+		ident_len = WIRE_MAX_IDENTITY_BYTES;
+	memcpy(m->ident, ident, ident_len);
+	m->ident_len = ident_len;
+	if (f->out_tail)
+		f->out_tail->next = m;
+	else
+		f->out_head = m;
+	f->out_tail = m;
+}
+
+static void send_to(fabric_t *f, const char *ident, wire_type_t type, json_t *payload)
+{
+	send_raw(f, ident, strlen(ident), type, payload);
+}
+
+static void send_error(fabric_t *f, const void *ident, size_t ident_len, int code, const char *detail)
+{
+	if (log_enabled(LOG_DEBUG))
+		log_debug("broker: ERROR %d to %.*s: %s", code, (int)ident_len, (const char *)ident, detail);
+	send_raw(f, ident, ident_len, WIRE_ERROR, json_pack("{s:i, s:s}", "code", code, "detail", detail));
+}
+
+static void rank_ident(char out[WIRE_MAX_IDENTITY_BYTES + 1], const char *job, int attempt, int rank)
+{
+	snprintf(out, WIRE_MAX_IDENTITY_BYTES + 1, "rank/%s/%d/%d", job, attempt, rank);
+}
+
+/* ---- attempts ---- */
+
+static void attempt_free(attempt_t *at)
+{
+	if (!at)
+		return;
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&at->kv, &pos)))
+		free(s->value);
+	smap_free(&at->kv);
+	while (at->parked) {
+		parked_t *p = at->parked;
+		at->parked = p->next;
+		free(p->key);
+		free(p);
+	}
+	json_decref(at->spec);
+	free(at->ranks);
+	free(at);
+}
+
+static device_t *agent_device(agent_t *a, int kind, int index)
+{
+	for (int i = 0; i < a->n_devices; i++)
+		if (a->devices[i].kind == kind && a->devices[i].index == index)
+			return &a->devices[i];
+	return NULL;
+}
+
+/*
+ * End a live attempt: the job goes to `to` with `reason` (unless it is
+ * already there in the store: cancel), its unfinished ranks become lost, and
+ * with `kill` its connected ranks get ABORT and its agents KILL (rank -1).
+ * Devices are freed and the scheduler runs again. `at` is freed.
+ */
+static void end_attempt(fabric_t *f, attempt_t *at, store_job_state_t to, const char *reason, bool kill,
+                        bool state_already_set)
+{
+	int64_t now = wall_us();
+	if (tx(f)) {
+		if (!state_already_set)
+			wrote(f, store_job_set_state(f->st, at->job_id, to, reason, now), "job state");
+		wrote(f, store_rank_lose_attempt(f->st, at->job_id, at->attempt, now), "ranks lost");
+	}
+	if (kill) {
+		char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+		for (int r = 0; r < at->world_size; r++) {
+			if (!at->ranks[r].connected)
+				continue;
+			rank_ident(ident, at->job_id, at->attempt, r);
+			send_to(f, ident, WIRE_ABORT,
+			        json_pack("{s:s, s:i, s:s}", "job", at->job_id, "attempt", at->attempt, "reason",
+			                  reason));
+		}
+		unsigned gen = ++f->mark_gen;
+		for (int r = 0; r < at->world_size; r++) {
+			agent_t *a = at->ranks[r].agent;
+			if (!a || !a->alive || a->mark == gen)
+				continue;
+			a->mark = gen;
+			send_to(f, a->ident, WIRE_KILL,
+			        json_pack("{s:s, s:i, s:i}", "job", at->job_id, "attempt", at->attempt, "rank", -1));
+		}
+	}
+	log_info("job %s attempt %d %s: %s", at->job_id, at->attempt, store_job_state_name(to), reason);
+	for (int r = 0; r < at->world_size; r++) {
+		rank_rt_t *rr = &at->ranks[r];
+		device_t *d = rr->agent ? agent_device(rr->agent, rr->device_kind, rr->device_index) : NULL;
+		if (d && d->owner == at)
+			d->owner = NULL;
+	}
+	smap_del(&f->attempts, at->job_id);
+	attempt_free(at);
+	f->sched_dirty = true;
+}
+
+static void fail_attempt(fabric_t *f, attempt_t *at, const char *cause)
+{
+	end_attempt(f, at, STORE_JOB_FAILED, cause, true, false);
+}
+
+void fabric_job_cancelled(fabric_t *f, const char *job_id, const char *reason)
+{
+	attempt_t *at = smap_get(&f->attempts, job_id);
+	if (at)
+		end_attempt(f, at, STORE_JOB_CANCELLED, reason, true, true);
+	f->sched_dirty = true;
+}
+
+void fabric_mark_dirty(fabric_t *f)
+{
+	f->sched_dirty = true;
+}
+
+/* ---- agents ---- */
+
+static int device_cmp(const void *x, const void *y)
+{
+	const device_t *a = x, *b = y;
+	if (a->kind != b->kind)
+		return a->kind - b->kind;
+	return (a->index > b->index) - (a->index < b->index);
+}
+
+/*
+ * Parse REGISTER's devices into a sorted array. 0 and *ret (malloc'ed, may be
+ * NULL when empty) or -EINVAL with `detail` naming the field.
+ */
+static int parse_devices(const json_t *arr, device_t **ret, int *ret_n, char *detail, size_t dlen)
+{
+	size_t n = json_array_size(arr);
+	if (n > MAX_DEVICES) {
+		snprintf(detail, dlen, "devices: %zu entries, at most %d", n, MAX_DEVICES);
+		return -EINVAL;
+	}
+	device_t *d = n ? calloc(n, sizeof *d) : NULL;
+	if (n && !d) {
+		snprintf(detail, dlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(arr, i);
+		json_t *k = json_object_get(e, "kind"), *ix = json_object_get(e, "index");
+		int kind = json_is_string(k) ? kind_parse(json_string_value(k)) : -1;
+		if (!json_is_object(e) || kind < 0) {
+			snprintf(detail, dlen, "devices[%zu].kind must be \"cpu\" or \"cuda\"", i);
+			free(d);
+			return -EINVAL;
+		}
+		if (!json_is_integer(ix) || json_integer_value(ix) < 0 || json_integer_value(ix) > 65535) {
+			snprintf(detail, dlen, "devices[%zu].index must be an integer from 0 to 65535", i);
+			free(d);
+			return -EINVAL;
+		}
+		d[i].kind = kind;
+		d[i].index = (int)json_integer_value(ix);
+	}
+	if (n)
+		qsort(d, n, sizeof *d, device_cmp);
+	for (size_t i = 1; i < n; i++) {
+		if (d[i].kind == d[i - 1].kind && d[i].index == d[i - 1].index) {
+			snprintf(detail, dlen, "devices: %s %d is listed twice", s_kind_names[d[i].kind], d[i].index);
+			free(d);
+			return -EINVAL;
+		}
+	}
+	*ret = d;
+	*ret_n = (int)n;
+	return 0;
+}
+
+static char *devices_json(const device_t *d, int n)
+{
+	json_t *arr = json_array();
+	for (int i = 0; arr && i < n; i++)
+		if (json_array_append_new(arr, json_pack("{s:s, s:i}", "kind", s_kind_names[d[i].kind], "index",
+		                                         d[i].index)) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	char *s = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+	json_decref(arr);
+	return s;
+}
+
+static agent_t *agent_get_or_add(fabric_t *f, const char *node)
+{
+	agent_t *a = smap_get(&f->agents, node);
+	if (a)
+		return a;
+	a = calloc(1, sizeof *a);
+	if (!a)
+		return NULL;
+	snprintf(a->node, sizeof a->node, "%s", node);
+	snprintf(a->ident, sizeof a->ident, "agent/%s", node);
+	if (smap_put(&f->agents, node, a, NULL) < 0) {
+		free(a);
+		return NULL;
+	}
+	return a;
+}
+
+static void touch_agent(agent_t *a)
+{
+	a->last_seen_mono_us = mono_us();
+	a->last_seen_wall_us = wall_us();
+	a->hb_dirty = true;
+}
+
+static json_t *spawn_payload(const attempt_t *at, int rank)
+{
+	return json_pack("{s:s, s:i, s:i, s:i, s:{s:s, s:i}}", "job", at->job_id, "attempt", at->attempt,
+	                 "rank", rank, "world_size", at->world_size, "device", "kind",
+	                 s_kind_names[at->ranks[rank].device_kind], "index", at->ranks[rank].device_index);
+}
+
+static void on_register(fabric_t *f, const char *ident, const char *node, json_t *p)
+{
+	char detail[512];
+	const char *pnode = json_string_value(json_object_get(p, "node"));
+	if (strcmp(pnode, node) != 0) {
+		snprintf(detail, sizeof detail, "REGISTER node \"%.100s\" does not match the identity agent/%.100s",
+		         pnode, node);
+		send_error(f, ident, strlen(ident), 400, detail);
+		return;
+	}
+	device_t *devs = NULL;
+	int n_devs = 0;
+	if (parse_devices(json_object_get(p, "devices"), &devs, &n_devs, detail, sizeof detail) < 0) {
+		send_error(f, ident, strlen(ident), 400, detail);
+		return;
+	}
+	json_t *ranks = json_object_get(p, "ranks");
+	size_t i;
+	json_t *e;
+	json_array_foreach(ranks, i, e)
+	{
+		json_t *j = json_object_get(e, "job"), *at = json_object_get(e, "attempt"),
+		       *rk = json_object_get(e, "rank");
+		if (!json_is_string(j) || !json_is_integer(at) || !json_is_integer(rk)) {
+			snprintf(detail, sizeof detail,
+			         "ranks[%zu] must be {job: string, attempt: integer, rank: integer, pid: integer}", i);
+			free(devs);
+			send_error(f, ident, strlen(ident), 400, detail);
+			return;
+		}
+	}
+	char *dev_json = devices_json(devs, n_devs);
+	agent_t *a = dev_json ? agent_get_or_add(f, node) : NULL;
+	if (!a) {
+		free(dev_json);
+		free(devs);
+		send_error(f, ident, strlen(ident), 503, "the coordinator is out of memory");
+		return;
+	}
+	bool was_alive = a->alive;
+	free(a->devices);
+	a->devices = devs;
+	a->n_devices = n_devs;
+	a->alive = true;
+	touch_agent(a);
+	a->hb_dirty = false; /* written by the register itself */
+	if (tx(f))
+		wrote(f, store_worker_register(f->st, node, dev_json, a->last_seen_wall_us), "worker register");
+	free(dev_json);
+	log_info("agent %s registered (%s): %d device(s), %zu running rank(s)", node,
+	         was_alive ? "again" : "alive", n_devs, json_array_size(ranks));
+	send_to(f, ident, WIRE_REGISTERED,
+	        json_pack("{s:i, s:i}", "heartbeat_ms", f->opt.heartbeat_ms, "dead_after", f->opt.dead_after));
+
+	/* Re-take the devices of live attempts placed here; a placed device the
+	 * agent no longer has fails its job. */
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *lat = s->value;
+		char cause[REASON_BYTES] = "";
+		for (int r = 0; r < lat->world_size; r++) {
+			rank_rt_t *rr = &lat->ranks[r];
+			rr->reported = false;
+			if (rr->agent != a)
+				continue;
+			device_t *d = agent_device(a, rr->device_kind, rr->device_index);
+			if (d)
+				d->owner = lat;
+			else if (!cause[0])
+				snprintf(cause, sizeof cause, "rank %d lost: node %s registered again without %s %d", r,
+				         node, s_kind_names[rr->device_kind], rr->device_index);
+		}
+		if (cause[0])
+			fail_attempt(f, lat, cause);
+	}
+
+	/* Reconcile the ranks it runs: ranks of attempts that are not live here get KILL. */
+	json_array_foreach(ranks, i, e)
+	{
+		const char *job = json_string_value(json_object_get(e, "job"));
+		json_int_t att = json_integer_value(json_object_get(e, "attempt"));
+		json_int_t rank = json_integer_value(json_object_get(e, "rank"));
+		attempt_t *lat = smap_get(&f->attempts, job);
+		bool keep = lat && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
+		            lat->ranks[rank].agent == a;
+		if (keep) {
+			lat->ranks[rank].reported = true;
+			continue;
+		}
+		log_info("agent %s runs rank %lld of job %.40s attempt %lld, which is not live: KILL", node,
+		         (long long)rank, job, (long long)att);
+		send_to(f, a->ident, WIRE_KILL,
+		        json_pack("{s:s, s:I, s:I}", "job", job, "attempt", (json_int_t)att, "rank", (json_int_t)rank));
+	}
+	/* Ranks placed here that it does not report: not yet joined -> SPAWN again
+	 * (the first SPAWN may have crossed the REGISTER); joined -> lost. */
+	pos = 0;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *lat = s->value;
+		char cause[REASON_BYTES] = "";
+		for (int r = 0; r < lat->world_size; r++) {
+			rank_rt_t *rr = &lat->ranks[r];
+			if (rr->agent != a || rr->reported || rr->done || rr->exited)
+				continue;
+			if (!rr->joined) {
+				send_to(f, a->ident, WIRE_SPAWN, spawn_payload(lat, r));
+			} else if (!cause[0]) {
+				snprintf(cause, sizeof cause, "rank %d lost: agent %s registered again without it", r, node);
+			}
+		}
+		if (cause[0])
+			fail_attempt(f, lat, cause);
+	}
+	f->sched_dirty = true;
+}
+
+static void describe_exit(char *out, size_t n, int rank, int exit_code, int sig, const char *error)
+{
+	if (sig != 0)
+		snprintf(out, n, "rank %d exited: killed by signal %d", rank, sig);
+	else if (error && error[0])
+		snprintf(out, n, "rank %d exited with status %d: %s", rank, exit_code, error);
+	else
+		snprintf(out, n, "rank %d exited with status %d", rank, exit_code);
+}
+
+static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	json_int_t att = json_integer_value(json_object_get(p, "attempt"));
+	json_int_t rank = json_integer_value(json_object_get(p, "rank"));
+	json_int_t code = json_integer_value(json_object_get(p, "exit_code"));
+	json_int_t sig = json_integer_value(json_object_get(p, "signal"));
+	const char *error = json_string_value(json_object_get(p, "error"));
+	if (att < 0 || att > INT_MAX || rank < 0 || rank > INT_MAX || code < INT_MIN || code > INT_MAX ||
+	    sig < 0 || sig > INT_MAX) {
+		send_error(f, a->ident, strlen(a->ident), 400, "RANK_EXITED: attempt, rank, exit_code or signal out of range");
+		return;
+	}
+	attempt_t *at = smap_get(&f->attempts, job);
+	if (tx(f))
+		wrote(f, store_rank_set_state(f->st, job, (int)att, (int)rank, "exited", true, (int)code, (int)sig,
+		                              wall_us()),
+		      "rank exited");
+	if (!at || at->attempt != att || rank >= at->world_size) {
+		log_debug("agent %s: rank %lld of job %.40s attempt %lld exited (not live)", a->node,
+		          (long long)rank, job, (long long)att);
+		return;
+	}
+	rank_rt_t *rr = &at->ranks[rank];
+	if (rr->agent != a) {
+		log_warn("agent %s reports rank %lld of job %s, placed on %s: ignored", a->node, (long long)rank,
+		         at->job_id, rr->agent ? rr->agent->node : "?");
+		return;
+	}
+	rr->exited = true;
+	if (rr->done)
+		return; /* its work was reported complete */
+	if (code == 0 && sig == 0) {
+		rr->clean_exit_deadline_us = mono_us() + CLEAN_EXIT_GRACE_US;
+		return;
+	}
+	char cause[REASON_BYTES];
+	describe_exit(cause, sizeof cause, (int)rank, (int)code, (int)sig, error);
+	fail_attempt(f, at, cause);
+}
+
+static void on_agent(fabric_t *f, const char *ident, const char *node, wire_type_t type, json_t *p)
+{
+	if (type == WIRE_REGISTER) {
+		on_register(f, ident, node, p);
+		return;
+	}
+	if (type != WIRE_HEARTBEAT && type != WIRE_RANK_EXITED) {
+		char detail[200];
+		snprintf(detail, sizeof detail, "an agent sends REGISTER, HEARTBEAT or RANK_EXITED, not %s",
+		         wire_type_name(type));
+		send_error(f, ident, strlen(ident), 400, detail);
+		return;
+	}
+	agent_t *a = smap_get(&f->agents, node);
+	if (!a || !a->alive) {
+		char detail[400];
+		snprintf(detail, sizeof detail, "agent %.200s is %s: send REGISTER", node,
+		         a ? "declared dead" : "not registered");
+		send_error(f, ident, strlen(ident), 404, detail);
+		return;
+	}
+	touch_agent(a);
+	if (type == WIRE_RANK_EXITED)
+		on_rank_exited(f, a, p);
+}
+
+/* ---- ranks ---- */
+
+/* "rank/<job>/<attempt>/<rank>" -> its parts. */
+static bool parse_rank_ident(const char *ident, char job[STORE_ID_BYTES], int *ret_attempt, int *ret_rank)
+{
+	const char *p = ident + 5;
+	const char *slash = strchr(p, '/');
+	if (!slash || slash == p || (size_t)(slash - p) >= STORE_ID_BYTES)
+		return false;
+	memcpy(job, p, (size_t)(slash - p));
+	job[slash - p] = '\0';
+	const char *q = slash + 1;
+	char *end;
+	if (*q < '0' || *q > '9')
+		return false;
+	errno = 0;
+	long att = strtol(q, &end, 10);
+	if (errno || *end != '/' || att < 0 || att > INT_MAX)
+		return false;
+	q = end + 1;
+	if (*q < '0' || *q > '9')
+		return false;
+	long rank = strtol(q, &end, 10);
+	if (errno || *end || rank < 0 || rank > INT_MAX)
+		return false;
+	*ret_attempt = (int)att;
+	*ret_rank = (int)rank;
+	return true;
+}
+
+static void kv_answer(fabric_t *f, attempt_t *at, int rank, const char *key, const char *value)
+{
+	char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+	rank_ident(ident, at->job_id, at->attempt, rank);
+	send_to(f, ident, WIRE_KV_VALUE,
+	        json_pack("{s:s, s:b, s:s}", "key", key, "found", value != NULL, "value", value ? value : ""));
+}
+
+static void on_kv_set(fabric_t *f, attempt_t *at, int rank, const char *ident, json_t *p)
+{
+	const char *key = json_string_value(json_object_get(p, "key"));
+	const char *value = json_string_value(json_object_get(p, "value"));
+	size_t klen = strlen(key), vlen = strlen(value);
+	if (klen == 0 || klen > KV_MAX_KEY_BYTES) {
+		send_error(f, ident, strlen(ident), 400, "KV_SET: key must be 1 to 4096 bytes");
+		return;
+	}
+	char *old = smap_get(&at->kv, key);
+	size_t old_bytes = old ? klen + strlen(old) : 0;
+	if ((!old && at->kv.n >= KV_MAX_KEYS) || at->kv_bytes - old_bytes + klen + vlen > KV_MAX_BYTES) {
+		send_error(f, ident, strlen(ident), 413,
+		           "KV_SET: the attempt's key-value store is full (65536 keys, 64 MiB)");
+		return;
+	}
+	char *copy = strdup(value);
+	void *prev = NULL;
+	if (!copy || smap_put(&at->kv, key, copy, &prev) < 0) {
+		free(copy);
+		send_error(f, ident, strlen(ident), 503, "KV_SET: the coordinator is out of memory");
+		return;
+	}
+	free(prev);
+	at->kv_bytes = at->kv_bytes - old_bytes + klen + vlen;
+	send_to(f, ident, WIRE_KV_OK, json_pack("{s:s}", "key", key));
+	/* wake the parked KV_GETs of this key */
+	parked_t **pp = &at->parked;
+	while (*pp) {
+		parked_t *w = *pp;
+		if (strcmp(w->key, key) == 0) {
+			kv_answer(f, at, w->rank, key, copy);
+			*pp = w->next;
+			free(w->key);
+			free(w);
+			at->n_parked--;
+		} else {
+			pp = &w->next;
+		}
+	}
+}
+
+static void on_kv_get(fabric_t *f, attempt_t *at, int rank, const char *ident, json_t *p)
+{
+	const char *key = json_string_value(json_object_get(p, "key"));
+	json_int_t timeout_ms = json_integer_value(json_object_get(p, "timeout_ms"));
+	if (timeout_ms < 0 || timeout_ms > KV_MAX_TIMEOUT_MS) {
+		send_error(f, ident, strlen(ident), 400, "KV_GET: timeout_ms must be from 0 to 86400000");
+		return;
+	}
+	const char *value = smap_get(&at->kv, key);
+	if (value || timeout_ms == 0) {
+		kv_answer(f, at, rank, key, value);
+		return;
+	}
+	if (at->n_parked >= KV_MAX_PARKED) {
+		send_error(f, ident, strlen(ident), 413, "KV_GET: too many waiting KV_GETs in this attempt");
+		return;
+	}
+	parked_t *w = calloc(1, sizeof *w);
+	char *kcopy = strdup(key);
+	if (!w || !kcopy) {
+		free(w);
+		free(kcopy);
+		send_error(f, ident, strlen(ident), 503, "KV_GET: the coordinator is out of memory");
+		return;
+	}
+	w->rank = rank;
+	w->key = kcopy;
+	w->deadline_mono_us = mono_us() + (int64_t)timeout_ms * 1000;
+	w->next = at->parked;
+	at->parked = w;
+	at->n_parked++;
+}
+
+static void on_metrics(fabric_t *f, attempt_t *at, int rank, json_t *p)
+{
+	if (rank != 0)
+		return; /* rank 0's loss is the global mean: its rows are the job's */
+	store_metric_t m;
+	memset(&m, 0, sizeof m);
+	snprintf(m.job_id, sizeof m.job_id, "%s", at->job_id);
+	m.attempt = at->attempt;
+	m.rank = rank;
+	m.step = (int64_t)json_integer_value(json_object_get(p, "step"));
+	m.loss = json_number_value(json_object_get(p, "loss"));
+	m.lr = json_number_value(json_object_get(p, "lr"));
+	m.grad_norm = json_number_value(json_object_get(p, "grad_norm"));
+	m.tokens_per_s = json_number_value(json_object_get(p, "tokens_per_s"));
+	m.ms = json_number_value(json_object_get(p, "ms"));
+	json_t *vl = json_object_get(p, "val_loss");
+	m.has_val_loss = json_is_number(vl);
+	m.val_loss = m.has_val_loss ? json_number_value(vl) : NAN;
+	m.at_us = wall_us();
+	if (tx(f))
+		wrote(f, store_metric_insert(f->st, &m), "metrics row");
+}
+
+static void on_join(fabric_t *f, attempt_t *at, int rank, const char *ident, json_t *p)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	json_int_t att = json_integer_value(json_object_get(p, "attempt"));
+	json_int_t rk = json_integer_value(json_object_get(p, "rank"));
+	if (strcmp(job, at->job_id) != 0 || att != at->attempt || rk != rank) {
+		send_error(f, ident, strlen(ident), 400, "JOIN: job, attempt and rank must match the identity");
+		return;
+	}
+	rank_rt_t *rr = &at->ranks[rank];
+	if (!rr->joined) {
+		rr->joined = true;
+		at->n_joined++;
+		if (tx(f))
+			wrote(f, store_rank_set_state(f->st, at->job_id, at->attempt, rank, "joined", false, 0, 0,
+			                              wall_us()),
+			      "rank joined");
+	}
+	send_to(f, ident, WIRE_JOINED,
+	        json_pack("{s:s, s:i, s:i, s:i, s:O, s:i}", "job", at->job_id, "attempt", at->attempt, "rank", rank,
+	                  "world_size", at->world_size, "spec", at->spec, "metrics_every", f->opt.metrics_every));
+	if (at->n_joined == at->world_size && at->state == STORE_JOB_SCHEDULED) {
+		char reason[200];
+		snprintf(reason, sizeof reason, "all %d rank(s) joined", at->world_size);
+		at->state = STORE_JOB_RUNNING;
+		if (tx(f))
+			wrote(f, store_job_set_state(f->st, at->job_id, STORE_JOB_RUNNING, reason, wall_us()), "job running");
+		log_info("job %s attempt %d running: %s", at->job_id, at->attempt, reason);
+	}
+}
+
+static void on_done(fabric_t *f, attempt_t *at, int rank, json_t *p)
+{
+	rank_rt_t *rr = &at->ranks[rank];
+	if (rr->done)
+		return;
+	rr->done = true;
+	at->n_done++;
+	if (tx(f))
+		wrote(f, store_rank_set_state(f->st, at->job_id, at->attempt, rank, "done", false, 0, 0, wall_us()),
+		      "rank done");
+	if (at->n_done < at->world_size)
+		return;
+	char reason[256];
+	snprintf(reason, sizeof reason, "all %d rank(s) done at step %lld (loss %.6g)", at->world_size,
+	         (long long)json_integer_value(json_object_get(p, "step")),
+	         json_number_value(json_object_get(p, "loss")));
+	end_attempt(f, at, STORE_JOB_SUCCEEDED, reason, false, false);
+}
+
+static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
+{
+	char job[STORE_ID_BYTES], detail[512];
+	int att, rank;
+	if (!parse_rank_ident(ident, job, &att, &rank)) {
+		send_error(f, ident, strlen(ident), 400, "a rank's identity must be rank/<job>/<attempt>/<rank>");
+		return;
+	}
+	if (type != WIRE_JOIN && type != WIRE_KV_SET && type != WIRE_KV_GET && type != WIRE_METRICS &&
+	    type != WIRE_DONE && type != WIRE_FAILED) {
+		snprintf(detail, sizeof detail, "a rank sends JOIN, KV_SET, KV_GET, METRICS, DONE or FAILED, not %s",
+		         wire_type_name(type));
+		send_error(f, ident, strlen(ident), 400, detail);
+		return;
+	}
+	attempt_t *at = smap_get(&f->attempts, job);
+	if (!at) {
+		store_job_t sj;
+		memset(&sj, 0, sizeof sj);
+		int r = store_job_get(f->st, job, &sj);
+		if (r == -ENOENT) {
+			snprintf(detail, sizeof detail, "no job %s", job);
+			send_error(f, ident, strlen(ident), 404, detail);
+			return;
+		}
+		if (r < 0) {
+			send_error(f, ident, strlen(ident), 503, "the coordinator cannot read its database");
+			return;
+		}
+		snprintf(detail, sizeof detail, "job %s is %s (attempt %d); attempt %d has no live ranks", job,
+		         store_job_state_name(sj.state), sj.attempt, att);
+		store_job_clear(&sj);
+		send_to(f, ident, WIRE_ABORT, json_pack("{s:s, s:i, s:s}", "job", job, "attempt", att, "reason", detail));
+		return;
+	}
+	if (att != at->attempt) {
+		snprintf(detail, sizeof detail, "attempt %d of job %s is stale: the live attempt is %d", att, job,
+		         at->attempt);
+		send_to(f, ident, WIRE_ABORT, json_pack("{s:s, s:i, s:s}", "job", job, "attempt", att, "reason", detail));
+		return;
+	}
+	if (rank >= at->world_size) {
+		snprintf(detail, sizeof detail, "job %s has ranks 0 to %d, not %d", job, at->world_size - 1, rank);
+		send_error(f, ident, strlen(ident), 404, detail);
+		return;
+	}
+	at->ranks[rank].connected = true;
+	switch (type) {
+	case WIRE_JOIN: on_join(f, at, rank, ident, p); break;
+	case WIRE_KV_SET: on_kv_set(f, at, rank, ident, p); break;
+	case WIRE_KV_GET: on_kv_get(f, at, rank, ident, p); break;
+	case WIRE_METRICS: on_metrics(f, at, rank, p); break;
+	case WIRE_DONE: on_done(f, at, rank, p); break;
+	case WIRE_FAILED: {
+		char cause[REASON_BYTES];
+		snprintf(cause, sizeof cause, "rank %d failed: %s", rank,
+		         json_string_value(json_object_get(p, "reason")));
+		fail_attempt(f, at, cause);
+		break;
+	}
+	default: break;
+	}
+}
+
+/* ---- receiving ---- */
+
+static bool decode_error(int r)
+{
+	return r == -EPROTO || r == -ENOENT || r == -EMSGSIZE || r == -EINVAL;
+}
+
+void fabric_handle_wire(fabric_t *f)
+{
+	for (int k = 0; k < MAX_BATCH; k++) {
+		unsigned char raw[WIRE_MAX_IDENTITY_BYTES + 1];
+		size_t raw_len = 0;
+		wire_type_t type = 0;
+		json_t *p = NULL;
+		char err[256] = "";
+		int r = wire_recv(f->router, ZMQ_DONTWAIT, raw, &raw_len, &type, &p, err, sizeof err);
+		if (r == -EAGAIN || r == -EINTR)
+			return;
+		if (r < 0 && !decode_error(r)) {
+			log_error("broker: receive failed: %s", strerror(-r));
+			return;
+		}
+		if (raw_len > WIRE_MAX_IDENTITY_BYTES)
+			raw_len = WIRE_MAX_IDENTITY_BYTES;
+		char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+		memcpy(ident, raw, raw_len);
+		ident[raw_len] = '\0';
+		bool text = memchr(raw, '\0', raw_len) == NULL;
+		bool is_agent = text && strncmp(ident, "agent/", 6) == 0 && ident[6] != '\0';
+		if (r < 0) {
+			/* any message counts as a heartbeat, even one we refuse */
+			agent_t *a = is_agent ? smap_get(&f->agents, ident + 6) : NULL;
+			if (a && a->alive)
+				touch_agent(a);
+			send_error(f, raw, raw_len, wire_error_code(r), err[0] ? err : "malformed message");
+			continue;
+		}
+		if (type == WIRE_ERROR) {
+			/* never answered (no ERROR ping-pong); it still counts as a heartbeat */
+			agent_t *a = is_agent ? smap_get(&f->agents, ident + 6) : NULL;
+			if (a && a->alive)
+				touch_agent(a);
+			log_warn("broker: %.100s says ERROR %lld: %.300s", text ? ident : "(binary identity)",
+			         (long long)json_integer_value(json_object_get(p, "code")),
+			         json_string_value(json_object_get(p, "detail"))); /* both required by wire_decode */
+		} else if (is_agent)
+			on_agent(f, ident, ident + 6, type, p);
+		else if (text && strncmp(ident, "rank/", 5) == 0)
+			on_rank(f, ident, type, p);
+		else
+			send_error(f, raw, raw_len, 400,
+			           "unknown peer: connect with the identity agent/<node> or rank/<job>/<attempt>/<rank>");
+		json_decref(p);
+	}
+}
+
+/* ---- scheduling ---- */
+
+typedef struct {
+	char id[STORE_ID_BYTES];
+	int world_size;
+	int attempt;
+	char *spec_json;
+} queued_t;
+
+typedef struct {
+	queued_t *jobs;
+	size_t n, cap;
+} queue_t;
+
+static int collect_queued(const store_job_t *job, void *userdata)
+{
+	queue_t *q = userdata;
+	if (q->n == q->cap) {
+		size_t cap = q->cap ? q->cap * 2 : 16;
+		queued_t *j = realloc(q->jobs, cap * sizeof *j);
+		if (!j)
+			return -ENOMEM;
+		q->jobs = j;
+		q->cap = cap;
+	}
+	queued_t *e = &q->jobs[q->n];
+	snprintf(e->id, sizeof e->id, "%s", job->id);
+	e->world_size = job->world_size;
+	e->attempt = job->attempt;
+	e->spec_json = strdup(job->spec_json);
+	if (!e->spec_json)
+		return -ENOMEM;
+	q->n++;
+	return 0;
+}
+
+static int agent_by_node(const void *x, const void *y)
+{
+	const agent_t *a = *(agent_t *const *)x, *b = *(agent_t *const *)y;
+	return strcmp(a->node, b->node);
+}
+
+static int count_free(const agent_t *a, int kind)
+{
+	int n = 0;
+	for (int i = 0; i < a->n_devices; i++)
+		n += a->devices[i].kind == kind && !a->devices[i].owner;
+	return n;
+}
+
+/* Append to a bounded reason string. */
+static void reason_add(char *buf, size_t *len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void reason_add(char *buf, size_t *len, const char *fmt, ...)
+{
+	if (*len >= REASON_BYTES - 1)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf + *len, REASON_BYTES - *len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	*len += (size_t)n;
+	if (*len >= REASON_BYTES - 1) {
+		*len = REASON_BYTES - 1;
+		memcpy(buf + REASON_BYTES - 4, "...", 4);
+	}
+}
+
+/* Place `q` on the agents with ret_take[i] ranks on alive[i]; ranks go to
+ * the nodes in order of how many they take (most first). */
+static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_t **alive, int n_alive,
+                  const int *take, int n_nodes_used)
+{
+	attempt_t *at = calloc(1, sizeof *at);
+	rank_rt_t *ranks = calloc((size_t)q->world_size, sizeof *ranks);
+	int *order = malloc((size_t)n_alive * sizeof *order);
+	if (!at || !ranks || !order) {
+		free(at);
+		free(ranks);
+		free(order);
+		json_decref(spec);
+		log_error("broker: out of memory placing job %s", q->id);
+		return;
+	}
+	int n_order = 0;
+	for (int i = 0; i < n_alive; i++)
+		if (take[i] > 0)
+			order[n_order++] = i;
+	/* most ranks first, then node order (insertion sort: n_order is small) */
+	for (int i = 1; i < n_order; i++)
+		for (int j = i; j > 0 && take[order[j]] > take[order[j - 1]]; j--) {
+			int t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	snprintf(at->job_id, sizeof at->job_id, "%s", q->id);
+	at->attempt = q->attempt + 1;
+	at->world_size = q->world_size;
+	at->kind = kind;
+	at->state = STORE_JOB_SCHEDULED;
+	at->spec = spec;
+	at->ranks = ranks;
+
+	char reason[REASON_BYTES];
+	size_t rlen = 0;
+	reason_add(reason, &rlen, "placed %d rank(s) on %d node(s):", q->world_size, n_nodes_used);
+	int rank = 0;
+	for (int k = 0; k < n_order; k++) {
+		agent_t *a = alive[order[k]];
+		int want = take[order[k]];
+		reason_add(reason, &rlen, " %s [", a->node);
+		for (int i = 0; i < a->n_devices && want > 0; i++) {
+			device_t *d = &a->devices[i];
+			if (d->kind != kind || d->owner)
+				continue;
+			d->owner = at;
+			ranks[rank] = (rank_rt_t){.agent = a, .device_kind = kind, .device_index = d->index};
+			reason_add(reason, &rlen, "%s%d:%s%d", want == take[order[k]] ? "" : " ", rank,
+			           s_kind_names[kind], d->index);
+			rank++;
+			want--;
+		}
+		reason_add(reason, &rlen, "]");
+	}
+	free(order);
+	if (smap_put(&f->attempts, at->job_id, at, NULL) < 0) {
+		for (int r = 0; r < rank; r++) {
+			device_t *d = agent_device(ranks[r].agent, kind, ranks[r].device_index);
+			if (d)
+				d->owner = NULL;
+		}
+		attempt_free(at);
+		log_error("broker: out of memory placing job %s", q->id);
+		return;
+	}
+	int64_t now = wall_us();
+	if (tx(f)) {
+		wrote(f, store_job_set_attempt(f->st, at->job_id, at->attempt, now), "job attempt");
+		for (int r = 0; r < at->world_size; r++) {
+			store_rank_t sr = {.attempt = at->attempt,
+			                   .rank = r,
+			                   .node = ranks[r].agent->node,
+			                   .device_kind = s_kind_names[kind],
+			                   .device_index = ranks[r].device_index,
+			                   .state = "placed"};
+			snprintf(sr.job_id, sizeof sr.job_id, "%s", at->job_id);
+			wrote(f, store_rank_insert(f->st, &sr, now), "rank insert");
+		}
+		wrote(f, store_job_set_state(f->st, at->job_id, STORE_JOB_SCHEDULED, reason, now), "job scheduled");
+	}
+	log_info("job %s attempt %d scheduled: %s", at->job_id, at->attempt, reason);
+	for (int r = 0; r < at->world_size; r++)
+		send_to(f, ranks[r].agent->ident, WIRE_SPAWN, spawn_payload(at, r));
+}
+
+/*
+ * One scheduling pass. Queued jobs are taken by priority, then submission
+ * order. A job that fits is placed. A job that does not fit waits; while it
+ * could fit on the alive nodes' devices of its kind once some are freed, no
+ * later job of that kind is placed in this pass (so a wide job is not starved
+ * by a stream of narrow ones); a job wider than all alive devices of its kind
+ * does not hold the others back. Jobs of the other kind are not affected.
+ */
+static void schedule(fabric_t *f)
+{
+	f->sched_dirty = false;
+	f->next_sched_us = mono_us() + SCHED_PERIOD_US;
+	agent_t **alive = malloc((f->agents.n ? f->agents.n : 1) * sizeof *alive);
+	if (!alive)
+		return;
+	int n_alive = 0;
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->agents, &pos))) {
+		agent_t *a = s->value;
+		if (a->alive && a->n_devices > 0)
+			alive[n_alive++] = a;
+	}
+	if (n_alive == 0) {
+		free(alive);
+		return;
+	}
+	queue_t q = {0};
+	int r = store_job_list_queued(f->st, collect_queued, &q);
+	if (r < 0)
+		log_error("broker: cannot read the queued jobs: %s", strerror(-r));
+	if (q.n == 0 || r < 0)
+		goto out;
+	qsort(alive, (size_t)n_alive, sizeof *alive, agent_by_node);
+	int *n_free = malloc((size_t)n_alive * sizeof *n_free);
+	int *take = malloc((size_t)n_alive * sizeof *take);
+	if (!n_free || !take) {
+		free(n_free);
+		free(take);
+		goto out;
+	}
+	bool blocked[N_KINDS] = {false, false};
+	for (size_t i = 0; i < q.n; i++) {
+		queued_t *job = &q.jobs[i];
+		json_t *spec = json_loads(job->spec_json, 0, NULL);
+		const char *dev = json_string_value(json_object_get(json_object_get(spec, "parallel"), "device"));
+		int kind = kind_parse(dev ? dev : "cpu");
+		if (!spec || kind < 0) {
+			json_decref(spec);
+			log_error("job %s: its stored spec cannot be read; failing it", job->id);
+			if (tx(f))
+				wrote(f, store_job_set_state(f->st, job->id, STORE_JOB_FAILED,
+				                             "the stored job spec cannot be read", wall_us()),
+				      "job failed");
+			continue;
+		}
+		if (blocked[kind]) {
+			json_decref(spec);
+			continue;
+		}
+		long total = 0;
+		for (int a = 0; a < n_alive; a++) {
+			n_free[a] = count_free(alive[a], kind);
+			for (int d = 0; d < alive[a]->n_devices; d++)
+				total += alive[a]->devices[d].kind == kind;
+		}
+		int used = gang_pack(n_free, n_alive, job->world_size, take);
+		if (used > 0) {
+			place(f, job, kind, spec, alive, n_alive, take, used); /* takes spec */
+			continue;
+		}
+		json_decref(spec);
+		if (total >= job->world_size)
+			blocked[kind] = true;
+	}
+	free(n_free);
+	free(take);
+out:
+	for (size_t i = 0; i < q.n; i++)
+		free(q.jobs[i].spec_json);
+	free(q.jobs);
+	free(alive);
+}
+
+/* ---- timers ---- */
+
+static void expire_agents(fabric_t *f, int64_t now)
+{
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->agents, &pos))) {
+		agent_t *a = s->value;
+		if (!a->alive || now - a->last_seen_mono_us <= f->dead_after_us)
+			continue;
+		a->alive = false;
+		char cause[REASON_BYTES];
+		snprintf(cause, sizeof cause, "node %s lost: no heartbeat for %.1f s", a->node,
+		         (double)f->dead_after_us / 1e6);
+		log_warn("agent %s declared dead: no message for %.1f s", a->node,
+		         (double)(now - a->last_seen_mono_us) / 1e6);
+		if (tx(f)) {
+			if (a->hb_dirty)
+				wrote(f, store_worker_heartbeat(f->st, a->node, a->last_seen_wall_us), "worker heartbeat");
+			wrote(f, store_worker_set_state(f->st, a->node, "dead"), "worker dead");
+		}
+		a->hb_dirty = false;
+		size_t jpos = 0;
+		smap_slot_t *js;
+		while ((js = smap_next(&f->attempts, &jpos))) {
+			attempt_t *at = js->value;
+			for (int r = 0; r < at->world_size; r++) {
+				if (at->ranks[r].agent == a && !at->ranks[r].done) {
+					fail_attempt(f, at, cause);
+					break;
+				}
+			}
+		}
+		for (int i = 0; i < a->n_devices; i++)
+			a->devices[i].owner = NULL;
+		f->sched_dirty = true;
+	}
+}
+
+static void heartbeat_agents(fabric_t *f)
+{
+	size_t pos = 0;
+	smap_slot_t *s;
+	bool any_dirty = false;
+	while ((s = smap_next(&f->agents, &pos))) {
+		agent_t *a = s->value;
+		if (!a->alive)
+			continue;
+		send_to(f, a->ident, WIRE_HEARTBEAT, json_pack("{s:s}", "node", a->node));
+		any_dirty |= a->hb_dirty;
+	}
+	if (!any_dirty || !tx(f))
+		return;
+	pos = 0;
+	while ((s = smap_next(&f->agents, &pos))) {
+		agent_t *a = s->value;
+		if (!a->hb_dirty)
+			continue;
+		wrote(f, store_worker_heartbeat(f->st, a->node, a->last_seen_wall_us), "worker heartbeat");
+		a->hb_dirty = false;
+	}
+}
+
+/* Ranks that exited cleanly without DONE and whose grace has passed. */
+static void expire_clean_exits(fabric_t *f, int64_t now)
+{
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *at = s->value;
+		for (int r = 0; r < at->world_size; r++) {
+			rank_rt_t *rr = &at->ranks[r];
+			if (rr->clean_exit_deadline_us && !rr->done && rr->clean_exit_deadline_us <= now) {
+				char cause[REASON_BYTES];
+				snprintf(cause, sizeof cause, "rank %d exited with status 0 before reporting DONE", r);
+				fail_attempt(f, at, cause); /* frees at: go on with the next attempt */
+				break;
+			}
+		}
+	}
+}
+
+static void expire_kv_gets(fabric_t *f, int64_t now)
+{
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *at = s->value;
+		parked_t **pp = &at->parked;
+		while (*pp) {
+			parked_t *w = *pp;
+			if (w->deadline_mono_us <= now) {
+				kv_answer(f, at, w->rank, w->key, NULL);
+				*pp = w->next;
+				free(w->key);
+				free(w);
+				at->n_parked--;
+			} else {
+				pp = &w->next;
+			}
+		}
+	}
+}
+
+void fabric_tick(fabric_t *f)
+{
+	int64_t now = mono_us();
+	if (now >= f->next_expiry_us) {
+		expire_agents(f, now);
+		f->next_expiry_us = now + EXPIRY_CHECK_US;
+	}
+	if (now >= f->next_hb_us) {
+		heartbeat_agents(f);
+		f->next_hb_us = now + (int64_t)f->opt.heartbeat_ms * 1000;
+	}
+	expire_kv_gets(f, now);
+	expire_clean_exits(f, now);
+	if (f->sched_dirty || now >= f->next_sched_us)
+		schedule(f);
+}
+
+long fabric_timeout_ms(fabric_t *f)
+{
+	int64_t now = mono_us();
+	int64_t next = f->next_hb_us;
+	if (f->next_expiry_us < next)
+		next = f->next_expiry_us;
+	if (f->next_sched_us < next)
+		next = f->next_sched_us;
+	if (f->sched_dirty)
+		next = now;
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *at = s->value;
+		for (parked_t *w = at->parked; w; w = w->next)
+			if (w->deadline_mono_us < next)
+				next = w->deadline_mono_us;
+		for (int r = 0; r < at->world_size; r++) {
+			int64_t d = at->ranks[r].clean_exit_deadline_us;
+			if (d && !at->ranks[r].done && d < next)
+				next = d;
+		}
+	}
+	if (next <= now)
+		return 0;
+	return (long)((next - now + 999) / 1000);
+}
+
+/* ---- life ---- */
+
+fabric_t *fabric_new(void *router, store_t *st, const fabric_options_t *opt)
+{
+	fabric_t *f = calloc(1, sizeof *f);
+	if (!f)
+		return NULL;
+	f->router = router;
+	f->st = st;
+	f->opt = *opt;
+	f->dead_after_us = (int64_t)opt->dead_after * opt->heartbeat_ms * 1000;
+	int64_t now = mono_us();
+	f->next_hb_us = now;
+	f->next_expiry_us = now + EXPIRY_CHECK_US;
+	f->next_sched_us = now;
+	f->sched_dirty = true;
+	return f;
+}
+
+void fabric_free(fabric_t *f)
+{
+	if (!f)
+		return;
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos)))
+		attempt_free(s->value);
+	smap_free(&f->attempts);
+	pos = 0;
+	while ((s = smap_next(&f->agents, &pos))) {
+		agent_t *a = s->value;
+		free(a->devices);
+		free(a);
+	}
+	smap_free(&f->agents);
+	while (f->out_head) {
+		outmsg_t *m = f->out_head;
+		f->out_head = m->next;
+		json_decref(m->payload);
+		free(m);
+	}
+	free(f);
+}
+
+typedef struct {
+	fabric_t *f;
+	int r;
+} load_ctx_t;
+
+static int load_worker(const store_worker_t *w, void *userdata)
+{
+	load_ctx_t *c = userdata;
+	if (strcmp(w->state, "alive") != 0)
+		return 0;
+	json_t *arr = json_loads(w->devices_json, 0, NULL);
+	device_t *devs = NULL;
+	int n = 0;
+	char detail[256];
+	if (!json_is_array(arr) || parse_devices(arr, &devs, &n, detail, sizeof detail) < 0) {
+		json_decref(arr);
+		log_warn("worker %s: stored devices cannot be read; it must register again", w->node);
+		return 0;
+	}
+	json_decref(arr);
+	agent_t *a = agent_get_or_add(c->f, w->node);
+	if (!a) {
+		free(devs);
+		return -ENOMEM;
+	}
+	free(a->devices);
+	a->devices = devs;
+	a->n_devices = n;
+	a->alive = true;
+	a->last_seen_mono_us = mono_us(); /* dead_after intervals from now to speak again */
+	a->last_seen_wall_us = w->has_heartbeat ? w->last_heartbeat_us : wall_us();
+	return 0;
+}
+
+static int load_rank(const store_rank_t *sr, void *userdata)
+{
+	load_ctx_t *c = userdata;
+	fabric_t *f = c->f;
+	attempt_t *at = smap_get(&f->attempts, sr->job_id);
+	if (!at) {
+		store_job_t job;
+		memset(&job, 0, sizeof job);
+		int r = store_job_get(f->st, sr->job_id, &job);
+		if (r < 0)
+			return r;
+		at = calloc(1, sizeof *at);
+		if (at)
+			at->ranks = calloc((size_t)job.world_size, sizeof *at->ranks);
+		if (at) {
+			at->spec = json_loads(job.spec_json, 0, NULL);
+			if (!at->spec) /* validated at submit; an unreadable one is sent as {} */
+				at->spec = json_object();
+		}
+		if (!at || !at->ranks || !at->spec || smap_put(&f->attempts, sr->job_id, at, NULL) < 0) {
+			attempt_free(at);
+			store_job_clear(&job);
+			return -ENOMEM;
+		}
+		snprintf(at->job_id, sizeof at->job_id, "%s", job.id);
+		at->attempt = job.attempt;
+		at->world_size = job.world_size;
+		at->state = job.state == STORE_JOB_RUNNING ? STORE_JOB_RUNNING : STORE_JOB_SCHEDULED;
+		at->kind = -1;
+		for (int r2 = 0; r2 < at->world_size; r2++)
+			at->ranks[r2].device_index = -1;
+		store_job_clear(&job);
+	}
+	if (sr->rank >= at->world_size)
+		return 0;
+	rank_rt_t *rr = &at->ranks[sr->rank];
+	rr->device_kind = kind_parse(sr->device_kind);
+	rr->device_index = sr->device_index;
+	at->kind = rr->device_kind;
+	agent_t *a = smap_get(&f->agents, sr->node);
+	rr->agent = a && a->alive ? a : NULL;
+	if (!rr->agent) {
+		/* remember the node for the failure message: keep a dead agent entry */
+		a = agent_get_or_add(f, sr->node);
+		rr->agent = a;
+	}
+	rr->joined = strcmp(sr->state, "joined") == 0 || strcmp(sr->state, "done") == 0;
+	rr->connected = rr->joined;
+	rr->done = strcmp(sr->state, "done") == 0;
+	rr->exited = strcmp(sr->state, "exited") == 0 || strcmp(sr->state, "lost") == 0;
+	at->n_joined += rr->joined;
+	at->n_done += rr->done;
+	return 0;
+}
+
+int fabric_load(fabric_t *f, char *err, size_t errlen)
+{
+	load_ctx_t c = {.f = f};
+	int r = store_worker_list(f->st, load_worker, &c);
+	if (r == 0)
+		r = store_rank_list_active(f->st, load_rank, &c);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot load workers and ranks from the database: %s", strerror(-r));
+		return r;
+	}
+	/* Attempts whose ranks are not all on alive nodes' devices are lost. */
+	size_t pos = 0;
+	smap_slot_t *s;
+	int n_live = 0;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *at = s->value;
+		char cause[REASON_BYTES] = "";
+		for (int k = 0; k < at->world_size && !cause[0]; k++) {
+			rank_rt_t *rr = &at->ranks[k];
+			device_t *d = rr->agent && rr->agent->alive && rr->device_kind >= 0
+			                  ? agent_device(rr->agent, rr->device_kind, rr->device_index)
+			                  : NULL;
+			if (!rr->agent)
+				snprintf(cause, sizeof cause, "rank %d has no placement in the database", k);
+			else if (!d)
+				snprintf(cause, sizeof cause, "node %s lost: not alive when the coordinator restarted",
+				         rr->agent->node);
+			else if (rr->exited && !rr->done)
+				snprintf(cause, sizeof cause, "rank %d was lost while the coordinator was down", k);
+			else
+				d->owner = at;
+		}
+		if (cause[0])
+			fail_attempt(f, at, cause);
+		else
+			n_live++;
+	}
+	fabric_flush(f);
+	if (f->agents.n || n_live)
+		log_info("broker: restored %zu agent(s) and %d live attempt(s) from the database", f->agents.n, n_live);
+	return 0;
+}
