@@ -1,8 +1,11 @@
 /*
- * ringworker: the worker binary. Today it has one command, `train`, which
- * runs a job spec's training loop in this process (worker/train.c); the node
- * agent comes later. Without --spec it trains the embedded default job
- * (jobs/default.json, compiled in).
+ * ringworker: the worker binary. Commands:
+ *   train   run a job spec's training loop in this process (worker/train.c);
+ *           without --spec, the embedded default job (jobs/default.json)
+ *   agent   the node agent (worker/agent.c): registers with the coordinator,
+ *           spawns and reaps rank processes
+ *   rank    one rank of a job attempt (worker/rank.c), spawned by an agent
+ * main() only parses options; the work lives in those modules.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -11,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent.h"
 #include "jobspec.h"
+#include "rank.h"
 #include "train.h"
 
 extern const char train_default_spec[]; /* generated from jobs/default.json */
@@ -19,6 +24,8 @@ extern const char train_default_spec[]; /* generated from jobs/default.json */
 static void s_usage(FILE *f)
 {
 	fputs("usage: ringworker train [--spec FILE] [--steps N] [--json] [--data-root DIR]\n"
+	      "       ringworker agent --coordinator tcp://HOST:PORT [--devices cpu:N|auto] [--node NAME]\n"
+	      "                        [--data-root DIR] [--advertise ADDR] [--kill-grace-ms MS]\n"
 	      "       ringworker --help | --version\n"
 	      "\n"
 	      "train          train a GPT-2 model as the job spec says, in this process\n"
@@ -30,7 +37,19 @@ static void s_usage(FILE *f)
 	      "  --data-root DIR  resolve relative data paths against DIR (default: the current directory)\n"
 	      "\n"
 	      "Threads: OMP_NUM_THREADS, default all cores.\n"
-	      "Exit status: 0 done, 1 usage, 2 bad spec, 3 data error, 4 out of memory, 5 diverged.\n",
+	      "Exit status: 0 done, 1 usage, 2 bad spec, 3 data error, 4 out of memory, 5 diverged.\n"
+	      "\n"
+	      "agent          the node agent: registers this node's devices with the coordinator and\n"
+	      "               runs the ranks it places here (one per device slot) until SIGTERM/SIGINT\n"
+	      "  --coordinator tcp://HOST:PORT  ringmasterd's broker endpoint (required)\n"
+	      "  --devices cpu:N|auto  device slots; auto: one per online core\n"
+	      "  --node NAME      node name (default: the host name); identity agent/NAME\n"
+	      "  --data-root DIR  ranks resolve relative data paths against DIR\n"
+	      "  --advertise ADDR address ranks listen on for their peers (default: this host's\n"
+	      "                   address on the route to the coordinator)\n"
+	      "  --kill-grace-ms MS  SIGTERM to SIGKILL when stopping a rank (default 5000)\n"
+	      "\n"
+	      "rank           one rank of a job; started by the agent (see docs/workers.md)\n",
 	      f);
 }
 
@@ -99,6 +118,128 @@ static int s_cmd_train(int argc, char **argv)
 	return rc;
 }
 
+/* A non-negative int option, or -1 with a message. */
+static int s_int_arg(const char *cmd, const char *name, const char *arg, int min)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v < min || v > 1000000000) {
+		fprintf(stderr, "ringworker %s: error: --%s wants an integer >= %d, got '%s'\n", cmd, name,
+			min, arg);
+		return -1;
+	}
+	return (int)v;
+}
+
+static int s_cmd_agent(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"coordinator", required_argument, NULL, 'c'},
+		{"devices", required_argument, NULL, 'D'},
+		{"node", required_argument, NULL, 'N'},
+		{"data-root", required_argument, NULL, 'd'},
+		{"advertise", required_argument, NULL, 'a'},
+		{"kill-grace-ms", required_argument, NULL, 'g'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	agent_options_t opt = {.log = stderr};
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': opt.coordinator = optarg; break;
+		case 'N': opt.node = optarg; break;
+		case 'd': opt.data_root = optarg; break;
+		case 'a': opt.advertise = optarg; break;
+		case 'D':
+			if (strcmp(optarg, "auto") == 0) {
+				opt.n_devices = 0;
+			} else if (strncmp(optarg, "cpu:", 4) == 0) {
+				opt.n_devices = s_int_arg("agent", "devices", optarg + 4, 1);
+				if (opt.n_devices < 0)
+					return TRAIN_EXIT_USAGE;
+			} else {
+				fprintf(stderr, "ringworker agent: error: --devices wants cpu:N or auto, got '%s'\n",
+					optarg);
+				return TRAIN_EXIT_USAGE;
+			}
+			break;
+		case 'g':
+			opt.kill_grace_ms = s_int_arg("agent", "kill-grace-ms", optarg, 1);
+			if (opt.kill_grace_ms < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
+		case 'h': s_usage(stdout); return TRAIN_EXIT_OK;
+		default: s_usage(stderr); return TRAIN_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ringworker agent: error: unexpected argument '%s'\n", argv[optind]);
+		return TRAIN_EXIT_USAGE;
+	}
+	if (!opt.coordinator) {
+		fprintf(stderr, "ringworker agent: error: --coordinator tcp://HOST:PORT is required\n");
+		return TRAIN_EXIT_USAGE;
+	}
+	return agent_run(&opt);
+}
+
+static int s_cmd_rank(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"coordinator", required_argument, NULL, 'c'},
+		{"job", required_argument, NULL, 'j'},
+		{"attempt", required_argument, NULL, 'a'},
+		{"rank", required_argument, NULL, 'r'},
+		{"world-size", required_argument, NULL, 'w'},
+		{"data-root", required_argument, NULL, 'd'},
+		{"host", required_argument, NULL, 'H'},
+		{"comm-timeout-ms", required_argument, NULL, 't'},
+		{NULL, 0, NULL, 0},
+	};
+	rank_options_t opt = {.attempt = -1, .rank = -1, .world_size = -1};
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': opt.coordinator = optarg; break;
+		case 'j': opt.job = optarg; break;
+		case 'd': opt.data_root = optarg; break;
+		case 'H': opt.host = optarg; break;
+		case 'a':
+			if ((opt.attempt = s_int_arg("rank", "attempt", optarg, 0)) < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
+		case 'r':
+			if ((opt.rank = s_int_arg("rank", "rank", optarg, 0)) < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
+		case 'w':
+			if ((opt.world_size = s_int_arg("rank", "world-size", optarg, 1)) < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
+		case 't':
+			if ((opt.comm_timeout_ms = s_int_arg("rank", "comm-timeout-ms", optarg, 1)) < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
+		default:
+			fputs("usage: ringworker rank --coordinator EP --job J --attempt A --rank R --world-size W\n"
+			      "                       [--data-root DIR] [--host ADDR] [--comm-timeout-ms MS]\n",
+			      stderr);
+			return TRAIN_EXIT_USAGE;
+		}
+	}
+	if (optind < argc || !opt.coordinator || !opt.job || opt.attempt < 0 || opt.rank < 0 ||
+	    opt.world_size < 1 || opt.rank >= opt.world_size) {
+		fprintf(stderr, "ringworker rank: error: needs --coordinator, --job, --attempt, --rank and "
+				"--world-size, with rank < world size (it is started by `ringworker agent`)\n");
+		return TRAIN_EXIT_USAGE;
+	}
+	return rank_run(&opt);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -115,6 +256,10 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "train") == 0)
 		return s_cmd_train(argc - 1, argv + 1);
+	if (strcmp(argv[1], "agent") == 0)
+		return s_cmd_agent(argc - 1, argv + 1);
+	if (strcmp(argv[1], "rank") == 0)
+		return s_cmd_rank(argc - 1, argv + 1);
 	fprintf(stderr, "ringworker: error: unknown command '%s' (try ringworker --help)\n", argv[1]);
 	return TRAIN_EXIT_USAGE;
 }

@@ -2,13 +2,24 @@
  * train: the training loop (see train.h). One optimizer step is
  *
  *   train_compute_grads   zero grads; grad_accum x (data, forward, backward)
- *   train_reduce_grads    across ranks (nothing to do on one rank)
+ *   train_reduce_grads    across ranks: one all-reduce of the flat gradient
+ *                         buffer, and of the loss (nothing on one rank)
  *   train_clip_grads      global norm over the whole gradient, clip
  *   train_update_range    AdamW on [lo, hi) of the flat buffer
  *
- * kept apart so that data parallelism can put an all-reduce (or a
- * reduce-scatter) in the middle and ZeRO can update only its own range.
- * Every phase is timed with CLOCK_MONOTONIC.
+ * kept apart so that ZeRO can put a reduce-scatter in the middle and update
+ * only its own range. Every phase is timed with CLOCK_MONOTONIC.
+ *
+ * Data parallelism (opt->comm set, W ranks): each rank computes gradients on
+ * its interleaved slice of the global batch with every backward scaled by
+ * 1/(grad_accum * W), so the all-reduce sum is already the mean gradient of
+ * the global batch; every rank then clips and applies AdamW to the same
+ * bits, and the parameters stay identical without ever being sent. The
+ * all-reduce is one fused call after the last micro-step, not buckets
+ * overlapped with backward (docs/training.md says why). Losses are gathered
+ * as one value per rank (an all-reduce of a W-vector that is zero except at
+ * the rank's own slot) and summed in rank order, so every rank reports the
+ * same loss and one rank reports exactly what the single-process path does.
  */
 #include "train.h"
 
@@ -35,6 +46,7 @@ typedef struct {
 	double data_s;
 	double forward_s;
 	double backward_s;
+	double comm_s;
 	double optim_s;
 } train_times_t;
 
@@ -42,6 +54,9 @@ typedef struct {
 	const jobspec_t *spec; /* borrowed */
 	const train_options_t *opt;
 	int B, T, A;
+	comm_t *comm; /* borrowed; NULL on one rank */
+	int W, rank;
+	float *rank_vals; /* (max(W, W * eval_batches)): one slot per rank or validation batch */
 
 	gpt2_t *model;
 	size_t n_params;
@@ -129,11 +144,28 @@ static int s_setup(train_t *t)
 	const jobspec_t *spec = t->spec;
 	char err[512] = "";
 
+	if (t->comm) {
+		if (spec->parallel.world_size != t->W)
+			return s_error(t, TRAIN_EXIT_SPEC,
+				       "parallel.world_size is %d but this rank's group has %d ranks:"
+				       " start as many ranks as the spec asks for",
+				       spec->parallel.world_size, t->W);
+		if (spec->parallel.sharding != JOBSPEC_SHARDING_NONE)
+			return s_error(t, TRAIN_EXIT_SPEC,
+				       "parallel.sharding \"%s\" is not implemented yet: use \"none\""
+				       " (plain data parallelism)",
+				       jobspec_sharding_name(spec->parallel.sharding));
+		if (t->opt->rank != t->rank)
+			return s_error(t, TRAIN_EXIT_USAGE,
+				       "internal error: rank %d was given but the communicator says %d",
+				       t->opt->rank, t->rank);
+	}
 	int rc = s_open_data(t, "data.train", spec->data.train, spec->train.seed, &t->train_src,
 			     &t->loader.sampler);
 	if (rc != TRAIN_EXIT_OK)
 		return rc;
-	data_layout_t layout = {.batch_size = t->B, .grad_accum = t->A, .world_size = 1, .rank = 0};
+	data_layout_t layout = {.batch_size = t->B, .grad_accum = t->A, .world_size = t->W,
+				.rank = t->rank};
 	data_sampler_t sampler = t->loader.sampler;
 	data_loader_init(&t->loader, &sampler, &layout);
 	if (spec->data.val) {
@@ -166,7 +198,9 @@ static int s_setup(train_t *t)
 	size_t bt = (size_t)t->B * (size_t)t->T;
 	t->inputs = malloc(bt * sizeof(int32_t));
 	t->targets = malloc(bt * sizeof(int32_t));
-	if (!t->adam_m || !t->adam_v || !t->inputs || !t->targets)
+	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 1 ? spec->train.eval_batches : 1);
+	t->rank_vals = calloc(n_vals, sizeof(float));
+	if (!t->adam_m || !t->adam_v || !t->inputs || !t->targets || !t->rank_vals)
 		return s_error(t, TRAIN_EXIT_NOMEM,
 			       "batch does not fit in memory: AdamW state of %.1f MiB (train.batch_size %d,"
 			       " model.seq_len %d)",
@@ -178,6 +212,7 @@ static void s_teardown(train_t *t)
 {
 	free(t->inputs);
 	free(t->targets);
+	free(t->rank_vals);
 	free(t->adam_m);
 	free(t->adam_v);
 	gpt2_free(t->model);
@@ -186,9 +221,9 @@ static void s_teardown(train_t *t)
 }
 
 /*
- * Zero the gradients and accumulate grad_accum micro-batches of the global
- * batch at the loader's cursor, each backward scaled by 1/grad_accum. Returns
- * the mean loss over the micro-batches.
+ * Zero the gradients and accumulate grad_accum micro-batches of this rank's
+ * slice of the global batch at the loader's cursor, each backward scaled by
+ * 1/(grad_accum * W). Returns this rank's mean loss over the micro-batches.
  */
 static float train_compute_grads(train_t *t)
 {
@@ -202,7 +237,7 @@ static float train_compute_grads(train_t *t)
 		double b = s_now_s();
 		float loss = gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
 		double c = s_now_s();
-		gpt2_backward(t->model, 1.0f / (float)t->A);
+		gpt2_backward(t->model, 1.0f / (float)(t->A * t->W));
 		double d = s_now_s();
 		loss_sum += loss;
 		t->times.data_s += b - a;
@@ -213,11 +248,60 @@ static float train_compute_grads(train_t *t)
 	return (float)(loss_sum / t->A);
 }
 
-/* Across ranks: an all-reduce (DDP) or reduce-scatter (ZeRO-2) of the
- * gradients goes here. One rank holds the whole sum already. */
-static void train_reduce_grads(train_t *t)
+/*
+ * The mean over ranks of one value per rank, the same bits on every rank:
+ * n values per rank are all-reduced as a (W * n) vector holding this rank's
+ * values at [rank * n, rank * n + n) and zeros elsewhere, then summed in
+ * order in double and divided by W * n. With one rank and no comm, the
+ * plain mean of `vals`. Returns 0 or the comm's error.
+ */
+static int s_mean_over_ranks(train_t *t, const float *vals, int n, double *ret_mean)
 {
-	(void)t;
+	size_t total = (size_t)t->W * (size_t)n;
+	memset(t->rank_vals, 0, total * sizeof(float));
+	memcpy(t->rank_vals + (size_t)t->rank * (size_t)n, vals, (size_t)n * sizeof(float));
+	if (t->comm) {
+		int rc = comm_allreduce_sum_f32(t->comm, t->rank_vals, total);
+		if (rc < 0)
+			return rc;
+	}
+	double sum = 0;
+	for (size_t i = 0; i < total; i++)
+		sum += t->rank_vals[i];
+	*ret_mean = sum / (double)total;
+	return 0;
+}
+
+/* A failed collective: one line naming it and the comm's error; the comm
+ * is aborted so that the other ranks fail at once too. */
+static int s_comm_error(train_t *t, const char *what, int64_t step)
+{
+	int rc = s_error(t, TRAIN_EXIT_COMM,
+			 "%s failed at step %" PRId64 " (rank %d of %d): %s: a peer rank died, hung or"
+			 " timed out",
+			 what, step, t->rank, t->W, comm_last_error(t->comm));
+	comm_abort(t->comm);
+	return rc;
+}
+
+/*
+ * Across ranks: the sum (already the mean, see train_compute_grads) of the
+ * gradients by one all-reduce of the flat buffer, and the loss averaged over
+ * ranks into *loss. One rank holds both already. Returns a TRAIN_EXIT_* code.
+ */
+static int train_reduce_grads(train_t *t, int64_t step, float *loss)
+{
+	if (!t->comm)
+		return TRAIN_EXIT_OK;
+	double a = s_now_s();
+	if (comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params) < 0)
+		return s_comm_error(t, "all-reduce of the gradients", step);
+	double mean;
+	if (s_mean_over_ranks(t, loss, 1, &mean) < 0)
+		return s_comm_error(t, "all-reduce of the loss", step);
+	*loss = (float)mean;
+	t->times.comm_s += s_now_s() - a;
+	return TRAIN_EXIT_OK;
 }
 
 /* The global gradient norm (before clipping); scales the gradients down to
@@ -247,16 +331,42 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 			   lo, hi, &hp);
 }
 
-/* Mean loss over the fixed validation batches. */
-static float train_eval(train_t *t)
+/*
+ * Mean loss over the fixed validation set: eval_batches batches of B rows on
+ * one rank; with W ranks the same rows as one rank with B * W would see, cut
+ * into W * eval_batches batches of B rows of which rank r takes r, r + W,
+ * ... and every rank gets the mean over all of them. Returns a
+ * TRAIN_EXIT_* code and the loss in *ret_loss.
+ */
+static int train_eval(train_t *t, int64_t step, float *ret_loss)
 {
 	int n = t->spec->train.eval_batches;
-	double sum = 0;
-	for (int k = 0; k < n; k++) {
-		data_val_batch(&t->val_sampler, n, t->B, k, t->inputs, t->targets);
-		sum += gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+	if (!t->comm) {
+		double sum = 0;
+		for (int k = 0; k < n; k++) {
+			data_val_batch(&t->val_sampler, n, t->B, k, t->inputs, t->targets);
+			sum += gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+		}
+		*ret_loss = (float)(sum / n);
+		return TRAIN_EXIT_OK;
 	}
-	return (float)(sum / n);
+	/* Batch k of this rank is global batch k * W + rank. */
+	float *losses = malloc((size_t)n * sizeof(float));
+	if (!losses)
+		return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+	for (int k = 0; k < n; k++) {
+		data_val_batch(&t->val_sampler, n * t->W, t->B, k * t->W + t->rank, t->inputs, t->targets);
+		losses[k] = gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+	}
+	double a = s_now_s();
+	double mean;
+	int rc = s_mean_over_ranks(t, losses, n, &mean);
+	free(losses);
+	if (rc < 0)
+		return s_comm_error(t, "all-reduce of the validation loss", step);
+	t->times.comm_s += s_now_s() - a;
+	*ret_loss = (float)mean;
+	return TRAIN_EXIT_OK;
 }
 
 /* A float for JSON: shortest round-trip form, null when not finite. */
@@ -297,12 +407,15 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 {
 	const jobspec_t *s = t->spec;
 	FILE *f = t->opt->json ? t->opt->log : t->opt->out;
+	char ranks[64] = "";
+	if (t->comm)
+		snprintf(ranks, sizeof ranks, " x %d ranks", t->W);
 	fprintf(f,
 		"ringworker train: %s (%s) | gpt2 %d layers, %d heads, %d channels, vocab %d, seq_len %d"
-		" | %.2fM params | batch %d x %d micro-steps | %" PRId64 " steps | %d threads\n",
+		" | %.2fM params | batch %d x %d micro-steps%s | %" PRId64 " steps | %d threads\n",
 		s->name ? s->name : "job", t->opt->spec_name ? t->opt->spec_name : "spec",
 		s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
-		(double)t->n_params / 1e6, t->B, t->A, n_steps, omp_get_max_threads());
+		(double)t->n_params / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
 	fprintf(f, "data.train: %" PRIu64 " tokens in %zu file(s), %" PRIu64 " windows of %d",
 		data_source_num_tokens(t->train_src), data_source_num_files(t->train_src),
 		t->loader.sampler.n_windows, t->T + 1);
@@ -321,6 +434,9 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		.B = spec->train.batch_size,
 		.T = spec->model.seq_len,
 		.A = spec->train.grad_accum,
+		.comm = opt->comm,
+		.W = opt->comm ? comm_world_size(opt->comm) : 1,
+		.rank = opt->comm ? comm_rank(opt->comm) : 0,
 	};
 	int rc = s_setup(&t);
 	if (rc != TRAIN_EXIT_OK) {
@@ -331,8 +447,10 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	const int64_t total = spec->train.steps;
 	const int64_t n_steps = opt->steps > 0 ? opt->steps : total;
 	const bool do_eval = t.val_src && spec->train.eval_every > 0;
-	const double tokens_per_step = (double)t.B * t.T * t.A;
-	s_print_header(&t, n_steps);
+	const double tokens_per_step = (double)t.B * t.T * t.A * t.W;
+	const bool print = !opt->quiet;
+	if (print)
+		s_print_header(&t, n_steps);
 
 	double started = s_now_s(), step_s_sum = 0;
 	float loss = NAN, best_val = INFINITY;
@@ -340,7 +458,9 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	for (int64_t step = 1; step <= n_steps; step++) {
 		double t0 = s_now_s();
 		loss = train_compute_grads(&t);
-		train_reduce_grads(&t);
+		rc = train_reduce_grads(&t, step, &loss);
+		if (rc != TRAIN_EXIT_OK)
+			break;
 		double t1 = s_now_s();
 		double norm = train_clip_grads(&t);
 		/* Past train.steps (--steps longer than the spec) the lr stays at its last value. */
@@ -355,13 +475,33 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		step_s_sum += step_s;
 
 		bool has_val = do_eval && (step % spec->train.eval_every == 0 || step == n_steps);
-		float val_loss = has_val ? train_eval(&t) : NAN;
+		float val_loss = NAN;
+		if (has_val) {
+			rc = train_eval(&t, step, &val_loss);
+			if (rc != TRAIN_EXIT_OK)
+				break;
+		}
 		if (has_val && val_loss < best_val) {
 			best_val = val_loss;
 			best_val_step = step;
 		}
-		s_print_step(&t, step, n_steps, loss, lr, norm, tokens_per_step / step_s, step_s * 1e3,
-			     has_val, val_loss);
+		if (print)
+			s_print_step(&t, step, n_steps, loss, lr, norm, tokens_per_step / step_s,
+				     step_s * 1e3, has_val, val_loss);
+		/* The step is reported even when it diverged. */
+		bool stop = false;
+		if (opt->on_step) {
+			train_report_t report = {
+				.step = step,
+				.loss = loss,
+				.lr = lr,
+				.grad_norm = norm,
+				.tokens_per_s = tokens_per_step / step_s,
+				.ms = step_s * 1e3,
+				.val_loss = val_loss,
+			};
+			stop = opt->on_step(opt->on_step_ctx, &report) != 0;
+		}
 		if (!isfinite(loss)) {
 			rc = s_error(&t, TRAIN_EXIT_DIVERGED,
 				     "the loss is not finite at step %" PRId64
@@ -369,12 +509,17 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				     step);
 			break;
 		}
+		if (stop) {
+			rc = TRAIN_EXIT_ABORTED;
+			break;
+		}
 	}
 
 	double wall_s = s_now_s() - started;
-	if (rc == TRAIN_EXIT_OK) {
+	if (rc == TRAIN_EXIT_OK && print) {
 		FILE *f = opt->json ? opt->log : opt->out;
-		double busy = t.times.data_s + t.times.forward_s + t.times.backward_s + t.times.optim_s;
+		double busy = t.times.data_s + t.times.forward_s + t.times.backward_s + t.times.comm_s +
+			      t.times.optim_s;
 		if (busy <= 0)
 			busy = 1;
 		fprintf(f, "done: %" PRId64 " steps in %.1f s | final loss %.4f", n_steps, wall_s, loss);
@@ -383,10 +528,13 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		double tok_s = tokens_per_step * (double)n_steps / step_s_sum;
 		fprintf(f,
 			" | mean %.0f tok/s, %.1f GFLOP/s | %zu params | time: data %.1f%%, forward %.1f%%,"
-			" backward %.1f%%, optimizer %.1f%%\n",
+			" backward %.1f%%, ",
 			tok_s, tok_s * gpt2_flops_per_token(t.model, t.T) / 1e9, t.n_params,
 			100 * t.times.data_s / busy, 100 * t.times.forward_s / busy,
-			100 * t.times.backward_s / busy, 100 * t.times.optim_s / busy);
+			100 * t.times.backward_s / busy);
+		if (t.comm)
+			fprintf(f, "communication %.1f%%, ", 100 * t.times.comm_s / busy);
+		fprintf(f, "optimizer %.1f%%\n", 100 * t.times.optim_s / busy);
 		fflush(f);
 	}
 	s_teardown(&t);

@@ -1,15 +1,18 @@
 /*
- * train: the training loop every rank runs; today one process on the CPU
- * (`ringworker train`), later one rank of a data-parallel group.
+ * train: the training loop every rank runs: one process on the CPU
+ * (`ringworker train`), or one rank of a data-parallel group when given a
+ * communicator (worker/comm).
  *
  * From a validated job spec it builds the GPT-2 model (worker/engine), opens
  * the data (worker/data), and runs train.steps optimizer steps: each step
- * computes gradients over grad_accum micro-batches, reduces them (a no-op on
- * one rank; the place where ranks will all-reduce or reduce-scatter), clips
- * them to the global norm train.grad_clip, and applies AdamW to a range of
- * the flat parameter buffer (the whole buffer on one rank; a ZeRO shard
- * later). It prints one line per step and a summary; see docs/training.md
- * for the output formats and the exit codes below.
+ * computes gradients over grad_accum micro-batches of this rank's slice of
+ * the global batch, all-reduces them so that every rank holds the mean
+ * gradient of the global batch (nothing to do on one rank), clips them to
+ * the global norm train.grad_clip, and applies AdamW to the flat parameter
+ * buffer (the whole buffer, identically on every rank; a ZeRO shard later).
+ * It prints one line per step and a summary; see docs/training.md for the
+ * output formats, the exit codes below, and how results compare across
+ * world sizes.
  */
 #ifndef RINGMASTER_WORKER_TRAIN_H
 #define RINGMASTER_WORKER_TRAIN_H
@@ -18,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "comm.h"
 #include "jobspec.h"
 
 /* Exit statuses of `ringworker train` (documented in docs/training.md). */
@@ -28,7 +32,21 @@ enum {
 	TRAIN_EXIT_DATA = 3,     /* a data file is missing, short, corrupt or out of vocabulary */
 	TRAIN_EXIT_NOMEM = 4,    /* the model, batch or data does not fit in memory */
 	TRAIN_EXIT_DIVERGED = 5, /* the loss became NaN or infinite */
+	TRAIN_EXIT_COMM = 6,     /* a collective failed (a peer died or timed out) */
+	TRAIN_EXIT_ABORTED = 7,  /* on_step asked to stop */
 };
+
+/* One optimizer step, as every rank reports it (the loss is the mean over
+ * ranks, the same on all of them). */
+typedef struct {
+	int64_t step;        /* 1-based */
+	double loss;
+	double lr;
+	double grad_norm;
+	double tokens_per_s; /* of the whole job (all ranks) */
+	double ms;           /* wall time of the step */
+	double val_loss;     /* NaN unless validation ran after this step */
+} train_report_t;
 
 typedef struct {
 	const char *data_root; /* relative data paths resolve against it; NULL: the current directory */
@@ -38,6 +56,26 @@ typedef struct {
 	FILE *log;             /* errors, and the header and summary in JSON mode (stderr) */
 	const char *spec_name; /* shown in the header ("jobs/x.json", "embedded default") */
 	const char *missing_data_hint; /* appended to "no such file" data errors, or NULL */
+
+	/* Data parallelism. comm NULL: one rank (rank 0, world_size 1), and
+	 * spec->parallel.world_size is ignored. Otherwise (borrowed) this process
+	 * is `rank` (must equal comm_rank(comm)) of comm_world_size(comm) ranks,
+	 * which must equal spec->parallel.world_size (and parallel.sharding must
+	 * be "none"): it takes its interleaved slice of each global batch and
+	 * gradients are averaged over ranks every step. After a failed collective
+	 * train_run calls comm_abort(comm), so that the other ranks fail at once,
+	 * and returns TRAIN_EXIT_COMM. */
+	comm_t *comm;
+	int rank;
+	/* No header, step lines or summary, on `out` or `log` (ranks other than
+	 * 0 in a group); errors still go to `log`. */
+	bool quiet;
+	/* Called on every rank after every step (after its validation, if any,
+	 * and also for a step whose loss is not finite, before train_run stops
+	 * with TRAIN_EXIT_DIVERGED); a non-zero return stops training (train_run
+	 * then returns TRAIN_EXIT_ABORTED without a message). NULL: none. */
+	int (*on_step)(void *ctx, const train_report_t *report);
+	void *on_step_ctx;
 } train_options_t;
 
 /*

@@ -1,0 +1,429 @@
+/*
+ * test_ddp: data-parallel training (worker/train.c with a Gloo comm) checked
+ * against one process. Each run forks W ranks that meet through a
+ * file-system KV (worker/comm/comm_kv_dir.c) and call train_run on a tiny
+ * GPT-2 (2 layers, 2 heads, 32 channels, bytes, seq_len 32) over text the
+ * test writes; every rank records what on_step reports.
+ *
+ *   test_ddp equivalence   the same global batch of 8 as world 1 x batch 8
+ *                          (with comm NULL and with a 1-rank comm), world 2 x
+ *                          4 and world 4 x 2; and world 2 x 2 x 2 micro-steps
+ *                          against one process with 4 x 2 micro-steps (the
+ *                          validation set is eval_batches x batch_size x
+ *                          world_size rows, so it follows the micro-batch):
+ *                          per-step loss, grad norm and validation loss agree
+ *                          with one process within DDP_REL_TOL (relative);
+ *                          a 1-rank comm and comm NULL agree bit for bit;
+ *                          world 2 run twice agrees bit for bit; every rank
+ *                          of a run reports the same bits; quiet ranks print
+ *                          nothing.
+ *   test_ddp errors        parallel.world_size unlike the group's size
+ *                          (TRAIN_EXIT_SPEC, message names the field);
+ *                          on_step asking to stop (TRAIN_EXIT_ABORTED on
+ *                          every rank); a rank dying after step 2 (the other
+ *                          returns TRAIN_EXIT_COMM with one line naming the
+ *                          gradient all-reduce, long before the timeout).
+ *
+ * The tolerance is what float sums in a different order give over 8 steps;
+ * docs/training.md states it. The largest difference seen is printed.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "jobspec.h"
+#include "comm_kv_dir.h"
+#include "train.h"
+
+#define DDP_REL_TOL 1e-5
+#define MAX_RANKS 4
+#define MAX_STEPS 16
+#define STEPS 8
+
+static int s_failures;
+
+#define CHECK(cond)                                                                  \
+	do {                                                                         \
+		if (!(cond)) {                                                       \
+			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+			s_failures++;                                                \
+		}                                                                    \
+	} while (0)
+
+/* What on_step saw at one step. */
+typedef struct {
+	double loss, grad_norm, val_loss, lr;
+} step_rec_t;
+
+typedef struct {
+	int W, B, A;
+	bool use_comm;         /* false: comm NULL (W must be 1) */
+	int spec_world;        /* parallel.world_size in the spec; 0: W */
+	int stop_at_step;      /* on_step returns 1 here; 0: never */
+	int die_rank, die_step; /* this rank _exits in on_step at this step; die_step 0: never */
+} run_cfg_t;
+
+typedef struct {
+	int rc[MAX_RANKS];
+	int n_steps[MAX_RANKS];
+	step_rec_t steps[MAX_RANKS][MAX_STEPS];
+	char out_path[MAX_RANKS][4200];
+	char log_path[MAX_RANKS][4200];
+	double seconds;
+} run_result_t;
+
+static char s_dir[] = "/tmp/test-ddp.XXXXXX";
+
+static double s_now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Deterministic English-ish bytes, enough for a few hundred windows. */
+static void s_write_text(const char *path, uint64_t seed, size_t n)
+{
+	static const char *words[] = {"the", "ring", "master", "trains", "a", "small", "model",
+				      "on", "bytes", "of", "text", "and", "every", "rank", "sums",
+				      "its", "gradients", "with", "others", "\n"};
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		perror(path);
+		exit(2);
+	}
+	uint64_t x = seed;
+	size_t written = 0;
+	while (written < n) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		const char *w = words[(x >> 33) % (sizeof words / sizeof words[0])];
+		written += (size_t)fprintf(f, "%s ", w);
+	}
+	fclose(f);
+}
+
+static int s_load_spec(const run_cfg_t *cfg, jobspec_t *spec)
+{
+	char json[2048];
+	snprintf(json, sizeof json,
+		 "{\"name\":\"ddp-test\","
+		 "\"model\":{\"n_layer\":2,\"n_head\":2,\"n_embd\":32,\"vocab_size\":256,\"seq_len\":32},"
+		 "\"data\":{\"train\":\"train.txt\",\"val\":\"val.txt\",\"format\":\"text\"},"
+		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":0.003,"
+		 "\"warmup_steps\":2,\"lr_schedule\":\"cosine\",\"min_lr\":0.0003,\"weight_decay\":0.1,"
+		 "\"grad_clip\":0.5,\"seed\":7,\"eval_every\":4,\"eval_batches\":2},"
+		 "\"parallel\":{\"world_size\":%d}}",
+		 STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W);
+	jobspec_error_t err;
+	if (jobspec_parse(json, strlen(json), spec, &err) < 0) {
+		fprintf(stderr, "spec: %s: %s\n", err.pointer, err.message);
+		return -1;
+	}
+	return 0;
+}
+
+typedef struct {
+	const run_cfg_t *cfg;
+	int rank;
+	FILE *rec;
+} step_ctx_t;
+
+static int s_on_step(void *ctx, const train_report_t *r)
+{
+	step_ctx_t *c = ctx;
+	step_rec_t rec = {r->loss, r->grad_norm, r->val_loss, r->lr};
+	fwrite(&rec, sizeof rec, 1, c->rec);
+	fflush(c->rec);
+	if (c->cfg->die_step && r->step == c->cfg->die_step && c->rank == c->cfg->die_rank)
+		_exit(99);
+	return c->cfg->stop_at_step && r->step == c->cfg->stop_at_step;
+}
+
+static void s_paths(int rank, const char *tag, char *rec, char *out, char *log, size_t n)
+{
+	snprintf(rec, n, "%s/%s-rank%d.rec", s_dir, tag, rank);
+	snprintf(out, n, "%s/%s-rank%d.out", s_dir, tag, rank);
+	snprintf(log, n, "%s/%s-rank%d.log", s_dir, tag, rank);
+}
+
+static int s_rank_main(const run_cfg_t *cfg, int rank, const char *tag, const char *kv_dir)
+{
+	char rec_path[4200], out_path[4200], log_path[4200];
+	s_paths(rank, tag, rec_path, out_path, log_path, sizeof rec_path);
+	FILE *rec = fopen(rec_path, "w"), *out = fopen(out_path, "w"), *log = fopen(log_path, "w");
+	if (!rec || !out || !log)
+		return 100;
+	jobspec_t spec = {0};
+	if (s_load_spec(cfg, &spec) < 0)
+		return 101;
+	comm_t *comm = NULL;
+	if (cfg->use_comm) {
+		comm_kv_t kv = comm_kv_dir_make(kv_dir);
+		char err[512];
+		comm = comm_gloo_new(&kv, rank, cfg->W, "127.0.0.1", 20000, err, sizeof err);
+		if (!comm) {
+			fprintf(log, "%s\n", err);
+			fclose(log);
+			return 102;
+		}
+	}
+	step_ctx_t ctx = {cfg, rank, rec};
+	train_options_t opt = {
+		.data_root = s_dir,
+		.out = out,
+		.log = log,
+		.spec_name = "test_ddp",
+		.comm = comm,
+		.rank = rank,
+		.quiet = rank != 0,
+		.on_step = s_on_step,
+		.on_step_ctx = &ctx,
+	};
+	int rc = train_run(&spec, &opt);
+	comm_free(comm);
+	jobspec_free(&spec);
+	fclose(rec);
+	fclose(out);
+	fclose(log);
+	return rc;
+}
+
+/* Fork cfg->W ranks (one process without comm), wait for them, read back
+ * what each recorded. */
+static void s_run(const run_cfg_t *cfg, const char *tag, run_result_t *res)
+{
+	memset(res, 0, sizeof *res);
+	char kv_dir[4200];
+	snprintf(kv_dir, sizeof kv_dir, "%s/kv-%s", s_dir, tag);
+	if (mkdir(kv_dir, 0700) < 0) {
+		perror(kv_dir);
+		exit(2);
+	}
+	double t0 = s_now_s();
+	pid_t pids[MAX_RANKS];
+	for (int r = 0; r < cfg->W; r++) {
+		pids[r] = fork();
+		if (pids[r] < 0) {
+			perror("fork");
+			exit(2);
+		}
+		if (pids[r] == 0) {
+			alarm(60);
+			/* exit, not _exit: the leak checker of a sanitized build runs then. */
+			exit(s_rank_main(cfg, r, tag, kv_dir));
+		}
+	}
+	for (int r = 0; r < cfg->W; r++) {
+		int status;
+		if (waitpid(pids[r], &status, 0) < 0)
+			res->rc[r] = -1;
+		else
+			res->rc[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	}
+	res->seconds = s_now_s() - t0;
+	for (int r = 0; r < cfg->W; r++) {
+		char rec_path[4200];
+		s_paths(r, tag, rec_path, res->out_path[r], res->log_path[r], sizeof rec_path);
+		FILE *f = fopen(rec_path, "r");
+		if (f) {
+			res->n_steps[r] = (int)fread(res->steps[r], sizeof(step_rec_t), MAX_STEPS, f);
+			fclose(f);
+		}
+	}
+}
+
+static long s_file_size(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fclose(f);
+	return n;
+}
+
+static bool s_file_has(const char *path, const char *needle)
+{
+	char buf[8192];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, needle) != NULL;
+}
+
+static void s_dump_log(const run_result_t *res, int rank)
+{
+	char buf[4096];
+	FILE *f = fopen(res->log_path[rank], "r");
+	if (!f)
+		return;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	if (n)
+		fprintf(stderr, "rank %d log: %s", rank, buf);
+}
+
+/* A clean run of STEPS steps where every rank reported the same bits. */
+static void s_check_clean(const run_cfg_t *cfg, const run_result_t *res, const char *tag)
+{
+	for (int r = 0; r < cfg->W; r++) {
+		if (res->rc[r] != TRAIN_EXIT_OK) {
+			fprintf(stderr, "%s: rank %d exited %d\n", tag, r, res->rc[r]);
+			s_dump_log(res, r);
+			s_failures++;
+		}
+		CHECK(res->n_steps[r] == STEPS);
+		CHECK(memcmp(res->steps[r], res->steps[0], sizeof res->steps[0]) == 0);
+		if (r > 0) /* quiet */
+			CHECK(s_file_size(res->out_path[r]) == 0);
+	}
+	CHECK(s_file_size(res->out_path[0]) > 0);
+	fprintf(stderr, "%-12s W=%d B=%d A=%d: %.2f s, losses", tag, cfg->W, cfg->B, cfg->A, res->seconds);
+	for (int s = 0; s < res->n_steps[0]; s++)
+		fprintf(stderr, " %.6f", res->steps[0][s].loss);
+	fputc('\n', stderr);
+}
+
+static double s_rel(double a, double b)
+{
+	if (a == b)
+		return 0;
+	return fabs(a - b) / fmax(fabs(a), fabs(b));
+}
+
+/* Largest relative difference of loss, grad norm and validation loss. */
+static double s_compare(const run_result_t *a, const run_result_t *b)
+{
+	double worst = 0;
+	for (int s = 0; s < STEPS; s++) {
+		const step_rec_t *x = &a->steps[0][s], *y = &b->steps[0][s];
+		worst = fmax(worst, s_rel(x->loss, y->loss));
+		worst = fmax(worst, s_rel(x->grad_norm, y->grad_norm));
+		CHECK(isnan(x->val_loss) == isnan(y->val_loss));
+		if (!isnan(x->val_loss) && !isnan(y->val_loss))
+			worst = fmax(worst, s_rel(x->val_loss, y->val_loss));
+		CHECK(x->lr == y->lr);
+	}
+	return worst;
+}
+
+static void s_equivalence(void)
+{
+	static run_result_t single, single_a2, one, w2, w2_again, w4, w2a2;
+	run_cfg_t c_single = {.W = 1, .B = 8, .A = 1, .use_comm = false};
+	run_cfg_t c_one = {.W = 1, .B = 8, .A = 1, .use_comm = true};
+	run_cfg_t c_w2 = {.W = 2, .B = 4, .A = 1, .use_comm = true};
+	run_cfg_t c_w4 = {.W = 4, .B = 2, .A = 1, .use_comm = true};
+	run_cfg_t c_single_a2 = {.W = 1, .B = 4, .A = 2, .use_comm = false};
+	run_cfg_t c_w2a2 = {.W = 2, .B = 2, .A = 2, .use_comm = true};
+	s_run(&c_single, "single", &single);
+	s_check_clean(&c_single, &single, "single");
+	s_run(&c_one, "comm1", &one);
+	s_check_clean(&c_one, &one, "comm1");
+	s_run(&c_w2, "w2", &w2);
+	s_check_clean(&c_w2, &w2, "w2");
+	s_run(&c_w2, "w2-again", &w2_again);
+	s_check_clean(&c_w2, &w2_again, "w2-again");
+	s_run(&c_w4, "w4", &w4);
+	s_check_clean(&c_w4, &w4, "w4");
+	s_run(&c_single_a2, "single-a2", &single_a2);
+	s_check_clean(&c_single_a2, &single_a2, "single-a2");
+	s_run(&c_w2a2, "w2a2", &w2a2);
+	s_check_clean(&c_w2a2, &w2a2, "w2a2");
+
+	/* Validation ran at steps 4 and 8. */
+	CHECK(!isnan(single.steps[0][3].val_loss) && !isnan(single.steps[0][7].val_loss));
+	CHECK(isnan(single.steps[0][0].val_loss));
+	/* The loss fell: the runs train something. */
+	CHECK(single.steps[0][STEPS - 1].loss < single.steps[0][0].loss);
+
+	CHECK(memcmp(one.steps[0], single.steps[0], sizeof single.steps[0]) == 0);
+	CHECK(memcmp(w2.steps[0], w2_again.steps[0], sizeof w2.steps[0]) == 0);
+	CHECK(s_file_has(w2.out_path[0], "x 2 ranks"));
+
+	double d2 = s_compare(&single, &w2), d4 = s_compare(&single, &w4),
+	       d2a2 = s_compare(&single_a2, &w2a2);
+	fprintf(stderr,
+		"largest relative difference from one process (loss, grad norm, val loss over %d steps):"
+		" world 2: %.3g, world 4: %.3g, world 2 x 2 micro-steps (against 1 x 2): %.3g"
+		" (tolerance %.0e)\n",
+		STEPS, d2, d4, d2a2, DDP_REL_TOL);
+	CHECK(d2 <= DDP_REL_TOL);
+	CHECK(d4 <= DDP_REL_TOL);
+	CHECK(d2a2 <= DDP_REL_TOL);
+}
+
+static void s_errors(void)
+{
+	static run_result_t res;
+
+	run_cfg_t mismatch = {.W = 2, .B = 4, .A = 1, .use_comm = true, .spec_world = 4};
+	s_run(&mismatch, "mismatch", &res);
+	for (int r = 0; r < 2; r++) {
+		if (res.rc[r] != TRAIN_EXIT_SPEC)
+			s_dump_log(&res, r);
+		CHECK(res.rc[r] == TRAIN_EXIT_SPEC);
+		CHECK(s_file_has(res.log_path[r], "parallel.world_size is 4 but this rank's group has 2"));
+	}
+
+	run_cfg_t stop = {.W = 2, .B = 4, .A = 1, .use_comm = true, .stop_at_step = 2};
+	s_run(&stop, "stop", &res);
+	for (int r = 0; r < 2; r++) {
+		CHECK(res.rc[r] == TRAIN_EXIT_ABORTED);
+		CHECK(res.n_steps[r] == 2);
+		CHECK(s_file_size(res.log_path[r]) == 0);
+	}
+
+	run_cfg_t die = {.W = 2, .B = 4, .A = 1, .use_comm = true, .die_rank = 1, .die_step = 2};
+	s_run(&die, "die", &res);
+	CHECK(res.rc[1] == 99);
+	CHECK(res.rc[0] == TRAIN_EXIT_COMM);
+	CHECK(res.n_steps[0] == 2);
+	CHECK(s_file_has(res.log_path[0], "ringworker: error: all-reduce of the gradients failed at step 3"));
+	CHECK(res.seconds < 15); /* the comm timeout is 20 s: the death was noticed */
+	s_dump_log(&res, 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2 || (strcmp(argv[1], "equivalence") && strcmp(argv[1], "errors"))) {
+		fprintf(stderr, "usage: test_ddp equivalence | errors\n");
+		return 2;
+	}
+	if (!mkdtemp(s_dir)) {
+		perror("mkdtemp");
+		return 2;
+	}
+	char path[4200];
+	snprintf(path, sizeof path, "%s/train.txt", s_dir);
+	s_write_text(path, 1, 60000);
+	snprintf(path, sizeof path, "%s/val.txt", s_dir);
+	s_write_text(path, 2, 8000);
+
+	if (strcmp(argv[1], "equivalence") == 0)
+		s_equivalence();
+	else
+		s_errors();
+
+	char cmd[4300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", s_dir);
+	fprintf(stderr, "test_ddp %s: %s\n", argv[1], s_failures ? "FAILED" : "ok");
+	return s_failures ? 1 : 0;
+}

@@ -1,0 +1,920 @@
+/*
+ * agent: the node agent (see agent.h). One loop: coordinator messages, the
+ * signalfd (SIGCHLD, SIGTERM, SIGINT) and the ranks' stderr pipes.
+ */
+#include "agent.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <zmq.h>
+
+#include "fabric.h"
+#include "wire.h"
+
+extern char **environ;
+
+#define JOB_MAX_BYTES 128
+/* A SPAWN may name a slot whose rank has sent DONE but not exited yet (the
+ * coordinator frees a device when its rank is done). The new rank waits for
+ * the old one this long, then the old one gets SIGTERM. */
+#define PENDING_GRACE_MS 2000
+#define LINE_MAX_BYTES 1024
+#define ERROR_MAX_BYTES 512
+
+/* One device slot and the rank running on it, if any. */
+typedef struct {
+	bool busy;
+	pid_t pid;
+	char job[JOB_MAX_BYTES];
+	int attempt;
+	int rank;
+	int err_fd;                    /* read end of the rank's stderr; -1 once closed */
+	char line[LINE_MAX_BYTES];     /* the partial stderr line */
+	size_t line_len;
+	char last_error[ERROR_MAX_BYTES]; /* last stderr line saying "error" */
+	int64_t kill_at_us;            /* SIGKILL deadline after SIGTERM; 0: none */
+	json_t *pending;               /* a SPAWN for this slot, run once the rank exits */
+	int64_t pending_term_at_us;    /* SIGTERM the rank then if it is still running */
+} slot_t;
+
+typedef struct {
+	const agent_options_t *opt;
+	FILE *log;
+	char node[256];
+	char advertise[INET6_ADDRSTRLEN];
+	char exe[PATH_MAX];
+	int n_slots;
+	slot_t *slots;
+	cpu_set_t avail;     /* the CPUs this agent may hand out */
+	sigset_t old_mask;   /* restored in the ranks */
+	int sig_fd;
+	void *zctx;
+	fabric_t *fab;
+	bool registered;
+	int heartbeat_ms;
+	int dead_after;
+	int64_t retry_at_us; /* unregistered: reconnect when nothing came by then */
+	bool stopping;
+	int64_t stop_deadline_us;
+	int kill_grace_ms;
+} agent_t;
+
+static void s_log(agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void s_log(agent_t *a, const char *fmt, ...)
+{
+	/* RFC 3339 UTC with microseconds, as ringmasterd's log. */
+	struct timeval tv;
+	struct tm tm;
+	char when[32];
+	gettimeofday(&tv, NULL);
+	gmtime_r(&tv.tv_sec, &tm);
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+	fprintf(a->log, "%s.%06ldZ agent %s: ", when, (long)tv.tv_usec, a->node);
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(a->log, fmt, ap);
+	va_end(ap);
+	fputc('\n', a->log);
+	fflush(a->log);
+}
+
+/* ---- pure helpers (exported for tests) ---- */
+
+int agent_cpu_share(const cpu_set_t *avail, int slot, int n_slots, cpu_set_t *ret_set)
+{
+	int cpus[CPU_SETSIZE];
+	int c = 0;
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, avail))
+			cpus[c++] = i;
+	if (c == 0 || n_slots < 1 || slot < 0 || slot >= n_slots)
+		return -EINVAL;
+	CPU_ZERO(ret_set);
+	if (n_slots > c) {
+		CPU_SET(cpus[slot % c], ret_set);
+		return 1;
+	}
+	int lo = (int)((int64_t)c * slot / n_slots), hi = (int)((int64_t)c * (slot + 1) / n_slots);
+	for (int i = lo; i < hi; i++)
+		CPU_SET(cpus[i], ret_set);
+	return hi - lo;
+}
+
+/* Split tcp://HOST:PORT into host and port. 0 or -EINVAL. */
+static int s_split_endpoint(const char *endpoint, char *host, size_t hostlen, char *port,
+                            size_t portlen)
+{
+	const char *p = strstr(endpoint, "://");
+	if (!p)
+		return -EINVAL;
+	p += 3;
+	const char *h_end, *colon;
+	if (*p == '[') {
+		p++;
+		h_end = strchr(p, ']');
+		if (!h_end || h_end[1] != ':')
+			return -EINVAL;
+		colon = h_end + 1;
+	} else {
+		colon = strrchr(p, ':');
+		if (!colon)
+			return -EINVAL;
+		h_end = colon;
+	}
+	size_t hl = (size_t)(h_end - p), pl = strlen(colon + 1);
+	if (hl == 0 || hl >= hostlen || pl == 0 || pl >= portlen)
+		return -EINVAL;
+	memcpy(host, p, hl);
+	host[hl] = '\0';
+	memcpy(port, colon + 1, pl + 1);
+	return 0;
+}
+
+int agent_route_address(const char *endpoint, char *buf, size_t buflen, char *err,
+                        size_t errlen)
+{
+	char host[256], port[32];
+	if (s_split_endpoint(endpoint, host, sizeof host, port, sizeof port) < 0) {
+		snprintf(err, errlen, "coordinator endpoint '%s' is not tcp://HOST:PORT", endpoint);
+		return -EINVAL;
+	}
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+	struct addrinfo *res = NULL;
+	int grc = getaddrinfo(host, port, &hints, &res);
+	if (grc != 0) {
+		snprintf(err, errlen, "cannot resolve '%s': %s (pass --advertise ADDR)", host,
+		         gai_strerror(grc));
+		return -EHOSTUNREACH;
+	}
+	int rc = -EHOSTUNREACH;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+		    getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+			const void *addr = ss.ss_family == AF_INET6
+			                           ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+			                           : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+			if (inet_ntop(ss.ss_family, addr, buf, (socklen_t)buflen))
+				rc = 0;
+		}
+		close(fd);
+		if (rc == 0)
+			break;
+	}
+	freeaddrinfo(res);
+	if (rc < 0)
+		snprintf(err, errlen, "no route to '%s' (pass --advertise ADDR)", host);
+	return rc;
+}
+
+/* ---- ranks ---- */
+
+static slot_t *s_find(agent_t *a, const char *job, int attempt, int rank)
+{
+	for (int i = 0; i < a->n_slots; i++) {
+		slot_t *s = &a->slots[i];
+		if (s->busy && s->attempt == attempt && s->rank == rank && strcmp(s->job, job) == 0)
+			return s;
+	}
+	return NULL;
+}
+
+/* Whether a pending SPAWN is of `job` (and `attempt` and `rank` unless -1). */
+static bool s_pending_matches(const json_t *p, const char *job, int attempt, int rank)
+{
+	return strcmp(json_string_value(json_object_get(p, "job")), job) == 0 &&
+	       (attempt < 0 || json_integer_value(json_object_get(p, "attempt")) == attempt) &&
+	       (rank < 0 || json_integer_value(json_object_get(p, "rank")) == rank);
+}
+
+static int s_n_running(const agent_t *a)
+{
+	int n = 0;
+	for (int i = 0; i < a->n_slots; i++)
+		n += a->slots[i].busy;
+	return n;
+}
+
+static void s_send(agent_t *a, wire_type_t type, json_t *payload)
+{
+	if (!payload) {
+		s_log(a, "out of memory building %s", wire_type_name(type));
+		return;
+	}
+	int rc = fabric_send(a->fab, type, payload);
+	if (rc < 0)
+		s_log(a, "could not send %s: %s", wire_type_name(type), strerror(-rc));
+	json_decref(payload);
+}
+
+static void s_send_register(agent_t *a)
+{
+	json_t *devices = json_array(), *ranks = json_array();
+	for (int i = 0; i < a->n_slots; i++) {
+		json_array_append_new(devices, json_pack("{s:s, s:i}", "kind", "cpu", "index", i));
+		const slot_t *s = &a->slots[i];
+		if (s->busy)
+			json_array_append_new(ranks, json_pack("{s:s, s:i, s:i, s:i}", "job", s->job,
+			                                       "attempt", s->attempt, "rank", s->rank,
+			                                       "pid", (int)s->pid));
+	}
+	s_send(a, WIRE_REGISTER,
+	       json_pack("{s:s, s:o, s:o, s:s, s:s}", "node", a->node, "devices", devices, "ranks",
+	                 ranks, "advertise", a->advertise, "version", RINGMASTER_VERSION));
+}
+
+static void s_send_exited(agent_t *a, const slot_t *s, int exit_code, int sig)
+{
+	s_send(a, WIRE_RANK_EXITED,
+	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", s->job, "attempt", s->attempt,
+	                 "rank", s->rank, "exit_code", exit_code, "signal", sig, "error",
+	                 s->last_error));
+}
+
+/* A RANK_EXITED for a SPAWN that never ran (bad device, fork failed). */
+static void s_refuse_spawn(agent_t *a, const char *job, int attempt, int rank, const char *why)
+{
+	s_log(a, "cannot spawn rank %s/%d/%d: %s", job, attempt, rank, why);
+	char msg[ERROR_MAX_BYTES];
+	snprintf(msg, sizeof msg, "ringworker agent: error: %s", why);
+	s_send(a, WIRE_RANK_EXITED,
+	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", job, "attempt", attempt, "rank",
+	                 rank, "exit_code", 1, "signal", 0, "error", msg));
+}
+
+/* Copy a string, cut to fit `n` bytes (always terminated). */
+static void s_copy(char *dst, size_t n, const char *src)
+{
+	size_t len = strlen(src);
+	if (len >= n)
+		len = n - 1;
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
+
+/* One complete output line of a rank: forward it, remember it if it says error. */
+static void s_rank_line(agent_t *a, slot_t *s, const char *line)
+{
+	fprintf(a->log, "[rank %s/%d/%d] %s\n", s->job, s->attempt, s->rank, line);
+	fflush(a->log);
+	if (strcasestr(line, "error"))
+		s_copy(s->last_error, sizeof s->last_error, line);
+}
+
+/* Read what the rank wrote to stderr. Returns false at EOF or on error
+ * (the pipe is then closed). */
+static bool s_drain_stderr(agent_t *a, slot_t *s)
+{
+	char buf[4096];
+	for (;;) {
+		ssize_t n = read(s->err_fd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return true;
+		if (n <= 0) {
+			if (s->line_len > 0) {
+				s->line[s->line_len] = '\0';
+				s_rank_line(a, s, s->line);
+				s->line_len = 0;
+			}
+			close(s->err_fd);
+			s->err_fd = -1;
+			return false;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			char ch = buf[i];
+			if (ch == '\n' || s->line_len == sizeof s->line - 1) {
+				s->line[s->line_len] = '\0';
+				s_rank_line(a, s, s->line);
+				s->line_len = 0;
+				if (ch == '\n')
+					continue;
+			}
+			s->line[s->line_len++] = ch;
+		}
+	}
+}
+
+/* Append "NAME=value" to env, dropping any NAME= there. */
+static int s_env_set(char **env, int *n, const char *name, const char *value)
+{
+	size_t nl = strlen(name);
+	for (int i = 0; i < *n; i++) {
+		if (strncmp(env[i], name, nl) == 0 && env[i][nl] == '=') {
+			free(env[i]);
+			env[i--] = env[--*n];
+		}
+	}
+	char *kv;
+	if (asprintf(&kv, "%s=%s", name, value) < 0)
+		return -ENOMEM;
+	env[(*n)++] = kv;
+	env[*n] = NULL;
+	return 0;
+}
+
+static void s_strv_free(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+/* The rank's environment: ours, with its thread count and the allocator
+ * settings that keep glibc from returning (and re-faulting) the training
+ * buffers every step. NULL on out-of-memory. */
+static char **s_rank_env(int n_threads)
+{
+	int n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc((size_t)n + 8, sizeof *env);
+	if (!env)
+		return NULL;
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		env[m] = strdup(environ[i]);
+		if (!env[m])
+			goto fail;
+		m++;
+	}
+	char threads[16];
+	snprintf(threads, sizeof threads, "%d", n_threads);
+	if (s_env_set(env, &m, "OMP_NUM_THREADS", threads) < 0 ||
+	    s_env_set(env, &m, "MALLOC_MMAP_MAX_", "0") < 0 ||
+	    s_env_set(env, &m, "MALLOC_TRIM_THRESHOLD_", "100000000000") < 0)
+		goto fail;
+	return env;
+fail:
+	s_strv_free(env);
+	return NULL;
+}
+
+static void s_child_fail(const char *what)
+{
+	/* Only async-signal-safe calls between fork and exec. */
+	static const char pre[] = "ringworker agent: error: cannot start the rank: ";
+	(void)!write(2, pre, sizeof pre - 1);
+	(void)!write(2, what, strlen(what));
+	(void)!write(2, "\n", 1);
+	_exit(127);
+}
+
+static void s_spawn(agent_t *a, const json_t *p)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	int attempt = (int)json_integer_value(json_object_get(p, "attempt"));
+	int rank = (int)json_integer_value(json_object_get(p, "rank"));
+	int world = (int)json_integer_value(json_object_get(p, "world_size"));
+	const json_t *dev = json_object_get(p, "device");
+	const char *kind = json_string_value(json_object_get(dev, "kind"));
+	json_int_t index = json_integer_value(json_object_get(dev, "index"));
+	char why[512];
+
+	bool dup = s_find(a, job, attempt, rank) != NULL;
+	for (int i = 0; i < a->n_slots && !dup; i++)
+		dup = a->slots[i].pending && a->slots[i].pending != p &&
+		      s_pending_matches(a->slots[i].pending, job, attempt, rank);
+	if (dup) {
+		s_log(a, "rank %s/%d/%d already runs here; SPAWN ignored", job, attempt, rank);
+		return;
+	}
+	if (a->stopping) {
+		s_refuse_spawn(a, job, attempt, rank, "the agent is shutting down");
+		return;
+	}
+	if (strlen(job) >= JOB_MAX_BYTES || strchr(job, '/')) {
+		s_refuse_spawn(a, job, attempt, rank, "job id too long or contains '/'");
+		return;
+	}
+	if (!kind || strcmp(kind, "cpu") != 0 || index < 0 || index >= a->n_slots) {
+		snprintf(why, sizeof why, "no device %s:%lld on node %s (it has cpu:0..cpu:%d)",
+		         kind ? kind : "?", (long long)index, a->node, a->n_slots - 1);
+		s_refuse_spawn(a, job, attempt, rank, why);
+		return;
+	}
+	slot_t *s = &a->slots[index];
+	if (s->busy) {
+		if (s->pending) {
+			snprintf(why, sizeof why, "device cpu:%lld is busy with rank %s/%d/%d and rank %s/%lld/%lld waits for it",
+			         (long long)index, s->job, s->attempt, s->rank,
+			         json_string_value(json_object_get(s->pending, "job")),
+			         (long long)json_integer_value(json_object_get(s->pending, "attempt")),
+			         (long long)json_integer_value(json_object_get(s->pending, "rank")));
+			s_refuse_spawn(a, job, attempt, rank, why);
+			return;
+		}
+		/* The coordinator placed it here, so it holds the old rank finished. */
+		s->pending = json_incref((json_t *)p);
+		s->pending_term_at_us = fabric_now_us() + (int64_t)PENDING_GRACE_MS * 1000;
+		s_log(a, "rank %s/%d/%d waits for cpu:%lld, still held by rank %s/%d/%d (pid %d)", job,
+		      attempt, rank, (long long)index, s->job, s->attempt, s->rank, (int)s->pid);
+		return;
+	}
+
+	cpu_set_t cpus;
+	int n_threads = agent_cpu_share(&a->avail, (int)index, a->n_slots, &cpus);
+	if (n_threads < 1)
+		n_threads = 1;
+	char s_attempt[16], s_rank[16], s_world[16];
+	snprintf(s_attempt, sizeof s_attempt, "%d", attempt);
+	snprintf(s_rank, sizeof s_rank, "%d", rank);
+	snprintf(s_world, sizeof s_world, "%d", world);
+	const char *argv[20];
+	int k = 0;
+	argv[k++] = "ringworker";
+	argv[k++] = "rank";
+	argv[k++] = "--coordinator";
+	argv[k++] = fabric_endpoint(a->fab);
+	argv[k++] = "--job";
+	argv[k++] = job;
+	argv[k++] = "--attempt";
+	argv[k++] = s_attempt;
+	argv[k++] = "--rank";
+	argv[k++] = s_rank;
+	argv[k++] = "--world-size";
+	argv[k++] = s_world;
+	argv[k++] = "--host";
+	argv[k++] = a->advertise;
+	if (a->opt->data_root) {
+		argv[k++] = "--data-root";
+		argv[k++] = a->opt->data_root;
+	}
+	argv[k] = NULL;
+
+	char **env = s_rank_env(n_threads);
+	int pipefd[2] = {-1, -1};
+	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (!env || null_fd < 0 || pipe2(pipefd, O_CLOEXEC) < 0) {
+		snprintf(why, sizeof why, "cannot prepare the rank: %s", strerror(errno ? errno : ENOMEM));
+		goto fail;
+	}
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		snprintf(why, sizeof why, "fork failed: %s", strerror(errno));
+		goto fail;
+	}
+	if (pid == 0) {
+		/* The child: async-signal-safe calls only (the agent has threads). */
+		if (dup2(null_fd, 0) < 0 || dup2(pipefd[1], 1) < 0 || dup2(pipefd[1], 2) < 0)
+			s_child_fail("dup2 failed");
+		setpgid(0, 0);
+		/* A rank must not outlive its agent, even one killed with -9. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		sched_setaffinity(0, sizeof cpus, &cpus);
+		sigprocmask(SIG_SETMASK, &a->old_mask, NULL);
+		execve(a->exe, (char *const *)argv, env);
+		s_child_fail(a->exe);
+	}
+	/* Also here, so that a KILL right after the fork finds the group. */
+	setpgid(pid, pid);
+	close(pipefd[1]);
+	close(null_fd);
+	s_strv_free(env);
+	fcntl(pipefd[0], F_SETFL, fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
+
+	memset(s, 0, sizeof *s);
+	s->busy = true;
+	s->pid = pid;
+	snprintf(s->job, sizeof s->job, "%s", job);
+	s->attempt = attempt;
+	s->rank = rank;
+	s->err_fd = pipefd[0];
+	char list[64] = "";
+	size_t off = 0;
+	for (int i = 0; i < CPU_SETSIZE && off < sizeof list - 8; i++)
+		if (CPU_ISSET(i, &cpus))
+			off += (size_t)snprintf(list + off, sizeof list - off, "%s%d", off ? "," : "", i);
+	s_log(a, "spawned rank %s/%d/%d of %d on cpu:%lld, pid %d, cpus %s, %d threads", job,
+	      attempt, rank, world, (long long)index, (int)pid, list, n_threads);
+	return;
+fail:
+	if (pipefd[0] >= 0) {
+		close(pipefd[0]);
+		close(pipefd[1]);
+	}
+	if (null_fd >= 0)
+		close(null_fd);
+	s_strv_free(env);
+	s_refuse_spawn(a, job, attempt, rank, why);
+}
+
+static void s_term(agent_t *a, slot_t *s)
+{
+	if (s->kill_at_us)
+		return;
+	/* The rank leads its own process group (setpgid in the child). */
+	if (kill(-s->pid, SIGTERM) < 0)
+		kill(s->pid, SIGTERM);
+	s->kill_at_us = fabric_now_us() + (int64_t)a->kill_grace_ms * 1000;
+}
+
+static void s_kill(agent_t *a, const json_t *p)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	int attempt = (int)json_integer_value(json_object_get(p, "attempt"));
+	int rank = (int)json_integer_value(json_object_get(p, "rank"));
+	int n = 0;
+	for (int i = 0; i < a->n_slots; i++) {
+		slot_t *s = &a->slots[i];
+		if (!s->busy || strcmp(s->job, job) != 0)
+			continue;
+		/* rank -1: every rank of the job, whatever its attempt. */
+		if (rank >= 0 && (s->rank != rank || s->attempt != attempt))
+			continue;
+		s_term(a, s);
+		n++;
+	}
+	/* SPAWNs of the job still waiting for a device never start. */
+	for (int i = 0; i < a->n_slots; i++) {
+		slot_t *s = &a->slots[i];
+		if (!s->pending || !s_pending_matches(s->pending, job, rank >= 0 ? attempt : -1, rank))
+			continue;
+		int p_attempt = (int)json_integer_value(json_object_get(s->pending, "attempt"));
+		int p_rank = (int)json_integer_value(json_object_get(s->pending, "rank"));
+		s_send(a, WIRE_RANK_EXITED,
+		       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", job, "attempt", p_attempt,
+		                 "rank", p_rank, "exit_code", -1, "signal", SIGTERM, "error", ""));
+		json_decref(s->pending);
+		s->pending = NULL;
+		n++;
+	}
+	s_log(a, "KILL %s/%d/%d: %d rank(s) signalled", job, attempt, rank, n);
+}
+
+static void s_reap(agent_t *a)
+{
+	for (;;) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+		if (pid <= 0)
+			return;
+		slot_t *s = NULL;
+		for (int i = 0; i < a->n_slots; i++)
+			if (a->slots[i].busy && a->slots[i].pid == pid)
+				s = &a->slots[i];
+		if (!s)
+			continue;
+		if (s->err_fd >= 0)
+			s_drain_stderr(a, s);
+		if (s->err_fd >= 0) {
+			/* Something else holds the pipe open; what the rank said is in. */
+			close(s->err_fd);
+			s->err_fd = -1;
+		}
+		int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+		if (sig)
+			s_log(a, "rank %s/%d/%d (pid %d) killed by signal %d", s->job, s->attempt, s->rank,
+			      (int)pid, sig);
+		else
+			s_log(a, "rank %s/%d/%d (pid %d) exited with status %d", s->job, s->attempt,
+			      s->rank, (int)pid, code);
+		s_send_exited(a, s, code, sig);
+		s->busy = false;
+		json_t *next = s->pending;
+		s->pending = NULL;
+		if (next) {
+			s_spawn(a, next);
+			json_decref(next);
+		}
+	}
+}
+
+/* ---- coordinator messages ---- */
+
+static void s_on_message(agent_t *a, wire_type_t type, json_t *p)
+{
+	switch (type) {
+	case WIRE_REGISTERED: {
+		int hb = (int)json_integer_value(json_object_get(p, "heartbeat_ms"));
+		int da = (int)json_integer_value(json_object_get(p, "dead_after"));
+		a->heartbeat_ms = hb > 0 ? hb : 1000;
+		a->dead_after = da > 0 ? da : 3;
+		if (!a->registered)
+			s_log(a, "registered with %s (%d cpu slots, advertise %s; heartbeat %d ms, dead after %d)",
+			      fabric_endpoint(a->fab), a->n_slots, a->advertise, a->heartbeat_ms,
+			      a->dead_after);
+		a->registered = true;
+		fabric_backoff_reset(a->fab);
+		break;
+	}
+	case WIRE_HEARTBEAT:
+		break;
+	case WIRE_SPAWN:
+		s_spawn(a, p);
+		break;
+	case WIRE_KILL:
+		s_kill(a, p);
+		break;
+	case WIRE_ERROR: {
+		json_int_t code = json_integer_value(json_object_get(p, "code"));
+		const char *detail = json_string_value(json_object_get(p, "detail"));
+		/* To an agent, 404 means the coordinator does not count it as
+		 * registered (it declared it dead, or restarted and forgot it):
+		 * REGISTER again on the same connection. */
+		if (code == 404 && a->registered) {
+			s_log(a, "coordinator says ERROR 404: %s; registering again", detail);
+			a->registered = false;
+			s_send_register(a);
+			a->retry_at_us = fabric_now_us() + (int64_t)FABRIC_BACKOFF_MIN_MS * 1000;
+		} else if (code != 404) {
+			s_log(a, "coordinator says ERROR %lld: %s", (long long)code, detail);
+		}
+		break;
+	}
+	default:
+		s_log(a, "unexpected %s from the coordinator; ignored", wire_type_name(type));
+		fabric_send_error(a->fab, 404, "an agent does not take this message type");
+		break;
+	}
+}
+
+static void s_read_coordinator(agent_t *a)
+{
+	for (;;) {
+		wire_type_t type;
+		json_t *p = NULL;
+		char err[256];
+		int rc = fabric_recv(a->fab, 0, &type, &p, err, sizeof err);
+		if (rc == -EAGAIN)
+			return;
+		if (rc == 0) {
+			s_on_message(a, type, p);
+			json_decref(p);
+		} else if (rc == -EPROTO || rc == -ENOENT || rc == -EMSGSIZE || rc == -EINVAL) {
+			s_log(a, "refused a message from the coordinator: %s", err);
+			fabric_send_error(a->fab, wire_error_code(rc), err);
+		} else {
+			s_log(a, "receive failed: %s", strerror(-rc));
+			return;
+		}
+	}
+}
+
+/* Heartbeats, liveness, reconnects; SIGKILL deadlines. */
+static void s_timers(agent_t *a)
+{
+	int64_t now = fabric_now_us();
+	if (a->registered) {
+		if (fabric_peer_dead(a->fab, a->heartbeat_ms, a->dead_after, now)) {
+			int backoff;
+			s_log(a, "no word from the coordinator for %lld ms; reconnecting",
+			      (long long)((now - fabric_heard_us(a->fab)) / 1000));
+			a->registered = false;
+			fabric_reconnect(a->fab, &backoff);
+			s_send_register(a);
+			a->retry_at_us = now + (int64_t)backoff * 1000;
+		} else if (now - fabric_sent_us(a->fab) >= (int64_t)a->heartbeat_ms * 1000) {
+			s_send(a, WIRE_HEARTBEAT, json_pack("{s:s}", "node", a->node));
+		}
+	} else if (now >= a->retry_at_us) {
+		int backoff;
+		fabric_reconnect(a->fab, &backoff);
+		s_send_register(a);
+		a->retry_at_us = now + (int64_t)backoff * 1000;
+		s_log(a, "no answer from %s; trying again in %d ms", fabric_endpoint(a->fab), backoff);
+	}
+	for (int i = 0; i < a->n_slots; i++) {
+		slot_t *s = &a->slots[i];
+		if (s->busy && s->pending && now >= s->pending_term_at_us && !s->kill_at_us) {
+			s_log(a, "rank %s/%d/%d (pid %d) still holds cpu:%d %d ms after its device was given to another rank; SIGTERM",
+			      s->job, s->attempt, s->rank, (int)s->pid, i, PENDING_GRACE_MS);
+			s_term(a, s);
+		}
+		if (s->busy && s->kill_at_us && now >= s->kill_at_us) {
+			s_log(a, "rank %s/%d/%d (pid %d) still running %d ms after SIGTERM; SIGKILL",
+			      s->job, s->attempt, s->rank, (int)s->pid, a->kill_grace_ms);
+			if (kill(-s->pid, SIGKILL) < 0)
+				kill(s->pid, SIGKILL);
+			s->kill_at_us = INT64_MAX; /* once */
+		}
+	}
+}
+
+static int s_poll_timeout_ms(const agent_t *a)
+{
+	int64_t now = fabric_now_us(), next = now + 500 * 1000;
+	if (a->registered) {
+		int64_t hb = fabric_sent_us(a->fab) + (int64_t)a->heartbeat_ms * 1000;
+		int64_t dead = fabric_heard_us(a->fab) + (int64_t)a->heartbeat_ms * a->dead_after * 1000;
+		next = hb < next ? hb : next;
+		next = dead < next ? dead : next;
+	} else if (a->retry_at_us < next) {
+		next = a->retry_at_us;
+	}
+	for (int i = 0; i < a->n_slots; i++) {
+		const slot_t *s = &a->slots[i];
+		if (s->busy && s->kill_at_us && s->kill_at_us < next)
+			next = s->kill_at_us;
+		if (s->busy && s->pending && !s->kill_at_us && s->pending_term_at_us < next)
+			next = s->pending_term_at_us;
+	}
+	int64_t ms = (next - now + 999) / 1000;
+	return ms < 0 ? 0 : (int)ms;
+}
+
+static void s_on_signals(agent_t *a)
+{
+	struct signalfd_siginfo si;
+	bool child = false;
+	while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
+		if (si.ssi_signo == SIGCHLD) {
+			child = true;
+		} else if (!a->stopping) {
+			s_log(a, "%s: stopping %d rank(s)", strsignal((int)si.ssi_signo), s_n_running(a));
+			a->stopping = true;
+			for (int i = 0; i < a->n_slots; i++)
+				if (a->slots[i].busy)
+					s_term(a, &a->slots[i]);
+		}
+	}
+	if (child)
+		s_reap(a);
+}
+
+static int s_setup(agent_t *a, const agent_options_t *opt)
+{
+	char err[256];
+	a->opt = opt;
+	a->log = opt->log ? opt->log : stderr;
+	a->sig_fd = -1;
+	a->kill_grace_ms = opt->kill_grace_ms > 0 ? opt->kill_grace_ms : AGENT_KILL_GRACE_MS;
+	a->heartbeat_ms = 1000;
+	a->dead_after = 3;
+	if (opt->node) {
+		snprintf(a->node, sizeof a->node, "%s", opt->node);
+	} else if (gethostname(a->node, sizeof a->node - 1) != 0) {
+		snprintf(a->node, sizeof a->node, "localhost");
+	}
+	if (!a->node[0] || strchr(a->node, '/')) {
+		fprintf(a->log, "ringworker agent: error: node name '%s' must be non-empty and without '/' (--node)\n",
+		        a->node);
+		return -EINVAL;
+	}
+	if (sched_getaffinity(0, sizeof a->avail, &a->avail) != 0 || CPU_COUNT(&a->avail) == 0) {
+		CPU_ZERO(&a->avail);
+		CPU_SET(0, &a->avail);
+	}
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	a->n_slots = opt->n_devices > 0 ? opt->n_devices : (int)(online > 0 ? online : 1);
+	if (a->n_slots > AGENT_MAX_DEVICES) {
+		fprintf(a->log, "ringworker agent: error: --devices cpu:%d is more than %d\n", a->n_slots,
+		        AGENT_MAX_DEVICES);
+		return -EINVAL;
+	}
+	a->slots = calloc((size_t)a->n_slots, sizeof *a->slots);
+	if (!a->slots)
+		return -ENOMEM;
+	for (int i = 0; i < a->n_slots; i++)
+		a->slots[i].err_fd = -1;
+	if (opt->rank_exe) {
+		snprintf(a->exe, sizeof a->exe, "%s", opt->rank_exe);
+	} else {
+		ssize_t n = readlink("/proc/self/exe", a->exe, sizeof a->exe - 1);
+		if (n <= 0) {
+			fprintf(a->log, "ringworker agent: error: cannot read /proc/self/exe: %s\n",
+			        strerror(errno));
+			return -errno;
+		}
+		a->exe[n] = '\0';
+	}
+	if (opt->advertise) {
+		snprintf(a->advertise, sizeof a->advertise, "%s", opt->advertise);
+	} else if (agent_route_address(opt->coordinator, a->advertise, sizeof a->advertise, err,
+	                               sizeof err) < 0) {
+		fprintf(a->log, "ringworker agent: error: %s\n", err);
+		return -EINVAL;
+	}
+
+	/* Block the signals before ZeroMQ starts its threads, so that they are
+	 * delivered only through the signalfd. */
+	sigset_t mask;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	if (sigprocmask(SIG_BLOCK, &mask, &a->old_mask) != 0)
+		return -errno;
+	a->sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (a->sig_fd < 0) {
+		fprintf(a->log, "ringworker agent: error: signalfd: %s\n", strerror(errno));
+		return -errno;
+	}
+	a->zctx = zmq_ctx_new();
+	if (!a->zctx)
+		return -ENOMEM;
+	char identity[300];
+	snprintf(identity, sizeof identity, "agent/%s", a->node);
+	a->fab = fabric_new(a->zctx, opt->coordinator, identity, err, sizeof err);
+	if (!a->fab) {
+		fprintf(a->log, "ringworker agent: error: %s\n", err);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void s_teardown(agent_t *a)
+{
+	fabric_free(a->fab);
+	if (a->zctx)
+		zmq_ctx_term(a->zctx);
+	if (a->sig_fd >= 0)
+		close(a->sig_fd);
+	if (a->slots)
+		for (int i = 0; i < a->n_slots; i++) {
+			if (a->slots[i].err_fd >= 0)
+				close(a->slots[i].err_fd);
+			json_decref(a->slots[i].pending);
+		}
+	free(a->slots);
+}
+
+int agent_run(const agent_options_t *opt)
+{
+	agent_t a = {0};
+	if (s_setup(&a, opt) < 0) {
+		s_teardown(&a);
+		return 1;
+	}
+	s_log(&a, "starting: coordinator %s, %d cpu slots over %d cpus, advertise %s, ranks run %s",
+	      opt->coordinator, a.n_slots, CPU_COUNT(&a.avail), a.advertise, a.exe);
+	s_send_register(&a);
+	a.retry_at_us = fabric_now_us() + (int64_t)FABRIC_BACKOFF_MIN_MS * 1000;
+
+	zmq_pollitem_t *items = calloc((size_t)a.n_slots + 2, sizeof *items);
+	slot_t **item_slot = calloc((size_t)a.n_slots + 2, sizeof *item_slot);
+	if (!items || !item_slot) {
+		free(items);
+		free(item_slot);
+		s_teardown(&a);
+		return 1;
+	}
+	for (;;) {
+		if (a.stopping && s_n_running(&a) == 0)
+			break;
+		/* Item 0 is the coordinator's socket; after a failed reconnect
+		 * (fabric_socket NULL) it is a placeholder fd -1 that never fires. */
+		int n = 0;
+		void *sock = fabric_socket(a.fab);
+		items[n++] = sock ? (zmq_pollitem_t){.socket = sock, .events = ZMQ_POLLIN}
+		                  : (zmq_pollitem_t){.fd = -1, .events = 0};
+		items[n++] = (zmq_pollitem_t){.fd = a.sig_fd, .events = ZMQ_POLLIN};
+		for (int i = 0; i < a.n_slots; i++) {
+			if (a.slots[i].busy && a.slots[i].err_fd >= 0) {
+				item_slot[n] = &a.slots[i];
+				items[n++] = (zmq_pollitem_t){.fd = a.slots[i].err_fd, .events = ZMQ_POLLIN};
+			}
+		}
+		int rc = zmq_poll(items, n, s_poll_timeout_ms(&a));
+		if (rc < 0 && errno != EINTR) {
+			s_log(&a, "poll failed: %s", zmq_strerror(errno));
+			break;
+		}
+		if (rc > 0) {
+			for (int i = 2; i < n; i++)
+				if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))
+					if (item_slot[i]->err_fd >= 0)
+						s_drain_stderr(&a, item_slot[i]);
+			if (items[1].revents & ZMQ_POLLIN)
+				s_on_signals(&a);
+			if (items[0].revents & ZMQ_POLLIN)
+				s_read_coordinator(&a);
+		}
+		s_timers(&a);
+	}
+	s_log(&a, "stopped");
+	free(items);
+	free(item_slot);
+	s_teardown(&a);
+	return 0;
+}

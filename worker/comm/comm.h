@@ -1,0 +1,107 @@
+/*
+ * comm: collectives between the ranks of one job attempt, behind one C
+ * interface. The CPU backend is Gloo (worker/comm/comm_gloo.cc, a small C++
+ * shim over Debian's libgloo with its TCP transport); the NCCL backend comes
+ * with the CUDA work behind the same functions.
+ *
+ * Rendezvous goes through a key-value store given as a comm_kv_t: in a rank
+ * process it is the coordinator's KV (KV_SET / KV_GET over the wire), in
+ * tests and benchmarks a directory (comm_kv_dir.h). Gloo's rendezvous::Store
+ * is implemented over it.
+ *
+ * Every collective is blocking and must be called by all ranks in the same
+ * order. Reductions are sums in an order fixed by the world size and the
+ * counts alone, so a run repeated with the same world size gives bitwise
+ * identical results, and every rank receives the same bits.
+ * Errors: a negative errno-style code (-ETIMEDOUT when a peer does not answer
+ * within the timeout, -ECONNRESET when a peer went away, -ECANCELED after
+ * comm_abort, -EINVAL for a bad argument), with one line retrievable by
+ * comm_last_error(). Apart from -EINVAL, the first failure is final: a failed
+ * collective may leave messages in flight, so every later collective on the
+ * same comm fails at once with the same code; free it and build a new one
+ * (the next attempt) to go on.
+ */
+#ifndef RINGMASTER_WORKER_COMM_H
+#define RINGMASTER_WORKER_COMM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The rendezvous store. Keys and values are opaque bytes to comm; values
+ * may contain NUL bytes. */
+typedef struct {
+	void *ctx;
+	/* Store `value` (n bytes) under `key`, replacing any earlier value.
+	 * 0 or a negative errno. */
+	int (*set)(void *ctx, const char *key, const void *value, size_t n);
+	/* Wait up to timeout_ms for `key` to exist, then return a malloc'ed copy
+	 * of its value (caller frees) in *ret_value / *ret_n. 0, -ETIMEDOUT, or
+	 * another negative errno. */
+	int (*get)(void *ctx, const char *key, int timeout_ms, void **ret_value, size_t *ret_n);
+} comm_kv_t;
+
+typedef struct comm comm_t;
+
+/*
+ * Join the group of `world_size` ranks as `rank` and connect every pair
+ * (full mesh). `host` is the address this rank listens on for its peers (an
+ * IP literal or a name other ranks can reach, e.g. "127.0.0.1"); `kv` is
+ * borrowed and used only during this call (keys "gloo/<rank>", binary
+ * values; it must be fresh for each group, e.g. per job attempt, or a rank
+ * would read the addresses of an earlier group). Waits up to `timeout_ms` for the peers; the same timeout then
+ * bounds every collective until comm_set_timeout changes it. Ends with a
+ * barrier, so when it returns on any rank every rank has connected.
+ * Returns NULL with one line in `err` on failure (a peer that never joined
+ * is named). Sets SIGPIPE to SIG_IGN if it was SIG_DFL, so that writing to
+ * a dead peer is an error code rather than the end of the process.
+ */
+comm_t *comm_gloo_new(const comm_kv_t *kv, int rank, int world_size, const char *host,
+                      int timeout_ms, char *err, size_t errlen);
+
+int comm_rank(const comm_t *c);
+int comm_world_size(const comm_t *c);
+
+/* How long a collective may wait for its peers (timeout_ms > 0; others are
+ * ignored). A collective waits for the slowest rank to arrive, so this must
+ * exceed the spread of step times between ranks. */
+void comm_set_timeout(comm_t *c, int timeout_ms);
+
+/* In place: buf (n floats) becomes the element-wise sum over ranks. */
+int comm_allreduce_sum_f32(comm_t *c, float *buf, size_t n);
+
+/* `in` (n floats, the same n on every rank) is summed over ranks; this rank
+ * receives its part: elements [offset, offset + counts[rank]) where offset is
+ * the sum of counts[0..rank), into `out` (counts[rank] floats, not inside
+ * `in`). The counts (world_size of them) sum to n and are the same on every
+ * rank; some may be 0. */
+int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const size_t *counts);
+
+/* Each rank gives its part `in` (counts[rank] floats); `out` (sum of counts)
+ * receives every rank's part in rank order. */
+int comm_allgather_f32(comm_t *c, const float *in, float *out, const size_t *counts);
+
+/* `bytes` bytes of buf from `root` to every rank. */
+int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root);
+
+int comm_barrier(comm_t *c);
+
+/* Make every later collective on this comm fail with -ECANCELED, and close
+ * the connections so that peers blocked in a collective with this rank fail
+ * at once (-ECONNRESET) instead of waiting out their timeout. Call it from
+ * the thread that runs the collectives (not thread- or signal-safe). */
+void comm_abort(comm_t *c);
+
+/* The last error's one-line description ("" if none); borrowed. */
+const char *comm_last_error(const comm_t *c);
+
+/* Close the connections and free; accepts NULL. */
+void comm_free(comm_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,521 @@
+/*
+ * rank: one rank process of a job attempt (see rank.h).
+ *
+ * Threads: the main thread joins, runs the rendezvous and trains. Once the
+ * communicator is up a watcher thread reads the socket every
+ * WATCH_INTERVAL_MS; the two share the socket under a mutex (ZeroMQ allows
+ * a socket to move between threads across a full memory barrier, which the
+ * mutex gives). The watcher only reads; on ABORT it exits the process.
+ */
+#include "rank.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <sodium.h>
+#include <zmq.h>
+
+#include "comm.h"
+#include "fabric.h"
+#include "jobspec.h"
+#include "train.h"
+#include "wire.h"
+
+#define WATCH_INTERVAL_MS 20
+#define KV_SET_TIMEOUT_MS 30000
+#define KV_GET_SLACK_MS 5000 /* beyond the KV_GET's own timeout, for the reply to come */
+#define ERROR_MAX_BYTES 512
+
+typedef struct {
+	const rank_options_t *opt;
+	void *zctx;
+	fabric_t *fab;
+	pthread_mutex_t lock; /* the socket, once the watcher runs */
+	pthread_t watcher;
+	bool watching;
+	atomic_bool stop_watch;
+	int metrics_every;
+	int64_t last_step; /* train.steps */
+	int64_t done_step; /* the latest step reported, and its loss (for DONE) */
+	double done_loss;
+	char last_error[ERROR_MAX_BYTES]; /* last line on the trainer's log saying "error" */
+	char line[1024];                  /* the trainer's log line being written */
+	size_t line_len;
+} rank_t;
+
+static void s_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void s_err(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("ringworker rank: error: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	fflush(stderr);
+}
+
+static double s_unix_now(void)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	return (double)tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+static void s_send(rank_t *r, wire_type_t type, json_t *payload)
+{
+	if (!payload)
+		return;
+	if (r->watching)
+		pthread_mutex_lock(&r->lock);
+	int rc = fabric_send(r->fab, type, payload);
+	if (r->watching)
+		pthread_mutex_unlock(&r->lock);
+	if (rc < 0)
+		s_err("could not send %s to the coordinator: %s", wire_type_name(type), strerror(-rc));
+	json_decref(payload);
+}
+
+/*
+ * Send the rank's last word (DONE or FAILED) and wait until the coordinator
+ * has handled it. The agent reports our exit on another connection as soon
+ * as we are gone, and the coordinator's ROUTER may read the two connections
+ * in either order; a KV_GET that answers at once, sent after the last word,
+ * comes back only once the coordinator has read everything before it. Any
+ * answer (KV_VALUE, ERROR, ABORT for a finished attempt) will do; after
+ * FLUSH_TIMEOUT_MS we give up and exit anyway. Main thread, watcher stopped.
+ */
+#define FLUSH_TIMEOUT_MS 2000
+
+static void s_send_final(rank_t *r, wire_type_t type, json_t *payload)
+{
+	s_send(r, type, payload);
+	s_send(r, WIRE_KV_GET, json_pack("{s:s, s:i}", "key", "ringworker/flush", "timeout_ms", 0));
+	int64_t deadline = fabric_now_us() + (int64_t)FLUSH_TIMEOUT_MS * 1000;
+	for (;;) {
+		int64_t left_us = deadline - fabric_now_us();
+		if (left_us <= 0)
+			return;
+		wire_type_t got;
+		json_t *p = NULL;
+		char why[256];
+		int rc = fabric_recv(r->fab, (int)((left_us + 999) / 1000), &got, &p, why, sizeof why);
+		if (rc == -EAGAIN)
+			continue;
+		json_decref(p);
+		if (rc < 0 || got == WIRE_KV_VALUE || got == WIRE_ERROR || got == WIRE_ABORT)
+			return;
+	}
+}
+
+static void s_send_failed(rank_t *r, const char *reason)
+{
+	s_send_final(r, WIRE_FAILED, json_pack("{s:s}", "reason", reason));
+}
+
+/* An ABORT for this attempt ends the process at once. */
+static void s_check_abort(rank_t *r, wire_type_t type, const json_t *p)
+{
+	if (type != WIRE_ABORT)
+		return;
+	fprintf(stderr, "ringworker rank: aborted by the coordinator: %s\n",
+	        json_string_value(json_object_get(p, "reason")));
+	fflush(stderr);
+	_exit(TRAIN_EXIT_ABORTED);
+}
+
+/*
+ * Wait up to timeout_ms for a message of type `want` (and, when `key` is not
+ * NULL, with that key). ABORT exits; ERROR replies fail the wait with
+ * -EPROTO (message in `err`); anything else is logged and skipped.
+ */
+static int s_wait_for(rank_t *r, wire_type_t want, const char *key, int timeout_ms,
+                      json_t **ret_payload, char *err, size_t errlen)
+{
+	int64_t deadline = fabric_now_us() + (int64_t)timeout_ms * 1000;
+	for (;;) {
+		int64_t left_us = deadline - fabric_now_us();
+		if (left_us <= 0) {
+			snprintf(err, errlen, "no %s from the coordinator at %s within %d ms",
+			         wire_type_name(want), fabric_endpoint(r->fab), timeout_ms);
+			return -ETIMEDOUT;
+		}
+		wire_type_t type;
+		json_t *p = NULL;
+		char why[256];
+		int rc = fabric_recv(r->fab, (int)((left_us + 999) / 1000), &type, &p, why, sizeof why);
+		if (rc == -EAGAIN)
+			continue;
+		if (rc == -EPROTO || rc == -ENOENT || rc == -EMSGSIZE || rc == -EINVAL) {
+			fprintf(stderr, "ringworker rank: refused a message from the coordinator: %s\n", why);
+			continue;
+		}
+		if (rc < 0) {
+			snprintf(err, errlen, "receive failed: %s", zmq_strerror(-rc));
+			return rc;
+		}
+		s_check_abort(r, type, p);
+		if (type == WIRE_ERROR) {
+			snprintf(err, errlen, "the coordinator answered ERROR %lld: %s",
+			         (long long)json_integer_value(json_object_get(p, "code")),
+			         json_string_value(json_object_get(p, "detail")));
+			json_decref(p);
+			return -EPROTO;
+		}
+		const char *got_key = json_string_value(json_object_get(p, "key"));
+		if (type == want && (!key || (got_key && strcmp(got_key, key) == 0))) {
+			*ret_payload = p;
+			return 0;
+		}
+		fprintf(stderr, "ringworker rank: unexpected %s while waiting for %s; ignored\n",
+		        wire_type_name(type), wire_type_name(want));
+		json_decref(p);
+	}
+}
+
+/* ---- the rendezvous store over the coordinator's KV ---- */
+
+static int s_kv_set(void *ctx, const char *key, const void *value, size_t n)
+{
+	rank_t *r = ctx;
+	size_t b64_len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+	char *b64 = malloc(b64_len);
+	if (!b64)
+		return -ENOMEM;
+	sodium_bin2base64(b64, b64_len, value, n, sodium_base64_VARIANT_ORIGINAL);
+	json_t *p = json_pack("{s:s, s:s}", "key", key, "value", b64);
+	free(b64);
+	if (!p)
+		return -ENOMEM;
+	s_send(r, WIRE_KV_SET, p);
+	char err[512];
+	json_t *ok = NULL;
+	int rc = s_wait_for(r, WIRE_KV_OK, key, KV_SET_TIMEOUT_MS, &ok, err, sizeof err);
+	if (rc < 0) {
+		s_err("KV_SET %s: %s", key, err);
+		return rc == -ETIMEDOUT ? -ETIMEDOUT : -EIO;
+	}
+	json_decref(ok);
+	return 0;
+}
+
+static int s_kv_get(void *ctx, const char *key, int timeout_ms, void **ret_value, size_t *ret_n)
+{
+	rank_t *r = ctx;
+	s_send(r, WIRE_KV_GET, json_pack("{s:s, s:i}", "key", key, "timeout_ms", timeout_ms));
+	char err[512];
+	json_t *p = NULL;
+	int rc = s_wait_for(r, WIRE_KV_VALUE, key, timeout_ms + KV_GET_SLACK_MS, &p, err, sizeof err);
+	if (rc < 0) {
+		s_err("KV_GET %s: %s", key, err);
+		return rc == -ETIMEDOUT ? -ETIMEDOUT : -EIO;
+	}
+	if (!json_is_true(json_object_get(p, "found"))) {
+		json_decref(p);
+		return -ETIMEDOUT;
+	}
+	const char *b64 = json_string_value(json_object_get(p, "value"));
+	size_t b64_len = strlen(b64);
+	unsigned char *bin = malloc(b64_len / 4 * 3 + 3);
+	size_t n = 0;
+	if (!bin) {
+		json_decref(p);
+		return -ENOMEM;
+	}
+	if (sodium_base642bin(bin, b64_len / 4 * 3 + 3, b64, b64_len, NULL, &n, NULL,
+	                      sodium_base64_VARIANT_ORIGINAL) != 0) {
+		s_err("KV_GET %s: the value is not base64", key);
+		free(bin);
+		json_decref(p);
+		return -EIO;
+	}
+	json_decref(p);
+	*ret_value = bin;
+	*ret_n = n;
+	return 0;
+}
+
+/* ---- the trainer's log: through to stderr, the last error line kept ---- */
+
+static ssize_t s_log_write(void *cookie, const char *buf, size_t size)
+{
+	rank_t *r = cookie;
+	for (size_t i = 0; i < size; i++) {
+		if (buf[i] == '\n' || r->line_len == sizeof r->line - 1) {
+			r->line[r->line_len] = '\0';
+			fprintf(stderr, "%s\n", r->line);
+			if (strcasestr(r->line, "error")) {
+				size_t n = strlen(r->line);
+				n = n < sizeof r->last_error ? n : sizeof r->last_error - 1;
+				memcpy(r->last_error, r->line, n);
+				r->last_error[n] = '\0';
+			}
+			r->line_len = 0;
+			if (buf[i] == '\n')
+				continue;
+		}
+		r->line[r->line_len++] = buf[i];
+	}
+	fflush(stderr);
+	return (ssize_t)size;
+}
+
+/* ---- while training ---- */
+
+static void *s_watch(void *arg)
+{
+	rank_t *r = arg;
+	while (!atomic_load(&r->stop_watch)) {
+		pthread_mutex_lock(&r->lock);
+		for (;;) {
+			wire_type_t type;
+			json_t *p = NULL;
+			char why[256];
+			int rc = fabric_recv(r->fab, 0, &type, &p, why, sizeof why);
+			if (rc == -EAGAIN)
+				break;
+			if (rc < 0) {
+				fprintf(stderr, "ringworker rank: refused a message from the coordinator: %s\n",
+				        why);
+				if (rc != -EPROTO && rc != -ENOENT && rc != -EMSGSIZE && rc != -EINVAL)
+					break;
+				continue;
+			}
+			s_check_abort(r, type, p);
+			if (type == WIRE_ERROR)
+				fprintf(stderr, "ringworker rank: the coordinator answered ERROR %lld: %s\n",
+				        (long long)json_integer_value(json_object_get(p, "code")),
+				        json_string_value(json_object_get(p, "detail")));
+			json_decref(p);
+		}
+		pthread_mutex_unlock(&r->lock);
+		struct timespec ts = {0, WATCH_INTERVAL_MS * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+/* jansson refuses NaN and infinities, and the wire wants numbers: a
+ * non-finite value (a diverged loss, which stops training anyway) goes out
+ * as -1. */
+static json_t *s_real(double v)
+{
+	return json_real(isfinite(v) ? v : -1.0);
+}
+
+static int s_on_step(void *ctx, const train_report_t *t)
+{
+	rank_t *r = ctx;
+	bool val = !isnan(t->val_loss);
+	r->done_step = t->step;
+	r->done_loss = t->loss;
+	/* Rank 0's loss is the mean over ranks: its rows are the job's, and the
+	 * other ranks stay quiet (the coordinator would drop theirs). */
+	if (r->opt->rank == 0 && (t->step % r->metrics_every == 0 || val || t->step == r->last_step)) {
+		json_t *p = json_pack("{s:I, s:o, s:o, s:o, s:o, s:o}", "step", (json_int_t)t->step,
+		                      "loss", s_real(t->loss), "lr", s_real(t->lr),
+		                      "grad_norm", s_real(t->grad_norm), "tokens_per_s",
+		                      s_real(t->tokens_per_s), "ms", s_real(t->ms));
+		if (p && val && isfinite(t->val_loss))
+			json_object_set_new(p, "val_loss", s_real(t->val_loss));
+		s_send(r, WIRE_METRICS, p);
+	}
+	return 0;
+}
+
+/* A spec's data path must stay inside the data root: relative, with no ".."
+ * component (DESIGN.md, Security). A glob is checked the same way. */
+static bool s_path_confined(const char *path)
+{
+	if (path[0] == '/')
+		return false;
+	for (const char *c = path; *c;) {
+		size_t n = strcspn(c, "/");
+		if (n == 2 && c[0] == '.' && c[1] == '.')
+			return false;
+		c += n;
+		while (*c == '/')
+			c++;
+	}
+	return true;
+}
+
+/* JOIN and wait for JOINED; the spec goes to *ret_spec. 0 or an exit code. */
+static int s_join(rank_t *r, jobspec_t *ret_spec)
+{
+	const rank_options_t *o = r->opt;
+	s_send(r, WIRE_JOIN,
+	       json_pack("{s:s, s:i, s:i}", "job", o->job, "attempt", o->attempt, "rank", o->rank));
+	char err[512];
+	json_t *p = NULL;
+	int rc = s_wait_for(r, WIRE_JOINED, NULL, RANK_JOIN_TIMEOUT_MS, &p, err, sizeof err);
+	if (rc < 0) {
+		s_err("JOIN %s/%d/%d: %s", o->job, o->attempt, o->rank, err);
+		return TRAIN_EXIT_COMM;
+	}
+	int world = (int)json_integer_value(json_object_get(p, "world_size"));
+	int every = (int)json_integer_value(json_object_get(p, "metrics_every"));
+	r->metrics_every = every > 0 ? every : 1;
+	jobspec_error_t jerr = {0};
+	rc = jobspec_from_json(json_object_get(p, "spec"), ret_spec, &jerr);
+	json_decref(p);
+	if (rc < 0) {
+		char reason[700];
+		snprintf(reason, sizeof reason, "ringworker rank: error: the job spec from the coordinator is invalid: %s",
+		         jerr.message);
+		fprintf(stderr, "%s\n", reason);
+		s_send_failed(r, reason);
+		return TRAIN_EXIT_SPEC;
+	}
+	if (world != o->world_size) {
+		char reason[256];
+		snprintf(reason, sizeof reason,
+		         "ringworker rank: error: JOINED says world size %d, the agent said %d", world,
+		         o->world_size);
+		fprintf(stderr, "%s\n", reason);
+		s_send_failed(r, reason);
+		jobspec_free(ret_spec);
+		return TRAIN_EXIT_USAGE;
+	}
+	const char *paths[2][2] = {{"data.train", ret_spec->data.train}, {"data.val", ret_spec->data.val}};
+	for (int i = 0; i < 2; i++) {
+		if (!paths[i][1] || s_path_confined(paths[i][1]))
+			continue;
+		char reason[ERROR_MAX_BYTES];
+		snprintf(reason, sizeof reason,
+		         "ringworker rank: error: %s '%.200s' is outside the data root: give a path relative "
+		         "to the agent's --data-root, without '..'",
+		         paths[i][0], paths[i][1]);
+		fprintf(stderr, "%s\n", reason);
+		s_send_failed(r, reason);
+		jobspec_free(ret_spec);
+		return TRAIN_EXIT_SPEC;
+	}
+	r->last_step = ret_spec->train.steps;
+	return 0;
+}
+
+static int s_train(rank_t *r, const jobspec_t *spec)
+{
+	const rank_options_t *o = r->opt;
+	const char *host = o->host ? o->host : "127.0.0.1";
+	int timeout_ms = o->comm_timeout_ms > 0 ? o->comm_timeout_ms : RANK_COMM_TIMEOUT_MS;
+	comm_kv_t kv = {.ctx = r, .set = s_kv_set, .get = s_kv_get};
+	char err[512];
+	double t0 = s_unix_now();
+	comm_t *comm = comm_gloo_new(&kv, o->rank, o->world_size, host, timeout_ms, err, sizeof err);
+	if (!comm) {
+		char reason[700];
+		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: rendezvous failed: %s",
+		         o->rank, err);
+		fprintf(stderr, "%s\n", reason);
+		s_send_failed(r, reason);
+		return TRAIN_EXIT_COMM;
+	}
+	double t1 = s_unix_now();
+	fprintf(stderr, "ringworker rank: communicator ready at %.6f (rank %d of %d, rendezvous %.1f ms)\n",
+	        t1, o->rank, o->world_size, (t1 - t0) * 1e3);
+	fflush(stderr);
+
+	cookie_io_functions_t io = {.write = s_log_write};
+	FILE *log = fopencookie(r, "w", io);
+	if (!log) {
+		comm_free(comm);
+		s_send_failed(r, "ringworker rank: error: out of memory");
+		return TRAIN_EXIT_NOMEM;
+	}
+	setvbuf(log, NULL, _IOLBF, 0);
+	train_options_t topt = {
+		.data_root = o->data_root,
+		.out = stdout,
+		.log = log,
+		.spec_name = spec->name,
+		.comm = comm,
+		.rank = o->rank,
+		.quiet = o->rank != 0,
+		.on_step = s_on_step,
+		.on_step_ctx = r,
+	};
+
+	pthread_mutex_init(&r->lock, NULL);
+	atomic_store(&r->stop_watch, false);
+	if (pthread_create(&r->watcher, NULL, s_watch, r) == 0)
+		r->watching = true;
+	else
+		fprintf(stderr, "ringworker rank: no watcher thread; ABORT is read only at exit\n");
+
+	int rc = train_run(spec, &topt);
+	fflush(stdout);
+	fclose(log);
+
+	if (r->watching) {
+		atomic_store(&r->stop_watch, true);
+		pthread_join(r->watcher, NULL);
+		r->watching = false;
+	}
+	if (rc == TRAIN_EXIT_OK) {
+		/* The last step's report went out as METRICS; DONE repeats it. */
+		s_send_final(r, WIRE_DONE, json_pack("{s:I, s:o}", "step", (json_int_t)r->done_step,
+		                                      "loss", s_real(r->done_loss)));
+	} else if (rc != TRAIN_EXIT_ABORTED) {
+		char reason[ERROR_MAX_BYTES + 64];
+		if (r->last_error[0])
+			snprintf(reason, sizeof reason, "%s", r->last_error);
+		else
+			snprintf(reason, sizeof reason, "ringworker rank: error: training stopped with exit status %d",
+			         rc);
+		s_send_failed(r, reason);
+	}
+	pthread_mutex_destroy(&r->lock);
+	comm_free(comm);
+	return rc;
+}
+
+int rank_run(const rank_options_t *opt)
+{
+	rank_t r = {.opt = opt, .metrics_every = 1};
+	char identity[WIRE_MAX_IDENTITY_BYTES + 1], err[256];
+	int n = snprintf(identity, sizeof identity, "rank/%s/%d/%d", opt->job, opt->attempt, opt->rank);
+	if (n < 0 || (size_t)n >= sizeof identity) {
+		s_err("job id '%s' is too long", opt->job);
+		return TRAIN_EXIT_USAGE;
+	}
+	if (sodium_init() < 0) {
+		s_err("libsodium failed to initialise");
+		return TRAIN_EXIT_USAGE;
+	}
+	r.zctx = zmq_ctx_new();
+	if (!r.zctx) {
+		s_err("cannot create a ZeroMQ context: %s", zmq_strerror(errno));
+		return TRAIN_EXIT_USAGE;
+	}
+	int rc;
+	r.fab = fabric_new(r.zctx, opt->coordinator, identity, err, sizeof err);
+	if (!r.fab) {
+		s_err("%s", err);
+		rc = TRAIN_EXIT_USAGE;
+		goto out;
+	}
+	jobspec_t spec = {0};
+	rc = s_join(&r, &spec);
+	if (rc == 0) {
+		rc = s_train(&r, &spec);
+		jobspec_free(&spec);
+	}
+out:
+	fabric_free(r.fab);
+	zmq_ctx_term(r.zctx);
+	return rc;
+}
