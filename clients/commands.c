@@ -799,11 +799,11 @@ static int run_workers(cmd_ctx_t *ctx, int argc, char **argv)
 		print_raw(&response);
 		goto out;
 	}
-	static const char *const headers[] = {"ID", "STATE", "DEVICES", "LAST SEEN"};
+	static const char *const headers[] = {"ID", "STATE", "DEVICES", "RANKS", "LAST SEEN"};
 	static const char *const id_keys[] = {"id", "node", "name", NULL};
-	static const char *const seen_keys[] = {"last_heartbeat_at", "last_seen_at", "heartbeat_at",
-	                                        "updated_at", NULL};
-	table_t *table = table_new(4, headers);
+	static const char *const seen_keys[] = {"last_heartbeat", "last_heartbeat_at", "last_seen_at",
+	                                        "heartbeat_at", "updated_at", NULL};
+	table_t *table = table_new(5, headers);
 	if (!table) {
 		status = out_of_memory();
 		goto out;
@@ -811,15 +811,16 @@ static int run_workers(cmd_ctx_t *ctx, int argc, char **argv)
 	size_t i;
 	json_t *w;
 	json_array_foreach(json_object_get(page, "workers"), i, w) {
-		char b[4][256], seen[64];
+		char b[5][256], seen[64];
 		const json_t *devices = json_object_get(w, "devices");
 		const char *n_devices = json_is_array(devices) ? b[2] : value_text(devices, b[2], sizeof b[2]);
 		if (json_is_array(devices))
 			snprintf(b[2], sizeof b[2], "%zu", json_array_size(devices));
-		const char *cells[4] = {
+		const char *cells[5] = {
 			first_field(w, id_keys, b[0], sizeof b[0]),
 			field_text(w, "state", b[1], sizeof b[1]),
 			n_devices,
+			field_text(w, "running_ranks", b[4], sizeof b[4]),
 			short_time(first_field(w, seen_keys, b[3], sizeof b[3]), seen, sizeof seen),
 		};
 		if (table_add_row(table, cells) < 0) {

@@ -127,7 +127,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if url.path == "/v1/workers":
             return self.reply(200, {"workers": [
                 {"id": "node-a", "state": "ready", "devices": [{"kind": "cuda"}, {"kind": "cuda"}],
-                 "last_heartbeat_at": "2025-06-01T12:00:00.999Z"},
+                 "running_ranks": 1, "last_heartbeat": "2025-06-01T12:00:00.999Z"},
                 {"node": "node-b", "state": "lost", "devices": 8}]})
         if url.path == "/v1/loop":
             return self.reply(200, {"jobs": [], "next_cursor": "same"})
@@ -355,9 +355,9 @@ class MockTest(unittest.TestCase):
         r = self.ctl("workers")
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = r.stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["ID", "STATE", "DEVICES", "LAST", "SEEN"])
-        self.assertEqual(lines[1].split(), ["node-a", "ready", "2", "2025-06-01T12:00:00Z"])
-        self.assertEqual(lines[2].split(), ["node-b", "lost", "8", "-"])
+        self.assertEqual(lines[0].split(), ["ID", "STATE", "DEVICES", "RANKS", "LAST", "SEEN"])
+        self.assertEqual(lines[1].split(), ["node-a", "ready", "2", "1", "2025-06-01T12:00:00Z"])
+        self.assertEqual(lines[2].split(), ["node-b", "lost", "8", "-", "-"])
 
     def test_non_json_error_body(self):
         r = self.ctl("show", "html")

@@ -184,7 +184,7 @@ class RingctlTest(unittest.TestCase):
 
     def test_workers_table(self):
         r = self.ok("workers")
-        self.assertEqual(r.stdout.splitlines()[0].split(), ["ID", "STATE", "DEVICES", "LAST", "SEEN"])
+        self.assertEqual(r.stdout.splitlines()[0].split(), ["ID", "STATE", "DEVICES", "RANKS", "LAST", "SEEN"])
 
     def test_submit_stdin_quiet_and_idempotency(self):
         with open(os.path.join(SPEC_DIR, "spec-tiny.json")) as f:
