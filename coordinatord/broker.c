@@ -26,6 +26,7 @@
 #include <systemd/sd-daemon.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "fabric.h"
 #include "jobview.h"
 #include "log.h"
@@ -89,20 +90,6 @@ struct broker_client {
 	void *sock;
 	uint32_t seq;
 };
-
-static int64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* mkdir -p of the folder holding `path`. */
 static int make_parent_dirs(const char *path, char *err, size_t errlen)
@@ -324,7 +311,7 @@ static int apply_submit(broker_t *b, cmd_t *c)
 	job.priority = c->hdr.priority;
 	job.world_size = c->hdr.world_size;
 	job.state = STORE_JOB_QUEUED;
-	job.created_at_us = job.updated_at_us = now_us();
+	job.created_at_us = job.updated_at_us = clock_wall_us();
 	int r = -EEXIST;
 	for (int tries = 0; tries < 4 && r == -EEXIST; tries++) {
 		new_job_id(job.id);
@@ -371,7 +358,7 @@ static int apply_cancel(broker_t *b, cmd_t *c)
 		return 0;
 	}
 	store_job_clear(&job);
-	r = store_job_set_state(b->store, id, STORE_JOB_CANCELLED, "cancelled by request", now_us());
+	r = store_job_set_state(b->store, id, STORE_JOB_CANCELLED, "cancelled by request", clock_wall_us());
 	if (r < 0)
 		return r;
 	r = store_job_get(b->store, id, &job);
@@ -484,7 +471,7 @@ static void *loop_main(void *arg)
 	int64_t wd_next = 0;
 	if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0) {
 		wd_usec /= 2;
-		wd_next = mono_us();
+		wd_next = clock_mono_us();
 		log_info("systemd watchdog enabled: keep-alive every %llu ms", (unsigned long long)wd_usec / 1000);
 	} else {
 		wd_usec = 0;
@@ -496,7 +483,7 @@ static void *loop_main(void *arg)
 		if (fabric_ms < timeout_ms)
 			timeout_ms = fabric_ms;
 		if (wd_usec) {
-			int64_t now = mono_us();
+			int64_t now = clock_mono_us();
 			if (now >= wd_next) {
 				sd_notify(0, "WATCHDOG=1");
 				wd_next = now + (int64_t)wd_usec;
@@ -617,9 +604,9 @@ static int call(broker_client_t *c, cmd_hdr_t *hdr, const char *const *args, int
 		if (zmq_send(c->sock, a, strlen(a), i + 1 < n_args ? ZMQ_SNDMORE : 0) < 0)
 			return -zmq_errno();
 	}
-	int64_t deadline = mono_us() + (int64_t)timeout_ms * 1000;
+	int64_t deadline = clock_mono_us() + (int64_t)timeout_ms * 1000;
 	for (;;) {
-		int64_t left_ms = (deadline - mono_us()) / 1000;
+		int64_t left_ms = (deadline - clock_mono_us()) / 1000;
 		if (left_ms <= 0)
 			return -ETIMEDOUT;
 		zmq_pollitem_t item = {.socket = c->sock, .events = ZMQ_POLLIN};

@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "log.h"
 #include "metrics.h"
 #include "gang.h"
@@ -126,20 +127,6 @@ struct fabric {
 	int64_t next_hb_us, next_expiry_us, next_sched_us;
 	outmsg_t *out_head, *out_tail; /* sent after the commit, in order */
 };
-
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int64_t wall_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static int kind_parse(const char *name)
 {
@@ -310,7 +297,7 @@ static device_t *agent_device(agent_t *a, int kind, int index)
 static void end_attempt(fabric_t *f, attempt_t *at, store_job_state_t to, const char *reason, bool kill,
                         bool state_already_set)
 {
-	int64_t now = wall_us();
+	int64_t now = clock_wall_us();
 	if (tx(f)) {
 		if (!state_already_set)
 			wrote(f, store_job_set_state(f->st, at->job_id, to, reason, now), "job state");
@@ -456,8 +443,8 @@ static agent_t *agent_get_or_add(fabric_t *f, const char *node)
 
 static void touch_agent(agent_t *a)
 {
-	a->last_seen_mono_us = mono_us();
-	a->last_seen_wall_us = wall_us();
+	a->last_seen_mono_us = clock_mono_us();
+	a->last_seen_wall_us = clock_wall_us();
 	a->hb_dirty = true;
 }
 
@@ -611,7 +598,7 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 	attempt_t *at = smap_get(&f->attempts, job);
 	if (tx(f))
 		wrote(f, store_rank_set_state(f->st, job, (int)att, (int)rank, "exited", true, (int)code, (int)sig,
-		                              wall_us()),
+		                              clock_wall_us()),
 		      "rank exited");
 	if (!at || at->attempt != att || rank >= at->world_size) {
 		log_debug("agent %s: rank %lld of job %.40s attempt %lld exited (not live)", a->node,
@@ -628,7 +615,7 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 	if (rr->done)
 		return; /* its work was reported complete */
 	if (code == 0 && sig == 0) {
-		rr->clean_exit_deadline_us = mono_us() + CLEAN_EXIT_GRACE_US;
+		rr->clean_exit_deadline_us = clock_mono_us() + CLEAN_EXIT_GRACE_US;
 		return;
 	}
 	char cause[REASON_BYTES];
@@ -769,7 +756,7 @@ static void on_kv_get(fabric_t *f, attempt_t *at, int rank, const char *ident, j
 	}
 	w->rank = rank;
 	w->key = kcopy;
-	w->deadline_mono_us = mono_us() + (int64_t)timeout_ms * 1000;
+	w->deadline_mono_us = clock_mono_us() + (int64_t)timeout_ms * 1000;
 	w->next = at->parked;
 	at->parked = w;
 	at->n_parked++;
@@ -793,7 +780,7 @@ static void on_metrics(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	json_t *vl = json_object_get(p, "val_loss");
 	m.has_val_loss = json_is_number(vl);
 	m.val_loss = m.has_val_loss ? json_number_value(vl) : NAN;
-	m.at_us = wall_us();
+	m.at_us = clock_wall_us();
 	if (tx(f))
 		wrote(f, store_metric_insert(f->st, &m), "metrics row");
 }
@@ -813,7 +800,7 @@ static void on_join(fabric_t *f, attempt_t *at, int rank, const char *ident, jso
 		at->n_joined++;
 		if (tx(f))
 			wrote(f, store_rank_set_state(f->st, at->job_id, at->attempt, rank, "joined", false, 0, 0,
-			                              wall_us()),
+			                              clock_wall_us()),
 			      "rank joined");
 	}
 	send_to(f, ident, WIRE_JOINED,
@@ -824,7 +811,7 @@ static void on_join(fabric_t *f, attempt_t *at, int rank, const char *ident, jso
 		snprintf(reason, sizeof reason, "all %d rank(s) joined", at->world_size);
 		at->state = STORE_JOB_RUNNING;
 		if (tx(f))
-			wrote(f, store_job_set_state(f->st, at->job_id, STORE_JOB_RUNNING, reason, wall_us()), "job running");
+			wrote(f, store_job_set_state(f->st, at->job_id, STORE_JOB_RUNNING, reason, clock_wall_us()), "job running");
 		log_info("job %s attempt %d running: %s", at->job_id, at->attempt, reason);
 	}
 }
@@ -837,7 +824,7 @@ static void on_done(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	rr->done = true;
 	at->n_done++;
 	if (tx(f))
-		wrote(f, store_rank_set_state(f->st, at->job_id, at->attempt, rank, "done", false, 0, 0, wall_us()),
+		wrote(f, store_rank_set_state(f->st, at->job_id, at->attempt, rank, "done", false, 0, 0, clock_wall_us()),
 		      "rank done");
 	if (at->n_done < at->world_size)
 		return;
@@ -1104,7 +1091,7 @@ static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_
 		log_error("broker: out of memory placing job %s", q->id);
 		return;
 	}
-	int64_t now = wall_us();
+	int64_t now = clock_wall_us();
 	if (tx(f)) {
 		wrote(f, store_job_set_attempt(f->st, at->job_id, at->attempt, now), "job attempt");
 		for (int r = 0; r < at->world_size; r++) {
@@ -1135,7 +1122,7 @@ static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_
 static void schedule(fabric_t *f)
 {
 	f->sched_dirty = false;
-	f->next_sched_us = mono_us() + SCHED_PERIOD_US;
+	f->next_sched_us = clock_mono_us() + SCHED_PERIOD_US;
 	agent_t **alive = malloc((f->agents.n ? f->agents.n : 1) * sizeof *alive);
 	if (!alive)
 		return;
@@ -1176,7 +1163,7 @@ static void schedule(fabric_t *f)
 			log_error("job %s: its stored spec cannot be read; failing it", job->id);
 			if (tx(f))
 				wrote(f, store_job_set_state(f->st, job->id, STORE_JOB_FAILED,
-				                             "the stored job spec cannot be read", wall_us()),
+				                             "the stored job spec cannot be read", clock_wall_us()),
 				      "job failed");
 			continue;
 		}
@@ -1314,7 +1301,7 @@ static void expire_kv_gets(fabric_t *f, int64_t now)
 
 void fabric_tick(fabric_t *f)
 {
-	int64_t now = mono_us();
+	int64_t now = clock_mono_us();
 	if (now >= f->next_expiry_us) {
 		expire_agents(f, now);
 		f->next_expiry_us = now + EXPIRY_CHECK_US;
@@ -1331,7 +1318,7 @@ void fabric_tick(fabric_t *f)
 
 long fabric_timeout_ms(fabric_t *f)
 {
-	int64_t now = mono_us();
+	int64_t now = clock_mono_us();
 	int64_t next = f->next_hb_us;
 	if (f->next_expiry_us < next)
 		next = f->next_expiry_us;
@@ -1368,7 +1355,7 @@ fabric_t *fabric_new(void *router, store_t *st, const fabric_options_t *opt)
 	f->st = st;
 	f->opt = *opt;
 	f->dead_after_us = (int64_t)opt->dead_after * opt->heartbeat_ms * 1000;
-	int64_t now = mono_us();
+	int64_t now = clock_mono_us();
 	f->next_hb_us = now;
 	f->next_expiry_us = now + EXPIRY_CHECK_US;
 	f->next_sched_us = now;
@@ -1430,8 +1417,8 @@ static int load_worker(const store_worker_t *w, void *userdata)
 	a->devices = devs;
 	a->n_devices = n;
 	a->alive = true;
-	a->last_seen_mono_us = mono_us(); /* dead_after intervals from now to speak again */
-	a->last_seen_wall_us = w->has_heartbeat ? w->last_heartbeat_us : wall_us();
+	a->last_seen_mono_us = clock_mono_us(); /* dead_after intervals from now to speak again */
+	a->last_seen_wall_us = w->has_heartbeat ? w->last_heartbeat_us : clock_wall_us();
 	return 0;
 }
 

@@ -33,6 +33,7 @@
 #include <microhttpd.h>
 #include <sodium.h>
 
+#include "clock.h"
 #include "broker.h"
 #include "jobspec.h"
 #include "jobview.h"
@@ -141,13 +142,6 @@ typedef struct {
 
 static __thread thread_ctx_t *t_ctx;
 
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static thread_ctx_t *ctx_get(http_t *h)
 {
 	if (t_ctx)
@@ -207,7 +201,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, int route, metrics_m
 		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
 	enum MHD_Result r = MHD_queue_response(conn, (unsigned)status, resp);
 	MHD_destroy_response(resp);
-	metrics_record(route, method, status, mono_us() - start_us);
+	metrics_record(route, method, status, clock_mono_us() - start_us);
 	if (status >= 500)
 		log_warn("http: %s answered %d", s_route_labels[route], status);
 	else if (log_enabled(LOG_DEBUG))
@@ -995,7 +989,7 @@ static enum MHD_Result cancel_job(http_t *h, struct MHD_Connection *conn, thread
 static enum MHD_Result answer_simple(http_t *h, struct MHD_Connection *conn, const char *url,
                                      const char *method_str)
 {
-	int64_t start_us = mono_us();
+	int64_t start_us = clock_mono_us();
 	metrics_method_t method = metrics_method_index(method_str);
 	thread_ctx_t *c = ctx_get(h);
 	if (!c)
@@ -1049,7 +1043,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
 		*con_cls = &s_simple;
 		return MHD_YES;
 	}
-	int64_t start_us = mono_us();
+	int64_t start_us = clock_mono_us();
 	thread_ctx_t *c = ctx_get(h);
 	if (!c)
 		return MHD_NO;
@@ -1270,8 +1264,8 @@ void http_stop(http_t *h, int grace_ms)
 		MHD_socket fd = MHD_quiesce_daemon(h->mhd); /* no new connections from here */
 		if (fd != MHD_INVALID_SOCKET)
 			close(fd);
-		int64_t deadline = mono_us() + (int64_t)grace_ms * 1000;
-		while (atomic_load(&h->in_flight) > 0 && mono_us() < deadline) {
+		int64_t deadline = clock_mono_us() + (int64_t)grace_ms * 1000;
+		while (atomic_load(&h->in_flight) > 0 && clock_mono_us() < deadline) {
 			struct timespec ts = {0, 10 * 1000 * 1000};
 			nanosleep(&ts, NULL);
 		}

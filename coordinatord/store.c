@@ -664,11 +664,9 @@ int store_job_list(store_t *st, const store_job_state_t *state, int64_t after_se
 	return r;
 }
 
-int store_event_list(store_t *st, const char *job_id, int64_t after_id, int limit, store_event_fn fn,
-                     void *userdata, bool *ret_more)
+/* 0 when job `job_id` exists, -ENOENT when not, or a store error. */
+static int job_exists(store_t *st, const char *job_id)
 {
-	if (limit < 0)
-		return -EINVAL;
 	sqlite3_stmt *s = stmt(st, ST_JOB_EXISTS);
 	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
 	int rc = sqlite3_step(s);
@@ -677,8 +675,19 @@ int store_event_list(store_t *st, const char *job_id, int64_t after_id, int limi
 		return -ENOENT;
 	if (rc != SQLITE_ROW)
 		return sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	return 0;
+}
 
-	s = stmt(st, ST_EVENT_LIST);
+int store_event_list(store_t *st, const char *job_id, int64_t after_id, int limit, store_event_fn fn,
+                     void *userdata, bool *ret_more)
+{
+	if (limit < 0)
+		return -EINVAL;
+	int rc = job_exists(st, job_id);
+	if (rc != 0)
+		return rc;
+
+	sqlite3_stmt *s = stmt(st, ST_EVENT_LIST);
 	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, after_id);
 	sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
@@ -1002,16 +1011,11 @@ int store_metric_list(store_t *st, const char *job_id, int64_t since_step, int l
 {
 	if (limit < 0)
 		return -EINVAL;
-	sqlite3_stmt *s = stmt(st, ST_JOB_EXISTS);
-	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
-	int rc = sqlite3_step(s);
-	sqlite3_reset(s);
-	if (rc == SQLITE_DONE)
-		return -ENOENT;
-	if (rc != SQLITE_ROW)
-		return sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	int rc = job_exists(st, job_id);
+	if (rc != 0)
+		return rc;
 
-	s = stmt(st, ST_METRIC_LIST);
+	sqlite3_stmt *s = stmt(st, ST_METRIC_LIST);
 	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, since_step);
 	sqlite3_bind_int64(s, 3, (int64_t)limit + 1);
