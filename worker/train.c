@@ -20,6 +20,26 @@
  * as one value per rank (an all-reduce of a W-vector that is zero except at
  * the rank's own slot) and summed in rank order, so every rank reports the
  * same loss and one rank reports exactly what the single-process path does.
+ *
+ * Sharding (parallel.sharding zero1 or zero2, W ranks): the flat buffer of N
+ * parameters is seen as padded to Np = W * S (S = ceil(N / W)), and rank r
+ * owns [r * S, r * S + count_r) with count_r = clamp(N - r * S, 0, S) real
+ * entries (the rest of the S-slot shard is zero padding, never updated and
+ * never sent: the collectives take the counts, which sum to N). A step is
+ *
+ *   train_compute_grads   as above, into the engine's full gradient buffer
+ *   train_reduce_grads    reduce-scatter (sum; the backward is already scaled
+ *                         by 1/(A * W)) into grad_shard (S floats)
+ *   train_clip_grads      sum of squares of the shard, the W partial sums
+ *                         all-gathered (as float hi + lo pairs) and added in
+ *                         rank order in double, sqrt, clip the shard
+ *   train_update_range    AdamW on the shard with m, v of S floats
+ *   train_gather_params   all-gather of every rank's updated range in place
+ *
+ * The fp32 parameters are the master copy: the model needs the full replica
+ * for its forward pass anyway, so a rank's master shard is its range of that
+ * replica. zero2 runs the same data path as zero1 today (see
+ * docs/training.md: the engine's full gradient buffer is still allocated).
  */
 #include "train.h"
 
@@ -60,8 +80,19 @@ typedef struct {
 
 	gpt2_t *model;
 	size_t n_params;
-	float *adam_m; /* (n_params) */
-	float *adam_v; /* (n_params) */
+	float *adam_m; /* (n_params), or (shard_len) when sharded */
+	float *adam_v; /* (n_params), or (shard_len) when sharded */
+
+	/* ZeRO (sharded: zero1/zero2 with a comm); else shard_lo 0 and
+	 * shard_count n_params. */
+	bool sharded;
+	size_t shard_len;     /* S = ceil(n_params / W): every rank's shard, padding included */
+	size_t shard_lo;      /* rank * S */
+	size_t shard_count;   /* real entries of this rank's shard, <= S (0 possible) */
+	size_t *shard_counts; /* (W): every rank's real count; they sum to n_params */
+	float *grad_shard;    /* (S): the reduced gradient of this rank's shard; zero padding */
+	float *norm_parts;    /* (2 * W): the ranks' partial sums of squares as hi, lo floats */
+	size_t *norm_counts;  /* (W): all 2, the counts of that all-gather */
 
 	data_source_t *train_src;
 	data_source_t *val_src; /* NULL without data.val */
@@ -150,11 +181,12 @@ static int s_setup(train_t *t)
 				       "parallel.world_size is %d but this rank's group has %d ranks:"
 				       " start as many ranks as the spec asks for",
 				       spec->parallel.world_size, t->W);
-		if (spec->parallel.sharding != JOBSPEC_SHARDING_NONE)
+		if (spec->parallel.sharding == JOBSPEC_SHARDING_ZERO3)
 			return s_error(t, TRAIN_EXIT_SPEC,
-				       "parallel.sharding \"%s\" is not implemented yet: use \"none\""
-				       " (plain data parallelism)",
-				       jobspec_sharding_name(spec->parallel.sharding));
+				       "parallel.sharding \"zero3\" is not implemented yet: use \"zero2\","
+				       " \"zero1\" or \"none\"");
+		t->sharded = spec->parallel.sharding == JOBSPEC_SHARDING_ZERO1 ||
+			     spec->parallel.sharding == JOBSPEC_SHARDING_ZERO2;
 		if (t->opt->rank != t->rank)
 			return s_error(t, TRAIN_EXIT_USAGE,
 				       "internal error: rank %d was given but the communicator says %d",
@@ -193,8 +225,31 @@ static int s_setup(train_t *t)
 	gpt2_init_params(t->model, spec->train.seed);
 	t->n_params = gpt2_num_params(t->model);
 
-	t->adam_m = calloc(t->n_params, sizeof(float));
-	t->adam_v = calloc(t->n_params, sizeof(float));
+	t->shard_len = t->n_params;
+	t->shard_lo = 0;
+	t->shard_count = t->n_params;
+	if (t->sharded) {
+		size_t W = (size_t)t->W;
+		t->shard_len = (t->n_params + W - 1) / W;
+		t->shard_lo = (size_t)t->rank * t->shard_len;
+		t->shard_counts = calloc(W, sizeof(size_t));
+		t->grad_shard = calloc(t->shard_len, sizeof(float));
+		t->norm_parts = calloc(2 * W, sizeof(float));
+		t->norm_counts = calloc(W, sizeof(size_t));
+		if (!t->shard_counts || !t->grad_shard || !t->norm_parts || !t->norm_counts)
+			return s_error(t, TRAIN_EXIT_NOMEM,
+				       "the gradient shard of %.1f MiB does not fit in memory",
+				       (double)t->shard_len * 4 / 1048576.0);
+		for (size_t r = 0; r < W; r++) {
+			size_t lo = r * t->shard_len;
+			size_t n = lo < t->n_params ? t->n_params - lo : 0;
+			t->shard_counts[r] = n < t->shard_len ? n : t->shard_len;
+			t->norm_counts[r] = 2;
+		}
+		t->shard_count = t->shard_counts[t->rank];
+	}
+	t->adam_m = calloc(t->shard_len, sizeof(float));
+	t->adam_v = calloc(t->shard_len, sizeof(float));
 	size_t bt = (size_t)t->B * (size_t)t->T;
 	t->inputs = malloc(bt * sizeof(int32_t));
 	t->targets = malloc(bt * sizeof(int32_t));
@@ -204,7 +259,7 @@ static int s_setup(train_t *t)
 		return s_error(t, TRAIN_EXIT_NOMEM,
 			       "batch does not fit in memory: AdamW state of %.1f MiB (train.batch_size %d,"
 			       " model.seq_len %d)",
-			       2.0 * (double)t->n_params * 4 / 1048576.0, t->B, t->T);
+			       2.0 * (double)t->shard_len * 4 / 1048576.0, t->B, t->T);
 	return TRAIN_EXIT_OK;
 }
 
@@ -215,6 +270,10 @@ static void s_teardown(train_t *t)
 	free(t->rank_vals);
 	free(t->adam_m);
 	free(t->adam_v);
+	free(t->shard_counts);
+	free(t->grad_shard);
+	free(t->norm_parts);
+	free(t->norm_counts);
 	gpt2_free(t->model);
 	data_source_free(t->val_src);
 	data_source_free(t->train_src);
@@ -286,16 +345,22 @@ static int s_comm_error(train_t *t, const char *what, int64_t step)
 
 /*
  * Across ranks: the sum (already the mean, see train_compute_grads) of the
- * gradients by one all-reduce of the flat buffer, and the loss averaged over
- * ranks into *loss. One rank holds both already. Returns a TRAIN_EXIT_* code.
+ * gradients by one all-reduce of the flat buffer, or when sharded by one
+ * reduce-scatter into grad_shard; and the loss averaged over ranks into
+ * *loss. One rank holds both already. Returns a TRAIN_EXIT_* code.
  */
 static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 {
 	if (!t->comm)
 		return TRAIN_EXIT_OK;
 	double a = s_now_s();
-	if (comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params) < 0)
+	if (t->sharded) {
+		if (comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
+						t->shard_counts) < 0)
+			return s_comm_error(t, "reduce-scatter of the gradients", step);
+	} else if (comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params) < 0) {
 		return s_comm_error(t, "all-reduce of the gradients", step);
+	}
 	double mean;
 	if (s_mean_over_ranks(t, loss, 1, &mean) < 0)
 		return s_comm_error(t, "all-reduce of the loss", step);
@@ -304,16 +369,41 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 	return TRAIN_EXIT_OK;
 }
 
-/* The global gradient norm (before clipping); scales the gradients down to
- * train.grad_clip when that is set and exceeded. */
-static double train_clip_grads(train_t *t)
+/*
+ * The global gradient norm (before clipping) into *ret_norm; scales the
+ * gradients down to train.grad_clip when that is set and exceeded. Sharded:
+ * each rank's sum of squares over its shard goes out as a float pair (hi,
+ * lo = the rounding error of hi) in one all-gather, and every rank adds the
+ * pairs in rank order in double, so all of them get the same bits and a
+ * rerun repeats them. Returns a TRAIN_EXIT_* code.
+ */
+static int train_clip_grads(train_t *t, int64_t step, double *ret_norm)
 {
-	float *g = gpt2_grads(t->model);
-	double norm = sqrt(optim_sum_squares(g, t->n_params));
 	double clip = t->spec->train.grad_clip;
+	if (!t->sharded) {
+		float *g = gpt2_grads(t->model);
+		double norm = sqrt(optim_sum_squares(g, t->n_params));
+		if (clip > 0 && isfinite(norm) && norm > clip)
+			optim_scale(g, t->n_params, (float)(clip / norm));
+		*ret_norm = norm;
+		return TRAIN_EXIT_OK;
+	}
+	double part = optim_sum_squares(t->grad_shard, t->shard_count);
+	float mine[2];
+	mine[0] = (float)part;
+	mine[1] = (float)(part - (double)mine[0]);
+	double a = s_now_s();
+	if (comm_allgather_f32(t->comm, mine, t->norm_parts, t->norm_counts) < 0)
+		return s_comm_error(t, "all-gather of the gradient norm", step);
+	t->times.comm_s += s_now_s() - a;
+	double sum = 0;
+	for (size_t r = 0; r < (size_t)t->W; r++)
+		sum += (double)t->norm_parts[2 * r] + (double)t->norm_parts[2 * r + 1];
+	double norm = sqrt(sum);
 	if (clip > 0 && isfinite(norm) && norm > clip)
-		optim_scale(g, t->n_params, (float)(clip / norm));
-	return norm;
+		optim_scale(t->grad_shard, t->shard_count, (float)(clip / norm));
+	*ret_norm = norm;
+	return TRAIN_EXIT_OK;
 }
 
 /* AdamW on params[lo, hi) for 1-based step `step` at learning rate lr. */
@@ -327,8 +417,37 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 		.weight_decay = t->spec->train.weight_decay,
 		.t = step,
 	};
-	optim_adamw_update(t->model, gpt2_params(t->model), gpt2_grads(t->model), t->adam_m, t->adam_v,
-			   lo, hi, &hp);
+	if (t->sharded)
+		optim_adamw_update_shard(t->model, gpt2_params(t->model), t->grad_shard, t->adam_m,
+					 t->adam_v, lo, hi, &hp);
+	else
+		optim_adamw_update(t->model, gpt2_params(t->model), gpt2_grads(t->model), t->adam_m,
+				   t->adam_v, lo, hi, &hp);
+}
+
+/* Sharded: every rank's updated range into every rank's flat parameter
+ * buffer (in place: this rank's own range is already there). Returns a
+ * TRAIN_EXIT_* code. */
+static int train_gather_params(train_t *t, int64_t step)
+{
+	if (!t->sharded)
+		return TRAIN_EXIT_OK;
+	float *p = gpt2_params(t->model);
+	double a = s_now_s();
+	/* An empty last shard may start past the end of the buffer. */
+	const float *mine = t->shard_count ? p + t->shard_lo : p;
+	if (comm_allgather_f32(t->comm, mine, p, t->shard_counts) < 0)
+		return s_comm_error(t, "all-gather of the parameters", step);
+	t->times.comm_s += s_now_s() - a;
+	return TRAIN_EXIT_OK;
+}
+
+/* Bytes this rank holds for parameters, gradients and optimizer state. */
+static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
+{
+	*ret_params = t->n_params * sizeof(float);
+	*ret_grads = t->n_params * sizeof(float) + (t->sharded ? t->shard_len * sizeof(float) : 0);
+	*ret_optim = 2 * t->shard_len * sizeof(float);
 }
 
 /*
@@ -423,6 +542,15 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		fprintf(f, " | data.val: %" PRIu64 " tokens in %zu file(s)",
 			data_source_num_tokens(t->val_src), data_source_num_files(t->val_src));
 	fputc('\n', f);
+	if (t->comm) {
+		size_t pb, gb, ob;
+		s_memory(t, &pb, &gb, &ob);
+		fprintf(f,
+			"parallel.sharding %s: memory per rank: params %.2f MiB, grads %.2f MiB,"
+			" optimizer %.2f MiB\n",
+			jobspec_sharding_name(s->parallel.sharding), (double)pb / 1048576.0,
+			(double)gb / 1048576.0, (double)ob / 1048576.0);
+	}
 	fflush(f);
 }
 
@@ -461,16 +589,23 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		rc = train_reduce_grads(&t, step, &loss);
 		if (rc != TRAIN_EXIT_OK)
 			break;
-		double t1 = s_now_s();
-		double norm = train_clip_grads(&t);
+		double t1 = s_now_s(), comm_before = t.times.comm_s;
+		double norm = NAN;
+		rc = train_clip_grads(&t, step, &norm);
+		if (rc != TRAIN_EXIT_OK)
+			break;
 		/* Past train.steps (--steps longer than the spec) the lr stays at its last value. */
 		int64_t sched_step = step - 1 < total ? step - 1 : total - 1;
 		double lr = optim_lr_at(sched_step, total, spec->train.warmup_steps, spec->train.lr,
 					spec->train.min_lr,
 					spec->train.lr_schedule == JOBSPEC_SCHEDULE_COSINE);
-		train_update_range(&t, 0, t.n_params, lr, step);
+		train_update_range(&t, t.shard_lo, t.shard_lo + t.shard_count, lr, step);
+		rc = train_gather_params(&t, step);
+		if (rc != TRAIN_EXIT_OK)
+			break;
 		double t2 = s_now_s();
-		t.times.optim_s += t2 - t1;
+		/* The norm's and the parameters' collectives count as communication. */
+		t.times.optim_s += t2 - t1 - (t.times.comm_s - comm_before);
 		double step_s = t2 - t0;
 		step_s_sum += step_s;
 
@@ -499,7 +634,11 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				.tokens_per_s = tokens_per_step / step_s,
 				.ms = step_s * 1e3,
 				.val_loss = val_loss,
+				.params = gpt2_params(t.model),
+				.n_params = t.n_params,
+				.n_params_padded = t.shard_len * (size_t)(t.sharded ? t.W : 1),
 			};
+			s_memory(&t, &report.params_bytes, &report.grads_bytes, &report.optim_bytes);
 			stop = opt->on_step(opt->on_step_ctx, &report) != 0;
 		}
 		if (!isfinite(loss)) {

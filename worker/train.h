@@ -9,7 +9,9 @@
  * the global batch, all-reduces them so that every rank holds the mean
  * gradient of the global batch (nothing to do on one rank), clips them to
  * the global norm train.grad_clip, and applies AdamW to the flat parameter
- * buffer (the whole buffer, identically on every rank; a ZeRO shard later).
+ * buffer (the whole buffer, identically on every rank; or, with
+ * parallel.sharding zero1/zero2, each rank its own shard, then the
+ * parameters are all-gathered).
  * It prints one line per step and a summary; see docs/training.md for the
  * output formats, the exit codes below, and how results compare across
  * world sizes.
@@ -46,6 +48,20 @@ typedef struct {
 	double tokens_per_s; /* of the whole job (all ranks) */
 	double ms;           /* wall time of the step */
 	double val_loss;     /* NaN unless validation ran after this step */
+
+	/* What this rank holds, in bytes (the same at every step): the full
+	 * parameter replica, gradients (the engine's full buffer, plus the
+	 * shard-sized reduced gradient under zero1/zero2) and AdamW's m and v
+	 * (the whole buffer, or this rank's shard under zero1/zero2). */
+	size_t params_bytes;
+	size_t grads_bytes;
+	size_t optim_bytes;
+	/* The flat parameter buffer after this step (borrowed, valid only during
+	 * on_step; every rank holds the same bits) and its length; n_params_padded
+	 * is it rounded up to a multiple of the world size when sharded. */
+	const float *params;
+	size_t n_params;
+	size_t n_params_padded;
 } train_report_t;
 
 typedef struct {
@@ -60,9 +76,13 @@ typedef struct {
 	/* Data parallelism. comm NULL: one rank (rank 0, world_size 1), and
 	 * spec->parallel.world_size is ignored. Otherwise (borrowed) this process
 	 * is `rank` (must equal comm_rank(comm)) of comm_world_size(comm) ranks,
-	 * which must equal spec->parallel.world_size (and parallel.sharding must
-	 * be "none"): it takes its interleaved slice of each global batch and
-	 * gradients are averaged over ranks every step. After a failed collective
+	 * which must equal spec->parallel.world_size: it takes its interleaved
+	 * slice of each global batch and gradients are averaged over ranks every
+	 * step. parallel.sharding "none" all-reduces the gradients and every
+	 * rank updates the whole buffer; "zero1" and "zero2" reduce-scatter them,
+	 * each rank keeps AdamW state for and updates only its 1/W shard, and
+	 * the parameters are all-gathered; "zero3" is refused (TRAIN_EXIT_SPEC).
+	 * Without a comm, parallel.sharding is ignored. After a failed collective
 	 * train_run calls comm_abort(comm), so that the other ranks fail at once,
 	 * and returns TRAIN_EXIT_COMM. */
 	comm_t *comm;

@@ -48,6 +48,22 @@ void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads
 	}
 }
 
+void optim_adamw_update_shard(const gpt2_t *m_model, float *params, const float *grads, float *m,
+                              float *v, size_t lo, size_t hi, const optim_adamw_t *hp)
+{
+	kernel_flush_denormals();
+	int n = gpt2_num_tensors(m_model);
+	for (int i = 0; i < n; i++) {
+		const gpt2_tensor_t *t = gpt2_tensor(m_model, i);
+		size_t a = t->offset > lo ? t->offset : lo;
+		size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+		/* The segment [a, b) as [0, b - a) of shifted pointers. */
+		if (a < b)
+			s_adamw_segment(params + a, grads + (a - lo), m + (a - lo), v + (a - lo), 0,
+					b - a, hp, t->decay);
+	}
+}
+
 double optim_sum_squares(const float *x, size_t n)
 {
 	double partial[SUMSQ_BLOCKS];

@@ -33,6 +33,16 @@ typedef struct {
 void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads, float *m, float *v,
                         size_t lo, size_t hi, const optim_adamw_t *hp);
 
+/*
+ * The same update for a ZeRO shard: params[lo, hi) (params indexed like the
+ * flat buffer), while grads, m and v hold only the shard: grads[i - lo],
+ * m[i - lo], v[i - lo] go with params[i]. Decay follows the tensor table as
+ * above, also where lo or hi falls inside a tensor. Every element gets
+ * exactly the arithmetic optim_adamw_update gives it.
+ */
+void optim_adamw_update_shard(const gpt2_t *m_model, float *params, const float *grads, float *m,
+                              float *v, size_t lo, size_t hi, const optim_adamw_t *hp);
+
 /* Sum of squares of x[0..n), in double, in an order fixed by n alone. */
 double optim_sum_squares(const float *x, size_t n);
 

@@ -23,11 +23,28 @@
  *                          every rank); a rank dying after step 2 (the other
  *                          returns TRAIN_EXIT_COMM with one line naming the
  *                          gradient all-reduce, long before the timeout).
+ *   test_ddp zero W        (W = 2, 3 or 4; global batch 8, or 6 at W 3)
+ *                          parallel.sharding zero1 and zero2 against none at
+ *                          the same world size and global batch: per-step
+ *                          loss, grad norm and validation loss within
+ *                          ZERO_REL_TOL (relative), final parameters within
+ *                          ZERO_PARAM_TOL (largest absolute difference over
+ *                          the largest absolute parameter); every rank ends
+ *                          with the same parameter bits; zero1 and zero2 run
+ *                          twice agree bit for bit; AdamW state per rank is
+ *                          1/W of none's (up to the padding); at W = 3 the
+ *                          parameter count is not a multiple of 3 (so the
+ *                          last shard is padded). W = 2 also checks that
+ *                          zero3 is refused (TRAIN_EXIT_SPEC, message names
+ *                          parallel.sharding), and a rank dying under zero1
+ *                          makes the other fail (TRAIN_EXIT_COMM) naming the
+ *                          reduce-scatter.
  *
  * The tolerance is what float sums in a different order give over 8 steps;
  * docs/training.md states it. The largest difference seen is printed.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -46,6 +63,8 @@
 #include "train.h"
 
 #define DDP_REL_TOL 1e-5
+#define ZERO_REL_TOL 1e-5
+#define ZERO_PARAM_TOL 1e-5
 #define MAX_RANKS 4
 #define MAX_STEPS 16
 #define STEPS 8
@@ -63,6 +82,7 @@ static int s_failures;
 /* What on_step saw at one step. */
 typedef struct {
 	double loss, grad_norm, val_loss, lr;
+	uint64_t params_bytes, grads_bytes, optim_bytes, n_params, n_params_padded;
 } step_rec_t;
 
 typedef struct {
@@ -71,6 +91,7 @@ typedef struct {
 	int spec_world;        /* parallel.world_size in the spec; 0: W */
 	int stop_at_step;      /* on_step returns 1 here; 0: never */
 	int die_rank, die_step; /* this rank _exits in on_step at this step; die_step 0: never */
+	const char *sharding;  /* parallel.sharding; NULL: the default (none) */
 } run_cfg_t;
 
 typedef struct {
@@ -80,6 +101,9 @@ typedef struct {
 	char out_path[MAX_RANKS][4200];
 	char log_path[MAX_RANKS][4200];
 	double seconds;
+	float *params; /* (n_params) rank 0's parameters after the last step, or NULL; malloc'ed */
+	size_t n_params;
+	bool params_same; /* every rank's final parameters equal rank 0's bit for bit */
 } run_result_t;
 
 static char s_dir[] = "/tmp/test-ddp.XXXXXX";
@@ -122,8 +146,9 @@ static int s_load_spec(const run_cfg_t *cfg, jobspec_t *spec)
 		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":0.003,"
 		 "\"warmup_steps\":2,\"lr_schedule\":\"cosine\",\"min_lr\":0.0003,\"weight_decay\":0.1,"
 		 "\"grad_clip\":0.5,\"seed\":7,\"eval_every\":4,\"eval_batches\":2},"
-		 "\"parallel\":{\"world_size\":%d}}",
-		 STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W);
+		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"}}",
+		 STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W,
+		 cfg->sharding ? cfg->sharding : "none");
 	jobspec_error_t err;
 	if (jobspec_parse(json, strlen(json), spec, &err) < 0) {
 		fprintf(stderr, "spec: %s: %s\n", err.pointer, err.message);
@@ -136,17 +161,31 @@ typedef struct {
 	const run_cfg_t *cfg;
 	int rank;
 	FILE *rec;
+	const char *params_path; /* the final parameters go here */
 } step_ctx_t;
 
 static int s_on_step(void *ctx, const train_report_t *r)
 {
 	step_ctx_t *c = ctx;
-	step_rec_t rec = {r->loss, r->grad_norm, r->val_loss, r->lr};
+	step_rec_t rec = {r->loss, r->grad_norm, r->val_loss, r->lr, r->params_bytes, r->grads_bytes,
+			  r->optim_bytes, r->n_params, r->n_params_padded};
 	fwrite(&rec, sizeof rec, 1, c->rec);
 	fflush(c->rec);
+	if (r->step == STEPS) {
+		FILE *f = fopen(c->params_path, "w");
+		if (f) {
+			fwrite(r->params, sizeof(float), r->n_params, f);
+			fclose(f);
+		}
+	}
 	if (c->cfg->die_step && r->step == c->cfg->die_step && c->rank == c->cfg->die_rank)
 		_exit(99);
 	return c->cfg->stop_at_step && r->step == c->cfg->stop_at_step;
+}
+
+static void s_params_path(int rank, const char *tag, char *path, size_t n)
+{
+	snprintf(path, n, "%s/%s-rank%d.params", s_dir, tag, rank);
 }
 
 static void s_paths(int rank, const char *tag, char *rec, char *out, char *log, size_t n)
@@ -177,7 +216,9 @@ static int s_rank_main(const run_cfg_t *cfg, int rank, const char *tag, const ch
 			return 102;
 		}
 	}
-	step_ctx_t ctx = {cfg, rank, rec};
+	char params_path[4200];
+	s_params_path(rank, tag, params_path, sizeof params_path);
+	step_ctx_t ctx = {cfg, rank, rec, params_path};
 	train_options_t opt = {
 		.data_root = s_dir,
 		.out = out,
@@ -198,10 +239,55 @@ static int s_rank_main(const run_cfg_t *cfg, int rank, const char *tag, const ch
 	return rc;
 }
 
+/* A whole file, malloc'ed, into *ret_buf / *ret_n; 0 or -1. */
+static int s_read_file(const char *path, char **ret_buf, size_t *ret_n)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc(n > 0 ? (size_t)n : 1);
+	if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	*ret_buf = buf;
+	*ret_n = (size_t)n;
+	return 0;
+}
+
+/* Rank 0's final parameters into res->params, and whether the other ranks'
+ * are the same bits. */
+static void s_read_params(const run_cfg_t *cfg, const char *tag, run_result_t *res)
+{
+	char path[4200];
+	char *buf0 = NULL;
+	size_t n0 = 0;
+	s_params_path(0, tag, path, sizeof path);
+	if (s_read_file(path, &buf0, &n0) < 0)
+		return;
+	res->params = (float *)(void *)buf0;
+	res->n_params = n0 / sizeof(float);
+	res->params_same = true;
+	for (int r = 1; r < cfg->W; r++) {
+		char *buf = NULL;
+		size_t n = 0;
+		s_params_path(r, tag, path, sizeof path);
+		if (s_read_file(path, &buf, &n) < 0 || n != n0 || memcmp(buf, buf0, n0) != 0)
+			res->params_same = false;
+		free(buf);
+	}
+}
+
 /* Fork cfg->W ranks (one process without comm), wait for them, read back
  * what each recorded. */
 static void s_run(const run_cfg_t *cfg, const char *tag, run_result_t *res)
 {
+	free(res->params);
 	memset(res, 0, sizeof *res);
 	char kv_dir[4200];
 	snprintf(kv_dir, sizeof kv_dir, "%s/kv-%s", s_dir, tag);
@@ -240,6 +326,7 @@ static void s_run(const run_cfg_t *cfg, const char *tag, run_result_t *res)
 			fclose(f);
 		}
 	}
+	s_read_params(cfg, tag, res);
 }
 
 static long s_file_size(const char *path)
@@ -368,6 +455,119 @@ static void s_equivalence(void)
 	CHECK(d2a2 <= DDP_REL_TOL);
 }
 
+/* Largest |a - b| over the largest |b|; 1 when the lengths differ. */
+static double s_param_diff(const run_result_t *a, const run_result_t *b)
+{
+	if (!a->params || !b->params || a->n_params != b->n_params || a->n_params == 0)
+		return 1;
+	double worst = 0, scale = 0;
+	for (size_t i = 0; i < a->n_params; i++) {
+		worst = fmax(worst, fabs((double)a->params[i] - (double)b->params[i]));
+		scale = fmax(scale, fabs((double)b->params[i]));
+	}
+	return worst / scale;
+}
+
+/*
+ * zero1 and zero2 against none at world size W (global batch 8 with W 2 and
+ * 4, 6 with W 3: batch 2 per rank from W 3 on).
+ */
+static void s_zero(int W)
+{
+	static run_result_t none, z1, z1_again, z2, z2_again;
+	int B = W == 2 ? 4 : 2;
+	run_cfg_t c_none = {.W = W, .B = B, .A = 1, .use_comm = true, .sharding = "none"};
+	run_cfg_t c_z1 = c_none, c_z2 = c_none;
+	c_z1.sharding = "zero1";
+	c_z2.sharding = "zero2";
+	s_run(&c_none, "none", &none);
+	s_check_clean(&c_none, &none, "none");
+	s_run(&c_z1, "zero1", &z1);
+	s_check_clean(&c_z1, &z1, "zero1");
+	s_run(&c_z1, "zero1-again", &z1_again);
+	s_check_clean(&c_z1, &z1_again, "zero1-again");
+	s_run(&c_z2, "zero2", &z2);
+	s_check_clean(&c_z2, &z2, "zero2");
+	s_run(&c_z2, "zero2-again", &z2_again);
+	s_check_clean(&c_z2, &z2_again, "zero2-again");
+
+	const run_result_t *runs[] = {&none, &z1, &z1_again, &z2, &z2_again};
+	for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+		CHECK(runs[i]->params != NULL);
+		CHECK(runs[i]->params_same);
+	}
+	CHECK(none.steps[0][STEPS - 1].loss < none.steps[0][0].loss);
+
+	/* A rerun is the same bits: losses, norms and parameters. */
+	CHECK(memcmp(z1.steps[0], z1_again.steps[0], sizeof z1.steps[0]) == 0);
+	CHECK(memcmp(z2.steps[0], z2_again.steps[0], sizeof z2.steps[0]) == 0);
+	CHECK(s_param_diff(&z1, &z1_again) == 0);
+	CHECK(s_param_diff(&z2, &z2_again) == 0);
+
+	double d1 = s_compare(&none, &z1), d2 = s_compare(&none, &z2);
+	double p1 = s_param_diff(&z1, &none), p2 = s_param_diff(&z2, &none);
+	fprintf(stderr,
+		"world %d: largest relative difference from none (loss, grad norm, val loss over %d"
+		" steps): zero1 %.3g, zero2 %.3g (tolerance %.0e); final parameters, largest absolute"
+		" difference over largest parameter: zero1 %.3g, zero2 %.3g (tolerance %.0e)\n",
+		W, STEPS, d1, d2, ZERO_REL_TOL, p1, p2, ZERO_PARAM_TOL);
+	CHECK(d1 <= ZERO_REL_TOL);
+	CHECK(d2 <= ZERO_REL_TOL);
+	CHECK(p1 <= ZERO_PARAM_TOL);
+	CHECK(p2 <= ZERO_PARAM_TOL);
+
+	/* Memory: AdamW state per rank is 1/W of none's, up to the padding. */
+	const step_rec_t *n = &none.steps[0][0], *a = &z1.steps[0][0], *b = &z2.steps[0][0];
+	fprintf(stderr,
+		"world %d: %" PRIu64 " params (padded %" PRIu64 "); bytes per rank (params, grads,"
+		" optimizer): none %" PRIu64 ", %" PRIu64 ", %" PRIu64 "; zero1 %" PRIu64 ", %" PRIu64
+		", %" PRIu64 "; zero2 %" PRIu64 ", %" PRIu64 ", %" PRIu64 "\n",
+		W, a->n_params, a->n_params_padded, n->params_bytes, n->grads_bytes, n->optim_bytes,
+		a->params_bytes, a->grads_bytes, a->optim_bytes, b->params_bytes, b->grads_bytes,
+		b->optim_bytes);
+	CHECK(n->optim_bytes == 2 * n->n_params * sizeof(float));
+	CHECK(n->n_params_padded == n->n_params);
+	CHECK(a->n_params == n->n_params);
+	CHECK(a->n_params_padded % (uint64_t)W == 0);
+	CHECK(a->n_params_padded >= a->n_params && a->n_params_padded < a->n_params + (uint64_t)W);
+	CHECK(a->optim_bytes == 2 * a->n_params_padded / (uint64_t)W * sizeof(float));
+	CHECK(a->optim_bytes * (uint64_t)W >= n->optim_bytes);
+	CHECK(a->optim_bytes * (uint64_t)W < n->optim_bytes + 2 * sizeof(float) * (uint64_t)W);
+	CHECK(b->optim_bytes == a->optim_bytes);
+	CHECK(a->params_bytes == n->params_bytes);
+	if (W == 3) /* the last shard is padded */
+		CHECK(a->n_params % 3 != 0 && a->n_params_padded > a->n_params);
+	CHECK(s_file_has(z1.out_path[0], "parallel.sharding zero1: memory per rank: params "));
+
+	if (W == 2) {
+		static run_result_t res;
+		run_cfg_t c_z3 = c_none;
+		c_z3.sharding = "zero3";
+		s_run(&c_z3, "zero3", &res);
+		for (int r = 0; r < W; r++) {
+			if (res.rc[r] != TRAIN_EXIT_SPEC)
+				s_dump_log(&res, r);
+			CHECK(res.rc[r] == TRAIN_EXIT_SPEC);
+			CHECK(s_file_has(res.log_path[r],
+					 "ringworker: error: parallel.sharding \"zero3\" is not implemented yet"));
+		}
+
+		/* A rank dying under zero1: the other names the reduce-scatter. */
+		run_cfg_t die = c_z1;
+		die.die_rank = 1;
+		die.die_step = 2;
+		s_run(&die, "zero1-die", &res);
+		CHECK(res.rc[1] == 99);
+		CHECK(res.rc[0] == TRAIN_EXIT_COMM);
+		CHECK(res.n_steps[0] == 2);
+		CHECK(s_file_has(res.log_path[0],
+				 "ringworker: error: reduce-scatter of the gradients failed at step 3"));
+		CHECK(res.seconds < 15); /* the comm timeout is 20 s */
+		if (res.rc[0] != TRAIN_EXIT_COMM)
+			s_dump_log(&res, 0);
+	}
+}
+
 static void s_errors(void)
 {
 	static run_result_t res;
@@ -401,8 +601,10 @@ static void s_errors(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2 || (strcmp(argv[1], "equivalence") && strcmp(argv[1], "errors"))) {
-		fprintf(stderr, "usage: test_ddp equivalence | errors\n");
+	int zero_w = argc == 3 && strcmp(argv[1], "zero") == 0 ? atoi(argv[2]) : 0;
+	if (!(argc == 2 && (!strcmp(argv[1], "equivalence") || !strcmp(argv[1], "errors"))) &&
+	    !(zero_w >= 2 && zero_w <= MAX_RANKS)) {
+		fprintf(stderr, "usage: test_ddp equivalence | errors | zero 2|3|4\n");
 		return 2;
 	}
 	if (!mkdtemp(s_dir)) {
@@ -415,7 +617,9 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/val.txt", s_dir);
 	s_write_text(path, 2, 8000);
 
-	if (strcmp(argv[1], "equivalence") == 0)
+	if (zero_w)
+		s_zero(zero_w);
+	else if (strcmp(argv[1], "equivalence") == 0)
 		s_equivalence();
 	else
 		s_errors();
