@@ -17,7 +17,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -656,14 +655,6 @@ static enum MHD_Result metrics_query_iter(void *cls, enum MHD_ValueKind kind, co
 	return MHD_YES;
 }
 
-static void put_real(sbuf_t *out, double v)
-{
-	if (isfinite(v))
-		sbuf_printf(out, "%.17g", v);
-	else
-		sbuf_puts(out, "null");
-}
-
 typedef struct {
 	sbuf_t *out;
 	int n;
@@ -673,24 +664,9 @@ typedef struct {
 static int list_metric_fn(const store_metric_t *m, void *userdata)
 {
 	metric_list_ctx_t *l = userdata;
-	sbuf_t *out = l->out;
 	if (l->n++)
-		sbuf_putc(out, ',');
-	sbuf_printf(out, "{\"step\":%lld,\"loss\":", (long long)m->step);
-	put_real(out, m->loss);
-	sbuf_puts(out, ",\"lr\":");
-	put_real(out, m->lr);
-	sbuf_puts(out, ",\"grad_norm\":");
-	put_real(out, m->grad_norm);
-	sbuf_puts(out, ",\"tokens_per_s\":");
-	put_real(out, m->tokens_per_s);
-	sbuf_puts(out, ",\"ms\":");
-	put_real(out, m->ms);
-	sbuf_puts(out, ",\"val_loss\":");
-	put_real(out, m->has_val_loss ? m->val_loss : NAN);
-	sbuf_printf(out, ",\"attempt\":%d,\"time\":", m->attempt);
-	sbuf_json_time(out, m->at_us);
-	sbuf_putc(out, '}');
+		sbuf_putc(l->out, ',');
+	jobview_metric(l->out, m);
 	l->last_step = m->step;
 	return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * jobview: JSON of jobs and events, and list cursors (see jobview.h).
+ * jobview: JSON of jobs, events and metrics rows, and list cursors (see jobview.h).
  */
 #include "jobview.h"
 
@@ -51,6 +51,28 @@ void jobview_event(sbuf_t *out, const store_event_t *ev)
 	sbuf_puts(out, ",\"reason\":");
 	put_str(out, ev->reason);
 	sbuf_printf(out, ",\"attempt\":%d}", ev->attempt);
+}
+
+void jobview_metric(sbuf_t *out, const store_metric_t *m)
+{
+	sbuf_printf(out, "{\"step\":%lld,\"loss\":", (long long)m->step);
+	sbuf_json_real(out, m->loss);
+	sbuf_puts(out, ",\"lr\":");
+	sbuf_json_real(out, m->lr);
+	sbuf_puts(out, ",\"grad_norm\":");
+	sbuf_json_real(out, m->grad_norm);
+	sbuf_puts(out, ",\"tokens_per_s\":");
+	sbuf_json_real(out, m->tokens_per_s);
+	sbuf_puts(out, ",\"ms\":");
+	sbuf_json_real(out, m->ms);
+	sbuf_puts(out, ",\"val_loss\":");
+	if (m->has_val_loss)
+		sbuf_json_real(out, m->val_loss);
+	else
+		sbuf_puts(out, "null");
+	sbuf_printf(out, ",\"attempt\":%d,\"time\":", m->attempt);
+	sbuf_json_time(out, m->at_us);
+	sbuf_putc(out, '}');
 }
 
 void jobview_cursor_encode(long long n, char out[JOBVIEW_CURSOR_BYTES])

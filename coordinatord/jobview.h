@@ -1,5 +1,5 @@
 /*
- * jobview: the JSON the REST API shows for jobs and events.
+ * jobview: the JSON the REST API shows for jobs, events and metrics rows.
  *
  * A job object is
  *   {"id","name","state","priority","world_size","attempt","spec",
@@ -21,6 +21,11 @@ void jobview_job(sbuf_t *out, const store_job_t *job);
 
 /* Append one event: {"id","type","at","from","to","reason","attempt"}. */
 void jobview_event(sbuf_t *out, const store_event_t *ev);
+
+/* Append one metrics row: {"step","loss","lr","grad_norm","tokens_per_s",
+ * "ms","val_loss","attempt","time"}; non-finite values and a missing
+ * val_loss are null. */
+void jobview_metric(sbuf_t *out, const store_metric_t *m);
 
 /* Opaque list cursors: base64url (no padding) of "v1:<n>". `out` must hold
  * JOBVIEW_CURSOR_BYTES. jobview_cursor_decode returns 0 and *ret_n (>= 0), or

@@ -5,6 +5,7 @@
  */
 #include "sbuf.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,4 +208,12 @@ char *sbuf_steal(sbuf_t *b, size_t *ret_len)
 	b->data = NULL;
 	b->len = b->cap = 0;
 	return p;
+}
+
+void sbuf_json_real(sbuf_t *b, double v)
+{
+	if (isfinite(v))
+		sbuf_printf(b, "%.17g", v);
+	else
+		sbuf_append(b, "null", 4);
 }

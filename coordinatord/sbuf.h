@@ -35,6 +35,9 @@ void sbuf_json_string(sbuf_t *b, const char *s, size_t n);
 /* Append a Unix-epoch microsecond time as RFC 3339 UTC with microseconds,
  * quoted ("2025-01-02T03:04:05.000006Z"). */
 void sbuf_json_time(sbuf_t *b, long long at_us);
+/* Append a number with enough digits to read back the same double
+ * (%.17g); NaN and infinities, which JSON cannot carry, append null. */
+void sbuf_json_real(sbuf_t *b, double v);
 /* Take the contents (malloc'ed, NUL-terminated) and leave the buffer empty.
  * Returns NULL if the buffer failed or is empty-and-unallocated. */
 char *sbuf_steal(sbuf_t *b, size_t *ret_len);
