@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 from cluster import Daemon, Failure, Skip, check, log, run, tiny_spec, wait_no_ranks, wait_workers
 
@@ -39,27 +38,10 @@ class NetnsDaemon(Daemon):
         self.ns = ns
 
     def start(self, http_host="127.0.0.1"):
+        """Start on the fixed ports the other namespaces were told about."""
         self.port = HTTP_PORT
         self.broker_port = BROKER_PORT
-        self.http_host = http_host
-        args = self.prefix + [self.binary, "--listen", "127.0.0.1:%d" % self.port,
-                              "--broker", "tcp://%s:%d" % (self.host, self.broker_port),
-                              "--db", self.db, "--log-level", "info"] + self.extra_args
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise Failure("ringmasterd exited with %s at start:\n%s" %
-                              (self.proc.returncode, self.logtext()))
-            try:
-                st, _ = self.request("GET", "/readyz", timeout=2)
-                if st == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise Failure("ringmasterd not ready after 20 s:\n%s" % self.logtext())
+        return super().start(http_host, same_ports=True)
 
     def request(self, method, path, body=None, timeout=30):
         args = ["ip", "netns", "exec", self.ns, "curl", "-sS", "-m", str(timeout), "-X", method,
