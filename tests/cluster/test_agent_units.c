@@ -9,18 +9,7 @@
 #include <string.h>
 
 #include "agent.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                        \
-	do {                                                                                    \
-		if (!(cond)) {                                                                  \
-			fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                           \
-			fputc('\n', stderr);                                                    \
-			failures++;                                                             \
-		}                                                                               \
-	} while (0)
+#include "check.h"
 
 static void set_of(cpu_set_t *s, const int *cpus, int n)
 {

@@ -10,18 +10,7 @@
 
 #include "problem.h"
 #include "sbuf.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                   \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			failures++;                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                      \
-			fputc('\n', stderr);                                               \
-		}                                                                          \
-	} while (0)
+#include "check.h"
 
 /* Render, parse back with jansson (which rejects invalid UTF-8), return the object. */
 static json_t *render(int status, const char *detail, const char *pointer)
