@@ -639,6 +639,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				.n_params_padded = t.shard_len * (size_t)(t.sharded ? t.W : 1),
 			};
 			s_memory(&t, &report.params_bytes, &report.grads_bytes, &report.optim_bytes);
+			report.activations_bytes = gpt2_activation_bytes(t.model);
 			stop = opt->on_step(opt->on_step_ctx, &report) != 0;
 		}
 		if (!isfinite(loss)) {

@@ -56,6 +56,7 @@ typedef struct {
 	size_t params_bytes;
 	size_t grads_bytes;
 	size_t optim_bytes;
+	size_t activations_bytes; /* the engine's activation arena */
 	/* The flat parameter buffer after this step (borrowed, valid only during
 	 * on_step; every rank holds the same bits) and its length; n_params_padded
 	 * is it rounded up to a multiple of the world size when sharded. */
