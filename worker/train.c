@@ -21,7 +21,7 @@
  * the rank's own slot) and summed in rank order, so every rank reports the
  * same loss and one rank reports exactly what the single-process path does.
  *
- * Sharding (parallel.sharding zero1 or zero2, W ranks): the flat buffer of N
+ * Sharding (parallel.sharding zero1, zero2 or zero3, W ranks): the flat buffer of N
  * parameters is seen as padded to Np = W * S (S = ceil(N / W)), and rank r
  * owns [r * S, r * S + count_r) with count_r = clamp(N - r * S, 0, S) real
  * entries (the rest of the S-slot shard is zero padding, never updated and
@@ -38,8 +38,16 @@
  *
  * The fp32 parameters are the master copy: the model needs the full replica
  * for its forward pass anyway, so a rank's master shard is its range of that
- * replica. zero2 runs the same data path as zero1 today (see
- * docs/training.md: the engine's full gradient buffer is still allocated).
+ * replica.
+ *
+ * zero2 and zero3 stream through worker/shard.c instead: the engine has no
+ * gradient buffer (GPT2_STREAM_GRADS) and hands each range's gradients to
+ * the shard_t during backward, which reduce-scatters them into grad_shard on
+ * its own thread (train_reduce_grads only waits for the last one). zero3's
+ * engine has no parameters either (GPT2_STREAM_ALL): the shard_t keeps the
+ * master shard and all-gathers each range just before the engine uses it,
+ * AdamW updates that shard, and train_gather_params only forgets the
+ * gathered ranges. docs/training.md has the details and the memory figures.
  */
 #include "train.h"
 
@@ -56,6 +64,7 @@
 #include "data.h"
 #include "gpt2.h"
 #include "optim.h"
+#include "shard.h"
 
 #define ADAM_BETA1 0.9
 #define ADAM_BETA2 0.95
@@ -83,16 +92,20 @@ typedef struct {
 	float *adam_m; /* (n_params), or (shard_len) when sharded */
 	float *adam_v; /* (n_params), or (shard_len) when sharded */
 
-	/* ZeRO (sharded: zero1/zero2 with a comm); else shard_lo 0 and
+	/* ZeRO (sharded: zero1/zero2/zero3 with a comm); else shard_lo 0 and
 	 * shard_count n_params. */
 	bool sharded;
+	jobspec_sharding_t sharding;
 	size_t shard_len;     /* S = ceil(n_params / W): every rank's shard, padding included */
 	size_t shard_lo;      /* rank * S */
 	size_t shard_count;   /* real entries of this rank's shard, <= S (0 possible) */
 	size_t *shard_counts; /* (W): every rank's real count; they sum to n_params */
 	float *grad_shard;    /* (S): the reduced gradient of this rank's shard; zero padding */
+	float *grad_own;      /* zero1: grad_shard's allocation (zero2/3: the shard_t's) */
 	float *norm_parts;    /* (2 * W): the ranks' partial sums of squares as hi, lo floats */
 	size_t *norm_counts;  /* (W): all 2, the counts of that all-gather */
+	shard_t *zero;        /* zero2/zero3: the streamed gradients (and parameters) */
+	float *params_full;   /* zero3 with opt->report_params: the gathered replica */
 
 	data_source_t *train_src;
 	data_source_t *val_src; /* NULL without data.val */
@@ -170,6 +183,40 @@ static int s_open_data(train_t *t, const char *field, const char *path, uint64_t
 	return TRAIN_EXIT_OK;
 }
 
+/* The gpt2_stream_t of zero2/zero3: the shard_t behind the engine's calls. */
+static const float *s_stream_fetch(void *ctx, gpt2_range_t r, gpt2_range_t next)
+{
+	train_t *t = ctx;
+	return shard_fetch(t->zero, r.lo, r.hi, next.lo, next.hi);
+}
+
+static void s_stream_release(void *ctx, const float *p)
+{
+	train_t *t = ctx;
+	shard_release(t->zero, p);
+}
+
+static float *s_stream_grad_begin(void *ctx, gpt2_range_t r)
+{
+	train_t *t = ctx;
+	return shard_grad_begin(t->zero, r.lo, r.hi);
+}
+
+static void s_stream_grad_end(void *ctx, float *g, gpt2_range_t r)
+{
+	train_t *t = ctx;
+	shard_grad_end(t->zero, g, r.lo, r.hi);
+}
+
+/* This rank's master parameters (shard-indexed, shard_count of them): its
+ * range of the replica, or the zero3 shard. Only when shard_count > 0. */
+static float *s_master(train_t *t)
+{
+	if (t->sharding == JOBSPEC_SHARDING_ZERO3)
+		return shard_params(t->zero);
+	return gpt2_params(t->model) + t->shard_lo;
+}
+
 static int s_setup(train_t *t)
 {
 	const jobspec_t *spec = t->spec;
@@ -181,12 +228,8 @@ static int s_setup(train_t *t)
 				       "parallel.world_size is %d but this rank's group has %d ranks:"
 				       " start as many ranks as the spec asks for",
 				       spec->parallel.world_size, t->W);
-		if (spec->parallel.sharding == JOBSPEC_SHARDING_ZERO3)
-			return s_error(t, TRAIN_EXIT_SPEC,
-				       "parallel.sharding \"zero3\" is not implemented yet: use \"zero2\","
-				       " \"zero1\" or \"none\"");
-		t->sharded = spec->parallel.sharding == JOBSPEC_SHARDING_ZERO1 ||
-			     spec->parallel.sharding == JOBSPEC_SHARDING_ZERO2;
+		t->sharding = spec->parallel.sharding;
+		t->sharded = t->sharding != JOBSPEC_SHARDING_NONE;
 		if (t->opt->rank != t->rank)
 			return s_error(t, TRAIN_EXIT_USAGE,
 				       "internal error: rank %d was given but the communicator says %d",
@@ -215,7 +258,11 @@ static int s_setup(train_t *t)
 	};
 	gpt2_precision_t precision = spec->train.precision == JOBSPEC_PRECISION_BF16
 		? GPT2_PRECISION_BF16 : GPT2_PRECISION_FP32;
-	t->model = gpt2_create(&cfg, t->B, t->T, precision, err, sizeof err);
+	gpt2_streaming_t mode = t->sharding == JOBSPEC_SHARDING_ZERO2 ? GPT2_STREAM_GRADS
+		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? GPT2_STREAM_ALL : GPT2_DENSE;
+	gpt2_stream_t stream = {t, s_stream_fetch, s_stream_release, s_stream_grad_begin,
+				s_stream_grad_end};
+	t->model = gpt2_create_streamed(&cfg, t->B, t->T, precision, mode, &stream, err, sizeof err);
 	if (!t->model) {
 		/* The spec was validated, so what is left is mostly memory. */
 		bool memory = strstr(err, "memory") || strstr(err, "fit");
@@ -233,10 +280,12 @@ static int s_setup(train_t *t)
 		t->shard_len = (t->n_params + W - 1) / W;
 		t->shard_lo = (size_t)t->rank * t->shard_len;
 		t->shard_counts = calloc(W, sizeof(size_t));
-		t->grad_shard = calloc(t->shard_len, sizeof(float));
 		t->norm_parts = calloc(2 * W, sizeof(float));
 		t->norm_counts = calloc(W, sizeof(size_t));
-		if (!t->shard_counts || !t->grad_shard || !t->norm_parts || !t->norm_counts)
+		if (t->sharding == JOBSPEC_SHARDING_ZERO1)
+			t->grad_own = calloc(t->shard_len, sizeof(float));
+		if (!t->shard_counts || !t->norm_parts || !t->norm_counts ||
+		    (t->sharding == JOBSPEC_SHARDING_ZERO1 && !t->grad_own))
 			return s_error(t, TRAIN_EXIT_NOMEM,
 				       "the gradient shard of %.1f MiB does not fit in memory",
 				       (double)t->shard_len * 4 / 1048576.0);
@@ -247,6 +296,25 @@ static int s_setup(train_t *t)
 			t->norm_counts[r] = 2;
 		}
 		t->shard_count = t->shard_counts[t->rank];
+		t->grad_shard = t->grad_own;
+		if (mode != GPT2_DENSE) {
+			t->zero = shard_new(t->comm, t->n_params, gpt2_max_range(t->model),
+					    mode == GPT2_STREAM_ALL, &shard_mem_host, err, sizeof err);
+			if (!t->zero)
+				return s_error(t, TRAIN_EXIT_NOMEM, "%s", err);
+			t->grad_shard = shard_grads(t->zero);
+		}
+		if (mode == GPT2_STREAM_ALL) {
+			/* The master shard starts as the bits the replica would have. */
+			if (t->shard_count)
+				gpt2_init_range(t->model, spec->train.seed, t->shard_lo,
+						t->shard_lo + t->shard_count, shard_params(t->zero));
+			if (t->opt->report_params) {
+				t->params_full = calloc(t->n_params, sizeof(float));
+				if (!t->params_full)
+					return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+			}
+		}
 	}
 	t->adam_m = calloc(t->shard_len, sizeof(float));
 	t->adam_v = calloc(t->shard_len, sizeof(float));
@@ -271,9 +339,11 @@ static void s_teardown(train_t *t)
 	free(t->adam_m);
 	free(t->adam_v);
 	free(t->shard_counts);
-	free(t->grad_shard);
+	free(t->grad_own);
 	free(t->norm_parts);
 	free(t->norm_counts);
+	free(t->params_full);
+	shard_free(t->zero);
 	gpt2_free(t->model);
 	data_source_free(t->val_src);
 	data_source_free(t->train_src);
@@ -288,6 +358,8 @@ static float train_compute_grads(train_t *t)
 {
 	double z = s_now_s();
 	gpt2_zero_grad(t->model);
+	if (t->zero)
+		shard_zero_grads(t->zero);
 	t->times.backward_s += s_now_s() - z; /* zeroing counts as backward work */
 	double loss_sum = 0;
 	for (int k = 0; k < t->A; k++) {
@@ -354,7 +426,11 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 	if (!t->comm)
 		return TRAIN_EXIT_OK;
 	double a = s_now_s();
-	if (t->sharded) {
+	if (t->zero) {
+		/* zero2/3: reduced range by range during backward; wait for the last */
+		if (shard_sync(t->zero) < 0)
+			return s_comm_error(t, "ZeRO gathers and reduce-scatters", step);
+	} else if (t->sharded) {
 		if (comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
 						t->shard_counts) < 0)
 			return s_comm_error(t, "reduce-scatter of the gradients", step);
@@ -417,12 +493,12 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 		.weight_decay = t->spec->train.weight_decay,
 		.t = step,
 	};
-	if (t->sharded)
-		optim_adamw_update_shard(t->model, gpt2_params(t->model), t->grad_shard, t->adam_m,
-					 t->adam_v, lo, hi, &hp);
-	else
+	if (!t->sharded)
 		optim_adamw_update(t->model, gpt2_params(t->model), gpt2_grads(t->model), t->adam_m,
 				   t->adam_v, lo, hi, &hp);
+	else if (hi > lo)
+		optim_adamw_update_shard(t->model, s_master(t), t->grad_shard, t->adam_m, t->adam_v,
+					 lo, hi, &hp);
 }
 
 /* Sharded: every rank's updated range into every rank's flat parameter
@@ -432,8 +508,15 @@ static int train_gather_params(train_t *t, int64_t step)
 {
 	if (!t->sharded)
 		return TRAIN_EXIT_OK;
-	float *p = gpt2_params(t->model);
 	double a = s_now_s();
+	if (t->sharding == JOBSPEC_SHARDING_ZERO3) {
+		/* The next forward gathers layer by layer; cached ranges are stale. */
+		if (shard_invalidate(t->zero) < 0)
+			return s_comm_error(t, "all-gather of the parameters", step);
+		t->times.comm_s += s_now_s() - a;
+		return TRAIN_EXIT_OK;
+	}
+	float *p = gpt2_params(t->model);
 	/* An empty last shard may start past the end of the buffer. */
 	const float *mine = t->shard_count ? p + t->shard_lo : p;
 	if (comm_allgather_f32(t->comm, mine, p, t->shard_counts) < 0)
@@ -442,12 +525,25 @@ static int train_gather_params(train_t *t, int64_t step)
 	return TRAIN_EXIT_OK;
 }
 
-/* Bytes this rank holds for parameters, gradients and optimizer state. */
+/* Bytes this rank holds for parameters, gradients and optimizer state: the
+ * model's own buffers, the shard_t's, and zero1's reduced gradient. */
 static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
 {
-	*ret_params = t->n_params * sizeof(float);
-	*ret_grads = t->n_params * sizeof(float) + (t->sharded ? t->shard_len * sizeof(float) : 0);
+	*ret_params = gpt2_param_bytes(t->model) + (t->zero ? shard_param_bytes(t->zero) : 0);
+	*ret_grads = gpt2_grad_bytes(t->model) + (t->zero ? shard_grad_bytes(t->zero) : 0) +
+		     (t->grad_own ? t->shard_len * sizeof(float) : 0);
 	*ret_optim = 2 * t->shard_len * sizeof(float);
+}
+
+/* zero3 with opt->report_params: the whole replica gathered from the shards
+ * into params_full (a test's view; training never needs it). Returns a
+ * TRAIN_EXIT_* code. */
+static int s_gather_replica(train_t *t, int64_t step)
+{
+	const float *mine = t->shard_count ? shard_params(t->zero) : t->params_full;
+	if (comm_allgather_f32(t->comm, mine, t->params_full, t->shard_counts) < 0)
+		return s_comm_error(t, "all-gather of the parameters for the report", step);
+	return TRAIN_EXIT_OK;
 }
 
 /*
@@ -479,7 +575,9 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 	}
 	double a = s_now_s();
 	double mean;
-	int rc = s_mean_over_ranks(t, losses, n, &mean);
+	int rc = t->zero ? shard_sync(t->zero) : 0;
+	if (rc == 0)
+		rc = s_mean_over_ranks(t, losses, n, &mean);
 	free(losses);
 	if (rc < 0)
 		return s_comm_error(t, "all-reduce of the validation loss", step);
@@ -625,6 +723,11 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				     step_s * 1e3, has_val, val_loss);
 		/* The step is reported even when it diverged. */
 		bool stop = false;
+		if (opt->on_step && t.params_full) {
+			rc = s_gather_replica(&t, step);
+			if (rc != TRAIN_EXIT_OK)
+				break;
+		}
 		if (opt->on_step) {
 			train_report_t report = {
 				.step = step,
@@ -634,7 +737,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				.tokens_per_s = tokens_per_step / step_s,
 				.ms = step_s * 1e3,
 				.val_loss = val_loss,
-				.params = gpt2_params(t.model),
+				.params = t.params_full ? t.params_full : gpt2_params(t.model),
 				.n_params = t.n_params,
 				.n_params_padded = t.shard_len * (size_t)(t.sharded ? t.W : 1),
 			};

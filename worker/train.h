@@ -10,8 +10,8 @@
  * gradient of the global batch (nothing to do on one rank), clips them to
  * the global norm train.grad_clip, and applies AdamW to the flat parameter
  * buffer (the whole buffer, identically on every rank; or, with
- * parallel.sharding zero1/zero2, each rank its own shard, then the
- * parameters are all-gathered).
+ * parallel.sharding zero1/zero2/zero3, each rank its own shard: see
+ * docs/training.md).
  * It prints one line per step and a summary; see docs/training.md for the
  * output formats, the exit codes below, and how results compare across
  * world sizes.
@@ -49,10 +49,12 @@ typedef struct {
 	double ms;           /* wall time of the step */
 	double val_loss;     /* NaN unless validation ran after this step */
 
-	/* What this rank holds, in bytes (the same at every step): the full
-	 * parameter replica, gradients (the engine's full buffer, plus the
-	 * shard-sized reduced gradient under zero1/zero2) and AdamW's m and v
-	 * (the whole buffer, or this rank's shard under zero1/zero2). */
+	/* What this rank holds, in bytes (the same at every step): parameters
+	 * (the full replica with its bf16 copy; under zero3 the master shard and
+	 * two gather slots), gradients (the engine's full buffer, plus the
+	 * reduced shard under zero1; under zero2/zero3 the shard and the bucket
+	 * buffers) and AdamW's m and v (the whole buffer, or this rank's
+	 * shard). */
 	size_t params_bytes;
 	size_t grads_bytes;
 	size_t optim_bytes;
@@ -80,9 +82,11 @@ typedef struct {
 	 * which must equal spec->parallel.world_size: it takes its interleaved
 	 * slice of each global batch and gradients are averaged over ranks every
 	 * step. parallel.sharding "none" all-reduces the gradients and every
-	 * rank updates the whole buffer; "zero1" and "zero2" reduce-scatter them,
+	 * rank updates the whole buffer; "zero1", "zero2" and "zero3"
+	 * reduce-scatter them (zero2/zero3 range by range during backward),
 	 * each rank keeps AdamW state for and updates only its 1/W shard, and
-	 * the parameters are all-gathered; "zero3" is refused (TRAIN_EXIT_SPEC).
+	 * the parameters are all-gathered (zero3: range by range before each
+	 * use, never as a whole).
 	 * Without a comm, parallel.sharding is ignored. After a failed collective
 	 * train_run calls comm_abort(comm), so that the other ranks fail at once,
 	 * and returns TRAIN_EXIT_COMM. */
@@ -97,6 +101,10 @@ typedef struct {
 	 * then returns TRAIN_EXIT_ABORTED without a message). NULL: none. */
 	int (*on_step)(void *ctx, const train_report_t *report);
 	void *on_step_ctx;
+	/* Give on_step the whole parameter replica under zero3 too (gathered
+	 * from the shards each step, for tests); otherwise report->params is
+	 * NULL under zero3. */
+	bool report_params;
 } train_options_t;
 
 /*

@@ -7,12 +7,16 @@
  * of the given shape on a nanoGPT token file (--data, uint16 tokens below
  * --vocab), --batch sequences per rank. Each step is what a DDP rank does:
  * data, forward, backward, one all-reduce of the gradients and the loss,
- * global-norm clipping to 1.0, AdamW over the whole flat buffer. on_step
- * records every step's wall time; rank 0 then prints one JSON object: the
- * median and best ms/step over the timed steps, tokens/s of the whole group
- * at the median (batch x seq x world per step), achieved GFLOP/s, and its
- * peak resident set size. Threads: OpenMP (OMP_NUM_THREADS).
- * bench/ddp/run.sh runs it beside PyTorch DDP (bench/ddp/torch_ddp_step.py).
+ * global-norm clipping to 1.0, AdamW over the whole flat buffer (or, with
+ * --sharding zero1|zero2|zero3, the ZeRO step of that mode). on_step
+ * records every step's wall time; every rank then prints one JSON object:
+ * its median and best ms/step over the timed steps, tokens/s of the whole
+ * group at the median (batch x seq x world per step), achieved GFLOP/s, its
+ * peak resident set size, and the bytes the trainer says it holds
+ * (parameters, gradients, optimizer state, activations). Threads: OpenMP
+ * (OMP_NUM_THREADS). bench/ddp/run.sh runs it beside PyTorch DDP
+ * (bench/ddp/torch_ddp_step.py); bench/zero/run.sh compares the sharding
+ * modes.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -36,13 +40,14 @@ typedef struct {
 	int world, rank;
 	const char *kv_dir, *data;
 	int layers, heads, embd, vocab, batch, seq, steps, warmup;
-	const char *precision;
+	const char *precision, *sharding;
 } options_t;
 
 typedef struct {
 	int n;
 	double ms[MAX_STEPS];
 	double last_loss;
+	train_report_t last; /* memory figures; params not kept */
 } record_t;
 
 static int s_on_step(void *ctx, const train_report_t *r)
@@ -51,6 +56,8 @@ static int s_on_step(void *ctx, const train_report_t *r)
 	if (rec->n < MAX_STEPS)
 		rec->ms[rec->n++] = r->ms;
 	rec->last_loss = r->loss;
+	rec->last = *r;
+	rec->last.params = NULL;
 	return 0;
 }
 
@@ -69,10 +76,12 @@ static int s_parse(int argc, char **argv, options_t *o)
 		{"embd", required_argument, NULL, 'C'},  {"vocab", required_argument, NULL, 'V'},
 		{"batch", required_argument, NULL, 'B'}, {"seq", required_argument, NULL, 'T'},
 		{"steps", required_argument, NULL, 's'}, {"warmup", required_argument, NULL, 'u'},
-		{"precision", required_argument, NULL, 'p'}, {NULL, 0, NULL, 0},
+		{"precision", required_argument, NULL, 'p'}, {"sharding", required_argument, NULL, 'z'},
+		{NULL, 0, NULL, 0},
 	};
 	*o = (options_t){.world = 1, .layers = 6, .heads = 6, .embd = 384, .vocab = 50257,
-			 .batch = 8, .seq = 64, .steps = 10, .warmup = 3, .precision = "fp32"};
+			 .batch = 8, .seq = 64, .steps = 10, .warmup = 3, .precision = "fp32",
+			 .sharding = "none"};
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -89,6 +98,7 @@ static int s_parse(int argc, char **argv, options_t *o)
 		case 's': o->steps = atoi(optarg); break;
 		case 'u': o->warmup = atoi(optarg); break;
 		case 'p': o->precision = optarg; break;
+		case 'z': o->sharding = optarg; break;
 		default: return -1;
 		}
 	}
@@ -104,7 +114,7 @@ int main(int argc, char **argv)
 	if (s_parse(argc, argv, &o) < 0) {
 		fprintf(stderr, "usage: bench_ddp_step --world W --rank R --kv DIR --data FILE.bin [--layers 6]"
 				" [--heads 6] [--embd 384] [--vocab 50257] [--batch 8] [--seq 64] [--steps 10]"
-				" [--warmup 3] [--precision fp32|bf16]\n");
+				" [--warmup 3] [--precision fp32|bf16] [--sharding none|zero1|zero2|zero3]\n");
 		return 1;
 	}
 	char json[2048];
@@ -114,9 +124,9 @@ int main(int argc, char **argv)
 		 "\"data\":{\"train\":\"%s\",\"format\":\"nanogpt\"},"
 		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"lr\":0.0006,\"warmup_steps\":1,"
 		 "\"weight_decay\":0.1,\"grad_clip\":1.0,\"seed\":1337,\"eval_every\":0,\"precision\":\"%s\"},"
-		 "\"parallel\":{\"world_size\":%d}}",
+		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"}}",
 		 o.layers, o.heads, o.embd, o.vocab, o.seq, o.data, o.steps + o.warmup, o.batch,
-		 o.precision, o.world);
+		 o.precision, o.world, o.sharding);
 	jobspec_t spec = {0};
 	jobspec_error_t jerr;
 	if (jobspec_parse(json, strlen(json), &spec, &jerr) < 0) {
@@ -149,9 +159,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_ddp_step: rank %d: training failed (exit %d)\n", o.rank, rc);
 		return 1;
 	}
-	if (o.rank != 0)
-		return 0;
-
 	int n = o.steps;
 	double *t = rec.ms + o.warmup;
 	qsort(t, (size_t)n, sizeof *t, s_cmp_double);
@@ -163,12 +170,19 @@ int main(int argc, char **argv)
 	double flops_per_token = 6 * n_params + 6 * L * C * o.seq;
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	printf("{\"program\":\"ringmaster\",\"precision\":\"%s\",\"world\":%d,\"layers\":%d,\"heads\":%d,"
+	const double mib = 1048576.0;
+	printf("{\"program\":\"ringmaster\",\"rank\":%d,\"precision\":\"%s\",\"sharding\":\"%s\","
+	       "\"world\":%d,\"layers\":%d,\"heads\":%d,"
 	       "\"embd\":%d,\"vocab\":%d,\"batch_per_rank\":%d,\"seq\":%d,\"threads_per_rank\":%d,"
 	       "\"steps\":%d,\"warmup\":%d,\"median_ms\":%.2f,\"min_ms\":%.2f,\"tokens_per_s\":%.1f,"
-	       "\"gflops\":%.1f,\"peak_rss_mib\":%.1f,\"last_loss\":%.4f}\n",
-	       o.precision, o.world, o.layers, o.heads, o.embd, o.vocab, o.batch, o.seq,
-	       omp_get_max_threads(), o.steps, o.warmup, median, t[0], tok_s,
-	       flops_per_token * tok_s / 1e9, (double)ru.ru_maxrss / 1024.0, rec.last_loss);
+	       "\"gflops\":%.1f,\"peak_rss_mib\":%.1f,\"params_mib\":%.1f,\"grads_mib\":%.1f,"
+	       "\"optim_mib\":%.1f,\"activations_mib\":%.1f,\"last_loss\":%.4f}\n",
+	       o.rank, o.precision, o.sharding, o.world, o.layers, o.heads, o.embd, o.vocab, o.batch,
+	       o.seq, omp_get_max_threads(), o.steps, o.warmup, median, t[0], tok_s,
+	       flops_per_token * tok_s / 1e9, (double)ru.ru_maxrss / 1024.0,
+	       (double)rec.last.params_bytes / mib, (double)rec.last.grads_bytes / mib,
+	       (double)rec.last.optim_bytes / mib, (double)rec.last.activations_bytes / mib,
+	       rec.last_loss);
+	fflush(stdout);
 	return 0;
 }

@@ -101,9 +101,26 @@ struct gpt2 {
 	int n_tensors;
 	gpt2_tensor_t *tensors; /* (n_tensors) */
 	size_t n_params;
-	float *params;          /* (n_params) */
-	float *grads;           /* (n_params) */
-	uint16_t *params16;     /* (n_params) bf16 copy; NULL in fp32 */
+	float *params;          /* (n_params); NULL under GPT2_STREAM_ALL */
+	float *grads;           /* (n_params); NULL unless GPT2_DENSE */
+	uint16_t *params16;     /* bf16 copy: of params (n_params), or of the fetched range
+	                         * (max_range) under GPT2_STREAM_ALL; NULL in fp32 */
+
+	/* Ranges (see gpt2.h): wte comes in blocks of wte_rows rows. */
+	gpt2_streaming_t mode;
+	gpt2_stream_t stream;
+	int wte_rows, n_chunks;
+	size_t max_range;
+	gpt2_range_t r_wpe, r_lnf;
+	gpt2_range_t *r_layers; /* (n_layer) */
+	/* The ranges fetched by a forward, then by a backward, in order: the
+	 * next one is the prefetch hint of each fetch. */
+	gpt2_range_t *seq_fwd, *seq_bwd;
+	int n_seq_fwd, n_seq_bwd;
+	const gpt2_range_t *seq;
+	int seq_n, seq_pos;
+	const float *held; /* the fetched range's parameters (GPT2_STREAM_ALL), else NULL */
+	size_t held_n;
 
 	void *arena;
 	size_t arena_bytes;
@@ -263,6 +280,79 @@ static int s_check_positive(const char *field, int v, char *err, size_t errlen)
 gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
                     char *err, size_t errlen)
 {
+	return gpt2_create_streamed(cfg, max_B, max_T, precision, GPT2_DENSE, NULL, err, errlen);
+}
+
+static gpt2_range_t s_range(const gpt2_tensor_t *first, const gpt2_tensor_t *last)
+{
+	return (gpt2_range_t){first->offset, last->offset + last->numel};
+}
+
+/* The wte block k: rows [k * wte_rows, min(V, (k + 1) * wte_rows)). */
+static gpt2_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
+{
+	int V = m->cfg.vocab_size, C = m->cfg.n_embd;
+	int v0 = k * m->wte_rows, v1 = v0 + m->wte_rows < V ? v0 + m->wte_rows : V;
+	*ret_v0 = v0;
+	*ret_v1 = v1;
+	return (gpt2_range_t){(size_t)v0 * (size_t)C, (size_t)v1 * (size_t)C};
+}
+
+/* The ranges and the order a step fetches them in. */
+static bool s_build_ranges(gpt2_t *m)
+{
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+	size_t layer = 12 * (size_t)C * C + 13 * (size_t)C;
+	/* Streamed, a wte block is at most a layer, so that one buffer fits any range. */
+	m->wte_rows = m->mode == GPT2_DENSE ? V : (int)(layer / (size_t)C < (size_t)V ? layer / (size_t)C : (size_t)V);
+	if (m->wte_rows < 1)
+		m->wte_rows = 1;
+	m->n_chunks = (V + m->wte_rows - 1) / m->wte_rows;
+	m->r_wpe = s_range(&m->tensors[1], &m->tensors[1]);
+	m->r_lnf = s_range(&m->tensors[m->n_tensors - 2], &m->tensors[m->n_tensors - 1]);
+	m->r_layers = calloc((size_t)L, sizeof *m->r_layers);
+	m->n_seq_fwd = 1 + 2 * m->n_chunks + L + 1;
+	m->n_seq_bwd = m->n_chunks + 1 + L;
+	m->seq_fwd = calloc((size_t)m->n_seq_fwd, sizeof(gpt2_range_t));
+	m->seq_bwd = calloc((size_t)m->n_seq_bwd, sizeof(gpt2_range_t));
+	if (!m->r_layers || !m->seq_fwd || !m->seq_bwd)
+		return false;
+	int v0, v1;
+	m->max_range = (size_t)m->wte_rows * (size_t)C;
+	for (int l = 0; l < L; l++) {
+		const gpt2_tensor_t *t = &m->tensors[2 + l * N_LAYER_TENSORS];
+		m->r_layers[l] = s_range(t, t + N_LAYER_TENSORS - 1);
+	}
+	gpt2_range_t all[] = {m->r_wpe, m->r_lnf, L > 0 ? m->r_layers[0] : m->r_lnf};
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		if (all[i].hi - all[i].lo > m->max_range)
+			m->max_range = all[i].hi - all[i].lo;
+	int f = 0, b = 0;
+	m->seq_fwd[f++] = m->r_wpe;
+	for (int k = 0; k < m->n_chunks; k++)
+		m->seq_fwd[f++] = s_chunk(m, k, &v0, &v1);
+	for (int l = 0; l < L; l++)
+		m->seq_fwd[f++] = m->r_layers[l];
+	m->seq_fwd[f++] = m->r_lnf;
+	for (int k = 0; k < m->n_chunks; k++) {
+		m->seq_fwd[f++] = s_chunk(m, k, &v0, &v1);
+		m->seq_bwd[b++] = s_chunk(m, k, &v0, &v1);
+	}
+	m->seq_bwd[b++] = m->r_lnf;
+	for (int l = L - 1; l >= 0; l--)
+		m->seq_bwd[b++] = m->r_layers[l];
+	return true;
+}
+
+gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
+                             gpt2_precision_t precision, gpt2_streaming_t mode,
+                             const gpt2_stream_t *stream, char *err, size_t errlen)
+{
+	if (mode != GPT2_DENSE && (!stream || !stream->grad_begin || !stream->grad_end ||
+				   (mode == GPT2_STREAM_ALL && (!stream->fetch || !stream->release)))) {
+		snprintf(err, errlen, "internal error: a streamed model needs its stream functions");
+		return NULL;
+	}
 	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
 	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
 	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
@@ -283,8 +373,11 @@ gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precisi
 	bool bf16 = precision == GPT2_PRECISION_BF16;
 	double C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
 	double n_params = V * C + (double)cfg->seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
-	/* parameters, gradients, and the trainer's two AdamW moments; plus the bf16 copy */
-	double state_bytes = n_params * (16.0 + (bf16 ? 2.0 : 0.0));
+	/* parameters, gradients, and the trainer's two AdamW moments; plus the bf16
+	 * copy. Streamed, the trainer holds shards and the model less: counted as
+	 * the parameter replica alone (ZeRO-2), or nothing (ZeRO-3). */
+	double state_bytes = mode == GPT2_DENSE ? n_params * (16.0 + (bf16 ? 2.0 : 0.0))
+		: mode == GPT2_STREAM_GRADS ? n_params * (4.0 + (bf16 ? 2.0 : 0.0)) : 0.0;
 	double act_bytes = s_arena_bytes_estimate(cfg, max_B, max_T, bf16);
 	double avail = s_available_bytes();
 	if (state_bytes > avail) {
@@ -312,18 +405,30 @@ gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precisi
 	m->max_B = max_B;
 	m->max_T = max_T;
 	m->precision = precision;
+	m->mode = mode;
+	if (stream)
+		m->stream = *stream;
 	m->tensors = calloc((size_t)(2 + N_LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
 	if (!m->tensors)
 		goto fail_nomem;
 	s_build_tensor_table(m);
-	m->params = s_aligned_alloc(m->n_params * sizeof(float));
-	m->grads = s_aligned_alloc(m->n_params * sizeof(float));
-	if (!m->params || !m->grads)
+	if (!s_build_ranges(m))
 		goto fail_nomem;
-	memset(m->params, 0, m->n_params * sizeof(float));
-	memset(m->grads, 0, m->n_params * sizeof(float));
+	if (mode != GPT2_STREAM_ALL) {
+		m->params = s_aligned_alloc(m->n_params * sizeof(float));
+		if (!m->params)
+			goto fail_nomem;
+		memset(m->params, 0, m->n_params * sizeof(float));
+	}
+	if (mode == GPT2_DENSE) {
+		m->grads = s_aligned_alloc(m->n_params * sizeof(float));
+		if (!m->grads)
+			goto fail_nomem;
+		memset(m->grads, 0, m->n_params * sizeof(float));
+	}
 	if (bf16) {
-		m->params16 = s_aligned_alloc(m->n_params * sizeof(uint16_t));
+		m->params16 = s_aligned_alloc((mode == GPT2_STREAM_ALL ? m->max_range : m->n_params) *
+					      sizeof(uint16_t));
 		if (!m->params16)
 			goto fail_nomem;
 	}
@@ -357,6 +462,9 @@ void gpt2_free(gpt2_t *m)
 	free(m->params16);
 	free(m->grads);
 	free(m->params);
+	free(m->r_layers);
+	free(m->seq_fwd);
+	free(m->seq_bwd);
 	free(m->tensors);
 	free(m);
 }
@@ -401,8 +509,23 @@ const gpt2_tensor_t *gpt2_tensor_by_name(const gpt2_t *m, const char *name)
 
 size_t gpt2_activation_bytes(const gpt2_t *m)
 {
-	size_t p = m->n_params * (2 * sizeof(float) + (m->params16 ? sizeof(uint16_t) : 0));
-	return p + m->arena_bytes;
+	return m->arena_bytes;
+}
+
+size_t gpt2_param_bytes(const gpt2_t *m)
+{
+	size_t n16 = m->mode == GPT2_STREAM_ALL ? m->max_range : m->n_params;
+	return (m->params ? m->n_params * sizeof(float) : 0) + (m->params16 ? n16 * sizeof(uint16_t) : 0);
+}
+
+size_t gpt2_grad_bytes(const gpt2_t *m)
+{
+	return m->grads ? m->n_params * sizeof(float) : 0;
+}
+
+size_t gpt2_max_range(const gpt2_t *m)
+{
+	return m->max_range;
 }
 
 double gpt2_flops_per_token(const gpt2_t *m, int T)
@@ -431,80 +554,160 @@ static double s_unit(uint64_t r)
  * (seed, key, j) through Box-Muller, so elements are independent of the
  * order (and thread) they are computed in.
  */
-static void s_fill_normal(float *x, size_t n, uint64_t seed, uint64_t key, double std)
+/* Elements [from, to) of a tensor of normal(0, std) values drawn from
+ * (seed, key): element i is the cosine (even i) or sine (odd i) half of the
+ * Box-Muller pair i / 2, so any range gives the bits of the whole. */
+static void s_fill_normal(float *x, size_t from, size_t to, uint64_t seed, uint64_t key, double std)
 {
 	uint64_t stream = s_splitmix64(seed ^ s_splitmix64(key + 0x243f6a8885a308d3ull));
-	size_t n_pairs = (n + 1) / 2;
 #pragma omp parallel for schedule(static)
-	for (size_t j = 0; j < n_pairs; j++) {
+	for (size_t i = from; i < to; i++) {
+		size_t j = i / 2;
 		uint64_t r1 = s_splitmix64(stream + 2 * j), r2 = s_splitmix64(stream + 2 * j + 1);
 		double rad = sqrt(-2.0 * log(s_unit(r1))) * std;
 		double ang = 2.0 * M_PI * s_unit(r2);
-		x[2 * j] = (float)(rad * cos(ang));
-		if (2 * j + 1 < n)
-			x[2 * j + 1] = (float)(rad * sin(ang));
+		x[i - from] = (float)(rad * (i % 2 == 0 ? cos(ang) : sin(ang)));
 	}
 }
 
-void gpt2_init_params(gpt2_t *m, uint64_t seed)
+void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float *out)
 {
 	double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
 	for (int i = 0; i < m->n_tensors; i++) {
 		const gpt2_tensor_t *t = &m->tensors[i];
-		float *p = m->params + t->offset;
+		size_t a = t->offset > lo ? t->offset : lo;
+		size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+		if (a >= b)
+			continue;
+		float *p = out + (a - lo);
 		const char *dot = strrchr(t->name, '.');
 		bool is_ln = strstr(t->name, "ln_") != NULL;
 		if (t->ndim == 2) {
 			bool resid = strstr(t->name, "c_proj.weight") != NULL;
-			s_fill_normal(p, t->numel, seed, (uint64_t)i, resid ? resid_std : 0.02);
+			s_fill_normal(p, a - t->offset, b - t->offset, seed, (uint64_t)i,
+				      resid ? resid_std : 0.02);
 		} else {
 			float v = is_ln && strcmp(dot, ".weight") == 0 ? 1.0f : 0.0f;
-			for (size_t k = 0; k < t->numel; k++)
+			for (size_t k = 0; k < b - a; k++)
 				p[k] = v;
 		}
 	}
 }
 
-/* ---- forward and backward ---- */
-
-static float *s_param(gpt2_t *m, int l, int which)
+void gpt2_init_params(gpt2_t *m, uint64_t seed)
 {
-	return m->params + m->tensors[2 + l * N_LAYER_TENSORS + which].offset;
+	if (m->params)
+		gpt2_init_range(m, seed, 0, m->n_params, m->params);
 }
 
-static float *s_grad(gpt2_t *m, int l, int which)
+/* ---- forward and backward ---- */
+
+static void s_fatal(const char *what)
 {
-	return m->grads + m->tensors[2 + l * N_LAYER_TENSORS + which].offset;
+	fprintf(stderr, "ringworker: fatal: %s\n", what);
+	exit(EX_SOFTWARE);
+}
+
+/* Start walking a fetch order (the forward's or the backward's). */
+static void s_seq_start(gpt2_t *m, const gpt2_range_t *seq, int n)
+{
+	m->seq = seq;
+	m->seq_n = n;
+	m->seq_pos = 0;
 }
 
 /*
- * C (M, N) (+)= op(A) @ op(B) (+ bias), see matmul_run. In bf16 mode, B is
- * taken from the bf16 parameter copy when it points into the parameters,
- * else converted like A into a scratch buffer.
+ * The parameters of range r: the model's own buffer, or (GPT2_STREAM_ALL)
+ * fetched through the stream with the next range of the order as the
+ * prefetch hint, and converted to bf16 in bf16 mode. One range is held at a
+ * time; s_release gives it back.
  */
-static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, bool trans_a, const float *B,
-                   bool trans_b, const float *bias, float *C, bool accumulate)
+static const float *s_fetch(gpt2_t *m, gpt2_range_t r)
+{
+	if (m->mode != GPT2_STREAM_ALL)
+		return m->params + r.lo;
+	if (m->held || m->seq_pos >= m->seq_n || m->seq[m->seq_pos].lo != r.lo ||
+	    m->seq[m->seq_pos].hi != r.hi)
+		s_fatal("gpt2: parameters fetched out of order");
+	m->seq_pos++;
+	gpt2_range_t next = m->seq_pos < m->seq_n ? m->seq[m->seq_pos] : (gpt2_range_t){0, 0};
+	const float *p = m->stream.fetch(m->stream.ctx, r, next);
+	m->held = p;
+	m->held_n = r.hi - r.lo;
+	if (m->params16)
+		kernel_to_bf16(m->params16, p, m->held_n);
+	return p;
+}
+
+static void s_release(gpt2_t *m, const float *p)
+{
+	if (m->mode != GPT2_STREAM_ALL)
+		return;
+	m->stream.release(m->stream.ctx, p);
+	m->held = NULL;
+}
+
+/* Where the gradients of r go: the model's own buffer (accumulating), or a
+ * zeroed buffer from the stream; s_grad_end hands it back once they are
+ * final for this backward. */
+static float *s_grad_begin(gpt2_t *m, gpt2_range_t r)
+{
+	if (m->mode == GPT2_DENSE)
+		return m->grads + r.lo;
+	return m->stream.grad_begin(m->stream.ctx, r);
+}
+
+static void s_grad_end(gpt2_t *m, float *g, gpt2_range_t r)
+{
+	if (m->mode != GPT2_DENSE)
+		m->stream.grad_end(m->stream.ctx, g, r);
+}
+
+/* A tensor of layer l inside a fetched or gradient range starting at lo. */
+static inline float *s_at(const gpt2_t *m, const float *base, size_t lo, int l, int which)
+{
+	return (float *)(uintptr_t)base + (m->tensors[2 + l * N_LAYER_TENSORS + which].offset - lo);
+}
+
+/* The bf16 copy of B when B points into parameters that have one. */
+static const uint16_t *s_bf16_param(const gpt2_t *m, const float *B)
+{
+	uintptr_t b = (uintptr_t)B;
+	uintptr_t lo = (uintptr_t)(m->mode == GPT2_STREAM_ALL ? m->held : m->params);
+	size_t n = m->mode == GPT2_STREAM_ALL ? m->held_n : m->n_params;
+	if (lo && b >= lo && b < lo + n * sizeof(float))
+		return m->params16 + (b - lo) / sizeof(float);
+	return NULL;
+}
+
+/*
+ * C (M, N) (+)= op(A) @ op(B) (+ bias), see matmul_run_ld (lda, ldc: row
+ * strides, 0 for dense). In bf16 mode, B is taken from the bf16 parameter
+ * copy when it points into the parameters, else converted like A into a
+ * scratch buffer.
+ */
+static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
+                   const float *B, bool trans_b, const float *bias, float *C, int64_t ldc,
+                   bool accumulate)
 {
 	if (!m->params16) {
-		matmul_run(m->mm, M, N, K, A, trans_a, B, trans_b, bias, C, accumulate);
+		matmul_run_ld(m->mm, M, N, K, A, lda, trans_a, B, trans_b, bias, C, ldc, accumulate);
 		return;
 	}
 	/* A transposed is written row-major: oneDNN's bf16 kernels are much
 	 * slower on a transposed A (the weight-gradient GEMMs) */
 	if (trans_a)
-		kernel_to_bf16_transposed(m->a.a16, A, (size_t)K, (size_t)M);
+		kernel_to_bf16_transposed(m->a.a16, A, (size_t)K, (size_t)M, lda ? (size_t)lda : (size_t)M);
+	else if (lda && lda != K)
+		kernel_to_bf16_rows(m->a.a16, A, (size_t)M, (size_t)K, (size_t)lda);
 	else
 		kernel_to_bf16(m->a.a16, A, (size_t)M * K);
-	trans_a = false;
-	const uint16_t *b16;
-	uintptr_t b = (uintptr_t)B, lo = (uintptr_t)m->params;
-	if (b >= lo && b < lo + m->n_params * sizeof(float)) {
-		b16 = m->params16 + (b - lo) / sizeof(float);
-	} else {
+	const uint16_t *b16 = s_bf16_param(m, B);
+	if (!b16) {
 		kernel_to_bf16(m->a.b16, B, (size_t)K * N);
 		b16 = m->a.b16;
 	}
-	matmul_run(m->mm, M, N, K, m->a.a16, trans_a, b16, trans_b, bias, C, accumulate);
+	matmul_run_ld(m->mm, M, N, K, m->a.a16, 0, false, b16, trans_b, bias, C, ldc, accumulate);
 }
 
 /* Per-layer slices of the activations (max-sized strides). */
@@ -532,12 +735,20 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 	m->B = B;
 	m->T = T;
 	m->have_targets = false;
-	if (m->params16)
+	if (m->params16 && m->mode != GPT2_STREAM_ALL)
 		kernel_to_bf16(m->params16, m->params, m->n_params);
+	s_seq_start(m, m->seq_fwd, m->n_seq_fwd);
 
-	const float *wte = m->params + m->tensors[0].offset;
-	const float *wpe = m->params + m->tensors[1].offset;
-	kernel_embed_forward(a->encoded, inputs, wte, wpe, B, T, C);
+	/* encoded = wpe[t] + wte[token], wte by blocks of rows */
+	const float *wpe = s_fetch(m, m->r_wpe);
+	kernel_embed_positions(a->encoded, wpe, B, T, C);
+	s_release(m, wpe);
+	for (int k = 0; k < m->n_chunks; k++) {
+		int v0, v1;
+		const float *w = s_fetch(m, s_chunk(m, k, &v0, &v1));
+		kernel_embed_tokens(a->encoded, inputs, w, v0, v1, N, C);
+		s_release(m, w);
+	}
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
 		float *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
@@ -545,30 +756,38 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
 		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
+		const gpt2_range_t r = m->r_layers[l];
+		const float *P = s_fetch(m, r);
+#define LP(which) s_at(m, P, r.lo, l, (which))
 
 		kernel_layernorm_forward(ln1, LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
-					 x, s_param(m, l, T_LN1_W), s_param(m, l, T_LN1_B), N, C);
-		s_gemm(m, N, 3 * C, C, ln1, false, s_param(m, l, T_QKV_W), false, s_param(m, l, T_QKV_B),
-		       qkv, false);
+					 x, LP(T_LN1_W), LP(T_LN1_B), N, C);
+		s_gemm(m, N, 3 * C, C, ln1, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
 		kernel_attention_forward(atty, att, qkv, a->att_scratch, B, T, C, H);
 		memcpy(res2, x, (size_t)N * C * sizeof(float));
-		s_gemm(m, N, C, C, atty, false, s_param(m, l, T_PROJ_W), false, s_param(m, l, T_PROJ_B),
-		       res2, true);
+		s_gemm(m, N, C, C, atty, 0, false, LP(T_PROJ_W), false, LP(T_PROJ_B), res2, 0, true);
 		kernel_layernorm_forward(ln2, LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
-					 res2, s_param(m, l, T_LN2_W), s_param(m, l, T_LN2_B), N, C);
-		s_gemm(m, N, 4 * C, C, ln2, false, s_param(m, l, T_FC_W), false, s_param(m, l, T_FC_B),
-		       fch, false);
+					 res2, LP(T_LN2_W), LP(T_LN2_B), N, C);
+		s_gemm(m, N, 4 * C, C, ln2, 0, false, LP(T_FC_W), false, LP(T_FC_B), fch, 0, false);
 		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
 		memcpy(res3, res2, (size_t)N * C * sizeof(float));
-		s_gemm(m, N, C, 4 * C, a->dbig, false, s_param(m, l, T_FCPROJ_W), false,
-		       s_param(m, l, T_FCPROJ_B), res3, true);
+		s_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FCPROJ_W), false, LP(T_FCPROJ_B), res3, 0,
+		       true);
+#undef LP
+		s_release(m, P);
 		x = res3;
 	}
-	const gpt2_tensor_t *lnf_w = &m->tensors[m->n_tensors - 2], *lnf_b = &m->tensors[m->n_tensors - 1];
-	kernel_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, m->params + lnf_w->offset,
-				 m->params + lnf_b->offset, N, C);
-	/* logits (N, V) = lnf (N, C) @ wte^T; wte is stored (V, C) */
-	s_gemm(m, N, V, C, a->lnf, false, wte, true, NULL, a->logits, false);
+	const float *lnf_p = s_fetch(m, m->r_lnf);
+	kernel_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_p, lnf_p + C, N, C);
+	s_release(m, lnf_p);
+	/* logits (N, V) = lnf (N, C) @ wte^T, by blocks of wte's (V, C) rows:
+	 * logits[:, v0:v1] = lnf @ wte[v0:v1]^T */
+	for (int k = 0; k < m->n_chunks; k++) {
+		int v0, v1;
+		const float *w = s_fetch(m, s_chunk(m, k, &v0, &v1));
+		s_gemm(m, N, v1 - v0, C, a->lnf, 0, false, w, true, NULL, a->logits + v0, V, false);
+		s_release(m, w);
+	}
 	if (!targets)
 		return 0.0f;
 	memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
@@ -584,6 +803,8 @@ const float *gpt2_logits(const gpt2_t *m)
 void gpt2_zero_grad(gpt2_t *m)
 {
 	float *g = m->grads;
+	if (!g)
+		return;
 	size_t n = m->n_params;
 #pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < n; i++)
@@ -602,19 +823,31 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	const int B = m->B, T = m->T, N = B * T;
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
-	const float *wte = m->params + m->tensors[0].offset;
-	float *dwte = m->grads + m->tensors[0].offset, *dwpe = m->grads + m->tensors[1].offset;
+	s_seq_start(m, m->seq_bwd, m->n_seq_bwd);
 
 	kernel_crossentropy_backward_inplace(a->logits, a->lse, a->targets, N, V, loss_scale / (float)N);
 	float *dlogits = a->logits;
-	/* dwte (V, C) += dlogits^T (V, N) @ lnf (N, C); dlnf (N, C) = dlogits (N, V) @ wte (V, C) */
-	s_gemm(m, V, C, N, dlogits, true, a->lnf, false, NULL, dwte, true);
-	s_gemm(m, N, C, V, dlogits, false, wte, false, NULL, a->dsmall, false);
-	const gpt2_tensor_t *lnf_w = &m->tensors[m->n_tensors - 2], *lnf_b = &m->tensors[m->n_tensors - 1];
-	memset(a->dres, 0, (size_t)N * C * sizeof(float));
-	kernel_layernorm_backward(a->dres, m->grads + lnf_w->offset, m->grads + lnf_b->offset, a->dsmall,
-				  LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd,
-				  m->params + lnf_w->offset, N, C);
+	/* By blocks of wte's rows: dwte[v0:v1] (+)= dlogits[:, v0:v1]^T @ lnf (N, C),
+	 * dlnf (N, C) (+)= dlogits[:, v0:v1] @ wte[v0:v1] */
+	for (int k = 0; k < m->n_chunks; k++) {
+		int v0, v1;
+		gpt2_range_t r = s_chunk(m, k, &v0, &v1);
+		const float *w = s_fetch(m, r);
+		float *g = s_grad_begin(m, r);
+		s_gemm(m, v1 - v0, C, N, dlogits + v0, V, true, a->lnf, false, NULL, g, 0, true);
+		s_gemm(m, N, C, v1 - v0, dlogits + v0, V, false, w, false, NULL, a->dsmall, 0, k > 0);
+		s_grad_end(m, g, r);
+		s_release(m, w);
+	}
+	{
+		const float *P = s_fetch(m, m->r_lnf);
+		float *G = s_grad_begin(m, m->r_lnf);
+		memset(a->dres, 0, (size_t)N * C * sizeof(float));
+		kernel_layernorm_backward(a->dres, G, G + C, a->dsmall, LAYER_SLICE(a->res3, L - 1, C),
+					  a->lnf_mean, a->lnf_rstd, P, N, C);
+		s_grad_end(m, G, m->r_lnf);
+		s_release(m, P);
+	}
 
 	for (int l = L - 1; l >= 0; l--) {
 		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
@@ -622,31 +855,50 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C), *atty = LAYER_SLICE(a->atty, l, C);
 		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
+		const gpt2_range_t r = m->r_layers[l];
+		const float *P = s_fetch(m, r);
+		float *G = s_grad_begin(m, r);
+#define LP(which) s_at(m, P, r.lo, l, (which))
+#define LG(which) s_at(m, G, r.lo, l, (which))
 
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
 		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
-		s_gemm(m, 4 * C, C, N, a->dbig, true, a->dres, false, NULL, s_grad(m, l, T_FCPROJ_W), true);
-		kernel_bias_backward(s_grad(m, l, T_FCPROJ_B), a->dres, N, C);
-		s_gemm(m, N, 4 * C, C, a->dres, false, s_param(m, l, T_FCPROJ_W), true, NULL, a->dbig, false);
+		s_gemm(m, 4 * C, C, N, a->dbig, 0, true, a->dres, false, NULL, LG(T_FCPROJ_W), 0, true);
+		kernel_bias_backward(LG(T_FCPROJ_B), a->dres, N, C);
+		s_gemm(m, N, 4 * C, C, a->dres, 0, false, LP(T_FCPROJ_W), true, NULL, a->dbig, 0, false);
 		kernel_gelu_backward_inplace(a->dbig, fch, (size_t)N * 4 * C);
-		s_gemm(m, C, 4 * C, N, ln2, true, a->dbig, false, NULL, s_grad(m, l, T_FC_W), true);
-		kernel_bias_backward(s_grad(m, l, T_FC_B), a->dbig, N, 4 * C);
-		s_gemm(m, N, C, 4 * C, a->dbig, false, s_param(m, l, T_FC_W), true, NULL, a->dsmall, false);
-		kernel_layernorm_backward(a->dres, s_grad(m, l, T_LN2_W), s_grad(m, l, T_LN2_B), a->dsmall,
-					  res2, LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
-					  s_param(m, l, T_LN2_W), N, C);
+		s_gemm(m, C, 4 * C, N, ln2, 0, true, a->dbig, false, NULL, LG(T_FC_W), 0, true);
+		kernel_bias_backward(LG(T_FC_B), a->dbig, N, 4 * C);
+		s_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FC_W), true, NULL, a->dsmall, 0, false);
+		kernel_layernorm_backward(a->dres, LG(T_LN2_W), LG(T_LN2_B), a->dsmall, res2,
+					  LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
+					  LP(T_LN2_W), N, C);
 
 		/* attention: res2 = x + attn(ln1 @ Wqkv + bqkv) @ Wproj + bproj; dres holds d res2 */
-		s_gemm(m, C, C, N, atty, true, a->dres, false, NULL, s_grad(m, l, T_PROJ_W), true);
-		kernel_bias_backward(s_grad(m, l, T_PROJ_B), a->dres, N, C);
-		s_gemm(m, N, C, C, a->dres, false, s_param(m, l, T_PROJ_W), true, NULL, a->dsmall, false);
+		s_gemm(m, C, C, N, atty, 0, true, a->dres, false, NULL, LG(T_PROJ_W), 0, true);
+		kernel_bias_backward(LG(T_PROJ_B), a->dres, N, C);
+		s_gemm(m, N, C, C, a->dres, 0, false, LP(T_PROJ_W), true, NULL, a->dsmall, 0, false);
 		kernel_attention_backward(a->dbig, a->dsmall, qkv, att, a->att_scratch, B, T, C, H);
-		s_gemm(m, C, 3 * C, N, ln1, true, a->dbig, false, NULL, s_grad(m, l, T_QKV_W), true);
-		kernel_bias_backward(s_grad(m, l, T_QKV_B), a->dbig, N, 3 * C);
-		s_gemm(m, N, C, 3 * C, a->dbig, false, s_param(m, l, T_QKV_W), true, NULL, a->dsmall, false);
-		kernel_layernorm_backward(a->dres, s_grad(m, l, T_LN1_W), s_grad(m, l, T_LN1_B), a->dsmall, x,
+		s_gemm(m, C, 3 * C, N, ln1, 0, true, a->dbig, false, NULL, LG(T_QKV_W), 0, true);
+		kernel_bias_backward(LG(T_QKV_B), a->dbig, N, 3 * C);
+		s_gemm(m, N, C, 3 * C, a->dbig, 0, false, LP(T_QKV_W), true, NULL, a->dsmall, 0, false);
+		kernel_layernorm_backward(a->dres, LG(T_LN1_W), LG(T_LN1_B), a->dsmall, x,
 					  LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
-					  s_param(m, l, T_LN1_W), N, C);
+					  LP(T_LN1_W), N, C);
+#undef LP
+#undef LG
+		s_grad_end(m, G, r);
+		s_release(m, P);
 	}
-	kernel_embed_backward(dwte, dwpe, a->dres, a->inputs, B, T, C);
+	/* The embedding needs no parameters, only somewhere for its gradients. */
+	float *g = s_grad_begin(m, m->r_wpe);
+	kernel_embed_positions_backward(g, a->dres, B, T, C);
+	s_grad_end(m, g, m->r_wpe);
+	for (int k = 0; k < m->n_chunks; k++) {
+		int v0, v1;
+		gpt2_range_t r = s_chunk(m, k, &v0, &v1);
+		g = s_grad_begin(m, r);
+		kernel_embed_tokens_backward(g, v0, v1, a->dres, a->inputs, N, C);
+		s_grad_end(m, g, r);
+	}
 }

@@ -53,6 +53,51 @@ typedef struct {
 
 typedef struct gpt2 gpt2_t;
 
+/* A contiguous range [lo, hi) of the flat buffer, in floats. */
+typedef struct {
+	size_t lo, hi;
+} gpt2_range_t;
+
+/*
+ * Who holds the parameters and gradients (ZeRO, worker/shard.h):
+ *   GPT2_DENSE         the model owns both flat buffers (none, zero1)
+ *   GPT2_STREAM_GRADS  the model owns the parameters; gradients are handed
+ *                      out range by range through the stream during backward
+ *                      (zero2), so no full gradient buffer exists
+ *   GPT2_STREAM_ALL    parameters too are fetched range by range, just before
+ *                      each use (zero3); gpt2_params is NULL
+ * A range is a whole layer, ln_f, wpe, or a block of wte rows no larger than
+ * a layer (gpt2_max_range floats at most). Forward fetches wpe, the wte
+ * blocks, layers 0..L-1, ln_f and the wte blocks again (the tied LM head);
+ * backward the wte blocks, ln_f and layers L-1..0, and hands out gradients
+ * for the wte blocks (LM head), ln_f, layers L-1..0, wpe and the wte blocks
+ * again (the embedding): a wte block gets two gradient ranges per backward.
+ * In GPT2_DENSE the LM head is one block of all V rows and the results are
+ * the same bits as before streaming existed.
+ */
+typedef enum {
+	GPT2_DENSE = 0,
+	GPT2_STREAM_GRADS,
+	GPT2_STREAM_ALL,
+} gpt2_streaming_t;
+
+/* The trainer's side of streaming; called on the thread that runs forward
+ * and backward, never with a range larger than gpt2_max_range. */
+typedef struct {
+	void *ctx;
+	/* GPT2_STREAM_ALL: the parameters of r (valid until release), with the
+	 * range the model will fetch next as a prefetch hint (empty when none).
+	 * Must not fail: on a communication error return any buffer of the right
+	 * size and report the error from elsewhere (the results are garbage). */
+	const float *(*fetch)(void *ctx, gpt2_range_t r, gpt2_range_t next);
+	void (*release)(void *ctx, const float *p);
+	/* GPT2_STREAM_GRADS and _ALL: a zeroed buffer of r.hi - r.lo floats for
+	 * the gradients of r; grad_end hands it back with this backward's
+	 * gradients of r (scaled by loss_scale), to be reduced and accumulated. */
+	float *(*grad_begin)(void *ctx, gpt2_range_t r);
+	void (*grad_end)(void *ctx, float *g, gpt2_range_t r);
+} gpt2_stream_t;
+
 /*
  * Create a model for batches of up to max_B sequences of up to max_T tokens
  * (max_T <= cfg->seq_len). Allocates the parameters, the gradients and the
@@ -64,12 +109,25 @@ typedef struct gpt2 gpt2_t;
 gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
                     char *err, size_t errlen);
 
+/*
+ * gpt2_create with the parameters and gradients held as `mode` says and, for
+ * modes other than GPT2_DENSE, the stream's functions (copied; ctx
+ * borrowed). Same errors as gpt2_create.
+ */
+gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
+                             gpt2_precision_t precision, gpt2_streaming_t mode,
+                             const gpt2_stream_t *stream, char *err, size_t errlen);
+
+/* The largest range a streamed model fetches or hands out, in floats. */
+size_t gpt2_max_range(const gpt2_t *m);
+
 /* Free everything; accepts NULL. */
 void gpt2_free(gpt2_t *m);
 
 const gpt2_config_t *gpt2_config(const gpt2_t *m);
 
-/* The flat buffers (borrowed; valid until gpt2_free). */
+/* The flat buffers (borrowed; valid until gpt2_free); NULL when streamed
+ * (gradients from GPT2_STREAM_GRADS, both with GPT2_STREAM_ALL). */
 size_t gpt2_num_params(const gpt2_t *m);
 float *gpt2_params(gpt2_t *m);
 float *gpt2_grads(gpt2_t *m);
@@ -79,7 +137,10 @@ int gpt2_num_tensors(const gpt2_t *m);
 const gpt2_tensor_t *gpt2_tensor(const gpt2_t *m, int i);
 const gpt2_tensor_t *gpt2_tensor_by_name(const gpt2_t *m, const char *name);
 
-/* Bytes held for parameters, gradients and activations. */
+/* Bytes the model holds: its parameter buffer (with the bf16 copy), its
+ * gradient buffer (0 when streamed), and the activation arena. */
+size_t gpt2_param_bytes(const gpt2_t *m);
+size_t gpt2_grad_bytes(const gpt2_t *m);
 size_t gpt2_activation_bytes(const gpt2_t *m);
 
 /*
@@ -88,6 +149,10 @@ size_t gpt2_activation_bytes(const gpt2_t *m);
  * biases 0, LayerNorm weight 1 and bias 0. Same seed, same bits.
  */
 void gpt2_init_params(gpt2_t *m, uint64_t seed);
+
+/* The same initial values for params [lo, hi) only, into out (hi - lo
+ * floats): the bits gpt2_init_params puts there (a ZeRO-3 shard). */
+void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float *out);
 
 /*
  * Forward pass on inputs (B, T) of token ids in [0, vocab_size). When targets
@@ -101,7 +166,7 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
  * next gpt2_backward, which overwrites them in place with their gradient. */
 const float *gpt2_logits(const gpt2_t *m);
 
-/* Set every gradient to zero. */
+/* Set every gradient to zero (nothing when the gradients are streamed). */
 void gpt2_zero_grad(gpt2_t *m);
 
 /*

@@ -139,42 +139,55 @@ static inline float s_exp_sum(const float *x, int n, float shift)
 	return s_lanes_total(acc);
 }
 
-KERNEL_CLONES void kernel_embed_forward(float *out, const int32_t *inputs, const float *wte, const float *wpe,
-                          int B, int T, int C)
+KERNEL_CLONES void kernel_embed_positions(float *out, const float *wpe, int B, int T, int C)
 {
 	int N = B * T;
 #pragma omp parallel for schedule(static)
+	for (int n = 0; n < N; n++)
+		memcpy(out + (size_t)n * C, wpe + (size_t)(n % T) * C, (size_t)C * sizeof(float));
+}
+
+KERNEL_CLONES void kernel_embed_tokens(float *out, const int32_t *inputs, const float *w, int v0, int v1,
+                         int N, int C)
+{
+#pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
-		const float *e = wte + (size_t)inputs[n] * C;
-		const float *p = wpe + (size_t)(n % T) * C;
+		if (inputs[n] < v0 || inputs[n] >= v1)
+			continue;
+		const float *e = w + (size_t)(inputs[n] - v0) * C;
 		float *o = out + (size_t)n * C;
 		for (int c = 0; c < C; c++)
-			o[c] = e[c] + p[c];
+			o[c] = e[c] + o[c];
 	}
 }
 
-KERNEL_CLONES void kernel_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inputs,
-                           int B, int T, int C)
+KERNEL_CLONES void kernel_embed_positions_backward(float *dwpe, const float *dout, int B, int T, int C)
 {
-	int N = B * T;
-	int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
-	/* Tokens repeat, so split by columns: each element is summed in row order. */
-#pragma omp parallel for schedule(static)
-	for (int blk = 0; blk < n_blocks; blk++) {
-		int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
-		for (int n = 0; n < N; n++) {
-			float *g = dwte + (size_t)inputs[n] * C;
-			const float *d = dout + (size_t)n * C;
-			for (int c = c0; c < c1; c++)
-				g[c] += d[c];
-		}
-	}
 #pragma omp parallel for schedule(static)
 	for (int t = 0; t < T; t++) {
 		float *g = dwpe + (size_t)t * C;
 		for (int b = 0; b < B; b++) {
 			const float *d = dout + ((size_t)b * T + t) * C;
 			for (int c = 0; c < C; c++)
+				g[c] += d[c];
+		}
+	}
+}
+
+KERNEL_CLONES void kernel_embed_tokens_backward(float *dw, int v0, int v1, const float *dout,
+                                  const int32_t *inputs, int N, int C)
+{
+	int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+	/* Tokens repeat, so split by columns: each element is summed in row order. */
+#pragma omp parallel for schedule(static)
+	for (int blk = 0; blk < n_blocks; blk++) {
+		int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+		for (int n = 0; n < N; n++) {
+			if (inputs[n] < v0 || inputs[n] >= v1)
+				continue;
+			float *g = dw + (size_t)(inputs[n] - v0) * C;
+			const float *d = dout + (size_t)n * C;
+			for (int c = c0; c < c1; c++)
 				g[c] += d[c];
 		}
 	}
@@ -519,7 +532,8 @@ static inline uint16_t s_bf16(float f)
 
 #define TILE 32
 
-KERNEL_CLONES void kernel_to_bf16_transposed(uint16_t *dst, const float *src, size_t rows, size_t cols)
+KERNEL_CLONES void kernel_to_bf16_transposed(uint16_t *dst, const float *src, size_t rows, size_t cols,
+                                           size_t ld)
 {
 	size_t n_tiles = (cols + TILE - 1) / TILE;
 	/* by tiles of TILE source columns (= destination rows) */
@@ -530,7 +544,7 @@ KERNEL_CLONES void kernel_to_bf16_transposed(uint16_t *dst, const float *src, si
 			size_t r1 = r0 + TILE < rows ? r0 + TILE : rows;
 			for (size_t c = c0; c < c1; c++)
 				for (size_t r = r0; r < r1; r++)
-					dst[c * rows + r] = s_bf16(src[r * cols + c]);
+					dst[c * rows + r] = s_bf16(src[r * ld + c]);
 		}
 	}
 }
@@ -540,6 +554,15 @@ KERNEL_CLONES void kernel_to_bf16(uint16_t *dst, const float *src, size_t n)
 #pragma omp parallel for simd schedule(static)
 	for (size_t i = 0; i < n; i++)
 		dst[i] = s_bf16(src[i]);
+}
+
+KERNEL_CLONES void kernel_to_bf16_rows(uint16_t *dst, const float *src, size_t rows, size_t cols,
+                                     size_t ld)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < rows; r++)
+		for (size_t c = 0; c < cols; c++)
+			dst[r * cols + c] = s_bf16(src[r * ld + c]);
 }
 
 void kernel_flush_denormals(void)

@@ -21,12 +21,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* out (B, T, C) = wte[inputs] + wpe[t] */
-void kernel_embed_forward(float *out, const int32_t *inputs, const float *wte, const float *wpe,
-                          int B, int T, int C);
-/* dwte (V, C) += scatter of dout by token; dwpe (maxT, C) += sum over b of dout */
-void kernel_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inputs,
-                           int B, int T, int C);
+/*
+ * The embedding, out (B, T, C) = wte[inputs] + wpe[t], in two parts so that
+ * wte can come in blocks of rows (ZeRO-3): kernel_embed_positions sets out
+ * to wpe[t], then kernel_embed_tokens adds w[token - v0] for the tokens in
+ * [v0, v1), w holding rows v0..v1 of wte. Covering [0, V) in any number of
+ * blocks gives the same bits as one.
+ */
+void kernel_embed_positions(float *out, const float *wpe, int B, int T, int C);
+void kernel_embed_tokens(float *out, const int32_t *inputs, const float *w, int v0, int v1, int N,
+                         int C);
+/* dwpe (maxT, C) += sum over b of dout (B, T, C) */
+void kernel_embed_positions_backward(float *dwpe, const float *dout, int B, int T, int C);
+/* dw (v1 - v0, C) += dout rows scattered by token, for the tokens in [v0, v1);
+ * each element summed in row order, so blocks give the same bits as one */
+void kernel_embed_tokens_backward(float *dw, int v0, int v1, const float *dout,
+                                  const int32_t *inputs, int N, int C);
 
 /* out (N, C) = LayerNorm(x) * w + b, eps 1e-5; mean, rstd (N) kept for backward */
 void kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
@@ -78,7 +88,11 @@ void kernel_flush_denormals(void);
 void kernel_to_bf16(uint16_t *dst, const float *src, size_t n);
 
 /* dst (cols, rows) = bf16(src (rows, cols))^T: the conversion and a transpose
- * in one pass (oneDNN's bf16 GEMMs are faster on row-major operands) */
-void kernel_to_bf16_transposed(uint16_t *dst, const float *src, size_t rows, size_t cols);
+ * in one pass (oneDNN's bf16 GEMMs are faster on row-major operands); src's
+ * rows are `ld` floats apart (ld >= cols) */
+void kernel_to_bf16_transposed(uint16_t *dst, const float *src, size_t rows, size_t cols, size_t ld);
+
+/* dst (rows, cols) dense = bf16(src (rows, cols)) with src's rows `ld` apart */
+void kernel_to_bf16_rows(uint16_t *dst, const float *src, size_t rows, size_t cols, size_t ld);
 
 #endif

@@ -26,6 +26,7 @@
 
 typedef struct {
 	int M, N, K;
+	int64_t lda, ldc;
 	bool trans_a, trans_b, has_bias, accumulate;
 	dnnl_primitive_t prim;
 	dnnl_memory_t src, weights, bias, dst;
@@ -127,20 +128,24 @@ int matmul_cache_size(const matmul_cache_t *c)
 }
 
 /* A row-major (rows, cols) matrix, or its transpose when `trans` (stored as
- * (cols, rows)), as a 2-D memory descriptor of logical shape (rows, cols). */
-static void s_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, bool trans, dnnl_data_type_t dt)
+ * (cols, rows)), as a 2-D memory descriptor of logical shape (rows, cols).
+ * `ld` is the distance between stored rows (cols, or rows when trans, for a
+ * dense matrix). */
+static void s_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, bool trans, int64_t ld,
+                 dnnl_data_type_t dt)
 {
 	dnnl_dims_t dims = {rows, cols};
-	dnnl_dims_t strides = {cols, 1};
+	dnnl_dims_t strides = {ld, 1};
 	if (trans) {
 		strides[0] = 1;
-		strides[1] = rows;
+		strides[1] = ld;
 	}
 	DNNL_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides));
 }
 
-static matmul_entry_t *s_entry_create(matmul_cache_t *c, int M, int N, int K, bool trans_a,
-                                      bool trans_b, bool has_bias, bool accumulate)
+static matmul_entry_t *s_entry_create(matmul_cache_t *c, int M, int N, int K, int64_t lda,
+                                      bool trans_a, bool trans_b, bool has_bias, int64_t ldc,
+                                      bool accumulate)
 {
 	if (c->n_entries == c->cap_entries) {
 		int cap = c->cap_entries ? 2 * c->cap_entries : 16;
@@ -157,6 +162,8 @@ static matmul_entry_t *s_entry_create(matmul_cache_t *c, int M, int N, int K, bo
 	e->M = M;
 	e->N = N;
 	e->K = K;
+	e->lda = lda;
+	e->ldc = ldc;
 	e->trans_a = trans_a;
 	e->trans_b = trans_b;
 	e->has_bias = has_bias;
@@ -164,10 +171,10 @@ static matmul_entry_t *s_entry_create(matmul_cache_t *c, int M, int N, int K, bo
 
 	dnnl_data_type_t in_dt = c->bf16 ? dnnl_bf16 : dnnl_f32;
 	dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
-	s_md(&src_md, M, K, trans_a, in_dt);
-	s_md(&wei_md, K, N, trans_b, in_dt);
-	s_md(&bias_md, 1, N, false, dnnl_f32);
-	s_md(&dst_md, M, N, false, dnnl_f32);
+	s_md(&src_md, M, K, trans_a, lda, in_dt);
+	s_md(&wei_md, K, N, trans_b, trans_b ? K : N, in_dt);
+	s_md(&bias_md, 1, N, false, N, dnnl_f32);
+	s_md(&dst_md, M, N, false, ldc, dnnl_f32);
 
 	dnnl_matmul_desc_t desc;
 	DNNL_CHECK(dnnl_matmul_desc_init(&desc, &src_md, &wei_md, has_bias ? &bias_md : NULL, &dst_md));
@@ -198,18 +205,30 @@ static matmul_entry_t *s_entry_create(matmul_cache_t *c, int M, int N, int K, bo
 void matmul_run(matmul_cache_t *c, int M, int N, int K, const void *A, bool trans_a, const void *B,
                 bool trans_b, const float *bias, float *C, bool accumulate)
 {
+	matmul_run_ld(c, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate);
+}
+
+void matmul_run_ld(matmul_cache_t *c, int M, int N, int K, const void *A, int64_t lda, bool trans_a,
+                   const void *B, bool trans_b, const float *bias, float *C, int64_t ldc,
+                   bool accumulate)
+{
+	if (lda == 0)
+		lda = trans_a ? M : K;
+	if (ldc == 0)
+		ldc = N;
 	bool has_bias = bias != NULL;
 	matmul_entry_t *e = NULL;
 	for (int i = 0; i < c->n_entries; i++) {
 		matmul_entry_t *x = &c->entries[i];
-		if (x->M == M && x->N == N && x->K == K && x->trans_a == trans_a &&
-		    x->trans_b == trans_b && x->has_bias == has_bias && x->accumulate == accumulate) {
+		if (x->M == M && x->N == N && x->K == K && x->lda == lda && x->ldc == ldc &&
+		    x->trans_a == trans_a && x->trans_b == trans_b && x->has_bias == has_bias &&
+		    x->accumulate == accumulate) {
 			e = x;
 			break;
 		}
 	}
 	if (!e)
-		e = s_entry_create(c, M, N, K, trans_a, trans_b, has_bias, accumulate);
+		e = s_entry_create(c, M, N, K, lda, trans_a, trans_b, has_bias, ldc, accumulate);
 
 	/* oneDNN takes non-const handles; it does not write the inputs. */
 	DNNL_CHECK(dnnl_memory_set_data_handle(e->src, (void *)(uintptr_t)A));

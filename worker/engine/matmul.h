@@ -38,6 +38,15 @@ void matmul_cache_free(matmul_cache_t *c);
 void matmul_run(matmul_cache_t *c, int M, int N, int K, const void *A, bool trans_a, const void *B,
                 bool trans_b, const float *bias, float *C, bool accumulate);
 
+/*
+ * matmul_run on sub-matrices: A's stored rows are `lda` elements apart (0:
+ * dense, K or M when trans_a) and C's rows `ldc` apart (0: dense, N), so a
+ * block of columns of a wider matrix is used in place.
+ */
+void matmul_run_ld(matmul_cache_t *c, int M, int N, int K, const void *A, int64_t lda, bool trans_a,
+                   const void *B, bool trans_b, const float *bias, float *C, int64_t ldc,
+                   bool accumulate);
+
 /* Number of primitives created so far (for tests). */
 int matmul_cache_size(const matmul_cache_t *c);
 

@@ -59,7 +59,7 @@ void optim_adamw_update_shard(const gpt2_t *m_model, float *params, const float 
 		size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
 		/* The segment [a, b) as [0, b - a) of shifted pointers. */
 		if (a < b)
-			s_adamw_segment(params + a, grads + (a - lo), m + (a - lo), v + (a - lo), 0,
+			s_adamw_segment(params + (a - lo), grads + (a - lo), m + (a - lo), v + (a - lo), 0,
 					b - a, hp, t->decay);
 	}
 }

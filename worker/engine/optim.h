@@ -34,9 +34,9 @@ void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads
                         size_t lo, size_t hi, const optim_adamw_t *hp);
 
 /*
- * The same update for a ZeRO shard: params[lo, hi) (params indexed like the
- * flat buffer), while grads, m and v hold only the shard: grads[i - lo],
- * m[i - lo], v[i - lo] go with params[i]. Decay follows the tensor table as
+ * The same update for a ZeRO shard: the elements [lo, hi) of the flat
+ * buffer, with params, grads, m and v holding only the shard: params[i - lo],
+ * grads[i - lo], m[i - lo], v[i - lo] are element i. Decay follows the tensor table as
  * above, also where lo or hi falls inside a tensor. Every element gets
  * exactly the arithmetic optim_adamw_update gives it.
  */

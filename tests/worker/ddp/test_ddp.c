@@ -23,22 +23,27 @@
  *                          every rank); a rank dying after step 2 (the other
  *                          returns TRAIN_EXIT_COMM with one line naming the
  *                          gradient all-reduce, long before the timeout).
- *   test_ddp zero W        (W = 2, 3 or 4; global batch 8, or 6 at W 3)
- *                          parallel.sharding zero1 and zero2 against none at
- *                          the same world size and global batch: per-step
- *                          loss, grad norm and validation loss within
- *                          ZERO_REL_TOL (relative), final parameters within
- *                          ZERO_PARAM_TOL (largest absolute difference over
- *                          the largest absolute parameter); every rank ends
- *                          with the same parameter bits; zero1 and zero2 run
- *                          twice agree bit for bit; AdamW state per rank is
- *                          1/W of none's (up to the padding); at W = 3 the
- *                          parameter count is not a multiple of 3 (so the
- *                          last shard is padded). W = 2 also checks that
- *                          zero3 is refused (TRAIN_EXIT_SPEC, message names
- *                          parallel.sharding), and a rank dying under zero1
- *                          makes the other fail (TRAIN_EXIT_COMM) naming the
- *                          reduce-scatter.
+ *   test_ddp zero W        (W = 2, 3 or 4; global batch 8, or 6 at W 3;
+ *                          8 layers, so that one layer is an eighth of the
+ *                          model) parallel.sharding zero1, zero2 and zero3
+ *                          against none at the same world size and global
+ *                          batch: per-step loss, grad norm and validation
+ *                          loss within ZERO_REL_TOL (relative), final
+ *                          parameters within ZERO_PARAM_TOL (largest
+ *                          absolute difference over the largest absolute
+ *                          parameter); every rank ends with the same
+ *                          parameter bits; each mode run twice agrees bit for
+ *                          bit. Memory from the trainer's own accounting:
+ *                          AdamW state per rank is 1/W of none's (up to the
+ *                          padding) in every mode; zero2 and zero3 hold
+ *                          gradients of 1/W of the model plus three
+ *                          layer-sized buffers (two buckets and the
+ *                          reduce-scatter's output); zero3 holds parameters
+ *                          of 1/W plus two layer-sized gather slots. At W = 3
+ *                          the parameter count is not a multiple of 3 (so
+ *                          the last shard is padded). W = 2 also checks that
+ *                          a rank dying under zero1 and under zero3 makes the
+ *                          other fail (TRAIN_EXIT_COMM) naming the collective.
  *
  * The tolerance is what float sums in a different order give over 8 steps;
  * docs/training.md states it. The largest difference seen is printed.
@@ -92,6 +97,7 @@ typedef struct {
 	int stop_at_step;      /* on_step returns 1 here; 0: never */
 	int die_rank, die_step; /* this rank _exits in on_step at this step; die_step 0: never */
 	const char *sharding;  /* parallel.sharding; NULL: the default (none) */
+	int n_layer;           /* 0: 2 */
 } run_cfg_t;
 
 typedef struct {
@@ -141,13 +147,13 @@ static int s_load_spec(const run_cfg_t *cfg, jobspec_t *spec)
 	char json[2048];
 	snprintf(json, sizeof json,
 		 "{\"name\":\"ddp-test\","
-		 "\"model\":{\"n_layer\":2,\"n_head\":2,\"n_embd\":32,\"vocab_size\":256,\"seq_len\":32},"
+		 "\"model\":{\"n_layer\":%d,\"n_head\":2,\"n_embd\":32,\"vocab_size\":256,\"seq_len\":32},"
 		 "\"data\":{\"train\":\"train.txt\",\"val\":\"val.txt\",\"format\":\"text\"},"
 		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":0.003,"
 		 "\"warmup_steps\":2,\"lr_schedule\":\"cosine\",\"min_lr\":0.0003,\"weight_decay\":0.1,"
 		 "\"grad_clip\":0.5,\"seed\":7,\"eval_every\":4,\"eval_batches\":2},"
 		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"}}",
-		 STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W,
+		 cfg->n_layer ? cfg->n_layer : 2, STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W,
 		 cfg->sharding ? cfg->sharding : "none");
 	jobspec_error_t err;
 	if (jobspec_parse(json, strlen(json), spec, &err) < 0) {
@@ -229,6 +235,7 @@ static int s_rank_main(const run_cfg_t *cfg, int rank, const char *tag, const ch
 		.quiet = rank != 0,
 		.on_step = s_on_step,
 		.on_step_ctx = &ctx,
+		.report_params = true,
 	};
 	int rc = train_run(&spec, &opt);
 	comm_free(comm);
@@ -468,103 +475,109 @@ static double s_param_diff(const run_result_t *a, const run_result_t *b)
 	return worst / scale;
 }
 
-/*
- * zero1 and zero2 against none at world size W (global batch 8 with W 2 and
- * 4, 6 with W 3: batch 2 per rank from W 3 on).
- */
+#define ZERO_LAYERS 8
+#define ZERO_MODES 4
+
+/* zero1, zero2 and zero3 against none at world size W (global batch 8 with
+ * W 2 and 4, 6 with W 3: batch 2 per rank from W 3 on). */
 static void s_zero(int W)
 {
-	static run_result_t none, z1, z1_again, z2, z2_again;
+	static const char *modes[ZERO_MODES] = {"none", "zero1", "zero2", "zero3"};
+	static run_result_t runs[ZERO_MODES], again;
 	int B = W == 2 ? 4 : 2;
-	run_cfg_t c_none = {.W = W, .B = B, .A = 1, .use_comm = true, .sharding = "none"};
-	run_cfg_t c_z1 = c_none, c_z2 = c_none;
-	c_z1.sharding = "zero1";
-	c_z2.sharding = "zero2";
-	s_run(&c_none, "none", &none);
-	s_check_clean(&c_none, &none, "none");
-	s_run(&c_z1, "zero1", &z1);
-	s_check_clean(&c_z1, &z1, "zero1");
-	s_run(&c_z1, "zero1-again", &z1_again);
-	s_check_clean(&c_z1, &z1_again, "zero1-again");
-	s_run(&c_z2, "zero2", &z2);
-	s_check_clean(&c_z2, &z2, "zero2");
-	s_run(&c_z2, "zero2-again", &z2_again);
-	s_check_clean(&c_z2, &z2_again, "zero2-again");
-
-	const run_result_t *runs[] = {&none, &z1, &z1_again, &z2, &z2_again};
-	for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-		CHECK(runs[i]->params != NULL);
-		CHECK(runs[i]->params_same);
+	run_cfg_t cfg[ZERO_MODES];
+	for (int i = 0; i < ZERO_MODES; i++) {
+		cfg[i] = (run_cfg_t){.W = W, .B = B, .A = 1, .use_comm = true, .sharding = modes[i],
+				     .n_layer = ZERO_LAYERS};
+		s_run(&cfg[i], modes[i], &runs[i]);
+		s_check_clean(&cfg[i], &runs[i], modes[i]);
+		CHECK(runs[i].params != NULL);
+		CHECK(runs[i].params_same);
+		if (i == 0)
+			continue;
+		/* A rerun is the same bits: losses, norms and parameters. */
+		char tag[64];
+		snprintf(tag, sizeof tag, "%s-again", modes[i]);
+		s_run(&cfg[i], tag, &again);
+		s_check_clean(&cfg[i], &again, tag);
+		CHECK(memcmp(runs[i].steps[0], again.steps[0], sizeof again.steps[0]) == 0);
+		CHECK(s_param_diff(&runs[i], &again) == 0);
 	}
-	CHECK(none.steps[0][STEPS - 1].loss < none.steps[0][0].loss);
+	const run_result_t *none = &runs[0];
+	CHECK(none->steps[0][STEPS - 1].loss < none->steps[0][0].loss);
 
-	/* A rerun is the same bits: losses, norms and parameters. */
-	CHECK(memcmp(z1.steps[0], z1_again.steps[0], sizeof z1.steps[0]) == 0);
-	CHECK(memcmp(z2.steps[0], z2_again.steps[0], sizeof z2.steps[0]) == 0);
-	CHECK(s_param_diff(&z1, &z1_again) == 0);
-	CHECK(s_param_diff(&z2, &z2_again) == 0);
+	for (int i = 1; i < ZERO_MODES; i++) {
+		double d = s_compare(none, &runs[i]), p = s_param_diff(&runs[i], none);
+		fprintf(stderr,
+			"world %d %s: largest relative difference from none (loss, grad norm, val loss"
+			" over %d steps) %.3g (tolerance %.0e); final parameters, largest absolute"
+			" difference over largest parameter %.3g (tolerance %.0e)\n",
+			W, modes[i], STEPS, d, ZERO_REL_TOL, p, ZERO_PARAM_TOL);
+		CHECK(d <= ZERO_REL_TOL);
+		CHECK(p <= ZERO_PARAM_TOL);
+	}
 
-	double d1 = s_compare(&none, &z1), d2 = s_compare(&none, &z2);
-	double p1 = s_param_diff(&z1, &none), p2 = s_param_diff(&z2, &none);
-	fprintf(stderr,
-		"world %d: largest relative difference from none (loss, grad norm, val loss over %d"
-		" steps): zero1 %.3g, zero2 %.3g (tolerance %.0e); final parameters, largest absolute"
-		" difference over largest parameter: zero1 %.3g, zero2 %.3g (tolerance %.0e)\n",
-		W, STEPS, d1, d2, ZERO_REL_TOL, p1, p2, ZERO_PARAM_TOL);
-	CHECK(d1 <= ZERO_REL_TOL);
-	CHECK(d2 <= ZERO_REL_TOL);
-	CHECK(p1 <= ZERO_PARAM_TOL);
-	CHECK(p2 <= ZERO_PARAM_TOL);
-
-	/* Memory: AdamW state per rank is 1/W of none's, up to the padding. */
-	const step_rec_t *n = &none.steps[0][0], *a = &z1.steps[0][0], *b = &z2.steps[0][0];
-	fprintf(stderr,
-		"world %d: %" PRIu64 " params (padded %" PRIu64 "); bytes per rank (params, grads,"
-		" optimizer): none %" PRIu64 ", %" PRIu64 ", %" PRIu64 "; zero1 %" PRIu64 ", %" PRIu64
-		", %" PRIu64 "; zero2 %" PRIu64 ", %" PRIu64 ", %" PRIu64 "\n",
-		W, a->n_params, a->n_params_padded, n->params_bytes, n->grads_bytes, n->optim_bytes,
-		a->params_bytes, a->grads_bytes, a->optim_bytes, b->params_bytes, b->grads_bytes,
-		b->optim_bytes);
-	CHECK(n->optim_bytes == 2 * n->n_params * sizeof(float));
+	/* Memory from the trainer's accounting. A layer of the test model is
+	 * 12 C^2 + 13 C floats, the largest range the engine streams. */
+	const step_rec_t *n = &none->steps[0][0];
+	const uint64_t C = 32, layer = (12 * C * C + 13 * C) * sizeof(float);
+	const uint64_t S = n->n_params / (uint64_t)W + (n->n_params % (uint64_t)W != 0);
+	const uint64_t full = n->n_params * sizeof(float), shard = S * sizeof(float);
+	CHECK(n->optim_bytes == 2 * full);
+	CHECK(n->params_bytes == full && n->grads_bytes == full);
 	CHECK(n->n_params_padded == n->n_params);
-	CHECK(a->n_params == n->n_params);
-	CHECK(a->n_params_padded % (uint64_t)W == 0);
-	CHECK(a->n_params_padded >= a->n_params && a->n_params_padded < a->n_params + (uint64_t)W);
-	CHECK(a->optim_bytes == 2 * a->n_params_padded / (uint64_t)W * sizeof(float));
-	CHECK(a->optim_bytes * (uint64_t)W >= n->optim_bytes);
-	CHECK(a->optim_bytes * (uint64_t)W < n->optim_bytes + 2 * sizeof(float) * (uint64_t)W);
-	CHECK(b->optim_bytes == a->optim_bytes);
-	CHECK(a->params_bytes == n->params_bytes);
+	for (int i = 1; i < ZERO_MODES; i++) {
+		const step_rec_t *z = &runs[i].steps[0][0];
+		fprintf(stderr,
+			"world %d %s: %" PRIu64 " params (padded %" PRIu64 "); bytes per rank, as a"
+			" fraction of none's: params %.3f, grads %.3f, optimizer %.3f (1/W = %.3f, a layer"
+			" %.3f)\n",
+			W, modes[i], z->n_params, z->n_params_padded, (double)z->params_bytes / full,
+			(double)z->grads_bytes / full, (double)z->optim_bytes / (2.0 * full), 1.0 / W,
+			(double)layer / full);
+		CHECK(z->n_params == n->n_params);
+		CHECK(z->n_params_padded == S * (uint64_t)W);
+		CHECK(z->n_params_padded >= z->n_params && z->n_params_padded < z->n_params + (uint64_t)W);
+		CHECK(z->optim_bytes == 2 * shard);
+		if (i == 1) { /* zero1: the full gradient, plus the reduced shard */
+			CHECK(z->params_bytes == full);
+			CHECK(z->grads_bytes == full + shard);
+		} else { /* zero2, zero3: the shard, two buckets, the reduce-scatter's output */
+			CHECK(z->grads_bytes == shard + 2 * layer + (shard < layer ? shard : layer));
+		}
+		if (i == 2)
+			CHECK(z->params_bytes == full);
+		if (i == 3) /* zero3: the shard and two gather slots */
+			CHECK(z->params_bytes == shard + 2 * layer);
+	}
 	if (W == 3) /* the last shard is padded */
-		CHECK(a->n_params % 3 != 0 && a->n_params_padded > a->n_params);
-	CHECK(s_file_has(z1.out_path[0], "parallel.sharding zero1: memory per rank: params "));
+		CHECK(n->n_params % 3 != 0);
+	CHECK(s_file_has(runs[1].out_path[0], "parallel.sharding zero1: memory per rank: params "));
+	CHECK(s_file_has(runs[3].out_path[0], "parallel.sharding zero3: memory per rank: params "));
 
 	if (W == 2) {
+		/* A rank dying: the other names the collective, long before the timeout. */
 		static run_result_t res;
-		run_cfg_t c_z3 = c_none;
-		c_z3.sharding = "zero3";
-		s_run(&c_z3, "zero3", &res);
-		for (int r = 0; r < W; r++) {
-			if (res.rc[r] != TRAIN_EXIT_SPEC)
-				s_dump_log(&res, r);
-			CHECK(res.rc[r] == TRAIN_EXIT_SPEC);
-			CHECK(s_file_has(res.log_path[r],
-					 "ringworker: error: parallel.sharding \"zero3\" is not implemented yet"));
+		static const struct {
+			int mode;
+			const char *message;
+		} deaths[] = {
+			{1, "ringworker: error: reduce-scatter of the gradients failed at step 3"},
+			{3, "ringworker: error: ZeRO gathers and reduce-scatters failed at step 3"},
+		};
+		for (size_t k = 0; k < sizeof deaths / sizeof deaths[0]; k++) {
+			run_cfg_t die = cfg[deaths[k].mode];
+			die.die_rank = 1;
+			die.die_step = 2;
+			s_run(&die, deaths[k].mode == 1 ? "zero1-die" : "zero3-die", &res);
+			CHECK(res.rc[1] == 99);
+			CHECK(res.rc[0] == TRAIN_EXIT_COMM);
+			CHECK(res.n_steps[0] == 2);
+			CHECK(s_file_has(res.log_path[0], deaths[k].message));
+			CHECK(res.seconds < 15); /* the comm timeout is 20 s */
+			if (res.rc[0] != TRAIN_EXIT_COMM || !s_file_has(res.log_path[0], deaths[k].message))
+				s_dump_log(&res, 0);
 		}
-
-		/* A rank dying under zero1: the other names the reduce-scatter. */
-		run_cfg_t die = c_z1;
-		die.die_rank = 1;
-		die.die_step = 2;
-		s_run(&die, "zero1-die", &res);
-		CHECK(res.rc[1] == 99);
-		CHECK(res.rc[0] == TRAIN_EXIT_COMM);
-		CHECK(res.n_steps[0] == 2);
-		CHECK(s_file_has(res.log_path[0],
-				 "ringworker: error: reduce-scatter of the gradients failed at step 3"));
-		CHECK(res.seconds < 15); /* the comm timeout is 20 s */
-		if (res.rc[0] != TRAIN_EXIT_COMM)
-			s_dump_log(&res, 0);
 	}
 }
 

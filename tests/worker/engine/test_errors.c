@@ -78,7 +78,9 @@ int main(void)
 	const gpt2_tensor_t *last = gpt2_tensor(m, gpt2_num_tensors(m) - 1);
 	check(last->offset + last->numel == gpt2_num_params(m) && strcmp(last->name, "ln_f.bias") == 0,
 	      "ln_f.bias closes the flat buffer");
-	check(gpt2_activation_bytes(m) > gpt2_num_params(m) * 8, "activation bytes counts the buffers");
+	check(gpt2_param_bytes(m) == gpt2_num_params(m) * 4, "param bytes count the flat buffer");
+	check(gpt2_grad_bytes(m) == gpt2_num_params(m) * 4, "grad bytes count the flat buffer");
+	check(gpt2_activation_bytes(m) > 0, "activation bytes count the arena");
 	gpt2_free(m);
 	gpt2_free(NULL);
 
