@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "export.h"
 #include "report.h"
 #include "table.h"
 
@@ -664,7 +665,67 @@ static int print_field(const char *key, const json_t *value, size_t key_width)
 	return CTL_EXIT_OK;
 }
 
-/* Prints "key: value" lines for a job, then its spec as indented JSON. */
+/* "1.5 MiB" for a byte count (a JSON integer); NULL for anything else. */
+static const char *bytes_text(const json_t *v, char *buf, size_t buf_len)
+{
+	if (!json_is_integer(v))
+		return NULL;
+	double n = (double)json_integer_value(v);
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	size_t u = 0;
+	while (n >= 1024 && u + 1 < sizeof units / sizeof units[0]) {
+		n /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, buf_len, "%.0f B", n);
+	else
+		snprintf(buf, buf_len, "%.1f %s", n, units[u]);
+	return buf;
+}
+
+/* Prints the ranks of a job's current attempt (GET /v1/jobs/{id}'s "ranks")
+ * as an indented table with the memory each holds; nothing when empty. */
+static int print_job_ranks(const json_t *ranks)
+{
+	if (!json_is_array(ranks) || json_array_size(ranks) == 0)
+		return CTL_EXIT_OK;
+	static const char *const headers[] = {"  RANK", "NODE", "DEVICE", "STATE", "PARAMS", "GRADS", "OPTIMIZER",
+	                                      "ACTIVATIONS"};
+	static const char *const mem_keys[] = {"params_bytes", "grads_bytes", "optim_bytes", "activations_bytes"};
+	table_t *table = table_new(8, headers);
+	if (!table)
+		return out_of_memory();
+	int status = CTL_EXIT_OK;
+	size_t i;
+	json_t *r;
+	json_array_foreach(ranks, i, r) {
+		char b[8][128];
+		const json_t *dev = json_object_get(r, "device");
+		const json_t *mem = json_object_get(r, "memory");
+		const char *rank = field_text(r, "rank", b[1], sizeof b[1]);
+		snprintf(b[0], sizeof b[0], "  %s", or_dash(rank));
+		snprintf(b[2], sizeof b[2], "%s:%s", or_dash(field_text(dev, "kind", b[3], sizeof b[3])),
+		         or_dash(field_text(dev, "index", b[4], sizeof b[4])));
+		const char *cells[8] = {b[0], field_text(r, "node", b[1], sizeof b[1]), b[2],
+		                        field_text(r, "state", b[3], sizeof b[3])};
+		for (int k = 0; k < 4; k++)
+			cells[4 + k] = bytes_text(json_object_get(mem, mem_keys[k]), b[4 + k], sizeof b[4 + k]);
+		if (table_add_row(table, cells) < 0) {
+			status = out_of_memory();
+			break;
+		}
+	}
+	if (status == CTL_EXIT_OK) {
+		printf("ranks:\n");
+		table_print(table, stdout);
+	}
+	table_free(table);
+	return status;
+}
+
+/* Prints "key: value" lines for a job, its ranks (with their memory) as a
+ * table, then its spec as indented JSON. */
 static int print_job(const json_t *job)
 {
 	static const char *const order[] = {"id",         "name",       "state",      "state_reason",
@@ -675,7 +736,7 @@ static int print_job(const json_t *job)
 	const char *key;
 	json_t *value;
 	json_object_foreach((json_t *)job, key, value) {
-		if (strcmp(key, "spec") != 0 && strlen(key) > key_width)
+		if (strcmp(key, "spec") != 0 && strcmp(key, "ranks") != 0 && strlen(key) > key_width)
 			key_width = strlen(key);
 	}
 	/* Known fields first, in a fixed order; then whatever else the server sent. */
@@ -685,12 +746,14 @@ static int print_job(const json_t *job)
 			return CTL_EXIT_FAILED;
 	}
 	json_object_foreach((json_t *)job, key, value) {
-		bool known = strcmp(key, "spec") == 0;
+		bool known = strcmp(key, "spec") == 0 || strcmp(key, "ranks") == 0;
 		for (size_t i = 0; i < n_order && !known; i++)
 			known = strcmp(key, order[i]) == 0;
 		if (!known && print_field(key, value, key_width) != CTL_EXIT_OK)
 			return CTL_EXIT_FAILED;
 	}
+	if (print_job_ranks(json_object_get(job, "ranks")) != CTL_EXIT_OK)
+		return CTL_EXIT_FAILED;
 	const json_t *spec = json_object_get(job, "spec");
 	if (spec) {
 		char *text = json_dumps(spec, JSON_INDENT(2) | DUMP_FLAGS | JSON_ENCODE_ANY);
@@ -764,6 +827,66 @@ static int run_cancel(cmd_ctx_t *ctx, int argc, char **argv)
 		free(safe_id);
 	}
 	json_decref(job);
+	rest_response_clear(&response);
+	return status;
+}
+
+/* ---- checkpoints ---------------------------------------------------------- */
+
+static int run_checkpoints(cmd_ctx_t *ctx, int argc, char **argv)
+{
+	static const struct option long_opts[] = {COMMON_LONG_OPTS, {0, 0, 0, 0}};
+	const cmd_t *cmd = cmd_find("checkpoints");
+	cmd_opts_t opts = {0};
+	int first, status;
+	if (parse_options(ctx, cmd, argc, argv, ":h", long_opts, &opts, &first, &status) < 0 ||
+	    expect_args(cmd, argc, first, 1, &status) < 0)
+		return status;
+	char *path = job_path(ctx, argv[first], "/checkpoints");
+	if (!path)
+		return out_of_memory();
+	rest_response_t response;
+	json_t *doc;
+	status = request_json(ctx, "GET", path, NULL, 0, NULL, &response, &doc);
+	free(path);
+	if (status != CTL_EXIT_OK)
+		return status;
+	if (ctx->json) {
+		print_raw(&response);
+		goto out;
+	}
+	static const char *const headers[] = {"STEP", "COMMITTED", "SIZE", "WORLD", "ATTEMPT", "PATH"};
+	table_t *table = table_new(6, headers);
+	if (!table) {
+		status = out_of_memory();
+		goto out;
+	}
+	size_t i;
+	json_t *c;
+	json_array_foreach(json_object_get(doc, "checkpoints"), i, c) {
+		char b[6][256], when[64];
+		const char *cells[6] = {
+			field_text(c, "step", b[0], sizeof b[0]),
+			short_time(field_text(c, "committed_at", b[1], sizeof b[1]), when, sizeof when),
+			bytes_text(json_object_get(c, "bytes"), b[2], sizeof b[2]),
+			field_text(c, "world_size", b[3], sizeof b[3]),
+			field_text(c, "attempt", b[4], sizeof b[4]),
+			field_text(c, "path", b[5], sizeof b[5]),
+		};
+		if (table_add_row(table, cells) < 0) {
+			status = out_of_memory();
+			break;
+		}
+	}
+	if (status == CTL_EXIT_OK) {
+		if (table_n_rows(table) == 0)
+			printf("no committed checkpoints\n");
+		else
+			table_print(table, stdout);
+	}
+	table_free(table);
+out:
+	json_decref(doc);
 	rest_response_clear(&response);
 	return status;
 }
@@ -989,7 +1112,13 @@ static const cmd_t commands[] = {
 	{"metrics", run_metrics, "[--since STEP] [--follow] ID",
 	 "Print a job's training metrics (step, loss, validation loss, lr, tokens/s); --follow keeps"
 	 " printing new steps until the job ends, then exits 0 if it succeeded."},
+	{"checkpoints", run_checkpoints, "ID",
+	 "List a job's committed checkpoints, newest first (step, time, size, path)."},
 	{"workers", run_workers, "", "List the worker nodes known to the coordinator."},
+	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] -o FILE",
+	 "Write a snapshot's model weights as one Hugging Face safetensors file (local: reads the"
+	 " checkpoint folder, verifies checksums; JOB is looked up under --root,"
+	 " $RINGMASTER_CHECKPOINT_ROOT or " EXPORT_DEFAULT_ROOT ")."},
 };
 
 const cmd_t *cmd_find(const char *name)

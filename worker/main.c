@@ -24,6 +24,7 @@ extern const char train_default_spec[]; /* generated from jobs/default.json */
 static void s_usage(FILE *f)
 {
 	fputs("usage: ringworker train [--spec FILE] [--steps N] [--json] [--data-root DIR]\n"
+	      "                        [--checkpoint-dir DIR [--resume]]\n"
 	      "       ringworker agent --coordinator tcp://HOST:PORT [--devices cpu:N|auto] [--node NAME]\n"
 	      "                        [--data-root DIR] [--advertise ADDR] [--kill-grace-ms MS]\n"
 	      "       ringworker --help | --version\n"
@@ -35,6 +36,9 @@ static void s_usage(FILE *f)
 	      "  --steps N        run N steps instead of train.steps (the lr schedule stays the spec's)\n"
 	      "  --json           one JSON object per step on stdout\n"
 	      "  --data-root DIR  resolve relative data paths against DIR (default: the current directory)\n"
+	      "  --checkpoint-dir DIR  write a snapshot every checkpoint.every_steps steps and after\n"
+	      "                   the last into DIR/step-<N>/ (retention: checkpoint.keep_last/keep_every)\n"
+	      "  --resume         start from the newest good snapshot in --checkpoint-dir, if any\n"
 	      "\n"
 	      "Threads: OMP_NUM_THREADS, default all cores.\n"
 	      "Exit status: 0 done, 1 usage, 2 bad spec, 3 data error, 4 out of memory, 5 diverged.\n"
@@ -60,6 +64,8 @@ static int s_cmd_train(int argc, char **argv)
 		{"steps", required_argument, NULL, 'n'},
 		{"json", no_argument, NULL, 'j'},
 		{"data-root", required_argument, NULL, 'd'},
+		{"checkpoint-dir", required_argument, NULL, 'c'},
+		{"resume", no_argument, NULL, 'r'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -72,6 +78,8 @@ static int s_cmd_train(int argc, char **argv)
 		case 's': spec_path = optarg; break;
 		case 'j': opt.json = true; break;
 		case 'd': opt.data_root = optarg; break;
+		case 'c': opt.checkpoint_dir = optarg; break;
+		case 'r': opt.resume = true; break;
 		case 'n': {
 			char *end;
 			errno = 0;
@@ -90,6 +98,10 @@ static int s_cmd_train(int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "ringworker: error: unexpected argument '%s'\n", argv[optind]);
+		return TRAIN_EXIT_USAGE;
+	}
+	if (opt.resume && !opt.checkpoint_dir) {
+		fprintf(stderr, "ringworker: error: --resume needs --checkpoint-dir DIR (where the snapshots are)\n");
 		return TRAIN_EXIT_USAGE;
 	}
 

@@ -51,12 +51,14 @@
  */
 #include "train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <omp.h>
@@ -65,6 +67,7 @@
 #include "gpt2.h"
 #include "optim.h"
 #include "shard.h"
+#include "snapw.h"
 
 #define ADAM_BETA1 0.9
 #define ADAM_BETA2 0.95
@@ -114,6 +117,15 @@ typedef struct {
 
 	int32_t *inputs;  /* (B, T) */
 	int32_t *targets; /* (B, T) */
+
+	/* Snapshots (opt->checkpoint_dir) and resuming. */
+	snapw_t *snapw;
+	snap_tensor_t *snap_tensors; /* (n_tensors) the model's table for manifests */
+	int64_t snap_step;           /* step of the write in flight or unreported; 0: none */
+	uint64_t snap_cursor;        /* the data cursor after that step */
+	int64_t start_step;          /* 1, or the resumed snapshot's step + 1 */
+	double load_ms;
+	char skipped[1024];          /* snapshots passed over on resume */
 
 	train_times_t times;
 } train_t;
@@ -343,6 +355,8 @@ static void s_teardown(train_t *t)
 	free(t->norm_parts);
 	free(t->norm_counts);
 	free(t->params_full);
+	snapw_free(t->snapw);
+	free(t->snap_tensors);
 	shard_free(t->zero);
 	gpt2_free(t->model);
 	data_source_free(t->val_src);
@@ -652,6 +666,287 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 	fflush(f);
 }
 
+/* ---- snapshots ---- */
+
+/* The range of the flat buffer this rank writes: its ZeRO shard, or under
+ * `none` (every rank holds everything) the same slice, so that all ranks
+ * write in parallel and the layout is one for every mode. */
+static void s_snap_range(const train_t *t, int64_t *ret_lo, int64_t *ret_count)
+{
+	snap_shard_range((int64_t)t->n_params, t->W, t->rank, ret_lo, ret_count);
+}
+
+/* mkdir that accepts an existing folder. */
+static int s_mkdir(const char *path)
+{
+	if (mkdir(path, 0755) == 0 || errno == EEXIST)
+		return 0;
+	return -errno;
+}
+
+/* Everything a manifest of `step` says but its files. The JSON objects are
+ * new references; s_manifest_clear drops them. */
+static void s_manifest(const train_t *t, int64_t step, uint64_t cursor, snap_manifest_t *m)
+{
+	const jobspec_t *sp = t->spec;
+	memset(m, 0, sizeof *m);
+	m->step = step;
+	m->world_size = t->W;
+	snprintf(m->sharding, sizeof m->sharding, "%s", jobspec_sharding_name(sp->parallel.sharding));
+	m->n_params = (int64_t)t->n_params;
+	m->adam_t = step;
+	m->data_cursor = json_pack("{s:I, s:I}", "cursor", (json_int_t)cursor, "global_batch",
+				   (json_int_t)((int64_t)t->B * t->A * t->W));
+	m->rng = json_pack("{s:I, s:s}", "seed", (json_int_t)sp->train.seed, "sampler",
+			   "permutation of (seed, global sample index); no other random state");
+	m->model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", "gpt2", "n_layer",
+			     sp->model.n_layer, "n_head", sp->model.n_head, "n_embd", sp->model.n_embd,
+			     "vocab_size", sp->model.vocab_size, "seq_len", sp->model.seq_len);
+	m->n_tensors = gpt2_num_tensors(t->model);
+	m->tensors = t->snap_tensors;
+}
+
+static void s_manifest_clear(snap_manifest_t *m)
+{
+	json_decref(m->data_cursor);
+	json_decref(m->rng);
+	json_decref(m->model);
+}
+
+int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
+                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen)
+{
+	DIR *d = opendir(job_dir);
+	if (!d) {
+		int e = errno;
+		snprintf(err, errlen, "cannot list %s: %s", job_dir, strerror(e));
+		return -e;
+	}
+	int64_t *steps = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		long long st;
+		int used = 0;
+		if (sscanf(e->d_name, "step-%lld%n", &st, &used) != 1 || e->d_name[used] != '\0')
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			int64_t *grown = realloc(steps, cap * sizeof *steps);
+			if (!grown) {
+				free(steps);
+				closedir(d);
+				snprintf(err, errlen, "out of memory");
+				return -ENOMEM;
+			}
+			steps = grown;
+		}
+		steps[n++] = st;
+	}
+	closedir(d);
+	bool *keep = calloc(n ? n : 1, sizeof(bool));
+	if (!keep) {
+		free(steps);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	snap_retention(steps, n, keep_last, keep_every, keep);
+	int deleted = 0, rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (keep[i])
+			continue;
+		char name[SNAP_DIRNAME_MAX], path[4096];
+		snprintf(path, sizeof path, "%s/%s", job_dir, snap_step_dirname(steps[i], name, sizeof name));
+		rc = snap_remove(path, err, errlen);
+		if (rc == 0 && deleted < max_deleted)
+			ret_deleted[deleted++] = steps[i];
+	}
+	free(keep);
+	free(steps);
+	return rc < 0 ? rc : deleted;
+}
+
+/* One process alone: its shard is the whole snapshot; commit it and apply
+ * retention. */
+static void s_commit_alone(train_t *t, const train_snapshot_t *snap)
+{
+	snap_manifest_t m = *snap->manifest;
+	snap_file_t file = {.rank = 0, .lo = 0, .count = (int64_t)t->n_params,
+			    .bytes = snap->shard->bytes};
+	snprintf(file.name, sizeof file.name, "%s", snap->shard->name);
+	memcpy(file.xxh3, snap->shard->xxh3, sizeof file.xxh3);
+	m.n_files = 1;
+	m.files = &file;
+	char err[1024];
+	if (snap_commit(snap->tmp_dir, snap->final_dir, &m, err, sizeof err) < 0) {
+		s_error(t, 0, "snapshot of step %" PRId64 " not committed: %s", snap->step, err);
+		return;
+	}
+	int64_t deleted[64];
+	if (train_snapshot_retention(t->opt->checkpoint_dir, t->spec->checkpoint.keep_last,
+				     t->spec->checkpoint.keep_every, deleted, 64, err, sizeof err) < 0)
+		s_error(t, 0, "snapshot retention in %s: %s", t->opt->checkpoint_dir, err);
+}
+
+/* Hand a finished write to the caller (or commit it alone). */
+static void s_snapshot_report(train_t *t, const snapw_result_t *res)
+{
+	if (res->status < 0) {
+		s_error(t, 0, "snapshot of step %" PRId64 " not written: %s", res->step, res->error);
+		return;
+	}
+	char name[SNAP_DIRNAME_MAX], tmp[4096 + 8], fin[4096];
+	snap_step_dirname(res->step, name, sizeof name);
+	snprintf(fin, sizeof fin, "%s/%s", t->opt->checkpoint_dir, name);
+	snprintf(tmp, sizeof tmp, "%s.tmp", fin);
+	snap_manifest_t m;
+	s_manifest(t, res->step, t->snap_cursor, &m);
+	train_snapshot_t snap = {res->step, tmp, fin, &res->shard, &m, (double)res->write_us / 1e3};
+	if (t->opt->on_snapshot)
+		t->opt->on_snapshot(t->opt->on_snapshot_ctx, &snap);
+	else if (!t->comm)
+		s_commit_alone(t, &snap);
+	s_manifest_clear(&m);
+}
+
+/* Report the write in flight once it is done; with `wait`, wait for it. */
+static void s_snapshot_poll(train_t *t, bool wait)
+{
+	if (!t->snap_step)
+		return;
+	snapw_result_t res;
+	int done = wait ? (snapw_wait(t->snapw, &res), 1) : snapw_poll(t->snapw, &res);
+	if (done != 1)
+		return;
+	t->snap_step = 0;
+	s_snapshot_report(t, &res);
+}
+
+/* Copy this rank's state after `step` aside and queue its write. */
+static void s_snapshot_take(train_t *t, int64_t step)
+{
+	s_snapshot_poll(t, true); /* at most one in flight */
+	char name[SNAP_DIRNAME_MAX], tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s/%s.tmp", t->opt->checkpoint_dir,
+		 snap_step_dirname(step, name, sizeof name));
+	int rc = s_mkdir(t->opt->checkpoint_dir);
+	if (rc == 0)
+		rc = s_mkdir(tmp);
+	if (rc < 0) {
+		s_error(t, 0, "snapshot of step %" PRId64 " not written: cannot create %s: %s", step, tmp,
+			strerror(-rc));
+		return;
+	}
+	int64_t lo, count;
+	s_snap_range(t, &lo, &count);
+	const float *p = NULL, *m = NULL, *v = NULL;
+	if (count > 0) {
+		/* sharded: the shard arrays start at lo; none: everything is whole */
+		p = t->sharded ? s_master(t) : gpt2_params(t->model) + lo;
+		m = t->sharded ? t->adam_m : t->adam_m + lo;
+		v = t->sharded ? t->adam_v : t->adam_v + lo;
+	}
+	rc = snapw_submit(t->snapw, tmp, t->rank, t->W, step, (int64_t)t->n_params, lo, count, p, m,
+			  v);
+	if (rc < 0) {
+		s_error(t, 0, "snapshot of step %" PRId64 " not written: %s", step, strerror(-rc));
+		return;
+	}
+	t->snap_step = step;
+	t->snap_cursor = data_loader_cursor(&t->loader);
+}
+
+static void s_on_skip(int64_t step, const char *reason, void *ctx)
+{
+	train_t *t = ctx;
+	size_t n = strlen(t->skipped);
+	snprintf(t->skipped + n, sizeof t->skipped - n, "%sstep %" PRId64 ": %s", n ? "; " : "", step,
+		 reason);
+	s_error(t, 0, "snapshot of step %" PRId64 " passed over: %s", step, reason);
+}
+
+/* Reads [lo, lo + count) of one of the snapshot's flat buffers. */
+static int s_read(train_t *t, snap_t *s, const char *which, int64_t lo, int64_t count, float *out)
+{
+	char err[1024];
+	if (count > 0 && snap_read_range(s, which, lo, count, out, err, sizeof err) < 0)
+		return s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: %s", snap_dir(s), err);
+	return TRAIN_EXIT_OK;
+}
+
+/* opt->resume: load the newest usable snapshot, if any. TRAIN_EXIT_* code. */
+static int s_resume(train_t *t)
+{
+	t->start_step = 1;
+	if (!t->opt->resume || !t->opt->checkpoint_dir)
+		return TRAIN_EXIT_OK;
+	double a = s_now_s();
+	char dir[4096], err[1024];
+	int64_t step;
+	if (snap_find_latest(t->opt->checkpoint_dir, &step, dir, sizeof dir, s_on_skip, t, err,
+			     sizeof err) < 0)
+		return TRAIN_EXIT_OK; /* nothing committed yet: a fresh start */
+	snap_t *s = NULL;
+	if (snap_open(dir, &s, err, sizeof err) < 0)
+		return s_error(t, TRAIN_EXIT_DATA, "cannot resume: %s", err);
+	const snap_manifest_t *m = snap_manifest(s);
+	int rc = TRAIN_EXIT_OK;
+	int64_t lo = (int64_t)t->shard_lo, count = (int64_t)t->shard_count;
+	json_t *c = json_object_get(m->data_cursor, "cursor");
+	if (m->n_params != (int64_t)t->n_params) {
+		rc = s_error(t, TRAIN_EXIT_SPEC,
+			     "cannot resume from %s: it holds %" PRId64 " parameters but this model has"
+			     " %zu: the model in the spec changed",
+			     dir, m->n_params, t->n_params);
+	} else if (!json_is_integer(c) || json_integer_value(c) < 0) {
+		rc = s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
+			     dir);
+	} else {
+		if (t->sharding == JOBSPEC_SHARDING_ZERO3)
+			rc = s_read(t, s, "params", lo, count, shard_params(t->zero));
+		else
+			rc = s_read(t, s, "params", 0, (int64_t)t->n_params, gpt2_params(t->model));
+		if (rc == TRAIN_EXIT_OK)
+			rc = s_read(t, s, "adam_m", lo, count, t->adam_m);
+		if (rc == TRAIN_EXIT_OK)
+			rc = s_read(t, s, "adam_v", lo, count, t->adam_v);
+	}
+	if (rc == TRAIN_EXIT_OK) {
+		data_loader_seek(&t->loader, (uint64_t)json_integer_value(c));
+		t->start_step = step + 1;
+		t->load_ms = (s_now_s() - a) * 1e3;
+		if (!t->opt->quiet)
+			fprintf(t->opt->json ? t->opt->log : t->opt->out,
+				"resumed from %s (step %" PRId64 ", %d ranks, %s) in %.0f ms\n", dir, step,
+				m->world_size, m->sharding, t->load_ms);
+	}
+	snap_close(s);
+	return rc;
+}
+
+/* Snapshots on: the writer thread and the tensor table for manifests. */
+static int s_snapshot_setup(train_t *t)
+{
+	if (!t->opt->checkpoint_dir)
+		return TRAIN_EXIT_OK;
+	int n = gpt2_num_tensors(t->model);
+	t->snap_tensors = calloc((size_t)n, sizeof *t->snap_tensors);
+	t->snapw = snapw_new();
+	if (!t->snap_tensors || !t->snapw)
+		return s_error(t, TRAIN_EXIT_NOMEM, "cannot start the snapshot writer: %s",
+			       strerror(errno ? errno : ENOMEM));
+	for (int i = 0; i < n; i++) {
+		const gpt2_tensor_t *g = gpt2_tensor(t->model, i);
+		snap_tensor_t *x = &t->snap_tensors[i];
+		snprintf(x->name, sizeof x->name, "%s", g->name);
+		x->ndim = g->ndim;
+		x->shape[0] = g->shape[0];
+		x->shape[1] = g->shape[1];
+		x->offset = (int64_t)g->offset;
+	}
+	return TRAIN_EXIT_OK;
+}
+
 int train_run(const jobspec_t *spec, const train_options_t *opt)
 {
 	train_t t = {
@@ -665,6 +960,10 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		.rank = opt->comm ? comm_rank(opt->comm) : 0,
 	};
 	int rc = s_setup(&t);
+	if (rc == TRAIN_EXIT_OK)
+		rc = s_snapshot_setup(&t);
+	if (rc == TRAIN_EXIT_OK)
+		rc = s_resume(&t);
 	if (rc != TRAIN_EXIT_OK) {
 		s_teardown(&t);
 		return rc;
@@ -681,7 +980,9 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	double started = s_now_s(), step_s_sum = 0;
 	float loss = NAN, best_val = INFINITY;
 	int64_t best_val_step = 0;
-	for (int64_t step = 1; step <= n_steps; step++) {
+	const int64_t every = spec->checkpoint.every_steps;
+	for (int64_t step = t.start_step; step <= n_steps; step++) {
+		s_snapshot_poll(&t, false);
 		double t0 = s_now_s();
 		loss = train_compute_grads(&t);
 		rc = train_reduce_grads(&t, step, &loss);
@@ -721,6 +1022,9 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		if (print)
 			s_print_step(&t, step, n_steps, loss, lr, norm, tokens_per_step / step_s,
 				     step_s * 1e3, has_val, val_loss);
+		if (opt->checkpoint_dir && every > 0 && isfinite(loss) &&
+		    (step % every == 0 || step == n_steps))
+			s_snapshot_take(&t, step);
 		/* The step is reported even when it diverged. */
 		bool stop = false;
 		if (opt->on_step && t.params_full) {
@@ -740,7 +1044,12 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				.params = t.params_full ? t.params_full : gpt2_params(t.model),
 				.n_params = t.n_params,
 				.n_params_padded = t.shard_len * (size_t)(t.sharded ? t.W : 1),
+				.snapshot_skipped = t.skipped,
 			};
+			if (step == t.start_step && t.start_step > 1) {
+				report.resumed_from_step = t.start_step - 1;
+				report.load_ms = t.load_ms;
+			}
 			s_memory(&t, &report.params_bytes, &report.grads_bytes, &report.optim_bytes);
 			report.activations_bytes = gpt2_activation_bytes(t.model);
 			stop = opt->on_step(opt->on_step_ctx, &report) != 0;
@@ -758,17 +1067,20 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		}
 	}
 
+	if (rc == TRAIN_EXIT_OK)
+		s_snapshot_poll(&t, true); /* the last one, reported before returning */
 	double wall_s = s_now_s() - started;
-	if (rc == TRAIN_EXIT_OK && print) {
+	const int64_t steps_run = n_steps - t.start_step + 1;
+	if (rc == TRAIN_EXIT_OK && print && steps_run > 0) {
 		FILE *f = opt->json ? opt->log : opt->out;
 		double busy = t.times.data_s + t.times.forward_s + t.times.backward_s + t.times.comm_s +
 			      t.times.optim_s;
 		if (busy <= 0)
 			busy = 1;
-		fprintf(f, "done: %" PRId64 " steps in %.1f s | final loss %.4f", n_steps, wall_s, loss);
+		fprintf(f, "done: %" PRId64 " steps in %.1f s | final loss %.4f", steps_run, wall_s, loss);
 		if (best_val_step > 0)
 			fprintf(f, " | best val loss %.4f (step %" PRId64 ")", best_val, best_val_step);
-		double tok_s = tokens_per_step * (double)n_steps / step_s_sum;
+		double tok_s = tokens_per_step * (double)steps_run / step_s_sum;
 		fprintf(f,
 			" | mean %.0f tok/s, %.1f GFLOP/s | %zu params | time: data %.1f%%, forward %.1f%%,"
 			" backward %.1f%%, ",

@@ -25,6 +25,7 @@
 
 #include "comm.h"
 #include "jobspec.h"
+#include "snapshot.h"
 
 /* Exit statuses of `ringworker train` (documented in docs/training.md). */
 enum {
@@ -65,7 +66,26 @@ typedef struct {
 	const float *params;
 	size_t n_params;
 	size_t n_params_padded;
+
+	/* On the first step of a run that resumed from a snapshot (else
+	 * resumed_from_step 0): the snapshot's step, the time loading it took,
+	 * and the committed snapshots passed over as corrupt ("step 30:
+	 * rank-1-of-2.safetensors: checksum mismatch; ...", borrowed; "" when
+	 * none). */
+	int64_t resumed_from_step;
+	double load_ms;
+	const char *snapshot_skipped;
 } train_report_t;
+
+/* This rank's shard of a snapshot, written and fsync'ed (docs/snapshots.md). */
+typedef struct {
+	int64_t step;
+	const char *tmp_dir;             /* <checkpoint_dir>/step-<N>.tmp: the shards */
+	const char *final_dir;           /* <checkpoint_dir>/step-<N>: after the commit */
+	const snap_shard_info_t *shard;  /* this rank's file: name, bytes, XXH3 */
+	const snap_manifest_t *manifest; /* everything but the files, for the committer */
+	double write_ms;                 /* the writer thread's time */
+} train_snapshot_t;
 
 typedef struct {
 	const char *data_root; /* relative data paths resolve against it; NULL: the current directory */
@@ -105,7 +125,41 @@ typedef struct {
 	 * from the shards each step, for tests); otherwise report->params is
 	 * NULL under zero3. */
 	bool report_params;
+
+	/* Snapshots. checkpoint_dir: the job's folder; every
+	 * checkpoint.every_steps steps and after the last one, each rank copies
+	 * its range of the parameters and AdamW state aside and a writer thread
+	 * writes it to step-<N>.tmp/ there while training goes on (at most one
+	 * in flight: the next waits). NULL: no snapshots. When a shard is on
+	 * disk, on_snapshot is called on the training thread (at the next step
+	 * or before train_run returns); the caller reports it and rank 0 later
+	 * commits the snapshot (snap_commit with the manifest completed by the
+	 * files) once every rank's shard is in. on_snapshot NULL, without a
+	 * comm: the shard is committed at once and retention
+	 * (checkpoint.keep_last, keep_every) applied. A failed write is an
+	 * error line on `log` and training goes on (the snapshot is never
+	 * committed). */
+	const char *checkpoint_dir;
+	int (*on_snapshot)(void *ctx, const train_snapshot_t *snap);
+	void *on_snapshot_ctx;
+	/* Start from the newest committed snapshot in checkpoint_dir whose
+	 * checksums verify (older ones are tried when the newest is corrupt),
+	 * at any world size; none there: start fresh. The run then goes from
+	 * that step + 1 to the end, with the data cursor and optimizer state
+	 * restored, and its losses are the bits an uninterrupted run gives at
+	 * the same world size. */
+	bool resume;
 } train_options_t;
+
+/*
+ * Retention in a job's snapshot folder: of its committed `step-N` folders,
+ * keep the keep_last newest and every step divisible by keep_every (0: no
+ * such), delete the others (snap_remove). The steps deleted go to
+ * ret_deleted (at most max_deleted of them are listed). Returns how many
+ * were deleted, or a negative errno with one line in err.
+ */
+int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
+                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen);
 
 /*
  * Train as `spec` says (borrowed). Returns one of the TRAIN_EXIT_* codes;

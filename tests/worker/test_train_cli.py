@@ -274,6 +274,66 @@ def case_loss_falls(tmp):
     assert lines[-1]["val_loss"] < first - 2.0, lines[-1]
 
 
+def case_resume_bitwise(tmp):
+    """Interrupted at step 12 and resumed from its snapshot: steps 13..20 are
+    the bits of an uninterrupted run; retention keeps the last 2 (+ every 8th)."""
+    with_text_data(tmp, 50000, 4000)
+    spec = tiny_spec(train__steps=20)
+    spec["checkpoint"] = {"every_steps": 4, "keep_last": 2, "keep_every": 8}
+    full = run(tmp, spec, "--json", "--checkpoint-dir", os.path.join(tmp, "ck-full"))
+    assert full.returncode == 0, full.stderr
+    assert sorted(os.listdir(os.path.join(tmp, "ck-full"))) == [
+        "step-00000008", "step-00000016", "step-00000020"], os.listdir(os.path.join(tmp, "ck-full"))
+    ck = os.path.join(tmp, "ck")
+    part = run(tmp, spec, "--json", "--steps", "12", "--checkpoint-dir", ck)
+    assert part.returncode == 0, part.stderr
+    assert "step-00000012" in os.listdir(ck), os.listdir(ck)
+    rest = run(tmp, spec, "--json", "--checkpoint-dir", ck, "--resume")
+    assert rest.returncode == 0, rest.stderr
+    assert "resumed from " in rest.stderr and "(step 12, 1 ranks, none)" in rest.stderr, rest.stderr
+    want = {o["step"]: (o["loss"], o["grad_norm"], o.get("val_loss")) for o in json_lines(full.stdout)}
+    got = [(o["step"], (o["loss"], o["grad_norm"], o.get("val_loss"))) for o in json_lines(rest.stdout)]
+    assert [s for s, _ in got] == list(range(13, 21)), got
+    for step, v in got:
+        assert v == want[step], (step, v, want[step])
+    # a resume with nothing left to do runs no step
+    again = run(tmp, spec, "--json", "--checkpoint-dir", ck, "--resume")
+    assert again.returncode == 0 and json_lines(again.stdout) == [], again.stdout
+
+
+def case_resume_corrupt(tmp):
+    """A flipped byte in the newest snapshot: it is passed over, with a line
+    naming it, and training resumes from the one before."""
+    with_text_data(tmp, 50000, 4000)
+    spec = tiny_spec(train__steps=12)
+    spec["checkpoint"] = {"every_steps": 4, "keep_last": 3}
+    ck = os.path.join(tmp, "ck")
+    full = run(tmp, spec, "--json", "--checkpoint-dir", ck)
+    assert full.returncode == 0, full.stderr
+    part = run(tmp, spec, "--json", "--steps", "8", "--checkpoint-dir", os.path.join(tmp, "ck2"))
+    assert part.returncode == 0, part.stderr
+    shard = os.path.join(tmp, "ck2", "step-00000008", "rank-0-of-1.safetensors")
+    with open(shard, "r+b") as f:
+        f.seek(os.path.getsize(shard) - 100)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    rest = run(tmp, spec, "--json", "--checkpoint-dir", os.path.join(tmp, "ck2"), "--resume")
+    assert rest.returncode == 0, rest.stderr
+    assert "snapshot of step 8 passed over" in rest.stderr, rest.stderr
+    assert "(step 4, 1 ranks, none)" in rest.stderr, rest.stderr
+    want = {o["step"]: o["loss"] for o in json_lines(full.stdout)}
+    got = json_lines(rest.stdout)
+    assert [o["step"] for o in got] == list(range(5, 13)), got
+    assert all(o["loss"] == want[o["step"]] for o in got), (got, want)
+
+
+def case_resume_usage(tmp):
+    with_text_data(tmp)
+    r = run(tmp, tiny_spec(), "--resume")
+    assert r.returncode == 1 and "--resume needs --checkpoint-dir" in r.stderr, r.stderr
+
+
 CASES = [(name[5:], fn) for name, fn in sorted(globals().items()) if name.startswith("case_")]
 
 

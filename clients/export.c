@@ -1,0 +1,188 @@
+/*
+ * export: see export.h. Resolves the argument to one snapshot folder, opens
+ * and verifies it (every shard's size and XXH3), then exports. Resolution:
+ * an existing folder holding manifest.json is a snapshot folder; any other
+ * existing folder is a job folder; a bare name (no '/') that is not a folder
+ * here is a job id under the checkpoint root (--root, else
+ * $RINGMASTER_CHECKPOINT_ROOT, else EXPORT_DEFAULT_ROOT). In a job folder,
+ * --step N picks `step-N`, else the newest committed snapshot that verifies.
+ */
+#include "export.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "snapshot.h"
+
+enum { OPT_JSON = 1000, OPT_SERVER, OPT_HELP, OPT_STEP, OPT_ROOT };
+
+static int export_usage(const char *fmt, const char *arg)
+{
+	const cmd_t *cmd = cmd_find("export");
+	fputs("ringctl: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nUsage: ringctl export %s\nTry 'ringctl export --help' for more.\n", cmd->usage);
+	return CTL_EXIT_USAGE;
+}
+
+static bool is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool has_manifest(const char *dir)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	return snprintf(path, sizeof path, "%s/%s", dir, SNAP_MANIFEST_NAME) < (int)sizeof path &&
+	       stat(path, &st) == 0;
+}
+
+static void print_skip(int64_t step, const char *reason, void *userdata)
+{
+	fprintf(stderr, "ringctl: passing over step %lld: %s\n", (long long)step, reason);
+}
+
+/*
+ * Finds the snapshot folder for a job folder: step-N for step >= 0, else the
+ * newest that verifies. Returns 0 with the path in ret_dir, or prints why not
+ * and returns CTL_EXIT_FAILED.
+ */
+static int pick_in_job(const char *job_dir, long long step, char *ret_dir, size_t ret_len)
+{
+	char err[1024];
+	if (step >= 0) {
+		char name[SNAP_DIRNAME_MAX];
+		snap_step_dirname(step, name, sizeof name);
+		if (snprintf(ret_dir, ret_len, "%s/%s", job_dir, name) >= (int)ret_len) {
+			fprintf(stderr, "ringctl: path too long: %s/%s\n", job_dir, name);
+			return CTL_EXIT_FAILED;
+		}
+		if (!is_dir(ret_dir)) {
+			char tmp[PATH_MAX + 8];
+			snprintf(tmp, sizeof tmp, "%s.tmp", ret_dir);
+			fprintf(stderr, "ringctl: no committed snapshot %s in %s%s\n", name, job_dir,
+			        is_dir(tmp) ? " (only an uncommitted .tmp folder: the snapshot never completed)"
+			                    : "");
+			return CTL_EXIT_FAILED;
+		}
+		return 0;
+	}
+	int64_t found;
+	if (snap_find_latest(job_dir, &found, ret_dir, ret_len, print_skip, NULL, err, sizeof err) < 0) {
+		fprintf(stderr, "ringctl: %s\n", err);
+		return CTL_EXIT_FAILED;
+	}
+	return 0;
+}
+
+int export_run(cmd_ctx_t *ctx, int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		{"json", no_argument, NULL, OPT_JSON},   {"server", required_argument, NULL, OPT_SERVER},
+		{"help", no_argument, NULL, OPT_HELP},   {"step", required_argument, NULL, OPT_STEP},
+		{"root", required_argument, NULL, OPT_ROOT}, {"output", required_argument, NULL, 'o'},
+		{0, 0, 0, 0},
+	};
+	const cmd_t *cmd = cmd_find("export");
+	const char *out = NULL, *root = NULL;
+	long long step = -1;
+	char *end;
+
+	optind = 0; /* GNU: restart scanning, argv[0] is the command's name */
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, ":ho:", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_JSON: ctx->json = true; break;
+		case OPT_SERVER: ctx->server = optarg; break;
+		case 'h':
+		case OPT_HELP:
+			printf("Usage: ringctl export %s\n%s\n", cmd->usage, cmd->summary);
+			return CTL_EXIT_OK;
+		case 'o': out = optarg; break;
+		case OPT_ROOT: root = optarg; break;
+		case OPT_STEP:
+			errno = 0;
+			step = strtoll(optarg, &end, 10);
+			if (errno || end == optarg || *end || step < 0)
+				return export_usage("--step needs an integer >= 0 (got \"%s\")", optarg);
+			break;
+		case ':': return export_usage("option %s needs a value", argv[optind - 1]);
+		default: return export_usage("unknown option %s", argv[optind - 1]);
+		}
+	}
+	if (argc - optind != 1)
+		return export_usage("%s", argc - optind < 1 ? "missing SNAPSHOT_DIR or JOB" : "too many arguments");
+	if (!out)
+		return export_usage("%s", "missing -o FILE (where to write the safetensors file)");
+	const char *arg = argv[optind];
+
+	char dir[PATH_MAX];
+	int status;
+	if (is_dir(arg) && has_manifest(arg)) {
+		if (step >= 0)
+			return export_usage("--step applies to a job, but %s is one snapshot folder", arg);
+		if (snprintf(dir, sizeof dir, "%s", arg) >= (int)sizeof dir) {
+			fprintf(stderr, "ringctl: path too long: %s\n", arg);
+			return CTL_EXIT_FAILED;
+		}
+	} else if (is_dir(arg)) {
+		if ((status = pick_in_job(arg, step, dir, sizeof dir)) != 0)
+			return status;
+	} else if (!strchr(arg, '/') && strcmp(arg, "..") != 0 && strcmp(arg, ".") != 0) {
+		const char *env = getenv("RINGMASTER_CHECKPOINT_ROOT");
+		if (!root)
+			root = env && env[0] ? env : EXPORT_DEFAULT_ROOT;
+		char job_dir[PATH_MAX];
+		if (snprintf(job_dir, sizeof job_dir, "%s/%s", root, arg) >= (int)sizeof job_dir) {
+			fprintf(stderr, "ringctl: path too long: %s/%s\n", root, arg);
+			return CTL_EXIT_FAILED;
+		}
+		if (!is_dir(job_dir)) {
+			fprintf(stderr,
+			        "ringctl: no such job folder %s (no folder %s here either; set --root or "
+			        "RINGMASTER_CHECKPOINT_ROOT to the checkpoint root)\n",
+			        job_dir, arg);
+			return CTL_EXIT_FAILED;
+		}
+		if ((status = pick_in_job(job_dir, step, dir, sizeof dir)) != 0)
+			return status;
+	} else {
+		fprintf(stderr, "ringctl: no such snapshot folder %s\n", arg);
+		return CTL_EXIT_FAILED;
+	}
+
+	char err[1024];
+	snap_t *s = NULL;
+	snap_export_info_t info;
+	if (snap_open(dir, &s, err, sizeof err) < 0 || snap_verify(s, err, sizeof err) < 0 ||
+	    snap_export_hf(s, out, &info, err, sizeof err) < 0) {
+		fprintf(stderr, "ringctl: %s\n", err);
+		snap_close(s);
+		return CTL_EXIT_FAILED;
+	}
+	long long snap_step = (long long)snap_manifest(s)->step;
+	if (ctx->json) {
+		json_t *o = json_pack("{s:s, s:I, s:s, s:i, s:I, s:I}", "snapshot", dir, "step",
+		                      (json_int_t)snap_step, "output", out, "tensors", info.n_tensors,
+		                      "params", (json_int_t)info.n_params, "bytes", (json_int_t)info.bytes);
+		char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER) : NULL;
+		if (text)
+			printf("%s\n", text);
+		free(text);
+		json_decref(o);
+	} else {
+		printf("exported step %lld from %s\nwrote %s: %d tensors, %lld parameters, %lld bytes\n",
+		       snap_step, dir, out, info.n_tensors, (long long)info.n_params, (long long)info.bytes);
+	}
+	snap_close(s);
+	return CTL_EXIT_OK;
+}
