@@ -1173,6 +1173,14 @@ static int cmp_step_desc(const void *a, const void *b)
 int snap_find_latest(const char *job_dir, int64_t *ret_step, char *ret_dir, size_t ret_dir_len,
                      snap_skip_fn on_skip, void *userdata, char *err, size_t err_len)
 {
+	return snap_find_latest_upto(job_dir, INT64_MAX, ret_step, ret_dir, ret_dir_len, on_skip,
+	                             userdata, err, err_len);
+}
+
+int snap_find_latest_upto(const char *job_dir, int64_t max_step, int64_t *ret_step, char *ret_dir,
+                          size_t ret_dir_len, snap_skip_fn on_skip, void *userdata, char *err,
+                          size_t err_len)
+{
 	DIR *d = opendir(job_dir);
 	if (!d)
 		return fail(err, err_len, errno == ENOENT ? -ENOENT : -errno,
@@ -1183,7 +1191,7 @@ int snap_find_latest(const char *job_dir, int64_t *ret_step, char *ret_dir, size
 	int rc = 0;
 	while ((e = readdir(d)) != NULL) {
 		int64_t step;
-		if (!parse_step_dirname(e->d_name, &step))
+		if (!parse_step_dirname(e->d_name, &step) || step > max_step)
 			continue;
 		if (n == cap) {
 			size_t ncap = cap ? 2 * cap : 16;

@@ -192,6 +192,15 @@ int snap_find_latest(const char *job_dir, int64_t *ret_step, char *ret_dir, size
                      snap_skip_fn on_skip, void *userdata, char *err, size_t err_len);
 
 /*
+ * snap_find_latest among the snapshots of steps <= max_step only (a resume
+ * bounded by the coordinator's record of what was committed: a folder
+ * renamed whose commit never reached the coordinator is not used).
+ */
+int snap_find_latest_upto(const char *job_dir, int64_t max_step, int64_t *ret_step, char *ret_dir,
+                          size_t ret_dir_len, snap_skip_fn on_skip, void *userdata, char *err,
+                          size_t err_len);
+
+/*
  * Retention, a pure function: sets keep_mask[i] for the snapshots to keep
  * among steps[0..n) (any order, distinct): the keep_last newest plus every
  * step divisible by keep_every (0: none of those). keep_last below 1 counts

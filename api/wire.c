@@ -2,8 +2,10 @@
  * wire: codec and socket helpers for the coordinator <-> worker protocol
  * (see wire.h for the frames, the message types and their fields).
  *
- * Validation is table-driven: each type lists its required fields and their
- * JSON kinds, so decode and encode refuse exactly the same payloads.
+ * Validation is table-driven: each type lists its fields, their JSON kinds
+ * and whether they are required, optional, or part of an all-or-none set
+ * (METRICS: the training row and the memory figures), so decode and encode
+ * refuse exactly the same payloads.
  */
 #include "wire.h"
 
@@ -15,18 +17,36 @@
 
 #include <zmq.h>
 
-typedef enum { F_STR, F_INT, F_NUM, F_BOOL, F_ARR, F_OBJ } field_kind_t;
+typedef enum {
+	F_STR,
+	F_INT,
+	F_UINT,  /* an integer >= 0 */
+	F_NUM,
+	F_BOOL,
+	F_ARR,
+	F_OBJ,
+	F_HEX16, /* 16 lowercase hex digits (an XXH3-64 checksum) */
+	F_UNUM,  /* a number >= 0 */
+	F_RESUME, /* null, or {step: integer >= 0, path: non-empty string} */
+} field_kind_t;
+
+/* A field's presence: required, optional (checked when present), or one of
+ * the all-or-none sets SET_A / SET_B (see type_desc_t.need_set). */
+enum { REQ = 0, OPT, SET_A, SET_B, N_PRESENCE };
 
 typedef struct {
 	const char *name;
 	field_kind_t kind;
+	int presence;
 } field_t;
 
-#define MAX_FIELDS 8
+#define MAX_FIELDS 16
 
 typedef struct {
 	const char *name;
 	field_t fields[MAX_FIELDS]; /* terminated by a NULL name */
+	bool need_set;              /* at least one of its sets must be present */
+	const char *sets_help;      /* what to send, for the error when none is */
 } type_desc_t;
 
 /* Indexed by wire_type_t; entry 0 unused. */
@@ -39,7 +59,8 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                       {"rank", F_INT},
 	                       {"exit_code", F_INT},
 	                       {"signal", F_INT},
-	                       {"error", F_STR}}},
+	                       {"error", F_STR},
+	                       {"exited_at_us", F_UINT, OPT}}},
 	[WIRE_REGISTERED] = {"REGISTERED", {{"heartbeat_ms", F_INT}, {"dead_after", F_INT}}},
 	[WIRE_SPAWN] = {"SPAWN",
 	                {{"job", F_STR},
@@ -53,24 +74,42 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	[WIRE_KV_GET] = {"KV_GET", {{"key", F_STR}, {"timeout_ms", F_INT}}},
 	[WIRE_METRICS] = {"METRICS",
 	                  {{"step", F_INT},
-	                   {"loss", F_NUM},
-	                   {"lr", F_NUM},
-	                   {"grad_norm", F_NUM},
-	                   {"tokens_per_s", F_NUM},
-	                   {"ms", F_NUM}}},
+	                   {"loss", F_NUM, SET_A},
+	                   {"lr", F_NUM, SET_A},
+	                   {"grad_norm", F_NUM, SET_A},
+	                   {"tokens_per_s", F_NUM, SET_A},
+	                   {"ms", F_NUM, SET_A},
+	                   {"val_loss", F_NUM, OPT},
+	                   {"params_bytes", F_UINT, SET_B},
+	                   {"grads_bytes", F_UINT, SET_B},
+	                   {"optim_bytes", F_UINT, SET_B},
+	                   {"activations_bytes", F_UINT, SET_B},
+	                   {"resumed_from_step", F_UINT, OPT},
+	                   {"load_ms", F_UNUM, OPT},
+	                   {"rendezvous_ms", F_UNUM, OPT}},
+	                  true,
+	                  "loss, lr, grad_norm, tokens_per_s and ms, or params_bytes, grads_bytes, "
+	                  "optim_bytes and activations_bytes, or both"},
 	[WIRE_DONE] = {"DONE", {{"step", F_INT}, {"loss", F_NUM}}},
-	[WIRE_FAILED] = {"FAILED", {{"reason", F_STR}}},
+	[WIRE_FAILED] = {"FAILED", {{"reason", F_STR}, {"exit_code", F_INT, OPT}}},
 	[WIRE_JOINED] = {"JOINED",
 	                 {{"job", F_STR},
 	                  {"attempt", F_INT},
 	                  {"rank", F_INT},
 	                  {"world_size", F_INT},
 	                  {"spec", F_OBJ},
-	                  {"metrics_every", F_INT}}},
+	                  {"metrics_every", F_INT},
+	                  {"resume", F_RESUME}}},
 	[WIRE_KV_OK] = {"KV_OK", {{"key", F_STR}}},
 	[WIRE_KV_VALUE] = {"KV_VALUE", {{"key", F_STR}, {"found", F_BOOL}, {"value", F_STR}}},
 	[WIRE_ABORT] = {"ABORT", {{"job", F_STR}, {"attempt", F_INT}, {"reason", F_STR}}},
 	[WIRE_ERROR] = {"ERROR", {{"code", F_INT}, {"detail", F_STR}}},
+	[WIRE_SNAPSHOT_WRITTEN] = {"SNAPSHOT_WRITTEN",
+	                           {{"step", F_UINT}, {"file", F_STR}, {"bytes", F_UINT}, {"xxh3", F_HEX16}}},
+	[WIRE_SNAPSHOT_COMMIT] = {"SNAPSHOT_COMMIT",
+	                          {{"job", F_STR}, {"attempt", F_INT}, {"step", F_UINT}, {"files", F_ARR}}},
+	[WIRE_SNAPSHOT_COMMITTED] = {"SNAPSHOT_COMMITTED",
+	                             {{"step", F_UINT}, {"bytes", F_UINT}, {"path", F_STR}, {"deleted", F_ARR}}},
 };
 
 static const char *kind_name(field_kind_t k)
@@ -78,10 +117,14 @@ static const char *kind_name(field_kind_t k)
 	switch (k) {
 	case F_STR: return "a string";
 	case F_INT: return "an integer";
+	case F_UINT: return "an integer >= 0";
 	case F_NUM: return "a number";
 	case F_BOOL: return "a boolean";
 	case F_ARR: return "an array";
 	case F_OBJ: return "an object";
+	case F_HEX16: return "16 lowercase hex digits";
+	case F_UNUM: return "a number >= 0";
+	case F_RESUME: return "null or {\"step\": integer >= 0, \"path\": non-empty string}";
 	}
 	return "?";
 }
@@ -91,17 +134,29 @@ static bool kind_matches(const json_t *v, field_kind_t k)
 	switch (k) {
 	case F_STR: return json_is_string(v);
 	case F_INT: return json_is_integer(v);
+	case F_UINT: return json_is_integer(v) && json_integer_value(v) >= 0;
 	case F_NUM: return json_is_number(v);
 	case F_BOOL: return json_is_boolean(v);
 	case F_ARR: return json_is_array(v);
 	case F_OBJ: return json_is_object(v);
+	case F_HEX16:
+		return json_is_string(v) && json_string_length(v) == 16 &&
+		       strspn(json_string_value(v), "0123456789abcdef") == 16;
+	case F_UNUM: return json_is_number(v) && json_number_value(v) >= 0;
+	case F_RESUME: {
+		if (json_is_null(v))
+			return true;
+		const json_t *step = json_object_get(v, "step"), *path = json_object_get(v, "path");
+		return json_is_object(v) && json_is_integer(step) && json_integer_value(step) >= 0 &&
+		       json_is_string(path) && json_string_length(path) > 0;
+	}
 	}
 	return false;
 }
 
 static bool type_valid(wire_type_t type)
 {
-	return type >= WIRE_REGISTER && type <= WIRE_ERROR;
+	return type >= WIRE_REGISTER && type <= WIRE_N_TYPES;
 }
 
 const char *wire_type_name(wire_type_t type)
@@ -111,7 +166,7 @@ const char *wire_type_name(wire_type_t type)
 
 int wire_type_from_name(const char *name, size_t len, wire_type_t *ret_type)
 {
-	for (int t = WIRE_REGISTER; t <= WIRE_ERROR; t++) {
+	for (int t = WIRE_REGISTER; t <= WIRE_N_TYPES; t++) {
 		if (strlen(types[t].name) == len && memcmp(types[t].name, name, len) == 0) {
 			*ret_type = (wire_type_t)t;
 			return 0;
@@ -123,21 +178,43 @@ int wire_type_from_name(const char *name, size_t len, wire_type_t *ret_type)
 /* 0, or -EINVAL with `err` naming the field that is missing or mistyped. */
 static int check_fields(wire_type_t type, const json_t *payload, char *err, size_t errlen)
 {
+	const type_desc_t *td = &types[type];
 	if (!json_is_object(payload)) {
-		snprintf(err, errlen, "%s: payload must be a JSON object", types[type].name);
+		snprintf(err, errlen, "%s: payload must be a JSON object", td->name);
 		return -EINVAL;
 	}
-	for (const field_t *f = types[type].fields; f->name; f++) {
+	/* per set: the first field present and the first one missing */
+	const char *present[N_PRESENCE] = {NULL}, *missing[N_PRESENCE] = {NULL};
+	for (const field_t *f = td->fields; f->name; f++) {
 		const json_t *v = json_object_get(payload, f->name);
 		if (!v) {
-			snprintf(err, errlen, "%s: missing field \"%s\"", types[type].name, f->name);
-			return -EINVAL;
+			if (f->presence == REQ) {
+				snprintf(err, errlen, "%s: missing field \"%s\"", td->name, f->name);
+				return -EINVAL;
+			}
+			if (!missing[f->presence])
+				missing[f->presence] = f->name;
+			continue;
 		}
 		if (!kind_matches(v, f->kind)) {
-			snprintf(err, errlen, "%s: field \"%s\" must be %s", types[type].name, f->name,
-			         kind_name(f->kind));
+			snprintf(err, errlen, "%s: field \"%s\" must be %s", td->name, f->name, kind_name(f->kind));
 			return -EINVAL;
 		}
+		if (!present[f->presence])
+			present[f->presence] = f->name;
+	}
+	bool any_set = false;
+	for (int s = SET_A; s < N_PRESENCE; s++) {
+		if (present[s] && missing[s]) {
+			snprintf(err, errlen, "%s: missing field \"%s\" (sent with \"%s\")", td->name, missing[s],
+			         present[s]);
+			return -EINVAL;
+		}
+		any_set = any_set || present[s];
+	}
+	if (td->need_set && !any_set) {
+		snprintf(err, errlen, "%s: missing fields: send %s", td->name, td->sets_help);
+		return -EINVAL;
 	}
 	return 0;
 }

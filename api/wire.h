@@ -10,8 +10,9 @@
  *   [protocol "RMW1"] [type, ASCII, e.g. "HEARTBEAT"] [payload: one JSON object]
  * The payload is at most WIRE_MAX_PAYLOAD_BYTES. wire_decode() checks the
  * protocol, the type and the fields each type requires (listed below with
- * their JSON types); extra fields are ignored so that newer peers can add
- * some. Anything it refuses gets an ERROR reply (or is dropped when no reply
+ * their JSON types; "uint" is an integer >= 0, "hex16" a string of 16
+ * lowercase hex digits), and the optional ones when present; extra fields
+ * are ignored so that newer peers can add some. Anything it refuses gets an ERROR reply (or is dropped when no reply
  * is possible); a peer never crashes on what it receives.
  *
  * Liveness (Paranoid Pirate): any message from a peer counts as a heartbeat.
@@ -31,7 +32,9 @@
  *   HEARTBEAT    node:str
  *   RANK_EXITED  job:str, attempt:int, rank:int,
  *                exit_code:int (-1 when killed by a signal), signal:int (0 when exited),
- *                error:str (the rank's last line on stderr that says "error", or "")
+ *                error:str (the rank's last line on stderr that says "error", or "");
+ *                optional exited_at_us:uint (the agent's wall clock at waitpid, Unix
+ *                microseconds: the coordinator reports how long the news took)
  * coordinator -> agent
  *   REGISTERED   heartbeat_ms:int, dead_after:int
  *   SPAWN        job:str, attempt:int, rank:int, world_size:int,
@@ -43,16 +46,56 @@
  *   JOIN         job:str, attempt:int, rank:int
  *   KV_SET       key:str, value:str (base64; the coordinator keeps it opaque)
  *   KV_GET       key:str, timeout_ms:int (0: answer now; else wait up to that)
- *   METRICS      step:int, loss:real, lr:real, grad_norm:real, tokens_per_s:real,
- *                ms:real; optional val_loss:real
+ *   METRICS      step:int, then the training row, the memory figures, or both:
+ *                  row:    loss:real, lr:real, grad_norm:real, tokens_per_s:real,
+ *                          ms:real; optional val_loss:real
+ *                  memory: params_bytes:uint, grads_bytes:uint, optim_bytes:uint,
+ *                          activations_bytes:uint (what this rank holds, constant
+ *                          over an attempt)
+ *                each set all or none, at least one set. Rank 0 sends row +
+ *                memory every metrics_every steps (its loss is the mean over
+ *                ranks: its rows are the job's). Every other rank sends ONE
+ *                memory-only METRICS {step, params_bytes, grads_bytes,
+ *                optim_bytes, activations_bytes} at its first step. The
+ *                coordinator stores rank 0's rows as metrics, and every rank's
+ *                memory on its row of the attempt's ranks; a row sent by a rank
+ *                other than 0 is not stored (its memory is).
+ *                Optional, from rank 0 (its first METRICS of an attempt ends a
+ *                recovery: the coordinator's `recovered` event reports them):
+ *                  resumed_from_step:uint (the snapshot step it loaded; 0: it
+ *                  started fresh), load_ms:real >= 0 (loading that snapshot),
+ *                  rendezvous_ms:real >= 0 (from its JOINED to its communicator
+ *                  being ready)
  *   DONE         step:int, loss:real
- *   FAILED       reason:str
+ *   FAILED       reason:str; optional exit_code:int (the status the rank exits
+ *                with: it tells the coordinator whether a restart can help; without
+ *                it the coordinator waits up to 2 s for the agent's RANK_EXITED)
+ *   SNAPSHOT_WRITTEN    step:uint, file:str, bytes:uint, xxh3:hex16
+ *                this rank's shard of `step` (`file`, a plain file name such as
+ *                "rank-1-of-4.safetensors", `bytes` long, XXH3-64 `xxh3`) is
+ *                written and fsync'ed under <checkpoint dir>/step-<NNNNNNNN>.tmp/
+ *   SNAPSHOT_COMMITTED  step:uint, bytes:uint (all files), path:str (the committed
+ *                folder), deleted:[uint] (steps retention removed; may be [])
+ *                rank 0 only, after SNAPSHOT_COMMIT: the manifest is written and
+ *                step-N.tmp renamed to step-N and fsync'ed
  * coordinator -> rank
  *   JOINED       job:str, attempt:int, rank:int, world_size:int,
- *                spec:{...} (the job spec with defaults), metrics_every:int
+ *                spec:{...} (the job spec with defaults), metrics_every:int,
+ *                resume: {step:uint, path:str (non-empty)} | null: the job's
+ *                latest committed, not deleted snapshot (the folder to load),
+ *                or null when it has none; sent for every attempt, the first
+ *                included
  *   KV_OK        key:str
  *   KV_VALUE     key:str, found:bool, value:str ("" when not found)
- *   ABORT        job:str, attempt:int, reason:str (the rank exits at once)
+ *   ABORT        job:str, attempt:int, reason:str (the rank exits at once).
+ *                When the attempt failed and the job is being restarted, the
+ *                reason starts with "recovering: " and names the cause (the
+ *                next attempt is a new set of rank processes, SPAWNed by the
+ *                agents, unless a later version lets survivors rejoin)
+ *   SNAPSHOT_COMMIT  job:str, attempt:int, step:uint,
+ *                files:[{rank:int, file:str, bytes:uint, xxh3:hex16}] (by rank)
+ *                to rank 0 only, once every rank of the attempt has reported
+ *                SNAPSHOT_WRITTEN for `step`
  *
  * either way
  *   ERROR        code:int (400 malformed, 404 unknown type or job, 409 stale
@@ -61,6 +104,41 @@
  * KV keys live per (job, attempt): the coordinator scopes them by the
  * sender's identity, so ranks of different attempts never see each other's
  * keys.
+ *
+ * Snapshot commit (DESIGN.md "Snapshots"): each rank writes its shard of
+ * step N to step-N.tmp/, fsyncs it and sends SNAPSHOT_WRITTEN. The
+ * coordinator keeps the reports of the live attempt in memory; when every
+ * rank has reported N it sends SNAPSHOT_COMMIT (the files in rank order) to
+ * rank 0, which writes the manifest, renames step-N.tmp to step-N, fsyncs
+ * the folder and answers SNAPSHOT_COMMITTED. Only then is the checkpoint
+ * recorded (durably) as committed, with a "checkpoint" event, and the steps
+ * in `deleted` marked deleted. Rules:
+ *   - reports are gathered for one step at a time per attempt: a
+ *     SNAPSHOT_WRITTEN for a newer step drops the gathered reports of the
+ *     older one (a torn snapshot never becomes committed); a report for an
+ *     older step, or for a step already committed, is ignored;
+ *   - a repeated report (same rank, same step) is idempotent; once the set is
+ *     complete it gives rank 0 the same SNAPSHOT_COMMIT again (until rank 0
+ *     confirms). The same rank reporting another file, size or checksum for
+ *     the step gets ERROR 409;
+ *   - SNAPSHOT_COMMITTED is accepted from rank 0 for any step sent to it in
+ *     a SNAPSHOT_COMMIT and not yet confirmed (up to 8, so rank 0 may still
+ *     be committing step N when the set of step N+k completes); a repeat for
+ *     the latest committed step is a no-op; anything else gets ERROR 409 (and
+ *     from another rank ERROR 400);
+ *   - reports from a stale attempt (or a job with no live attempt) get
+ *     ERROR 409 and are dropped; gathered reports die with their attempt
+ *     (and with the coordinator process): only committed checkpoints are
+ *     durable.
+ *
+ * Recovery (docs/coordinator.md "Recovery"): when a rank of a live attempt
+ * fails (RANK_EXITED with a signal or a status other than 0, 2, 3, 5; FAILED;
+ * its agent declared dead) and the job has restarts left, every rank of the
+ * attempt gets ABORT "recovering: CAUSE" and its agents KILL {rank: -1};
+ * from then on the attempt is stale: its ranks' messages get ABORT (snapshot
+ * reports ERROR 409). Once the agents have reported its ranks exited (or
+ * after a grace), the next attempt (attempt + 1) is placed and SPAWNed like
+ * a fresh one; its JOINED carries `resume`.
  */
 #ifndef RINGMASTER_API_WIRE_H
 #define RINGMASTER_API_WIRE_H
@@ -92,9 +170,12 @@ typedef enum {
 	WIRE_KV_VALUE,
 	WIRE_ABORT,
 	WIRE_ERROR,
+	WIRE_SNAPSHOT_WRITTEN,
+	WIRE_SNAPSHOT_COMMIT,
+	WIRE_SNAPSHOT_COMMITTED,
 } wire_type_t;
 
-#define WIRE_N_TYPES 17
+#define WIRE_N_TYPES 20 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);

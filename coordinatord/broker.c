@@ -161,6 +161,9 @@ broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 		.heartbeat_ms = cfg->heartbeat_ms,
 		.dead_after = cfg->heartbeat_misses,
 		.metrics_every = cfg->metrics_every,
+		.restart_backoff_ms = cfg->restart_backoff_ms,
+		.restart_backoff_max_ms = cfg->restart_backoff_max_ms,
+		.restart_grace_ms = cfg->restart_grace_ms,
 	};
 	b->fabric = fabric_new(b->router, b->store, &fo);
 	if (!b->fabric) {

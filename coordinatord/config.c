@@ -27,6 +27,9 @@ void config_defaults(config_t *cfg)
 	cfg->heartbeat_ms = CONFIG_DEFAULT_HEARTBEAT_MS;
 	cfg->heartbeat_misses = CONFIG_DEFAULT_HEARTBEAT_MISSES;
 	cfg->metrics_every = CONFIG_DEFAULT_METRICS_EVERY;
+	cfg->restart_backoff_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MS;
+	cfg->restart_backoff_max_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MAX_MS;
+	cfg->restart_grace_ms = CONFIG_DEFAULT_RESTART_GRACE_MS;
 }
 
 /* "HOST:PORT" or "[V6]:PORT"; port 0..65535. */
@@ -137,10 +140,25 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		}
 		snprintf(err, errlen, "%s: metrics_every must be an integer from 1 to 1000000 (got \"%s\")",
 		         origin, value);
+	} else if (strcmp(key, "restart_backoff_ms") == 0 || strcmp(key, "restart_backoff_max_ms") == 0 ||
+	           strcmp(key, "restart_grace_ms") == 0) {
+		bool grace = strcmp(key, "restart_grace_ms") == 0;
+		long hi = grace ? 600000 : 3600000;
+		if (parse_long(value, 0, hi, &v) == 0) {
+			if (grace)
+				cfg->restart_grace_ms = (int)v;
+			else if (strcmp(key, "restart_backoff_ms") == 0)
+				cfg->restart_backoff_ms = (int)v;
+			else
+				cfg->restart_backoff_max_ms = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: %s must be an integer from 0 to %ld (got \"%s\")", origin, key, hi, value);
 	} else {
 		snprintf(err, errlen,
 		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, "
-		         "heartbeat_ms, heartbeat_misses, metrics_every)",
+		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
+		         "restart_grace_ms)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -219,6 +237,9 @@ static void print_help(const char *argv0)
 	       "  --heartbeat-ms MS   heartbeat interval to and from agents (default 1000)\n"
 	       "  --heartbeat-misses N  intervals without a message before an agent is dead (default 3)\n"
 	       "  --metrics-every N   steps between the ranks' METRICS messages (default 1)\n"
+	       "  --restart-backoff-ms MS  wait before a job's 2nd restart, doubling after (default 1000)\n"
+	       "  --restart-backoff-max-ms MS  longest wait between restarts (default 30000)\n"
+	       "  --restart-grace-ms MS  time a failed attempt's ranks get to exit (default 5000)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -229,7 +250,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                      size_t errlen)
 {
 	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
-	       OPT_HB_MISSES, OPT_METRICS_EVERY };
+	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -240,6 +261,9 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"heartbeat-ms", required_argument, NULL, OPT_HB_MS},
 		{"heartbeat-misses", required_argument, NULL, OPT_HB_MISSES},
 		{"metrics-every", required_argument, NULL, OPT_METRICS_EVERY},
+		{"restart-backoff-ms", required_argument, NULL, OPT_BACKOFF},
+		{"restart-backoff-max-ms", required_argument, NULL, OPT_BACKOFF_MAX},
+		{"restart-grace-ms", required_argument, NULL, OPT_GRACE},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -288,6 +312,9 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_HB_MS: key = "heartbeat_ms"; origin = "--heartbeat-ms"; break;
 		case OPT_HB_MISSES: key = "heartbeat_misses"; origin = "--heartbeat-misses"; break;
 		case OPT_METRICS_EVERY: key = "metrics_every"; origin = "--metrics-every"; break;
+		case OPT_BACKOFF: key = "restart_backoff_ms"; origin = "--restart-backoff-ms"; break;
+		case OPT_BACKOFF_MAX: key = "restart_backoff_max_ms"; origin = "--restart-backoff-max-ms"; break;
+		case OPT_GRACE: key = "restart_grace_ms"; origin = "--restart-grace-ms"; break;
 		default: break;
 		}
 		if (key) {

@@ -12,6 +12,11 @@
  *   heartbeat_ms = 1000                heartbeat interval to and from agents
  *   heartbeat_misses = 3               intervals without a message: agent dead
  *   metrics_every = 1                  steps between the ranks' METRICS
+ *   restart_backoff_ms = 1000          wait before the 2nd restart of a job,
+ *                                      doubling at each later one (the 1st: none)
+ *   restart_backoff_max_ms = 30000     the longest wait between restarts
+ *   restart_grace_ms = 5000            how long a failed attempt's ranks get to
+ *                                      be reported gone before its restart
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -32,6 +37,9 @@
 #define CONFIG_DEFAULT_HEARTBEAT_MS 1000
 #define CONFIG_DEFAULT_HEARTBEAT_MISSES 3
 #define CONFIG_DEFAULT_METRICS_EVERY 1
+#define CONFIG_DEFAULT_RESTART_BACKOFF_MS 1000
+#define CONFIG_DEFAULT_RESTART_BACKOFF_MAX_MS 30000
+#define CONFIG_DEFAULT_RESTART_GRACE_MS 5000
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -44,6 +52,9 @@ typedef struct {
 	int heartbeat_ms;     /* 10 .. 60000 */
 	int heartbeat_misses; /* 1 .. 100: the agents' dead_after */
 	int metrics_every;    /* 1 .. 1000000 */
+	int restart_backoff_ms;     /* 0 .. 3600000 */
+	int restart_backoff_max_ms; /* 0 .. 3600000 */
+	int restart_grace_ms;       /* 0 .. 600000 */
 } config_t;
 
 typedef enum {

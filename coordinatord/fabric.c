@@ -7,7 +7,11 @@
  * dead ones included, so pointers to them stay valid. A live attempt (the
  * current attempt of a scheduled or running job) lives in `attempts` (by job
  * id) from placement until the job reaches a final state; its ranks point at
- * their agents and hold their devices until then.
+ * their agents and hold their devices until then. When it fails with
+ * restarts left (recovery, docs/coordinator.md), it stays there marked
+ * `failed` while its job is recovering: its ranks' messages are refused, it
+ * keeps its devices until its restart is due, and the next attempt replaces
+ * it in `attempts` when placed.
  */
 #include "fabric.h"
 
@@ -29,6 +33,7 @@
 #include "metrics.h"
 #include "gang.h"
 #include "smap.h"
+#include "snapshot.h"
 #include "wire.h"
 
 #define KIND_CPU 0
@@ -44,14 +49,35 @@
 #define KV_MAX_PARKED 65536
 #define KV_MAX_TIMEOUT_MS 86400000 /* one day */
 #define REASON_BYTES 2048
+#define SNAP_MAX_FILE_BYTES 255     /* a shard's file name */
+#define SNAP_MAX_PATH_BYTES 4096    /* a committed folder's path */
+#define SNAP_MAX_DELETED 65536      /* steps in one SNAPSHOT_COMMITTED's deleted list */
+#define SNAP_MAX_UNCONFIRMED 8      /* SNAPSHOT_COMMITs awaiting rank 0's answer, per attempt */
 /* A rank's DONE and its agent's RANK_EXITED travel on different connections:
  * a clean exit (status 0) before DONE fails the job only if DONE has not
  * come this long after it. */
 #define CLEAN_EXIT_GRACE_US 2000000
+/* A rank's FAILED and its agent's RANK_EXITED (with the exit status that
+ * tells whether a retry can help) travel on different connections too: a
+ * FAILED without exit_code waits this long for the status. */
+#define FAILED_EXIT_GRACE_US 2000000
+#define DEFAULT_MAX_RESTARTS 3     /* the job spec's default, for a spec without it */
 
 static const char *const s_kind_names[N_KINDS] = {"cpu", "cuda"};
 
 typedef struct attempt attempt_t;
+
+/* What an attempt placed by a restart reports in its `recovered` event. */
+typedef struct {
+	char cause[REASON_BYTES];
+	int failed_attempt;
+	int64_t failed_mono_us;  /* the failure handled */
+	int64_t detection_us;    /* the failure -> the coordinator heard of it */
+	int64_t spawned_mono_us; /* SPAWNs of the new attempt sent */
+	int64_t joined0_mono_us; /* its rank 0 joined (0: not yet) */
+	bool has_resume;
+	int64_t resume_step;     /* the snapshot offered in rank 0's JOINED */
+} recovery_t;
 
 typedef struct {
 	int kind;
@@ -79,7 +105,19 @@ typedef struct {
 	bool joined, done, exited;
 	bool reported;  /* scratch for REGISTER reconciliation */
 	int64_t clean_exit_deadline_us; /* exited with status 0 before DONE: wait for it until then */
+	int64_t failed_deadline_us;     /* sent FAILED without exit_code: wait for its exit status until then */
+	char *failed_reason;            /* that FAILED's reason (malloc'ed) */
+	bool has_memory; /* memory as last written to the store (rewritten only when it changes) */
+	store_rank_memory_t memory;
 } rank_rt_t;
+
+/* One rank's SNAPSHOT_WRITTEN for the snapshot in flight. */
+typedef struct {
+	bool reported;
+	int64_t bytes;
+	char xxh3[17];
+	char file[SNAP_MAX_FILE_BYTES + 1];
+} shard_t;
 
 typedef struct parked {
 	struct parked *next;
@@ -101,6 +139,34 @@ struct attempt {
 	size_t kv_bytes;
 	parked_t *parked;
 	int n_parked;
+	/* snapshots (the protocol is in wire.h): the set of reports being
+	 * gathered (one step at a time), the last complete set (its
+	 * SNAPSHOT_COMMIT is sent again on a repeated report), and the steps
+	 * sent to rank 0 in a SNAPSHOT_COMMIT that it has not confirmed yet */
+	shard_t *shards;         /* world_size entries, allocated at the first report */
+	shard_t *sent_shards;    /* world_size entries: the last complete set */
+	bool gathering;
+	int64_t gather_step;
+	int n_gathered;
+	bool has_sent;
+	int64_t sent_step;       /* the step of sent_shards */
+	int64_t unconfirmed[SNAP_MAX_UNCONFIRMED];
+	int n_unconfirmed;
+	bool has_committed;      /* committed_step was recorded by this attempt */
+	int64_t committed_step;  /* the highest it recorded */
+	/* recovery (docs/coordinator.md "Recovery"): the job's restarts so far
+	 * and its spec's limit; once the attempt has failed with restarts left,
+	 * `failed` is set (its ranks are being stopped, their messages refused),
+	 * then `drained` when every rank is gone or the grace is over, then it
+	 * is replaced by the next attempt at restart_at_us (devices permitting);
+	 * `released` once its devices were given back for that placement */
+	int restarts, max_restarts;
+	bool failed, drained, released;
+	char *cause;             /* malloc'ed: why it failed */
+	int64_t failed_mono_us;  /* when the coordinator handled the failure */
+	int64_t detection_us;    /* from the failure to the coordinator hearing of it */
+	int64_t drain_deadline_us, restart_at_us;
+	recovery_t *rec;         /* attempts placed by a restart, until rank 0's first METRICS */
 };
 
 /* A message held until the transaction of its iteration is committed. */
@@ -276,6 +342,12 @@ static void attempt_free(attempt_t *at)
 		free(p);
 	}
 	json_decref(at->spec);
+	for (int r = 0; at->ranks && r < at->world_size; r++)
+		free(at->ranks[r].failed_reason);
+	free(at->cause);
+	free(at->rec);
+	free(at->shards);
+	free(at->sent_shards);
 	free(at->ranks);
 	free(at);
 }
@@ -338,6 +410,147 @@ static void end_attempt(fabric_t *f, attempt_t *at, store_job_state_t to, const 
 static void fail_attempt(fabric_t *f, attempt_t *at, const char *cause)
 {
 	end_attempt(f, at, STORE_JOB_FAILED, cause, true, false);
+}
+
+/* ---- recovery (docs/coordinator.md "Recovery") ---- */
+
+/* The wait before restart number `n` (1 for the first): none for the first,
+ * then restart_backoff_ms doubling, at most restart_backoff_max_ms. */
+static int64_t backoff_us(const fabric_t *f, int n)
+{
+	if (n <= 1)
+		return 0;
+	int64_t ms = f->opt.restart_backoff_ms;
+	for (int k = 2; k < n && ms < f->opt.restart_backoff_max_ms; k++)
+		ms *= 2;
+	if (ms > f->opt.restart_backoff_max_ms)
+		ms = f->opt.restart_backoff_max_ms;
+	return ms * 1000;
+}
+
+/* The job spec's restart.max_restarts (the default when absent). */
+static int spec_max_restarts(const json_t *spec)
+{
+	json_t *v = json_object_get(json_object_get(spec, "restart"), "max_restarts");
+	if (!json_is_integer(v))
+		return DEFAULT_MAX_RESTARTS;
+	json_int_t n = json_integer_value(v);
+	return n < 0 ? 0 : n > INT_MAX ? INT_MAX : (int)n;
+}
+
+/* What an exit status that no restart can fix means (docs/training.md), or
+ * NULL when a restart may help (signals, collectives, memory, anything else). */
+static const char *exit_not_retryable(int exit_code, int sig)
+{
+	if (sig != 0)
+		return NULL;
+	switch (exit_code) {
+	case 2: return "a job spec error";
+	case 3: return "a data error";
+	case 5: return "training diverged";
+	default: return NULL;
+	}
+}
+
+/* A rank of a failed attempt is gone once its agent reported its exit, or
+ * the agent itself is gone. */
+static bool rank_gone(const rank_rt_t *rr)
+{
+	return rr->exited || !rr->agent || !rr->agent->alive;
+}
+
+/* A failed attempt whose ranks are all gone (or whose grace is over) waits
+ * out its backoff; the scheduling pass then restarts it. */
+static void check_drained(fabric_t *f, attempt_t *at, int64_t now)
+{
+	if (!at->failed || at->drained)
+		return;
+	int n_left = 0;
+	for (int r = 0; r < at->world_size; r++)
+		n_left += !rank_gone(&at->ranks[r]);
+	if (n_left > 0 && now < at->drain_deadline_us)
+		return;
+	at->drained = true;
+	int64_t wait = backoff_us(f, at->restarts);
+	at->restart_at_us = now + wait;
+	if (n_left > 0)
+		log_warn("job %s attempt %d: %d rank(s) not reported gone after %.1f s: restarting anyway",
+		         at->job_id, at->attempt, n_left, (double)f->opt.restart_grace_ms / 1e3);
+	log_info("job %s attempt %d: every rank is gone: restart %d of %d in %lld ms", at->job_id, at->attempt,
+	         at->restarts, at->max_restarts, (long long)(wait / 1000));
+	f->sched_dirty = true;
+}
+
+/*
+ * A rank of the live attempt `at` failed (`cause`), `detection_us` after it
+ * happened. With restarts left and a failure a restart can help
+ * (`not_retryable` NULL), the job goes `recovering`: the attempt's ranks get
+ * ABORT ("recovering: CAUSE") and their agents KILL, its messages are
+ * refused from now on, and once its ranks are gone and the backoff is over
+ * the scheduler places the next attempt. Otherwise the job fails. An attempt
+ * that has failed already is left alone. `at` may be freed.
+ */
+static void attempt_failed(fabric_t *f, attempt_t *at, const char *cause, const char *not_retryable,
+                           int64_t detection_us)
+{
+	if (at->failed)
+		return;
+	char reason[REASON_BYTES];
+	if (not_retryable) {
+		snprintf(reason, sizeof reason, "%s (%s: not retried)", cause, not_retryable);
+		fail_attempt(f, at, reason);
+		return;
+	}
+	if (at->restarts >= at->max_restarts) {
+		snprintf(reason, sizeof reason, "restart.max_restarts (%d) reached: %s", at->max_restarts, cause);
+		fail_attempt(f, at, reason);
+		return;
+	}
+	int64_t now = clock_mono_us(), now_wall = clock_wall_us();
+	at->failed = true;
+	at->restarts++;
+	at->failed_mono_us = now;
+	at->detection_us = detection_us > 0 ? detection_us : 0;
+	at->drain_deadline_us = now + (int64_t)f->opt.restart_grace_ms * 1000;
+	free(at->cause);
+	at->cause = strdup(cause);
+	at->state = STORE_JOB_RECOVERING;
+	while (at->parked) {
+		parked_t *p = at->parked;
+		at->parked = p->next;
+		free(p->key);
+		free(p);
+	}
+	at->n_parked = 0;
+	snprintf(reason, sizeof reason, "attempt %d failed: %s; restart %d of %d (backoff %lld ms)", at->attempt,
+	         cause, at->restarts, at->max_restarts, (long long)(backoff_us(f, at->restarts) / 1000));
+	if (tx(f)) {
+		wrote(f, store_job_set_state(f->st, at->job_id, STORE_JOB_RECOVERING, cause, now_wall), "job recovering");
+		wrote(f, store_job_set_restarts(f->st, at->job_id, at->restarts, now_wall), "job restarts");
+		wrote(f, store_event_insert(f->st, at->job_id, "recovering", NULL, NULL, reason, at->attempt, now_wall),
+		      "recovering event");
+	}
+	log_warn("job %s recovering: %s", at->job_id, reason);
+	char abort_reason[REASON_BYTES + 16];
+	snprintf(abort_reason, sizeof abort_reason, "recovering: %s", cause);
+	char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+	for (int r = 0; r < at->world_size; r++) {
+		if (!at->ranks[r].connected)
+			continue;
+		rank_ident(ident, at->job_id, at->attempt, r);
+		send_to(f, ident, WIRE_ABORT,
+		        json_pack("{s:s, s:i, s:s}", "job", at->job_id, "attempt", at->attempt, "reason", abort_reason));
+	}
+	unsigned gen = ++f->mark_gen;
+	for (int r = 0; r < at->world_size; r++) {
+		agent_t *a = at->ranks[r].agent;
+		if (!a || !a->alive || a->mark == gen || at->ranks[r].exited)
+			continue;
+		a->mark = gen;
+		send_to(f, a->ident, WIRE_KILL,
+		        json_pack("{s:s, s:i, s:i}", "job", at->job_id, "attempt", at->attempt, "rank", -1));
+	}
+	check_drained(f, at, now);
 }
 
 void fabric_job_cancelled(fabric_t *f, const char *job_id, const char *reason)
@@ -519,17 +732,17 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 		for (int r = 0; r < lat->world_size; r++) {
 			rank_rt_t *rr = &lat->ranks[r];
 			rr->reported = false;
-			if (rr->agent != a)
+			if (rr->agent != a || lat->released)
 				continue;
 			device_t *d = agent_device(a, rr->device_kind, rr->device_index);
 			if (d)
 				d->owner = lat;
-			else if (!cause[0])
+			else if (!cause[0] && !lat->failed)
 				snprintf(cause, sizeof cause, "rank %d lost: node %s registered again without %s %d", r,
 				         node, s_kind_names[rr->device_kind], rr->device_index);
 		}
 		if (cause[0])
-			fail_attempt(f, lat, cause);
+			attempt_failed(f, lat, cause, NULL, 0);
 	}
 
 	/* Reconcile the ranks it runs: ranks of attempts that are not live here get KILL. */
@@ -539,23 +752,36 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 		json_int_t att = json_integer_value(json_object_get(e, "attempt"));
 		json_int_t rank = json_integer_value(json_object_get(e, "rank"));
 		attempt_t *lat = smap_get(&f->attempts, job);
-		bool keep = lat && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
+		bool keep = lat && !lat->failed && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
 		            lat->ranks[rank].agent == a;
 		if (keep) {
 			lat->ranks[rank].reported = true;
 			continue;
 		}
+		if (lat && lat->failed && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
+		    lat->ranks[rank].agent == a)
+			lat->ranks[rank].reported = true; /* still running: killed now, gone once reported exited */
 		log_info("agent %s runs rank %lld of job %.40s attempt %lld, which is not live: KILL", node,
 		         (long long)rank, job, (long long)att);
 		send_to(f, a->ident, WIRE_KILL,
 		        json_pack("{s:s, s:I, s:I}", "job", job, "attempt", (json_int_t)att, "rank", (json_int_t)rank));
 	}
 	/* Ranks placed here that it does not report: not yet joined -> SPAWN again
-	 * (the first SPAWN may have crossed the REGISTER); joined -> lost. */
+	 * (the first SPAWN may have crossed the REGISTER); joined -> lost. Ranks
+	 * of a failed attempt that it does not report are gone. */
 	pos = 0;
 	while ((s = smap_next(&f->attempts, &pos))) {
 		attempt_t *lat = s->value;
 		char cause[REASON_BYTES] = "";
+		if (lat->failed) {
+			for (int r = 0; r < lat->world_size; r++) {
+				rank_rt_t *rr = &lat->ranks[r];
+				if (rr->agent == a && !rr->reported)
+					rr->exited = true;
+			}
+			check_drained(f, lat, clock_mono_us());
+			continue;
+		}
 		for (int r = 0; r < lat->world_size; r++) {
 			rank_rt_t *rr = &lat->ranks[r];
 			if (rr->agent != a || rr->reported || rr->done || rr->exited)
@@ -567,7 +793,7 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 			}
 		}
 		if (cause[0])
-			fail_attempt(f, lat, cause);
+			attempt_failed(f, lat, cause, NULL, 0);
 	}
 	f->sched_dirty = true;
 }
@@ -612,15 +838,28 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 		return;
 	}
 	rr->exited = true;
+	if (at->failed) {
+		check_drained(f, at, clock_mono_us()); /* one of a failed attempt's ranks is gone */
+		return;
+	}
 	if (rr->done)
 		return; /* its work was reported complete */
+	/* the agent's clock at waitpid: how long the news took to get here */
+	json_t *exited_at = json_object_get(p, "exited_at_us");
+	int64_t detection_us = json_is_integer(exited_at) ? clock_wall_us() - (int64_t)json_integer_value(exited_at) : 0;
+	char cause[REASON_BYTES];
+	if (rr->failed_reason) {
+		/* the rank said why in its FAILED; its exit status says whether to retry */
+		snprintf(cause, sizeof cause, "rank %lld failed: %s", (long long)rank, rr->failed_reason);
+		attempt_failed(f, at, cause, exit_not_retryable((int)code, (int)sig), detection_us);
+		return;
+	}
 	if (code == 0 && sig == 0) {
 		rr->clean_exit_deadline_us = clock_mono_us() + CLEAN_EXIT_GRACE_US;
 		return;
 	}
-	char cause[REASON_BYTES];
 	describe_exit(cause, sizeof cause, (int)rank, (int)code, (int)sig, error);
-	fail_attempt(f, at, cause);
+	attempt_failed(f, at, cause, exit_not_retryable((int)code, (int)sig), detection_us);
 }
 
 static void on_agent(fabric_t *f, const char *ident, const char *node, wire_type_t type, json_t *p)
@@ -762,10 +1001,84 @@ static void on_kv_get(fabric_t *f, attempt_t *at, int rank, const char *ident, j
 	at->n_parked++;
 }
 
+/* METRICS' memory figures (all four present: wire_decode checked the set)
+ * into *ret; false when the message has none. */
+static bool metrics_memory(const json_t *p, store_rank_memory_t *ret)
+{
+	json_t *pb = json_object_get(p, "params_bytes");
+	if (!pb)
+		return false;
+	ret->params_bytes = (int64_t)json_integer_value(pb);
+	ret->grads_bytes = (int64_t)json_integer_value(json_object_get(p, "grads_bytes"));
+	ret->optim_bytes = (int64_t)json_integer_value(json_object_get(p, "optim_bytes"));
+	ret->activations_bytes = (int64_t)json_integer_value(json_object_get(p, "activations_bytes"));
+	return true;
+}
+
+/* A number field of METRICS, in ms (0 when absent). */
+static double ms_field(const json_t *p, const char *name)
+{
+	json_t *v = json_object_get(p, name);
+	return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+/*
+ * Rank 0 of an attempt placed by a restart sent its first METRICS: the job
+ * has recovered. The `recovered` event (and the log line) give the cause,
+ * the attempt, the snapshot step and where the time went, in ms:
+ * detection (the failure -> the coordinator heard of it), respawn (-> the
+ * new attempt's SPAWNs sent: the old ranks stopping and the backoff), start
+ * (-> its rank 0 joined), rendezvous and snapshot load (as rank 0 measured
+ * them), first step (the rest, up to this METRICS); total is their sum.
+ */
+static void report_recovered(fabric_t *f, attempt_t *at, const json_t *p)
+{
+	recovery_t *rec = at->rec;
+	at->rec = NULL;
+	int64_t now = clock_mono_us();
+	json_t *rs = json_object_get(p, "resumed_from_step");
+	int64_t step = json_is_integer(rs) ? (int64_t)json_integer_value(rs) : rec->resume_step;
+	double detection = (double)rec->detection_us / 1e3;
+	double total = detection + (double)(now - rec->failed_mono_us) / 1e3;
+	double respawn = (double)(rec->spawned_mono_us - rec->failed_mono_us) / 1e3;
+	double start = rec->joined0_mono_us ? (double)(rec->joined0_mono_us - rec->spawned_mono_us) / 1e3 : 0.0;
+	double rendezvous = ms_field(p, "rendezvous_ms"), load = ms_field(p, "load_ms");
+	double first = total - detection - respawn - start - rendezvous - load;
+	if (first < 0)
+		first = 0;
+	char how[64];
+	if (step > 0)
+		snprintf(how, sizeof how, "resumed from snapshot step %lld", (long long)step);
+	else
+		snprintf(how, sizeof how, "started from step 0 (no snapshot)");
+	char reason[REASON_BYTES + 512];
+	snprintf(reason, sizeof reason,
+	         "recovered from %s: attempt %d %s in %.0f ms (detection %.0f ms, respawn %.0f ms, start %.0f ms, "
+	         "rendezvous %.0f ms, snapshot load %.0f ms, first step %.0f ms)",
+	         rec->cause, at->attempt, how, total, detection, respawn, start, rendezvous, load, first);
+	if (tx(f))
+		wrote(f, store_event_insert(f->st, at->job_id, "recovered", NULL, NULL, reason, at->attempt, clock_wall_us()),
+		      "recovered event");
+	log_info("job %s: %s", at->job_id, reason);
+	free(rec);
+}
+
 static void on_metrics(fabric_t *f, attempt_t *at, int rank, json_t *p)
 {
-	if (rank != 0)
-		return; /* rank 0's loss is the global mean: its rows are the job's */
+	if (rank == 0 && at->rec)
+		report_recovered(f, at, p);
+	store_rank_memory_t mem;
+	rank_rt_t *rr = &at->ranks[rank];
+	if (metrics_memory(p, &mem) &&
+	    (!rr->has_memory || memcmp(&mem, &rr->memory, sizeof mem) != 0) && tx(f)) {
+		rr->has_memory = true;
+		rr->memory = mem;
+		wrote(f, store_rank_set_memory(f->st, at->job_id, at->attempt, rank, &mem), "rank memory");
+	}
+	/* Rank 0's loss is the global mean: its rows are the job's. Other ranks'
+	 * rows (and memory-only messages) store no metrics row. */
+	if (rank != 0 || !json_object_get(p, "loss"))
+		return;
 	store_metric_t m;
 	memset(&m, 0, sizeof m);
 	snprintf(m.job_id, sizeof m.job_id, "%s", at->job_id);
@@ -783,6 +1096,303 @@ static void on_metrics(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	m.at_us = clock_wall_us();
 	if (tx(f))
 		wrote(f, store_metric_insert(f->st, &m), "metrics row");
+}
+
+/* ---- snapshot commits (the protocol is in wire.h) ---- */
+
+/* Append to a bounded reason string. */
+static void reason_add(char *buf, size_t *len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void reason_add(char *buf, size_t *len, const char *fmt, ...)
+{
+	if (*len >= REASON_BYTES - 1)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf + *len, REASON_BYTES - *len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	*len += (size_t)n;
+	if (*len >= REASON_BYTES - 1) {
+		*len = REASON_BYTES - 1;
+		memcpy(buf + REASON_BYTES - 4, "...", 4);
+	}
+}
+
+/* A shard's file name: 1 to SNAP_MAX_FILE_BYTES bytes, no '/', no NUL, not
+ * "." or "..": it names a file inside the step's folder, nothing else. */
+static bool snap_file_ok(const json_t *v)
+{
+	size_t n = json_string_length(v);
+	const char *s = json_string_value(v);
+	return n > 0 && n <= SNAP_MAX_FILE_BYTES && strlen(s) == n && !strchr(s, '/') && strcmp(s, ".") != 0 &&
+	       strcmp(s, "..") != 0;
+}
+
+/* SNAPSHOT_COMMIT of the last complete set (sent_shards) to rank 0. */
+static void snap_send_commit(fabric_t *f, attempt_t *at)
+{
+	json_t *files = json_array();
+	for (int r = 0; files && r < at->world_size; r++) {
+		const shard_t *sh = &at->sent_shards[r];
+		if (json_array_append_new(files, json_pack("{s:i, s:s, s:I, s:s}", "rank", r, "file", sh->file,
+		                                           "bytes", (json_int_t)sh->bytes, "xxh3", sh->xxh3)) < 0) {
+			json_decref(files);
+			files = NULL;
+		}
+	}
+	char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+	rank_ident(ident, at->job_id, at->attempt, 0);
+	send_to(f, ident, WIRE_SNAPSHOT_COMMIT,
+	        files ? json_pack("{s:s, s:i, s:I, s:o}", "job", at->job_id, "attempt", at->attempt, "step",
+	                          (json_int_t)at->sent_step, "files", files)
+	              : NULL);
+}
+
+static int snap_unconfirmed_index(const attempt_t *at, int64_t step)
+{
+	for (int i = 0; i < at->n_unconfirmed; i++)
+		if (at->unconfirmed[i] == step)
+			return i;
+	return -1;
+}
+
+/* The gathered set is complete: it becomes the sent set, its step awaits
+ * rank 0's SNAPSHOT_COMMITTED, and rank 0 gets SNAPSHOT_COMMIT. */
+static void snap_complete(fabric_t *f, attempt_t *at)
+{
+	shard_t *t = at->sent_shards;
+	at->sent_shards = at->shards;
+	at->shards = t;
+	at->has_sent = true;
+	at->sent_step = at->gather_step;
+	at->gathering = false;
+	at->n_gathered = 0;
+	if (at->n_unconfirmed == SNAP_MAX_UNCONFIRMED) {
+		log_warn("job %s attempt %d: rank 0 never confirmed snapshot step %lld: no longer awaited",
+		         at->job_id, at->attempt, (long long)at->unconfirmed[0]);
+		memmove(at->unconfirmed, at->unconfirmed + 1, (SNAP_MAX_UNCONFIRMED - 1) * sizeof at->unconfirmed[0]);
+		at->n_unconfirmed--;
+	}
+	at->unconfirmed[at->n_unconfirmed++] = at->sent_step;
+	log_info("job %s attempt %d: all %d rank(s) wrote snapshot step %lld: SNAPSHOT_COMMIT to rank 0",
+	         at->job_id, at->attempt, at->world_size, (long long)at->sent_step);
+	snap_send_commit(f, at);
+}
+
+/* 409 when `sh` (already reported by `rank` for `step`) differs from this report. */
+static bool snap_same_report(fabric_t *f, const char *ident, int rank, int64_t step, const shard_t *sh,
+                             const char *file, int64_t bytes, const char *xxh3)
+{
+	if (strcmp(sh->file, file) == 0 && sh->bytes == bytes && strcmp(sh->xxh3, xxh3) == 0)
+		return true;
+	char detail[600];
+	snprintf(detail, sizeof detail, "SNAPSHOT_WRITTEN: rank %d already reported step %lld as %s (%lld bytes, xxh3 %s)",
+	         rank, (long long)step, sh->file, (long long)sh->bytes, sh->xxh3);
+	send_error(f, ident, strlen(ident), 409, detail);
+	return false;
+}
+
+static void on_snapshot_written(fabric_t *f, attempt_t *at, int rank, const char *ident, json_t *p)
+{
+	int64_t step = (int64_t)json_integer_value(json_object_get(p, "step"));
+	json_t *file = json_object_get(p, "file");
+	int64_t bytes = (int64_t)json_integer_value(json_object_get(p, "bytes"));
+	const char *xxh3 = json_string_value(json_object_get(p, "xxh3"));
+	if (!snap_file_ok(file)) {
+		send_error(f, ident, strlen(ident), 400,
+		           "SNAPSHOT_WRITTEN: file must be a plain file name of 1 to 255 bytes (no '/', not . or ..)");
+		return;
+	}
+	const char *name = json_string_value(file);
+	if (at->has_sent && step == at->sent_step) {
+		/* a repeat of a complete set: rank 0 may have lost its commit */
+		if (snap_same_report(f, ident, rank, step, &at->sent_shards[rank], name, bytes, xxh3) &&
+		    snap_unconfirmed_index(at, step) >= 0)
+			snap_send_commit(f, at);
+		return;
+	}
+	if ((at->has_committed && step <= at->committed_step) || (at->has_sent && step < at->sent_step) ||
+	    (at->gathering && step < at->gather_step)) {
+		log_debug("job %s attempt %d: rank %d reports snapshot step %lld, older than the one in flight or "
+		          "committed: ignored", at->job_id, at->attempt, rank, (long long)step);
+		return;
+	}
+	if (!at->shards) {
+		at->shards = calloc((size_t)at->world_size, sizeof *at->shards);
+		at->sent_shards = calloc((size_t)at->world_size, sizeof *at->sent_shards);
+		if (!at->shards || !at->sent_shards) {
+			free(at->shards);
+			free(at->sent_shards);
+			at->shards = at->sent_shards = NULL;
+			send_error(f, ident, strlen(ident), 503, "SNAPSHOT_WRITTEN: the coordinator is out of memory");
+			return;
+		}
+	}
+	if (!at->gathering || step > at->gather_step) {
+		if (at->gathering)
+			log_warn("job %s attempt %d: snapshot step %lld never completed (%d of %d rank(s) reported): "
+			         "dropped for step %lld", at->job_id, at->attempt, (long long)at->gather_step,
+			         at->n_gathered, at->world_size, (long long)step);
+		memset(at->shards, 0, (size_t)at->world_size * sizeof *at->shards);
+		at->gathering = true;
+		at->gather_step = step;
+		at->n_gathered = 0;
+	}
+	shard_t *sh = &at->shards[rank];
+	if (sh->reported) {
+		snap_same_report(f, ident, rank, step, sh, name, bytes, xxh3); /* a repeat: idempotent */
+		return;
+	}
+	sh->reported = true;
+	sh->bytes = bytes;
+	snprintf(sh->xxh3, sizeof sh->xxh3, "%s", xxh3);
+	snprintf(sh->file, sizeof sh->file, "%s", name);
+	if (++at->n_gathered == at->world_size)
+		snap_complete(f, at);
+}
+
+/* The live checkpoint steps of a job, gathered by store_checkpoint_list. */
+typedef struct {
+	int64_t *steps;
+	size_t n, cap;
+} step_list_t;
+
+static int collect_step(const store_checkpoint_t *c, void *userdata)
+{
+	step_list_t *l = userdata;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		int64_t *grown = realloc(l->steps, cap * sizeof *grown);
+		if (!grown)
+			return -ENOMEM;
+		l->steps = grown;
+		l->cap = cap;
+	}
+	l->steps[l->n++] = c->step;
+	return 0;
+}
+
+/* An integer of the spec's checkpoint section, or its default. */
+static int64_t spec_checkpoint_int(const json_t *spec, const char *key, int64_t dflt)
+{
+	json_t *v = json_object_get(json_object_get(spec, "checkpoint"), key);
+	return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+/*
+ * Retention over the job's recorded checkpoints, by the rule rank 0 applies
+ * to the folders (snap_retention: checkpoint.keep_last newest plus every
+ * keep_every-th): rows rank 0's report did not name are marked deleted too,
+ * so that a report lost with a dying rank 0 cannot leave a deleted
+ * snapshot listed for ever. Inside the caller's transaction.
+ */
+static void retain_checkpoints(fabric_t *f, attempt_t *at, int64_t now, char *reason, size_t *rlen,
+                               int *n_gone)
+{
+	step_list_t l = {0};
+	if (store_checkpoint_list(f->st, at->job_id, collect_step, &l) < 0 || l.n == 0) {
+		free(l.steps);
+		return;
+	}
+	bool *keep = calloc(l.n, sizeof *keep);
+	if (keep) {
+		snap_retention(l.steps, l.n, (int)spec_checkpoint_int(at->spec, "keep_last", 3),
+		               spec_checkpoint_int(at->spec, "keep_every", 0), keep);
+		for (size_t i = 0; i < l.n; i++) {
+			if (keep[i])
+				continue;
+			int r = store_checkpoint_delete(f->st, at->job_id, l.steps[i], now);
+			wrote(f, r, "checkpoint deleted");
+			if (r == 0)
+				reason_add(reason, rlen, "%s%lld", (*n_gone)++ ? ", " : "; retention deleted step(s) ",
+				           (long long)l.steps[i]);
+		}
+	}
+	free(keep);
+	free(l.steps);
+}
+
+static void on_snapshot_committed(fabric_t *f, attempt_t *at, int rank, const char *ident, json_t *p)
+{
+	char detail[512];
+	int64_t step = (int64_t)json_integer_value(json_object_get(p, "step"));
+	int64_t bytes = (int64_t)json_integer_value(json_object_get(p, "bytes"));
+	json_t *path = json_object_get(p, "path");
+	json_t *deleted = json_object_get(p, "deleted");
+	if (rank != 0) {
+		send_error(f, ident, strlen(ident), 400, "SNAPSHOT_COMMITTED: only rank 0 commits snapshots");
+		return;
+	}
+	size_t plen = json_string_length(path);
+	if (plen == 0 || plen > SNAP_MAX_PATH_BYTES || strlen(json_string_value(path)) != plen) {
+		send_error(f, ident, strlen(ident), 400, "SNAPSHOT_COMMITTED: path must be 1 to 4096 bytes, without NUL");
+		return;
+	}
+	size_t n_deleted = json_array_size(deleted), i;
+	json_t *e;
+	if (n_deleted > SNAP_MAX_DELETED) {
+		send_error(f, ident, strlen(ident), 413, "SNAPSHOT_COMMITTED: deleted lists more than 65536 steps");
+		return;
+	}
+	json_array_foreach(deleted, i, e)
+	{
+		if (!json_is_integer(e) || json_integer_value(e) < 0) {
+			snprintf(detail, sizeof detail, "SNAPSHOT_COMMITTED: deleted[%zu] must be an integer >= 0", i);
+			send_error(f, ident, strlen(ident), 400, detail);
+			return;
+		}
+	}
+	int pending = snap_unconfirmed_index(at, step);
+	if (pending < 0 && at->has_committed && step == at->committed_step)
+		return; /* a repeat: recorded already */
+	if (pending < 0) {
+		snprintf(detail, sizeof detail,
+		         "SNAPSHOT_COMMITTED: step %lld of attempt %d was not sent in a SNAPSHOT_COMMIT (not every rank "
+		         "reported it written)",
+		         (long long)step, at->attempt);
+		send_error(f, ident, strlen(ident), 409, detail);
+		return;
+	}
+	int64_t now = clock_wall_us();
+	char reason[REASON_BYTES];
+	size_t rlen = 0;
+	reason_add(reason, &rlen, "snapshot step %lld committed: %d file(s), %lld bytes", (long long)step,
+	           at->world_size, (long long)bytes);
+	if (tx(f)) {
+		store_checkpoint_t c = {
+			.step = step,
+			.attempt = at->attempt,
+			.world_size = at->world_size,
+			.bytes = bytes,
+			.path = json_string_value(path),
+			.committed_at_us = now,
+		};
+		snprintf(c.job_id, sizeof c.job_id, "%s", at->job_id);
+		wrote(f, store_checkpoint_commit(f->st, &c), "checkpoint commit");
+		int n_gone = 0;
+		json_array_foreach(deleted, i, e)
+		{
+			int64_t old = (int64_t)json_integer_value(e);
+			if (old == step)
+				continue; /* never the one just committed */
+			int r = store_checkpoint_delete(f->st, at->job_id, old, now);
+			wrote(f, r, "checkpoint deleted");
+			if (r == 0)
+				reason_add(reason, &rlen, "%s%lld", n_gone++ ? ", " : "; retention deleted step(s) ",
+				           (long long)old);
+		}
+		retain_checkpoints(f, at, now, reason, &rlen, &n_gone);
+		wrote(f, store_event_insert(f->st, at->job_id, "checkpoint", NULL, NULL, reason, at->attempt, now),
+		      "checkpoint event");
+	}
+	log_info("job %s attempt %d: %s", at->job_id, at->attempt, reason);
+	memmove(at->unconfirmed + pending, at->unconfirmed + pending + 1,
+	        (size_t)(at->n_unconfirmed - pending - 1) * sizeof at->unconfirmed[0]);
+	at->n_unconfirmed--;
+	if (!at->has_committed || step > at->committed_step)
+		at->committed_step = step;
+	at->has_committed = true;
 }
 
 static void on_join(fabric_t *f, attempt_t *at, int rank, const char *ident, json_t *p)
@@ -803,9 +1413,24 @@ static void on_join(fabric_t *f, attempt_t *at, int rank, const char *ident, jso
 			                              clock_wall_us()),
 			      "rank joined");
 	}
+	/* the snapshot to resume from: the latest committed one, for every attempt */
+	int64_t step = 0;
+	char *path = NULL;
+	int r = store_checkpoint_latest(f->st, at->job_id, &step, &path);
+	if (r < 0 && r != -ENOENT)
+		log_error("store: cannot read the latest checkpoint of job %s: %s", at->job_id, strerror(-r));
+	json_t *resume = r == 0 ? json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path) : json_null();
+	free(path);
+	if (rank == 0 && at->rec && !at->rec->joined0_mono_us) {
+		at->rec->joined0_mono_us = clock_mono_us();
+		at->rec->has_resume = r == 0;
+		at->rec->resume_step = r == 0 ? step : 0;
+	}
 	send_to(f, ident, WIRE_JOINED,
-	        json_pack("{s:s, s:i, s:i, s:i, s:O, s:i}", "job", at->job_id, "attempt", at->attempt, "rank", rank,
-	                  "world_size", at->world_size, "spec", at->spec, "metrics_every", f->opt.metrics_every));
+	        resume ? json_pack("{s:s, s:i, s:i, s:i, s:O, s:i, s:o}", "job", at->job_id, "attempt", at->attempt,
+	                           "rank", rank, "world_size", at->world_size, "spec", at->spec, "metrics_every",
+	                           f->opt.metrics_every, "resume", resume)
+	               : NULL);
 	if (at->n_joined == at->world_size && at->state == STORE_JOB_SCHEDULED) {
 		char reason[200];
 		snprintf(reason, sizeof reason, "all %d rank(s) joined", at->world_size);
@@ -835,6 +1460,33 @@ static void on_done(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	end_attempt(f, at, STORE_JOB_SUCCEEDED, reason, false, false);
 }
 
+/*
+ * FAILED {reason, exit_code?}: whether a restart can help depends on the exit
+ * status. With exit_code, or with no restart left, decide now; otherwise wait
+ * (FAILED_EXIT_GRACE_US) for the agent's RANK_EXITED, which carries it.
+ */
+static void on_failed(fabric_t *f, attempt_t *at, int rank, json_t *p)
+{
+	rank_rt_t *rr = &at->ranks[rank];
+	const char *reason = json_string_value(json_object_get(p, "reason"));
+	json_t *code = json_object_get(p, "exit_code");
+	char cause[REASON_BYTES];
+	snprintf(cause, sizeof cause, "rank %d failed: %s", rank, reason);
+	if (json_is_integer(code) || at->restarts >= at->max_restarts) {
+		int c = json_is_integer(code) ? (int)json_integer_value(code) : 1;
+		attempt_failed(f, at, cause, exit_not_retryable(c, 0), 0);
+		return;
+	}
+	if (rr->failed_reason)
+		return; /* a repeat */
+	rr->failed_reason = strdup(reason);
+	if (!rr->failed_reason) {
+		attempt_failed(f, at, cause, NULL, 0);
+		return;
+	}
+	rr->failed_deadline_us = clock_mono_us() + FAILED_EXIT_GRACE_US;
+}
+
 static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 {
 	char job[STORE_ID_BYTES], detail[512];
@@ -844,13 +1496,31 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 		return;
 	}
 	if (type != WIRE_JOIN && type != WIRE_KV_SET && type != WIRE_KV_GET && type != WIRE_METRICS &&
-	    type != WIRE_DONE && type != WIRE_FAILED) {
-		snprintf(detail, sizeof detail, "a rank sends JOIN, KV_SET, KV_GET, METRICS, DONE or FAILED, not %s",
+	    type != WIRE_DONE && type != WIRE_FAILED && type != WIRE_SNAPSHOT_WRITTEN &&
+	    type != WIRE_SNAPSHOT_COMMITTED) {
+		snprintf(detail, sizeof detail,
+		         "a rank sends JOIN, KV_SET, KV_GET, METRICS, SNAPSHOT_WRITTEN, SNAPSHOT_COMMITTED, DONE or "
+		         "FAILED, not %s",
 		         wire_type_name(type));
 		send_error(f, ident, strlen(ident), 400, detail);
 		return;
 	}
+	bool snapshot = type == WIRE_SNAPSHOT_WRITTEN || type == WIRE_SNAPSHOT_COMMITTED;
 	attempt_t *at = smap_get(&f->attempts, job);
+	if (snapshot && (!at || att != at->attempt || at->failed)) {
+		/* never recorded: only the live attempt's snapshots can commit */
+		if (at && att == at->attempt)
+			snprintf(detail, sizeof detail, "%s: attempt %d of job %s failed (%s): the job is recovering",
+			         wire_type_name(type), att, job, at->cause ? at->cause : "?");
+		else if (at)
+			snprintf(detail, sizeof detail, "%s: attempt %d of job %s is stale: the live attempt is %d",
+			         wire_type_name(type), att, job, at->attempt);
+		else
+			snprintf(detail, sizeof detail, "%s: job %s has no live attempt (attempt %d is over)",
+			         wire_type_name(type), job, att);
+		send_error(f, ident, strlen(ident), 409, detail);
+		return;
+	}
 	if (!at) {
 		store_job_t sj;
 		memset(&sj, 0, sizeof sj);
@@ -876,6 +1546,11 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 		send_to(f, ident, WIRE_ABORT, json_pack("{s:s, s:i, s:s}", "job", job, "attempt", att, "reason", detail));
 		return;
 	}
+	if (at->failed) {
+		snprintf(detail, sizeof detail, "recovering: %s", at->cause ? at->cause : "attempt failed");
+		send_to(f, ident, WIRE_ABORT, json_pack("{s:s, s:i, s:s}", "job", job, "attempt", att, "reason", detail));
+		return;
+	}
 	if (rank >= at->world_size) {
 		snprintf(detail, sizeof detail, "job %s has ranks 0 to %d, not %d", job, at->world_size - 1, rank);
 		send_error(f, ident, strlen(ident), 404, detail);
@@ -887,14 +1562,10 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 	case WIRE_KV_SET: on_kv_set(f, at, rank, ident, p); break;
 	case WIRE_KV_GET: on_kv_get(f, at, rank, ident, p); break;
 	case WIRE_METRICS: on_metrics(f, at, rank, p); break;
+	case WIRE_SNAPSHOT_WRITTEN: on_snapshot_written(f, at, rank, ident, p); break;
+	case WIRE_SNAPSHOT_COMMITTED: on_snapshot_committed(f, at, rank, ident, p); break;
 	case WIRE_DONE: on_done(f, at, rank, p); break;
-	case WIRE_FAILED: {
-		char cause[REASON_BYTES];
-		snprintf(cause, sizeof cause, "rank %d failed: %s", rank,
-		         json_string_value(json_object_get(p, "reason")));
-		fail_attempt(f, at, cause);
-		break;
-	}
+	case WIRE_FAILED: on_failed(f, at, rank, p); break;
 	default: break;
 	}
 }
@@ -961,6 +1632,7 @@ typedef struct {
 	char id[STORE_ID_BYTES];
 	int world_size;
 	int attempt;
+	int restarts;
 	char *spec_json;
 } queued_t;
 
@@ -984,6 +1656,7 @@ static int collect_queued(const store_job_t *job, void *userdata)
 	snprintf(e->id, sizeof e->id, "%s", job->id);
 	e->world_size = job->world_size;
 	e->attempt = job->attempt;
+	e->restarts = job->restarts;
 	e->spec_json = strdup(job->spec_json);
 	if (!e->spec_json)
 		return -ENOMEM;
@@ -1005,52 +1678,31 @@ static int count_free(const agent_t *a, int kind)
 	return n;
 }
 
-/* Append to a bounded reason string. */
-static void reason_add(char *buf, size_t *len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void reason_add(char *buf, size_t *len, const char *fmt, ...)
-{
-	if (*len >= REASON_BYTES - 1)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(buf + *len, REASON_BYTES - *len, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	*len += (size_t)n;
-	if (*len >= REASON_BYTES - 1) {
-		*len = REASON_BYTES - 1;
-		memcpy(buf + REASON_BYTES - 4, "...", 4);
-	}
-}
-
-/* Place `q` on the agents with ret_take[i] ranks on alive[i]; ranks go to
- * the nodes in order of how many they take (most first). */
+/*
+ * Place `q` (its spec `spec`, taken) on devices of `kind`: with `take`,
+ * take[i] ranks on alive[i], ranks going to the nodes in order of how many
+ * they take (most first); without (`take` NULL), rank r on the device that
+ * rank r of `prev` had. `prev`, the failed attempt of a job being restarted
+ * (its devices already released), is replaced by the new attempt and freed:
+ * the job goes recovering -> scheduled; a queued job goes queued ->
+ * scheduled. Each rank's agent gets its SPAWN.
+ */
 static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_t **alive, int n_alive,
-                  const int *take, int n_nodes_used)
+                  const int *take, attempt_t *prev)
 {
 	attempt_t *at = calloc(1, sizeof *at);
 	rank_rt_t *ranks = calloc((size_t)q->world_size, sizeof *ranks);
-	int *order = malloc((size_t)n_alive * sizeof *order);
-	if (!at || !ranks || !order) {
+	int *order = malloc((size_t)(n_alive ? n_alive : 1) * sizeof *order);
+	recovery_t *rec = prev ? calloc(1, sizeof *rec) : NULL;
+	if (!at || !ranks || !order || (prev && !rec)) {
 		free(at);
 		free(ranks);
 		free(order);
+		free(rec);
 		json_decref(spec);
 		log_error("broker: out of memory placing job %s", q->id);
 		return;
 	}
-	int n_order = 0;
-	for (int i = 0; i < n_alive; i++)
-		if (take[i] > 0)
-			order[n_order++] = i;
-	/* most ranks first, then node order (insertion sort: n_order is small) */
-	for (int i = 1; i < n_order; i++)
-		for (int j = i; j > 0 && take[order[j]] > take[order[j - 1]]; j--) {
-			int t = order[j];
-			order[j] = order[j - 1];
-			order[j - 1] = t;
-		}
 	snprintf(at->job_id, sizeof at->job_id, "%s", q->id);
 	at->attempt = q->attempt + 1;
 	at->world_size = q->world_size;
@@ -1058,41 +1710,80 @@ static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_
 	at->state = STORE_JOB_SCHEDULED;
 	at->spec = spec;
 	at->ranks = ranks;
+	at->restarts = prev ? prev->restarts : q->restarts;
+	at->max_restarts = spec_max_restarts(spec);
 
-	char reason[REASON_BYTES];
-	size_t rlen = 0;
-	reason_add(reason, &rlen, "placed %d rank(s) on %d node(s):", q->world_size, n_nodes_used);
 	int rank = 0;
-	for (int k = 0; k < n_order; k++) {
-		agent_t *a = alive[order[k]];
-		int want = take[order[k]];
-		reason_add(reason, &rlen, " %s [", a->node);
-		for (int i = 0; i < a->n_devices && want > 0; i++) {
-			device_t *d = &a->devices[i];
-			if (d->kind != kind || d->owner)
-				continue;
-			d->owner = at;
-			ranks[rank] = (rank_rt_t){.agent = a, .device_kind = kind, .device_index = d->index};
-			reason_add(reason, &rlen, "%s%d:%s%d", want == take[order[k]] ? "" : " ", rank,
-			           s_kind_names[kind], d->index);
-			rank++;
-			want--;
+	if (take) {
+		int n_order = 0;
+		for (int i = 0; i < n_alive; i++)
+			if (take[i] > 0)
+				order[n_order++] = i;
+		/* most ranks first, then node order (insertion sort: n_order is small) */
+		for (int i = 1; i < n_order; i++)
+			for (int j = i; j > 0 && take[order[j]] > take[order[j - 1]]; j--) {
+				int t = order[j];
+				order[j] = order[j - 1];
+				order[j - 1] = t;
+			}
+		for (int k = 0; k < n_order; k++) {
+			agent_t *a = alive[order[k]];
+			int want = take[order[k]];
+			for (int i = 0; i < a->n_devices && want > 0; i++) {
+				device_t *d = &a->devices[i];
+				if (d->kind != kind || d->owner)
+					continue;
+				d->owner = at;
+				ranks[rank++] = (rank_rt_t){.agent = a, .device_kind = kind, .device_index = d->index};
+				want--;
+			}
 		}
-		reason_add(reason, &rlen, "]");
+	} else {
+		for (; rank < q->world_size; rank++) {
+			const rank_rt_t *old = &prev->ranks[rank];
+			device_t *d = agent_device(old->agent, kind, old->device_index);
+			d->owner = at; /* checked free by the caller */
+			ranks[rank] = (rank_rt_t){.agent = old->agent, .device_kind = kind, .device_index = d->index};
+		}
 	}
 	free(order);
-	if (smap_put(&f->attempts, at->job_id, at, NULL) < 0) {
+	/* the placement, node by node (ranks are numbered node by node) */
+	char where[REASON_BYTES];
+	size_t wlen = 0;
+	int n_nodes = 0;
+	where[0] = '\0';
+	for (int r = 0; r < rank; r++) {
+		bool first = r == 0 || ranks[r].agent != ranks[r - 1].agent;
+		if (first) {
+			n_nodes++;
+			reason_add(where, &wlen, "%s %s [", r ? "]" : "", ranks[r].agent->node);
+		}
+		reason_add(where, &wlen, "%s%d:%s%d", first ? "" : " ", r, s_kind_names[kind], ranks[r].device_index);
+	}
+	reason_add(where, &wlen, "]");
+	char reason[REASON_BYTES];
+	size_t rlen = 0;
+	reason[0] = '\0';
+	reason_add(reason, &rlen, "placed %d rank(s) on %d node(s):%s", q->world_size, n_nodes, where);
+	if (prev)
+		reason_add(reason, &rlen, "; restart %d of %d after %s", prev->restarts, prev->max_restarts,
+		           prev->cause ? prev->cause : "a failure");
+	void *old_value = NULL;
+	if (smap_put(&f->attempts, at->job_id, at, &old_value) < 0) {
 		for (int r = 0; r < rank; r++) {
 			device_t *d = agent_device(ranks[r].agent, kind, ranks[r].device_index);
 			if (d)
 				d->owner = NULL;
 		}
+		free(rec);
 		attempt_free(at);
 		log_error("broker: out of memory placing job %s", q->id);
 		return;
 	}
 	int64_t now = clock_wall_us();
 	if (tx(f)) {
+		if (prev)
+			wrote(f, store_rank_lose_attempt(f->st, prev->job_id, prev->attempt, now), "ranks lost");
 		wrote(f, store_job_set_attempt(f->st, at->job_id, at->attempt, now), "job attempt");
 		for (int r = 0; r < at->world_size; r++) {
 			store_rank_t sr = {.attempt = at->attempt,
@@ -1109,6 +1800,105 @@ static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_
 	log_info("job %s attempt %d scheduled: %s", at->job_id, at->attempt, reason);
 	for (int r = 0; r < at->world_size; r++)
 		send_to(f, ranks[r].agent->ident, WIRE_SPAWN, spawn_payload(at, r));
+	if (prev) {
+		snprintf(rec->cause, sizeof rec->cause, "%s", prev->cause ? prev->cause : "a failure");
+		rec->failed_attempt = prev->attempt;
+		rec->failed_mono_us = prev->failed_mono_us;
+		rec->detection_us = prev->detection_us;
+		rec->spawned_mono_us = clock_mono_us();
+		at->rec = rec;
+	}
+	if (old_value && old_value != at)
+		attempt_free(old_value);
+}
+
+/* Give back the devices a failed attempt still holds (before its restart). */
+static void release_devices(attempt_t *at)
+{
+	for (int r = 0; r < at->world_size; r++) {
+		rank_rt_t *rr = &at->ranks[r];
+		device_t *d = rr->agent ? agent_device(rr->agent, rr->device_kind, rr->device_index) : NULL;
+		if (d && d->owner == at)
+			d->owner = NULL;
+	}
+	at->released = true;
+}
+
+/* Whether every rank of `at` can go back on its device (its agent alive,
+ * the device free). */
+static bool same_devices_free(const attempt_t *at)
+{
+	for (int r = 0; r < at->world_size; r++) {
+		const rank_rt_t *rr = &at->ranks[r];
+		if (!rr->agent || !rr->agent->alive || rr->device_kind != at->kind)
+			return false;
+		device_t *d = agent_device(rr->agent, rr->device_kind, rr->device_index);
+		if (!d || d->owner)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Restart the failed attempts whose ranks are gone and whose backoff is
+ * over, before any queued job: on the same devices when they are all free
+ * on alive agents, else with the normal gang placement. One that does not
+ * fit waits (recovering) and, like a waiting queued job, holds back the
+ * queued jobs of its kind while it could fit once devices are freed.
+ */
+static void restart_due(fabric_t *f, agent_t **alive, int n_alive, bool blocked[N_KINDS])
+{
+	int64_t now = clock_mono_us();
+	size_t n = 0, pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos)))
+		n++;
+	if (n == 0)
+		return;
+	char(*ids)[STORE_ID_BYTES] = malloc(n * sizeof *ids);
+	int *n_free = malloc((size_t)(n_alive ? n_alive : 1) * sizeof *n_free);
+	int *take = malloc((size_t)(n_alive ? n_alive : 1) * sizeof *take);
+	if (!ids || !n_free || !take)
+		goto out;
+	size_t n_due = 0;
+	pos = 0;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *at = s->value;
+		if (at->failed && at->drained && at->restart_at_us <= now)
+			snprintf(ids[n_due++], STORE_ID_BYTES, "%s", at->job_id);
+	}
+	/* placing inserts into f->attempts: not while walking it */
+	for (size_t i = 0; i < n_due; i++) {
+		attempt_t *at = smap_get(&f->attempts, ids[i]);
+		if (!at || at->kind < 0 || at->kind >= N_KINDS)
+			continue;
+		if (!at->released)
+			release_devices(at);
+		queued_t q = {.world_size = at->world_size, .attempt = at->attempt, .restarts = at->restarts};
+		snprintf(q.id, sizeof q.id, "%s", at->job_id);
+		if (same_devices_free(at)) {
+			place(f, &q, at->kind, json_incref(at->spec), alive, n_alive, NULL, at);
+			continue;
+		}
+		long total = 0;
+		for (int a = 0; a < n_alive; a++) {
+			n_free[a] = count_free(alive[a], at->kind);
+			for (int d = 0; d < alive[a]->n_devices; d++)
+				total += alive[a]->devices[d].kind == at->kind;
+		}
+		if (!blocked[at->kind] && gang_pack(n_free, n_alive, at->world_size, take) > 0) {
+			place(f, &q, at->kind, json_incref(at->spec), alive, n_alive, take, at);
+			continue;
+		}
+		if (total >= at->world_size)
+			blocked[at->kind] = true;
+		log_debug("job %s: restart waits for %d free %s device(s)", at->job_id, at->world_size,
+		          s_kind_names[at->kind]);
+	}
+out:
+	free(ids);
+	free(n_free);
+	free(take);
 }
 
 /*
@@ -1134,17 +1924,20 @@ static void schedule(fabric_t *f)
 		if (a->alive && a->n_devices > 0)
 			alive[n_alive++] = a;
 	}
+	bool blocked[N_KINDS] = {false, false};
 	if (n_alive == 0) {
+		restart_due(f, alive, 0, blocked); /* nothing fits: they wait, their devices released */
 		free(alive);
 		return;
 	}
+	qsort(alive, (size_t)n_alive, sizeof *alive, agent_by_node);
+	restart_due(f, alive, n_alive, blocked);
 	queue_t q = {0};
 	int r = store_job_list_queued(f->st, collect_queued, &q);
 	if (r < 0)
 		log_error("broker: cannot read the queued jobs: %s", strerror(-r));
 	if (q.n == 0 || r < 0)
 		goto out;
-	qsort(alive, (size_t)n_alive, sizeof *alive, agent_by_node);
 	int *n_free = malloc((size_t)n_alive * sizeof *n_free);
 	int *take = malloc((size_t)n_alive * sizeof *take);
 	if (!n_free || !take) {
@@ -1152,7 +1945,6 @@ static void schedule(fabric_t *f)
 		free(take);
 		goto out;
 	}
-	bool blocked[N_KINDS] = {false, false};
 	for (size_t i = 0; i < q.n; i++) {
 		queued_t *job = &q.jobs[i];
 		json_t *spec = json_loads(job->spec_json, 0, NULL);
@@ -1179,7 +1971,7 @@ static void schedule(fabric_t *f)
 		}
 		int used = gang_pack(n_free, n_alive, job->world_size, take);
 		if (used > 0) {
-			place(f, job, kind, spec, alive, n_alive, take, used); /* takes spec */
+			place(f, job, kind, spec, alive, n_alive, take, NULL); /* takes spec */
 			continue;
 		}
 		json_decref(spec);
@@ -1221,9 +2013,14 @@ static void expire_agents(fabric_t *f, int64_t now)
 		smap_slot_t *js;
 		while ((js = smap_next(&f->attempts, &jpos))) {
 			attempt_t *at = js->value;
+			if (at->failed) {
+				check_drained(f, at, now); /* its ranks there are gone */
+				continue;
+			}
 			for (int r = 0; r < at->world_size; r++) {
 				if (at->ranks[r].agent == a && !at->ranks[r].done) {
-					fail_attempt(f, at, cause);
+					/* detection: the time since its last message */
+					attempt_failed(f, at, cause, NULL, now - a->last_seen_mono_us);
 					break;
 				}
 			}
@@ -1258,19 +2055,30 @@ static void heartbeat_agents(fabric_t *f)
 	}
 }
 
-/* Ranks that exited cleanly without DONE and whose grace has passed. */
+/* Ranks that exited cleanly without DONE, or sent FAILED without their exit
+ * status coming, whose grace has passed; failed attempts whose grace for
+ * their ranks to go is over. */
 static void expire_clean_exits(fabric_t *f, int64_t now)
 {
 	size_t pos = 0;
 	smap_slot_t *s;
 	while ((s = smap_next(&f->attempts, &pos))) {
 		attempt_t *at = s->value;
+		if (at->failed) {
+			check_drained(f, at, now);
+			continue;
+		}
 		for (int r = 0; r < at->world_size; r++) {
 			rank_rt_t *rr = &at->ranks[r];
+			char cause[REASON_BYTES];
+			if (rr->failed_deadline_us && rr->failed_deadline_us <= now) {
+				snprintf(cause, sizeof cause, "rank %d failed: %s", r, rr->failed_reason);
+				attempt_failed(f, at, cause, NULL, 0); /* may free at: go on with the next attempt */
+				break;
+			}
 			if (rr->clean_exit_deadline_us && !rr->done && rr->clean_exit_deadline_us <= now) {
-				char cause[REASON_BYTES];
 				snprintf(cause, sizeof cause, "rank %d exited with status 0 before reporting DONE", r);
-				fail_attempt(f, at, cause); /* frees at: go on with the next attempt */
+				attempt_failed(f, at, cause, NULL, 0); /* may free at: go on with the next attempt */
 				break;
 			}
 		}
@@ -1312,6 +2120,13 @@ void fabric_tick(fabric_t *f)
 	}
 	expire_kv_gets(f, now);
 	expire_clean_exits(f, now);
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		const attempt_t *at = s->value;
+		if (at->failed && at->drained && !at->released && at->restart_at_us <= now)
+			f->sched_dirty = true; /* its backoff is over: restart it */
+	}
 	if (f->sched_dirty || now >= f->next_sched_us)
 		schedule(f);
 }
@@ -1333,9 +2148,18 @@ long fabric_timeout_ms(fabric_t *f)
 		for (parked_t *w = at->parked; w; w = w->next)
 			if (w->deadline_mono_us < next)
 				next = w->deadline_mono_us;
+		if (at->failed) {
+			int64_t d = at->drained ? at->restart_at_us : at->drain_deadline_us;
+			if (d < next && !at->released)
+				next = d;
+			continue;
+		}
 		for (int r = 0; r < at->world_size; r++) {
 			int64_t d = at->ranks[r].clean_exit_deadline_us;
 			if (d && !at->ranks[r].done && d < next)
+				next = d;
+			d = at->ranks[r].failed_deadline_us;
+			if (d && d < next)
 				next = d;
 		}
 	}
@@ -1451,6 +2275,17 @@ static int load_rank(const store_rank_t *sr, void *userdata)
 		at->world_size = job.world_size;
 		at->state = job.state == STORE_JOB_RUNNING ? STORE_JOB_RUNNING : STORE_JOB_SCHEDULED;
 		at->kind = -1;
+		at->restarts = job.restarts;
+		at->max_restarts = spec_max_restarts(at->spec);
+		if (job.state == STORE_JOB_RECOVERING) {
+			/* its attempt had failed; its ranks are killed when their
+			 * agents register again: restart it without waiting */
+			at->state = STORE_JOB_RECOVERING;
+			at->failed = at->drained = true;
+			at->failed_mono_us = clock_mono_us();
+			at->restart_at_us = at->failed_mono_us;
+			at->cause = strdup(job.state_reason ? job.state_reason : "a failure before the coordinator restarted");
+		}
 		for (int r2 = 0; r2 < at->world_size; r2++)
 			at->ranks[r2].device_index = -1;
 		store_job_clear(&job);
@@ -1494,6 +2329,10 @@ int fabric_load(fabric_t *f, char *err, size_t errlen)
 	while ((s = smap_next(&f->attempts, &pos))) {
 		attempt_t *at = s->value;
 		char cause[REASON_BYTES] = "";
+		if (at->failed) {
+			n_live++;
+			continue;
+		}
 		for (int k = 0; k < at->world_size && !cause[0]; k++) {
 			rank_rt_t *rr = &at->ranks[k];
 			device_t *d = rr->agent && rr->agent->alive && rr->device_kind >= 0
@@ -1510,7 +2349,7 @@ int fabric_load(fabric_t *f, char *err, size_t errlen)
 				d->owner = at;
 		}
 		if (cause[0])
-			fail_attempt(f, at, cause);
+			attempt_failed(f, at, cause, NULL, 0); /* may free at */
 		else
 			n_live++;
 	}

@@ -4,8 +4,10 @@
  * ranks join, rendezvous and report), keeps the cluster in memory (agents and
  * their devices, the live attempt of each scheduled or running job, each
  * attempt's key-value store and parked KV_GETs), places queued jobs (gang
- * placement, priority then FIFO, packed onto few nodes), and records every
- * change in the store.
+ * placement, priority then FIFO, packed onto few nodes), restarts the rank
+ * group of a job whose rank failed (recovery: ABORT and KILL of the failed
+ * attempt, backoff, placement of attempt + 1, the `recovered` event), and
+ * records every change in the store.
  *
  * Everything here runs on the broker loop's thread, which owns the writer
  * store_t: writes open a transaction lazily and fabric_flush() commits it
@@ -34,6 +36,9 @@ typedef struct {
 	int heartbeat_ms;  /* interval of HEARTBEATs both ways */
 	int dead_after;    /* intervals without a message: the agent is dead */
 	int metrics_every; /* steps between METRICS, told to ranks in JOINED */
+	int restart_backoff_ms;     /* wait before the 2nd restart of a job, doubling after */
+	int restart_backoff_max_ms; /* the longest wait between restarts */
+	int restart_grace_ms;       /* time a failed attempt's ranks get to be reported gone */
 } fabric_options_t;
 
 /* A fabric on `router` (a bound ROUTER socket) and the writer store `st`,

@@ -56,6 +56,7 @@ enum {
 	R_JOB_CANCEL,
 	R_JOB_EVENTS,
 	R_JOB_METRICS,
+	R_JOB_CHECKPOINTS,
 	R_WORKERS,
 	R_HEALTHZ,
 	R_READYZ,
@@ -76,6 +77,7 @@ static const struct {
 	[R_JOB_CANCEL] = {"/v1/jobs/{id}/cancel", M_POST, "POST"},
 	[R_JOB_EVENTS] = {"/v1/jobs/{id}/events", M_GET, "GET"},
 	[R_JOB_METRICS] = {"/v1/jobs/{id}/metrics", M_GET, "GET"},
+	[R_JOB_CHECKPOINTS] = {"/v1/jobs/{id}/checkpoints", M_GET, "GET"},
 	[R_WORKERS] = {"/v1/workers", M_GET, "GET"},
 	[R_HEALTHZ] = {"/healthz", M_GET, "GET"},
 	[R_READYZ] = {"/readyz", M_GET, "GET"},
@@ -85,7 +87,8 @@ static const struct {
 
 static const char *const s_route_labels[N_ROUTES] = {
 	"/v1/jobs",    "/v1/jobs/{id}", "/v1/jobs/{id}/cancel", "/v1/jobs/{id}/events", "/v1/jobs/{id}/metrics",
-	"/v1/workers", "/healthz",      "/readyz",              "/metrics",             "unmatched",
+	"/v1/jobs/{id}/checkpoints",    "/v1/workers",          "/healthz",             "/readyz",
+	"/metrics",    "unmatched",
 };
 
 static const http_route_t s_route_table[] = {
@@ -95,6 +98,7 @@ static const http_route_t s_route_table[] = {
 	{"POST", "/v1/jobs/{id}/cancel"},
 	{"GET", "/v1/jobs/{id}/events"},
 	{"GET", "/v1/jobs/{id}/metrics"},
+	{"GET", "/v1/jobs/{id}/checkpoints"},
 	{"GET", "/v1/workers"},
 	{"GET", "/healthz"},
 	{"GET", "/readyz"},
@@ -272,6 +276,8 @@ static int match_route(const char *url, char id_out[STORE_ID_BYTES], const char 
 			route = R_JOB_EVENTS;
 		else if (strcmp(end, "/metrics") == 0)
 			route = R_JOB_METRICS;
+		else if (strcmp(end, "/checkpoints") == 0)
+			route = R_JOB_CHECKPOINTS;
 		else
 			return R_UNMATCHED;
 		*ret_seg = seg;
@@ -315,6 +321,20 @@ static enum MHD_Result not_found_job(struct MHD_Connection *conn, thread_ctx_t *
 
 /* ---- GET handlers ---- */
 
+typedef struct {
+	sbuf_t *out;
+	int *n;
+} rank_view_ctx_t;
+
+static int job_rank_fn(const store_rank_t *r, void *userdata)
+{
+	rank_view_ctx_t *v = userdata;
+	if ((*v->n)++)
+		sbuf_putc(v->out, ',');
+	jobview_rank(v->out, r);
+	return 0;
+}
+
 static enum MHD_Result get_job(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
                                int64_t start_us, const char *id, const char *seg, size_t seg_len)
 {
@@ -333,9 +353,54 @@ static enum MHD_Result get_job(http_t *h, struct MHD_Connection *conn, thread_ct
 		return respond_problem(conn, c, R_JOB, METRICS_METHOD_GET, start_us, 503,
 		                       "the database cannot be read; retry later", NULL, NULL);
 	sbuf_reset(&c->out);
-	jobview_job(&c->out, &job);
+	jobview_job_open(&c->out, &job);
+	sbuf_puts(&c->out, ",\"ranks\":[");
+	int n_ranks = 0;
+	r = store_rank_list_attempt(st, id, job.attempt, job_rank_fn, &(rank_view_ctx_t){&c->out, &n_ranks});
 	store_job_clear(&job);
+	if (r < 0)
+		return respond_problem(conn, c, R_JOB, METRICS_METHOD_GET, start_us, 503,
+		                       "the database cannot be read; retry later", NULL, NULL);
+	sbuf_puts(&c->out, "]}");
 	return respond_out(conn, c, R_JOB, METRICS_METHOD_GET, start_us, 200, JSON_TYPE);
+}
+
+typedef struct {
+	sbuf_t *out;
+	int n;
+} view_list_t;
+
+static int checkpoint_fn(const store_checkpoint_t *cp, void *userdata)
+{
+	view_list_t *l = userdata;
+	if (l->n++)
+		sbuf_putc(l->out, ',');
+	jobview_checkpoint(l->out, cp);
+	return 0;
+}
+
+static enum MHD_Result list_checkpoints(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
+                                        int64_t start_us, const char *id, const char *seg, size_t seg_len)
+{
+	const int R = R_JOB_CHECKPOINTS;
+	const metrics_method_t M = METRICS_METHOD_GET;
+	if (!plausible_id(id))
+		return not_found_job(conn, c, R, M, start_us, seg, seg_len);
+	store_t *st = ctx_reader(h, c);
+	if (!st)
+		return respond_problem(conn, c, R, M, start_us, 503, "the database cannot be read; retry later", NULL,
+		                       NULL);
+	sbuf_reset(&c->out);
+	sbuf_puts(&c->out, "{\"checkpoints\":[");
+	view_list_t l = {.out = &c->out};
+	int r = store_checkpoint_list(st, id, checkpoint_fn, &l);
+	if (r == -ENOENT)
+		return not_found_job(conn, c, R, M, start_us, seg, seg_len);
+	if (r < 0)
+		return respond_problem(conn, c, R, M, start_us, 503, "the database cannot be read; retry later", NULL,
+		                       NULL);
+	sbuf_puts(&c->out, "]}");
+	return respond_out(conn, c, R, M, start_us, 200, JSON_TYPE);
 }
 
 typedef struct {
@@ -777,6 +842,51 @@ static int collect_job_gauge(const store_metric_t *m, void *userdata)
 	return 0;
 }
 
+typedef struct {
+	metrics_rank_memory_t *ranks;
+	size_t n, cap;
+} rank_gauges_t;
+
+static int collect_rank_memory(const store_rank_t *r, void *userdata)
+{
+	rank_gauges_t *g = userdata;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 16;
+		metrics_rank_memory_t *m = realloc(g->ranks, cap * sizeof *m);
+		if (!m)
+			return -ENOMEM;
+		g->ranks = m;
+		g->cap = cap;
+	}
+	metrics_rank_memory_t *m = &g->ranks[g->n++];
+	snprintf(m->job_id, sizeof m->job_id, "%s", r->job_id);
+	m->rank = r->rank;
+	m->memory = r->memory;
+	return 0;
+}
+
+typedef struct {
+	metrics_job_restarts_t *jobs;
+	size_t n, cap;
+} restart_gauges_t;
+
+static int collect_restarts(const char *job_id, int restarts, void *userdata)
+{
+	restart_gauges_t *g = userdata;
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 8;
+		metrics_job_restarts_t *j = realloc(g->jobs, cap * sizeof *j);
+		if (!j)
+			return -ENOMEM;
+		g->jobs = j;
+		g->cap = cap;
+	}
+	metrics_job_restarts_t *j = &g->jobs[g->n++];
+	snprintf(j->job_id, sizeof j->job_id, "%s", job_id);
+	j->restarts = restarts;
+	return 0;
+}
+
 static enum MHD_Result get_metrics(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
                                    int64_t start_us)
 {
@@ -792,6 +902,14 @@ static enum MHD_Result get_metrics(http_t *h, struct MHD_Connection *conn, threa
 	metrics_render_cluster(&c->out, have_workers ? workers : NULL, have_jobs ? g.jobs : NULL,
 	                       have_jobs ? g.n : 0);
 	free(g.jobs);
+	rank_gauges_t rg = {0};
+	if (st && store_rank_list_memory_running(st, collect_rank_memory, &rg) == 0)
+		metrics_render_rank_memory(&c->out, rg.ranks, rg.n);
+	free(rg.ranks);
+	restart_gauges_t xg = {0};
+	if (st && store_job_list_restarts(st, collect_restarts, &xg) == 0)
+		metrics_render_job_restarts(&c->out, xg.jobs, xg.n);
+	free(xg.jobs);
 	return respond_out(conn, c, R_METRICS, METRICS_METHOD_GET, start_us, 200, METRICS_TYPE);
 }
 
@@ -992,6 +1110,7 @@ static enum MHD_Result answer_simple(http_t *h, struct MHD_Connection *conn, con
 	case R_JOBS: return list_jobs(h, conn, c, start_us);
 	case R_JOB_EVENTS: return list_events(h, conn, c, start_us, id, seg, seg_len);
 	case R_JOB_METRICS: return list_metrics(h, conn, c, start_us, id, seg, seg_len);
+	case R_JOB_CHECKPOINTS: return list_checkpoints(h, conn, c, start_us, id, seg, seg_len);
 	case R_WORKERS: return list_workers(h, conn, c, start_us);
 	case R_READYZ: return get_readyz(h, conn, c, start_us);
 	case R_METRICS: return get_metrics(h, conn, c, start_us);

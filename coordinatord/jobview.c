@@ -1,5 +1,6 @@
 /*
- * jobview: JSON of jobs, events and metrics rows, and list cursors (see jobview.h).
+ * jobview: JSON of jobs, ranks, events, metrics rows and checkpoints, and
+ * list cursors (see jobview.h).
  */
 #include "jobview.h"
 
@@ -17,14 +18,20 @@ static void put_str(sbuf_t *out, const char *s)
 
 void jobview_job(sbuf_t *out, const store_job_t *job)
 {
+	jobview_job_open(out, job);
+	sbuf_putc(out, '}');
+}
+
+void jobview_job_open(sbuf_t *out, const store_job_t *job)
+{
 	sbuf_puts(out, "{\"id\":");
 	put_str(out, job->id);
 	sbuf_puts(out, ",\"name\":");
 	put_str(out, job->name);
 	sbuf_puts(out, ",\"state\":");
 	put_str(out, store_job_state_name(job->state));
-	sbuf_printf(out, ",\"priority\":%d,\"world_size\":%d,\"attempt\":%d,\"spec\":", job->priority,
-	            job->world_size, job->attempt);
+	sbuf_printf(out, ",\"priority\":%d,\"world_size\":%d,\"attempt\":%d,\"restarts\":%d,\"spec\":",
+	            job->priority, job->world_size, job->attempt, job->restarts);
 	if (job->spec_json && job->spec_json[0])
 		sbuf_puts(out, job->spec_json);
 	else
@@ -35,6 +42,34 @@ void jobview_job(sbuf_t *out, const store_job_t *job)
 	sbuf_json_time(out, job->updated_at_us);
 	sbuf_puts(out, ",\"state_reason\":");
 	put_str(out, job->state_reason);
+}
+
+void jobview_rank(sbuf_t *out, const store_rank_t *r)
+{
+	sbuf_printf(out, "{\"rank\":%d,\"node\":", r->rank);
+	put_str(out, r->node);
+	sbuf_puts(out, ",\"device\":{\"kind\":");
+	put_str(out, r->device_kind);
+	sbuf_printf(out, ",\"index\":%d},\"state\":", r->device_index);
+	put_str(out, r->state);
+	sbuf_puts(out, ",\"memory\":");
+	if (r->has_memory)
+		sbuf_printf(out,
+		            "{\"params_bytes\":%lld,\"grads_bytes\":%lld,\"optim_bytes\":%lld,"
+		            "\"activations_bytes\":%lld}}",
+		            (long long)r->memory.params_bytes, (long long)r->memory.grads_bytes,
+		            (long long)r->memory.optim_bytes, (long long)r->memory.activations_bytes);
+	else
+		sbuf_puts(out, "null}");
+}
+
+void jobview_checkpoint(sbuf_t *out, const store_checkpoint_t *c)
+{
+	sbuf_printf(out, "{\"step\":%lld,\"committed_at\":", (long long)c->step);
+	sbuf_json_time(out, c->committed_at_us);
+	sbuf_printf(out, ",\"bytes\":%lld,\"world_size\":%d,\"attempt\":%d,\"path\":", (long long)c->bytes,
+	            c->world_size, c->attempt);
+	put_str(out, c->path);
 	sbuf_putc(out, '}');
 }
 

@@ -180,3 +180,38 @@ void metrics_render_cluster(sbuf_t *out, const int64_t *workers, const metrics_j
 		put_gauge_value(out, jobs[i].tokens_per_s);
 	}
 }
+
+void metrics_render_rank_memory(sbuf_t *out, const metrics_rank_memory_t *ranks, size_t n)
+{
+	if (!ranks || n == 0)
+		return;
+	sbuf_puts(out, "# HELP ringmaster_rank_memory_bytes Memory a rank of a running job holds, by kind "
+	               "(parameters, gradients, optimizer state, activations).\n"
+	               "# TYPE ringmaster_rank_memory_bytes gauge\n");
+	for (size_t i = 0; i < n; i++) {
+		const metrics_rank_memory_t *r = &ranks[i];
+		const struct {
+			const char *kind;
+			int64_t bytes;
+		} kinds[] = {
+			{"params", r->memory.params_bytes},
+			{"grads", r->memory.grads_bytes},
+			{"optimizer", r->memory.optim_bytes},
+			{"activations", r->memory.activations_bytes},
+		};
+		for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+			sbuf_printf(out, "ringmaster_rank_memory_bytes{job=\"%s\",rank=\"%d\",kind=\"%s\"} %lld\n",
+			            r->job_id, r->rank, kinds[k].kind, (long long)kinds[k].bytes);
+	}
+}
+
+void metrics_render_job_restarts(sbuf_t *out, const metrics_job_restarts_t *jobs, size_t n)
+{
+	if (!jobs || n == 0)
+		return;
+	sbuf_puts(out, "# HELP ringmaster_job_restarts_total Restarts of a job's rank group after a failure "
+	               "(scheduled, running and recovering jobs).\n"
+	               "# TYPE ringmaster_job_restarts_total counter\n");
+	for (size_t i = 0; i < n; i++)
+		sbuf_printf(out, "ringmaster_job_restarts_total{job=\"%s\"} %d\n", jobs[i].job_id, jobs[i].restarts);
+}

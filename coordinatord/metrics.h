@@ -5,7 +5,7 @@
  * produce the response) with relaxed atomic increments: no lock and no
  * allocation on the request path. /metrics renders the counters together with
  * gauges that the caller supplies (jobs by state, workers by state, running
- * jobs' latest step, loss and tokens/s). Every metric is prefixed
+ * jobs' latest step, loss and tokens/s, their ranks' memory). Every metric is prefixed
  * ringmaster_.
  */
 #ifndef RINGMASTER_COORDINATORD_METRICS_H
@@ -60,5 +60,26 @@ typedef struct {
  * NULL when unreadable) and, per running job with metrics, its latest step,
  * loss and tokens/s (labels job="ID"). */
 void metrics_render_cluster(sbuf_t *out, const int64_t *workers, const metrics_job_t *jobs, size_t n_jobs);
+
+/* What one rank of a running job holds in memory. */
+typedef struct {
+	char job_id[STORE_ID_BYTES];
+	int rank;
+	store_rank_memory_t memory;
+} metrics_rank_memory_t;
+
+/* Append the gauge ringmaster_rank_memory_bytes{job,rank,kind} (kind params,
+ * grads, optimizer, activations) for `n` ranks; nothing when n is 0. */
+void metrics_render_rank_memory(sbuf_t *out, const metrics_rank_memory_t *ranks, size_t n);
+
+/* One job's restarts so far (a scheduled, running or recovering job). */
+typedef struct {
+	char job_id[STORE_ID_BYTES];
+	int restarts;
+} metrics_job_restarts_t;
+
+/* Append the counter ringmaster_job_restarts_total{job} for `n` jobs;
+ * nothing when n is 0. */
+void metrics_render_job_restarts(sbuf_t *out, const metrics_job_restarts_t *jobs, size_t n);
 
 #endif

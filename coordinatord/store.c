@@ -51,6 +51,15 @@ enum {
 	ST_METRIC_INSERT,
 	ST_METRIC_LIST,
 	ST_METRIC_LATEST_RUNNING,
+	ST_RANK_SET_MEMORY,
+	ST_RANK_LIST_ATTEMPT,
+	ST_RANK_LIST_MEMORY_RUNNING,
+	ST_CHECKPOINT_COMMIT,
+	ST_CHECKPOINT_DELETE,
+	ST_CHECKPOINT_LIST,
+	ST_CHECKPOINT_LATEST,
+	ST_JOB_SET_RESTARTS,
+	ST_JOB_LIST_RESTARTS,
 	ST_N
 };
 
@@ -61,11 +70,11 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_JOB_SET_STATE] = "UPDATE jobs SET state = ?2, state_reason = ?3, updated_at_us = ?4 WHERE id = ?1 "
 	                     "RETURNING attempt",
 	[ST_JOB_GET] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, created_at_us, "
-	               "updated_at_us, state_reason FROM jobs WHERE id = ?1",
+	               "updated_at_us, state_reason, restarts FROM jobs WHERE id = ?1",
 	[ST_JOB_LIST] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, created_at_us, "
-	                "updated_at_us, state_reason FROM jobs WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+	                "updated_at_us, state_reason, restarts FROM jobs WHERE seq > ?1 ORDER BY seq LIMIT ?2",
 	[ST_JOB_LIST_STATE] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, "
-	                      "created_at_us, updated_at_us, state_reason FROM jobs WHERE state = ?3 AND "
+	                      "created_at_us, updated_at_us, state_reason, restarts FROM jobs WHERE state = ?3 AND "
 	                      "seq > ?1 ORDER BY seq LIMIT ?2",
 	[ST_JOB_COUNT_BY_STATE] = "SELECT state, count(*) FROM jobs GROUP BY state",
 	[ST_JOB_COUNT] = "SELECT count(*) FROM jobs",
@@ -88,7 +97,7 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_WORKER_COUNT] = "SELECT state, count(*) FROM workers GROUP BY state",
 	[ST_JOB_SET_ATTEMPT] = "UPDATE jobs SET attempt = ?2, updated_at_us = ?3 WHERE id = ?1",
 	[ST_JOB_LIST_QUEUED] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, "
-	                       "created_at_us, updated_at_us, state_reason FROM jobs WHERE state = 'queued' "
+	                       "created_at_us, updated_at_us, state_reason, restarts FROM jobs WHERE state = 'queued' "
 	                       "ORDER BY priority DESC, seq",
 	[ST_RANK_INSERT] = "INSERT INTO ranks (job_id, attempt, rank, node, device_kind, device_index, state, "
 	                   "updated_at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -111,6 +120,29 @@ static const char *const stmt_sql[ST_N] = {
 	                             "m.tokens_per_s, m.ms, m.val_loss, m.at_us FROM jobs j JOIN metrics m ON "
 	                             "m.id = (SELECT id FROM metrics WHERE job_id = j.id ORDER BY step DESC, id "
 	                             "DESC LIMIT 1) WHERE j.state = 'running' ORDER BY j.seq",
+	[ST_RANK_SET_MEMORY] = "UPDATE ranks SET params_bytes = ?4, grads_bytes = ?5, optim_bytes = ?6, "
+	                       "activations_bytes = ?7 WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3",
+	[ST_RANK_LIST_ATTEMPT] = "SELECT job_id, attempt, rank, node, device_kind, device_index, state, "
+	                         "params_bytes, grads_bytes, optim_bytes, activations_bytes FROM ranks "
+	                         "WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank",
+	[ST_RANK_LIST_MEMORY_RUNNING] = "SELECT r.job_id, r.attempt, r.rank, r.node, r.device_kind, "
+	                                "r.device_index, r.state, r.params_bytes, r.grads_bytes, r.optim_bytes, "
+	                                "r.activations_bytes FROM jobs j JOIN ranks r ON r.job_id = j.id AND "
+	                                "r.attempt = j.attempt WHERE j.state = 'running' AND r.params_bytes IS "
+	                                "NOT NULL ORDER BY j.seq, r.rank",
+	[ST_CHECKPOINT_COMMIT] = "INSERT INTO checkpoints (job_id, step, attempt, world_size, bytes, path, "
+	                         "committed_at_us, deleted_at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL) "
+	                         "ON CONFLICT (job_id, step) DO UPDATE SET attempt = ?3, world_size = ?4, "
+	                         "bytes = ?5, path = ?6, committed_at_us = ?7, deleted_at_us = NULL",
+	[ST_CHECKPOINT_DELETE] = "UPDATE checkpoints SET deleted_at_us = ?3 WHERE job_id = ?1 AND step = ?2 "
+	                         "AND deleted_at_us IS NULL",
+	[ST_CHECKPOINT_LIST] = "SELECT job_id, step, attempt, world_size, bytes, path, committed_at_us FROM "
+	                       "checkpoints WHERE job_id = ?1 AND deleted_at_us IS NULL ORDER BY step DESC",
+	[ST_JOB_SET_RESTARTS] = "UPDATE jobs SET restarts = ?2, updated_at_us = ?3 WHERE id = ?1",
+	[ST_JOB_LIST_RESTARTS] = "SELECT id, restarts FROM jobs WHERE state IN ('scheduled', 'running', "
+	                         "'recovering') ORDER BY seq",
+	[ST_CHECKPOINT_LATEST] = "SELECT step, path FROM checkpoints WHERE job_id = ?1 AND deleted_at_us IS "
+	                         "NULL ORDER BY step DESC LIMIT 1",
 };
 
 struct store {
@@ -538,6 +570,7 @@ static int job_from_row(sqlite3_stmt *s, store_job_t *job)
 	job->created_at_us = sqlite3_column_int64(s, 8);
 	job->updated_at_us = sqlite3_column_int64(s, 9);
 	job->state_reason = column_strdup(s, 10);
+	job->restarts = sqlite3_column_int(s, 11);
 	if (!job->name || !job->spec_json ||
 	    (!job->state_reason && sqlite3_column_type(s, 10) != SQLITE_NULL)) {
 		store_job_clear(job);
@@ -1054,6 +1087,185 @@ int store_metric_latest_running(store_t *st, store_metric_fn fn, void *userdata)
 	}
 	if (r == 0 && rc != SQLITE_ROW)
 		r = rc_done(rc);
+	sqlite3_reset(s);
+	return r;
+}
+
+/* ---- rank memory and checkpoints ---- */
+
+int store_rank_set_memory(store_t *st, const char *job_id, int attempt, int rank,
+                          const store_rank_memory_t *m)
+{
+	if (m->params_bytes < 0 || m->grads_bytes < 0 || m->optim_bytes < 0 || m->activations_bytes < 0)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_RANK_SET_MEMORY);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, attempt);
+	sqlite3_bind_int(s, 3, rank);
+	sqlite3_bind_int64(s, 4, m->params_bytes);
+	sqlite3_bind_int64(s, 5, m->grads_bytes);
+	sqlite3_bind_int64(s, 6, m->optim_bytes);
+	sqlite3_bind_int64(s, 7, m->activations_bytes);
+	return step_update(st, s);
+}
+
+/* Walk the rows of a rank SELECT with the memory columns (7..10). */
+static int rank_walk(sqlite3_stmt *s, store_rank_fn fn, void *userdata)
+{
+	int rc, r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		store_rank_t rk;
+		memset(&rk, 0, sizeof rk);
+		const char *id = (const char *)sqlite3_column_text(s, 0);
+		snprintf(rk.job_id, sizeof rk.job_id, "%s", id ? id : "");
+		rk.attempt = sqlite3_column_int(s, 1);
+		rk.rank = sqlite3_column_int(s, 2);
+		rk.node = (const char *)sqlite3_column_text(s, 3);
+		rk.device_kind = (const char *)sqlite3_column_text(s, 4);
+		rk.device_index = sqlite3_column_int(s, 5);
+		rk.state = (const char *)sqlite3_column_text(s, 6);
+		rk.has_memory = sqlite3_column_type(s, 7) != SQLITE_NULL;
+		rk.memory.params_bytes = sqlite3_column_int64(s, 7);
+		rk.memory.grads_bytes = sqlite3_column_int64(s, 8);
+		rk.memory.optim_bytes = sqlite3_column_int64(s, 9);
+		rk.memory.activations_bytes = sqlite3_column_int64(s, 10);
+		if (!rk.node || !rk.device_kind || !rk.state) {
+			r = -ENOMEM;
+			break;
+		}
+		r = fn(&rk, userdata);
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
+	sqlite3_reset(s);
+	return r;
+}
+
+int store_rank_list_attempt(store_t *st, const char *job_id, int attempt, store_rank_fn fn,
+                            void *userdata)
+{
+	sqlite3_stmt *s = stmt(st, ST_RANK_LIST_ATTEMPT);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, attempt);
+	return rank_walk(s, fn, userdata);
+}
+
+int store_rank_list_memory_running(store_t *st, store_rank_fn fn, void *userdata)
+{
+	return rank_walk(stmt(st, ST_RANK_LIST_MEMORY_RUNNING), fn, userdata);
+}
+
+int store_checkpoint_commit(store_t *st, const store_checkpoint_t *c)
+{
+	if (c->step < 0 || c->bytes < 0 || c->world_size < 1 || !c->path)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_COMMIT);
+	sqlite3_bind_text(s, 1, c->job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, c->step);
+	sqlite3_bind_int(s, 3, c->attempt);
+	sqlite3_bind_int(s, 4, c->world_size);
+	sqlite3_bind_int64(s, 5, c->bytes);
+	sqlite3_bind_text(s, 6, c->path, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 7, c->committed_at_us);
+	return step_done(s);
+}
+
+int store_checkpoint_delete(store_t *st, const char *job_id, int64_t step, int64_t now_us_)
+{
+	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_DELETE);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, step);
+	sqlite3_bind_int64(s, 3, now_us_);
+	return step_update(st, s);
+}
+
+int store_checkpoint_list(store_t *st, const char *job_id, store_checkpoint_fn fn, void *userdata)
+{
+	int rc = job_exists(st, job_id);
+	if (rc != 0)
+		return rc;
+	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_LIST);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	int r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		store_checkpoint_t c;
+		memset(&c, 0, sizeof c);
+		const char *id = (const char *)sqlite3_column_text(s, 0);
+		snprintf(c.job_id, sizeof c.job_id, "%s", id ? id : "");
+		c.step = sqlite3_column_int64(s, 1);
+		c.attempt = sqlite3_column_int(s, 2);
+		c.world_size = sqlite3_column_int(s, 3);
+		c.bytes = sqlite3_column_int64(s, 4);
+		c.path = (const char *)sqlite3_column_text(s, 5);
+		c.committed_at_us = sqlite3_column_int64(s, 6);
+		if (!c.path) {
+			r = -ENOMEM;
+			break;
+		}
+		r = fn(&c, userdata);
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
+	sqlite3_reset(s);
+	return r;
+}
+
+int store_checkpoint_latest(store_t *st, const char *job_id, int64_t *ret_step, char **ret_path)
+{
+	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_LATEST);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	int r;
+	if (rc == SQLITE_ROW) {
+		char *path = column_strdup(s, 1);
+		if (path) {
+			*ret_step = sqlite3_column_int64(s, 0);
+			*ret_path = path;
+			r = 0;
+		} else {
+			r = -ENOMEM;
+		}
+	} else {
+		r = rc == SQLITE_DONE ? -ENOENT : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	}
+	sqlite3_reset(s);
+	return r;
+}
+
+/* ---- restarts (schema 004) ---- */
+
+int store_job_set_restarts(store_t *st, const char *job_id, int restarts, int64_t now_us_)
+{
+	if (restarts < 0)
+		return -EINVAL;
+	sqlite3_stmt *s = stmt(st, ST_JOB_SET_RESTARTS);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, restarts);
+	sqlite3_bind_int64(s, 3, now_us_);
+	int rc = sqlite3_step(s);
+	int r = rc == SQLITE_DONE ? 0 : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	if (r == 0 && sqlite3_changes(st->db) == 0)
+		r = -ENOENT;
+	return r;
+}
+
+int store_job_list_restarts(store_t *st, store_restarts_fn fn, void *userdata)
+{
+	sqlite3_stmt *s = stmt(st, ST_JOB_LIST_RESTARTS);
+	int r = 0, rc;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const char *id = (const char *)sqlite3_column_text(s, 0);
+		r = fn(id ? id : "", sqlite3_column_int(s, 1), userdata);
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
+		r = sqlite_err(rc) ? sqlite_err(rc) : -EIO;
 	sqlite3_reset(s);
 	return r;
 }

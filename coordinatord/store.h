@@ -1,6 +1,7 @@
 /*
  * store: the coordinator's SQLite database (jobs, events, idempotency keys,
- * workers, ranks of each attempt, per-step metrics, schema migrations).
+ * workers, ranks of each attempt with their memory, per-step metrics,
+ * committed checkpoints, schema migrations).
  *
  * One store_t wraps one SQLite connection and its prepared statements, and is
  * used by one thread only. The broker loop opens the single writer
@@ -62,6 +63,7 @@ typedef struct {
 	int64_t created_at_us;   /* Unix epoch microseconds */
 	int64_t updated_at_us;
 	char *state_reason;      /* owned, may be NULL: why it reached its state */
+	int restarts;            /* restarts after a failure so far (schema 004) */
 } store_job_t;
 
 /* Release the strings a store_job_t owns; accepts a zeroed job. */
@@ -180,6 +182,14 @@ typedef struct {
 	int64_t registered_at_us; /* 0 when unknown */
 } store_worker_t;
 
+/* What a rank holds in memory, in bytes (constant over an attempt). */
+typedef struct {
+	int64_t params_bytes;
+	int64_t grads_bytes;
+	int64_t optim_bytes;       /* optimizer state (AdamW m and v, or its shard) */
+	int64_t activations_bytes; /* the engine's activation arena */
+} store_rank_memory_t;
+
 typedef struct {
 	char job_id[STORE_ID_BYTES];
 	int attempt;
@@ -188,6 +198,8 @@ typedef struct {
 	const char *device_kind;  /* "cpu" or "cuda" */
 	int device_index;
 	const char *state;        /* placed, joined, done, exited, lost */
+	bool has_memory;          /* read back only: the rank has reported its memory */
+	store_rank_memory_t memory;
 } store_rank_t;
 
 typedef struct {
@@ -231,6 +243,66 @@ int store_rank_lose_attempt(store_t *st, const char *job_id, int attempt, int64_
  * job, ordered by node, job, rank; `fn` gets each (borrowed). */
 typedef int (*store_rank_fn)(const store_rank_t *r, void *userdata);
 int store_rank_list_active(store_t *st, store_rank_fn fn, void *userdata);
+
+/* ---- rank memory and checkpoints (schema 003) ---- */
+
+/* Writer: record what rank `rank` of (job, attempt) holds in memory (every
+ * figure >= 0, else -EINVAL). -ENOENT when there is no such rank row. */
+int store_rank_set_memory(store_t *st, const char *job_id, int attempt, int rank,
+                          const store_rank_memory_t *m);
+/* Ranks of one attempt of a job, by rank, with their memory when reported;
+ * `fn` gets each (borrowed for the call). No rows (an attempt never placed)
+ * is not an error: fn is simply not called. */
+int store_rank_list_attempt(store_t *st, const char *job_id, int attempt, store_rank_fn fn,
+                            void *userdata);
+/* Ranks that have reported their memory, of the current attempt of every
+ * running job, by job (submission order) then rank. */
+int store_rank_list_memory_running(store_t *st, store_rank_fn fn, void *userdata);
+
+/* One committed snapshot of a job. */
+typedef struct {
+	char job_id[STORE_ID_BYTES];
+	int64_t step;
+	int attempt;             /* the attempt that committed it */
+	int world_size;          /* ranks (shard files) it was written by */
+	int64_t bytes;           /* all its files together */
+	const char *path;        /* the committed folder; borrowed */
+	int64_t committed_at_us;
+} store_checkpoint_t;
+
+/*
+ * Writer: record checkpoint c->step of c->job_id as committed (call only
+ * once rank 0 has reported the folder renamed and fsync'ed). A row for the
+ * same (job, step) is replaced, and no longer deleted: a later attempt that
+ * commits a step again owns it. -EINVAL for a negative step or bytes, a
+ * world size < 1 or a NULL path; -EEXIST (a constraint) for an unknown job.
+ */
+int store_checkpoint_commit(store_t *st, const store_checkpoint_t *c);
+/* Writer: mark checkpoint `step` of a job deleted (retention removed its
+ * folder) at `now_us`. -ENOENT when there is no such row not yet deleted. */
+int store_checkpoint_delete(store_t *st, const char *job_id, int64_t step, int64_t now_us);
+/* Committed, not deleted checkpoints of a job, newest (highest step) first;
+ * `fn` gets each (borrowed for the call; a non-zero return stops the walk
+ * and is returned). -ENOENT: no such job. */
+typedef int (*store_checkpoint_fn)(const store_checkpoint_t *c, void *userdata);
+int store_checkpoint_list(store_t *st, const char *job_id, store_checkpoint_fn fn, void *userdata);
+/*
+ * The latest committed, not deleted checkpoint of a job (the one a restart
+ * resumes from): 0 with *ret_step and *ret_path (malloc'ed, the caller
+ * frees), written only on success; -ENOENT when the job has none (or does
+ * not exist); -ENOMEM; -EIO.
+ */
+int store_checkpoint_latest(store_t *st, const char *job_id, int64_t *ret_step, char **ret_path);
+
+/* ---- restarts (schema 004) ---- */
+
+/* Writer: record that a job has been restarted `restarts` times (>= 0, else
+ * -EINVAL). -ENOENT for an unknown job. */
+int store_job_set_restarts(store_t *st, const char *job_id, int restarts, int64_t now_us);
+/* The restarts of every scheduled, running or recovering job, in submission
+ * order; `fn` gets each job id (borrowed for the call). */
+typedef int (*store_restarts_fn)(const char *job_id, int restarts, void *userdata);
+int store_job_list_restarts(store_t *st, store_restarts_fn fn, void *userdata);
 
 /* Writer: one metrics row. */
 int store_metric_insert(store_t *st, const store_metric_t *m);

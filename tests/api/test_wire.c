@@ -1,6 +1,10 @@
 /*
  * Unit tests for api/wire: decoding every message type with its required
- * fields, each field missing or of the wrong type, a wrong protocol frame,
+ * fields, each field missing or of the wrong type, METRICS' all-or-none field
+ * sets (training row, memory figures), the snapshot commit messages' field
+ * checks (non-negative integers, XXH3 hex), the recovery fields (JOINED's
+ * resume, METRICS' resumed_from_step / load_ms / rendezvous_ms,
+ * RANK_EXITED's exited_at_us, FAILED's exit_code), a wrong protocol frame,
  * unknown types, oversized payloads, wrong frame counts; and a real ZeroMQ
  * ROUTER/DEALER pair over loopback TCP carrying messages both ways with
  * wire_send / wire_recv, including malformed ones. Prints "N passed, M
@@ -56,15 +60,23 @@ static const char *const s_valid[WIRE_N_TYPES + 1] = {
 	[WIRE_KV_SET] = "{\"key\":\"k\",\"value\":\"AAEC\"}",
 	[WIRE_KV_GET] = "{\"key\":\"k\",\"timeout_ms\":100}",
 	[WIRE_METRICS] = "{\"step\":3,\"loss\":2.5,\"lr\":1e-3,\"grad_norm\":1,\"tokens_per_s\":100,"
-	                 "\"ms\":12.5,\"val_loss\":2.4}",
+	                 "\"ms\":12.5,\"val_loss\":2.4,\"params_bytes\":497664,\"grads_bytes\":497664,"
+	                 "\"optim_bytes\":995328,\"activations_bytes\":0}",
 	[WIRE_DONE] = "{\"step\":10,\"loss\":2}",
 	[WIRE_FAILED] = "{\"reason\":\"boom\"}",
 	[WIRE_JOINED] = "{\"job\":\"j\",\"attempt\":1,\"rank\":0,\"world_size\":2,\"spec\":{},"
-	                "\"metrics_every\":1}",
+	                "\"metrics_every\":1,\"resume\":null}",
 	[WIRE_KV_OK] = "{\"key\":\"k\"}",
 	[WIRE_KV_VALUE] = "{\"key\":\"k\",\"found\":false,\"value\":\"\"}",
 	[WIRE_ABORT] = "{\"job\":\"j\",\"attempt\":1,\"reason\":\"cancelled\"}",
 	[WIRE_ERROR] = "{\"code\":400,\"detail\":\"bad\"}",
+	[WIRE_SNAPSHOT_WRITTEN] = "{\"step\":10,\"file\":\"rank-1-of-4.safetensors\",\"bytes\":4096,"
+	                          "\"xxh3\":\"0123456789abcdef\"}",
+	[WIRE_SNAPSHOT_COMMIT] = "{\"job\":\"j\",\"attempt\":1,\"step\":10,\"files\":[{\"rank\":0,"
+	                         "\"file\":\"rank-0-of-1.safetensors\",\"bytes\":4096,"
+	                         "\"xxh3\":\"0123456789abcdef\"}]}",
+	[WIRE_SNAPSHOT_COMMITTED] = "{\"step\":10,\"bytes\":8192,\"path\":\"/ck/j/step-00000010\","
+	                            "\"deleted\":[2,4]}",
 };
 
 static int s_decode3(const char *proto, const char *type, const char *payload, size_t payload_len,
@@ -77,7 +89,7 @@ static int s_decode3(const char *proto, const char *type, const char *payload, s
 
 static void test_every_type_round_trips(void)
 {
-	for (int t = WIRE_REGISTER; t <= WIRE_ERROR; t++) {
+	for (int t = WIRE_REGISTER; t <= WIRE_N_TYPES; t++) {
 		const char *name = wire_type_name((wire_type_t)t);
 		wire_type_t back;
 		CHECK(wire_type_from_name(name, strlen(name), &back) == 0 && back == (wire_type_t)t);
@@ -107,7 +119,7 @@ static void test_every_type_round_trips(void)
  * kind, is refused with an error naming it. */
 static void test_each_field_missing_or_mistyped(void)
 {
-	for (int t = WIRE_REGISTER; t <= WIRE_ERROR; t++) {
+	for (int t = WIRE_REGISTER; t <= WIRE_N_TYPES; t++) {
 		const char *name = wire_type_name((wire_type_t)t);
 		json_t *valid = json_loads(s_valid[t], 0, NULL);
 		const char *key;
@@ -137,6 +149,108 @@ static void test_each_field_missing_or_mistyped(void)
 		}
 		json_decref(valid);
 	}
+}
+
+/* Decode `payload` as `type`: the decode_rc, and `err`. */
+static int s_try(const char *type, const char *payload, char *err, size_t errlen)
+{
+	wire_type_t t;
+	json_t *p = NULL;
+	err[0] = '\0';
+	int rc = s_decode3("RMW1", type, payload, strlen(payload), &t, &p, err, errlen);
+	CHECK((rc == 0) == (p != NULL));
+	json_decref(p);
+	return rc;
+}
+
+/* METRICS: the training row, the memory figures, or both; each set all or
+ * none; memory figures are integers >= 0. */
+static void test_metrics_memory(void)
+{
+	char err[256];
+	const char *row = "\"loss\":2.5,\"lr\":1e-3,\"grad_norm\":1,\"tokens_per_s\":100,\"ms\":12.5";
+	const char *mem = "\"params_bytes\":10,\"grads_bytes\":20,\"optim_bytes\":40,\"activations_bytes\":0";
+	char buf[1024];
+	/* good: rank 0's row with memory, a memory-only report, a row alone (older peers) */
+	snprintf(buf, sizeof buf, "{\"step\":1,%s,%s}", row, mem);
+	CHECK(s_try("METRICS", buf, err, sizeof err) == 0);
+	snprintf(buf, sizeof buf, "{\"step\":1,%s}", mem);
+	CHECK(s_try("METRICS", buf, err, sizeof err) == 0);
+	snprintf(buf, sizeof buf, "{\"step\":1,%s}", row);
+	CHECK(s_try("METRICS", buf, err, sizeof err) == 0);
+	CHECK(s_try("METRICS",
+	            "{\"step\":1,\"params_bytes\":9007199254740993,\"grads_bytes\":0,\"optim_bytes\":0,"
+	            "\"activations_bytes\":0}",
+	            err, sizeof err) == 0); /* beyond 2^53: still an exact integer */
+	/* bad values */
+	static const char *const bad[] = {"-1", "1.5", "\"10\"", "null", "true", "1e3"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		snprintf(buf, sizeof buf,
+		         "{\"step\":1,\"params_bytes\":1,\"grads_bytes\":%s,\"optim_bytes\":1,"
+		         "\"activations_bytes\":1}",
+		         bad[i]);
+		int rc = s_try("METRICS", buf, err, sizeof err);
+		CHECK(rc == -EINVAL && strstr(err, "grads_bytes") && strstr(err, "integer >= 0"));
+	}
+	/* a set sent in part */
+	CHECK(s_try("METRICS", "{\"step\":1,\"params_bytes\":1,\"grads_bytes\":1,\"optim_bytes\":1}", err,
+	            sizeof err) == -EINVAL &&
+	      strstr(err, "activations_bytes") && strstr(err, "missing"));
+	snprintf(buf, sizeof buf, "{\"step\":1,\"loss\":1,%s}", mem);
+	CHECK(s_try("METRICS", buf, err, sizeof err) == -EINVAL && strstr(err, "\"lr\""));
+	/* neither set, or no step */
+	CHECK(s_try("METRICS", "{\"step\":1}", err, sizeof err) == -EINVAL && strstr(err, "params_bytes") &&
+	      strstr(err, "loss"));
+	CHECK(s_try("METRICS", "{\"step\":1,\"val_loss\":2}", err, sizeof err) == -EINVAL);
+	snprintf(buf, sizeof buf, "{%s}", mem);
+	CHECK(s_try("METRICS", buf, err, sizeof err) == -EINVAL && strstr(err, "step"));
+	/* the optional val_loss is checked when present */
+	snprintf(buf, sizeof buf, "{\"step\":1,%s,\"val_loss\":\"x\"}", row);
+	CHECK(s_try("METRICS", buf, err, sizeof err) == -EINVAL && strstr(err, "val_loss"));
+	/* encode refuses what decode refuses */
+	json_t *p = json_pack("{s:i, s:i}", "step", 1, "params_bytes", -5);
+	char *out = NULL;
+	size_t len;
+	CHECK(wire_encode(WIRE_METRICS, p, &out, &len, err, sizeof err) == -EINVAL && !out);
+	json_decref(p);
+}
+
+static void test_snapshot_fields(void)
+{
+	char err[256];
+	/* the checksum: exactly 16 lowercase hex digits */
+	static const char *const bad_xxh3[] = {"0123456789ABCDEF", "0123456789abcde", "0123456789abcdef0",
+	                                       "0123456789abcdeg", "", "0x23456789abcdef"};
+	char buf[512];
+	for (size_t i = 0; i < sizeof bad_xxh3 / sizeof bad_xxh3[0]; i++) {
+		snprintf(buf, sizeof buf, "{\"step\":1,\"file\":\"f\",\"bytes\":1,\"xxh3\":\"%s\"}", bad_xxh3[i]);
+		CHECK(s_try("SNAPSHOT_WRITTEN", buf, err, sizeof err) == -EINVAL && strstr(err, "xxh3") &&
+		      strstr(err, "hex"));
+	}
+	CHECK(s_try("SNAPSHOT_WRITTEN", "{\"step\":1,\"file\":\"f\",\"bytes\":1,\"xxh3\":12}", err,
+	            sizeof err) == -EINVAL);
+	/* negative step or size */
+	CHECK(s_try("SNAPSHOT_WRITTEN",
+	            "{\"step\":-1,\"file\":\"f\",\"bytes\":1,\"xxh3\":\"0123456789abcdef\"}", err,
+	            sizeof err) == -EINVAL &&
+	      strstr(err, "step"));
+	CHECK(s_try("SNAPSHOT_WRITTEN",
+	            "{\"step\":1,\"file\":\"f\",\"bytes\":-4,\"xxh3\":\"0123456789abcdef\"}", err,
+	            sizeof err) == -EINVAL &&
+	      strstr(err, "bytes"));
+	CHECK(s_try("SNAPSHOT_WRITTEN",
+	            "{\"step\":0,\"file\":\"f\",\"bytes\":0,\"xxh3\":\"0000000000000000\"}", err,
+	            sizeof err) == 0);
+	CHECK(s_try("SNAPSHOT_COMMITTED", "{\"step\":10,\"bytes\":1,\"path\":\"/p\",\"deleted\":[]}", err,
+	            sizeof err) == 0);
+	CHECK(s_try("SNAPSHOT_COMMITTED", "{\"step\":10,\"bytes\":1,\"path\":\"/p\",\"deleted\":5}", err,
+	            sizeof err) == -EINVAL &&
+	      strstr(err, "deleted"));
+	CHECK(s_try("SNAPSHOT_COMMITTED", "{\"step\":10,\"bytes\":1,\"path\":\"/p\"}", err, sizeof err) ==
+	          -EINVAL &&
+	      strstr(err, "deleted") && strstr(err, "missing"));
+	CHECK(s_try("SNAPSHOT_COMMIT", "{\"job\":\"j\",\"attempt\":1,\"step\":-3,\"files\":[]}", err,
+	            sizeof err) == -EINVAL);
 }
 
 static void test_bad_frames(void)
@@ -273,10 +387,67 @@ static void test_sockets(void)
 	zmq_ctx_term(ctx);
 }
 
+/* Recovery: JOINED's resume is null or {step >= 0, path non-empty}; the
+ * optional METRICS, RANK_EXITED and FAILED fields are checked when present. */
+static void test_recovery_fields(void)
+{
+	char err[256];
+	const char *joined = "{\"job\":\"j\",\"attempt\":2,\"rank\":0,\"world_size\":2,\"spec\":{},"
+	                     "\"metrics_every\":1,\"resume\":%s}";
+	char buf[512];
+	snprintf(buf, sizeof buf, joined, "null");
+	CHECK(s_try("JOINED", buf, err, sizeof err) == 0);
+	snprintf(buf, sizeof buf, joined, "{\"step\":20,\"path\":\"/ck/j/step-00000020\"}");
+	CHECK(s_try("JOINED", buf, err, sizeof err) == 0);
+	const char *bad_resume[] = {"{\"step\":-1,\"path\":\"/x\"}", "{\"step\":1,\"path\":\"\"}",
+	                            "{\"step\":1}", "{\"path\":\"/x\"}", "{\"step\":1.5,\"path\":\"/x\"}",
+	                            "20", "\"/x\"", "[]"};
+	for (size_t i = 0; i < sizeof bad_resume / sizeof bad_resume[0]; i++) {
+		snprintf(buf, sizeof buf, joined, bad_resume[i]);
+		CHECK(s_try("JOINED", buf, err, sizeof err) == -EINVAL && strstr(err, "\"resume\""));
+	}
+	CHECK(s_try("JOINED", "{\"job\":\"j\",\"attempt\":2,\"rank\":0,\"world_size\":2,\"spec\":{},"
+	                      "\"metrics_every\":1}", err, sizeof err) == -EINVAL && strstr(err, "resume"));
+
+	const char *row = "{\"step\":21,\"loss\":2.5,\"lr\":1e-3,\"grad_norm\":1,\"tokens_per_s\":100,\"ms\":12.5%s}";
+	snprintf(buf, sizeof buf, row, ",\"resumed_from_step\":20,\"load_ms\":15.5,\"rendezvous_ms\":40");
+	CHECK(s_try("METRICS", buf, err, sizeof err) == 0);
+	snprintf(buf, sizeof buf, row, ",\"resumed_from_step\":0,\"load_ms\":0,\"rendezvous_ms\":0.25");
+	CHECK(s_try("METRICS", buf, err, sizeof err) == 0);
+	struct {
+		const char *extra, *field;
+	} bad_metrics[] = {
+		{",\"resumed_from_step\":-1", "resumed_from_step"}, {",\"resumed_from_step\":2.5", "resumed_from_step"},
+		{",\"load_ms\":-0.5", "load_ms"},                     {",\"load_ms\":\"1\"", "load_ms"},
+		{",\"rendezvous_ms\":-1", "rendezvous_ms"},           {",\"rendezvous_ms\":null", "rendezvous_ms"},
+	};
+	for (size_t i = 0; i < sizeof bad_metrics / sizeof bad_metrics[0]; i++) {
+		snprintf(buf, sizeof buf, row, bad_metrics[i].extra);
+		CHECK(s_try("METRICS", buf, err, sizeof err) == -EINVAL && strstr(err, bad_metrics[i].field) &&
+		      strstr(err, ">= 0"));
+	}
+
+	const char *exited = "{\"job\":\"j\",\"attempt\":1,\"rank\":1,\"exit_code\":-1,\"signal\":9,"
+	                     "\"error\":\"\"%s}";
+	snprintf(buf, sizeof buf, exited, ",\"exited_at_us\":1700000000000000");
+	CHECK(s_try("RANK_EXITED", buf, err, sizeof err) == 0);
+	snprintf(buf, sizeof buf, exited, ",\"exited_at_us\":-5");
+	CHECK(s_try("RANK_EXITED", buf, err, sizeof err) == -EINVAL && strstr(err, "exited_at_us"));
+	snprintf(buf, sizeof buf, exited, ",\"exited_at_us\":1.5");
+	CHECK(s_try("RANK_EXITED", buf, err, sizeof err) == -EINVAL && strstr(err, "exited_at_us"));
+
+	CHECK(s_try("FAILED", "{\"reason\":\"boom\",\"exit_code\":3}", err, sizeof err) == 0);
+	CHECK(s_try("FAILED", "{\"reason\":\"boom\",\"exit_code\":\"3\"}", err, sizeof err) == -EINVAL &&
+	      strstr(err, "exit_code"));
+}
+
 int main(void)
 {
 	s_run("every_type_round_trips", test_every_type_round_trips);
 	s_run("each_field_missing_or_mistyped", test_each_field_missing_or_mistyped);
+	s_run("metrics_memory", test_metrics_memory);
+	s_run("snapshot_fields", test_snapshot_fields);
+	s_run("recovery_fields", test_recovery_fields);
 	s_run("bad_frames", test_bad_frames);
 	s_run("encode_refuses", test_encode_refuses);
 	s_run("sockets", test_sockets);

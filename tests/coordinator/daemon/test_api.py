@@ -9,7 +9,7 @@ import threading
 from rmtest import Daemon, SPEC, check, problem_of, run
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-JOB_KEYS = {"id", "name", "state", "priority", "world_size", "attempt", "spec",
+JOB_KEYS = {"id", "name", "state", "priority", "world_size", "attempt", "restarts", "spec",
             "created_at", "updated_at", "state_reason"}
 
 
@@ -39,11 +39,25 @@ def main(binary, workdir, daemons):
     st, h, job = d.json("POST", "/v1/jobs", spec, expect=201)
     check_job(job)
     check(job["state"] == "queued" and job["name"] == "first job" and job["priority"] == 5
-          and job["world_size"] == 2 and job["attempt"] == 0 and job["state_reason"] is None, "job %r" % job)
+          and job["world_size"] == 2 and job["attempt"] == 0 and job["restarts"] == 0
+          and job["state_reason"] is None, "job %r" % job)
     check(h.get("location") == "/v1/jobs/" + job["id"], "location %r" % h.get("location"))
     check(h["content-type"].startswith("application/json"), "content type %r" % h["content-type"])
     st, _, raw = d.request("GET", "/v1/jobs/" + job["id"])
-    check(st == 200 and json.loads(raw) == job, "show differs from submit: %r" % raw)
+    shown = json.loads(raw)
+    # the single-job view adds the ranks of the current attempt (none yet)
+    check(st == 200 and shown.pop("ranks", None) == [] and shown == job, "show differs from submit: %r" % raw)
+    check(raw.endswith(b',"ranks":[]}'), "ranks is the last member: %r" % raw[-40:])
+
+    # checkpoints: none yet; 404 for an unknown job
+    _, _, doc = d.json("GET", "/v1/jobs/%s/checkpoints" % job["id"], expect=200)
+    check(doc == {"checkpoints": []}, "checkpoints of a new job %r" % doc)
+    st, h, raw = d.request("GET", "/v1/jobs/j-aaaaaaaaaaaaaaaaaaaa/checkpoints")
+    problem_of(h, raw, 404)
+    st, h, raw = d.request("GET", "/v1/jobs/nope/checkpoints")
+    problem_of(h, raw, 404)
+    st, h, raw = d.request("POST", "/v1/jobs/%s/checkpoints" % job["id"], {})
+    check(st == 405 and h.get("allow") == "GET", "POST checkpoints: %s %r" % (st, h.get("allow")))
 
     # content type with parameters is fine
     d.json("POST", "/v1/jobs", json.dumps(SPEC), {"Content-Type": "Application/JSON; charset=utf-8"}, expect=201)

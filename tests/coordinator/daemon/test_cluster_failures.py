@@ -1,14 +1,17 @@
 """Failures, cancellation and scheduling policy at the wire level, against
 the real ringmasterd (wire_shell.c plays two agents and their ranks):
 
-- a rank killed by a signal, a rank exiting with a status and an error line,
-  a rank reporting FAILED: the job fails with the exact cause, the attempt's
-  connected ranks get ABORT and its agents (only those) get KILL rank -1;
+- with restart.max_restarts 0 (restarts are tested in test_recovery.py): a
+  rank killed by a signal, a rank exiting with a status and an error line (3,
+  a data error: never retried), a rank reporting FAILED: the job fails with
+  the exact cause, the attempt's connected ranks get ABORT and its agents
+  (only those) get KILL rank -1;
 - cancel of a running job spread over two nodes: ABORT and KILL the same way;
 - gang placement, priority then FIFO, a job that does not fit holding back
   later jobs of its kind, a job wider than the cluster not holding anyone;
 - an agent that stops heartbeating: declared dead, its job failed with
-  "node NAME lost: no heartbeat for 1.0 s", the other agent stays alive, the
+  "restart.max_restarts (0) reached: node NAME lost: no heartbeat for 1.0 s",
+  the other agent stays alive, the
   dead agent is told to REGISTER, and on REGISTER its stale rank gets KILL;
 - bad agent messages get ERROR; the daemon keeps serving throughout."""
 import time
@@ -27,6 +30,16 @@ def main(binary, workdir, daemons, shell_bin):
     finally:
         sh.quit()
     check(d.stop() == 0, "clean stop")
+
+
+NO_RESTART = "restart.max_restarts (0) reached: "
+
+
+def spec0(name, world_size=1):
+    """A job spec without restarts: a failure fails the job."""
+    s = spec(name, world_size=world_size)
+    s["restart"] = {"max_restarts": 0}
+    return s
 
 
 def join_all(d, sh, jid, spawns, attempt=1):
@@ -93,31 +106,32 @@ def scenario(d, sh):
     register(sh, "a2", "n2", cpus(1), beat_ms=100)
 
     # killed by a signal
-    jid = d.submit(spec("sig", world_size=2))["id"]
+    jid = d.submit(spec0("sig", world_size=2))["id"]
     ranks = join_all(d, sh, jid, spawns_of(sh, "a1", 2, jid))
     sh.send("a1", "RANK_EXITED", {"job": jid, "attempt": 1, "rank": 1, "exit_code": -1, "signal": 9, "error": ""})
-    fails_with(d, sh, jid, ranks, "a1", "rank 1 exited: killed by signal 9")
+    fails_with(d, sh, jid, ranks, "a1", NO_RESTART + "rank 1 exited: killed by signal 9")
     sh.silent("a2", 300, "no KILL for an agent without ranks of the job")
 
     # exit status with the rank's error line
-    jid = d.submit(spec("status", world_size=1))["id"]
+    jid = d.submit(spec("status", world_size=1))["id"]  # restarts left, but status 3 is never retried
     ranks = join_all(d, sh, jid, spawns_of(sh, "a1", 1, jid))  # most free first: n1
     sh.send("a1", "RANK_EXITED", {"job": jid, "attempt": 1, "rank": 0, "exit_code": 3, "signal": 0,
                                   "error": "error: data.train: no such file"})
-    fails_with(d, sh, jid, ranks, "a1", "rank 0 exited with status 3: error: data.train: no such file")
+    fails_with(d, sh, jid, ranks, "a1",
+               "rank 0 exited with status 3: error: data.train: no such file (a data error: not retried)")
 
     # FAILED from the rank
-    jid = d.submit(spec("nan", world_size=1))["id"]
+    jid = d.submit(spec0("nan", world_size=1))["id"]
     ranks = join_all(d, sh, jid, spawns_of(sh, "a1", 1, jid))
     sh.send(ranks[0], "FAILED", {"reason": "loss is NaN at step 7"})
-    fails_with(d, sh, jid, ranks, "a1", "rank 0 failed: loss is NaN at step 7")
+    fails_with(d, sh, jid, ranks, "a1", NO_RESTART + "rank 0 failed: loss is NaN at step 7")
 
     # a clean exit without DONE: failed once the grace for a late DONE (2 s) is over
-    jid = d.submit(spec("quiet", world_size=1))["id"]
+    jid = d.submit(spec0("quiet", world_size=1))["id"]
     ranks = join_all(d, sh, jid, spawns_of(sh, "a1", 1, jid))
     t0 = time.time()
     sh.send("a1", "RANK_EXITED", {"job": jid, "attempt": 1, "rank": 0, "exit_code": 0, "signal": 0, "error": ""})
-    fails_with(d, sh, jid, ranks, "a1", "rank 0 exited with status 0 before reporting DONE")
+    fails_with(d, sh, jid, ranks, "a1", NO_RESTART + "rank 0 exited with status 0 before reporting DONE")
     check(time.time() - t0 >= 1.8, "failed before the grace for DONE was over")
 
     # cancel of a running job on two nodes
@@ -173,13 +187,13 @@ def scenario(d, sh):
     expect_kill(sh, "a1", later)
 
     # agent death: a1 falls silent while its job runs
-    jid = d.submit(spec("lost", world_size=2))["id"]
+    jid = d.submit(spec0("lost", world_size=2))["id"]
     ranks = join_all(d, sh, jid, spawns_of(sh, "a1", 2, jid))
     sh.beat("a1", "n1", 0)
     t0 = time.time()
     doc = wait_state(d, jid, "failed", timeout=10)
     took = time.time() - t0
-    check(doc["state_reason"] == "node n1 lost: no heartbeat for 1.0 s", "cause %r" % doc["state_reason"])
+    check(doc["state_reason"] == NO_RESTART + "node n1 lost: no heartbeat for 1.0 s", "cause %r" % doc["state_reason"])
     check(0.8 <= took <= 4.0, "declared dead after %.2f s (dead_after 1.0 s)" % took)
     for name in ranks:
         check(sh.expect(name, "ABORT")["reason"] == doc["state_reason"], "ABORT after node loss")

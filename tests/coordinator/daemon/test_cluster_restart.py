@@ -3,7 +3,9 @@ its placement and its agent are restored from the database; the agent keeps
 heartbeating (ZeroMQ reconnects by itself), may REGISTER again listing its
 ranks (kept: no KILL, no new SPAWN), and the ranks finish the job. An agent
 that stays silent across a restart is declared dead dead_after intervals
-after the start and its job fails."""
+after the start and its job goes recovering (restarts left), waiting for
+devices; it stays recovering across another coordinator restart and is
+placed again (attempt 2) once the agent registers again."""
 import time
 
 from rmtest import Daemon, check, free_port, run
@@ -60,12 +62,32 @@ def scenario(d, sh):
     sh.beat("a1", "n1", 0)
     t0 = time.time()
     d.start()
-    doc = wait_state(d, jid2, "failed", timeout=10)
+    doc = wait_state(d, jid2, "recovering", timeout=10)
     took = time.time() - t0
     check(doc["state_reason"] == "node n1 lost: no heartbeat for 1.0 s", "cause %r" % doc["state_reason"])
+    check(doc["restarts"] == 1 and doc["attempt"] == 1, "restart 1 decided %r" % doc)
     check(took >= 0.9, "declared dead too early: %.2f s after the start" % took)
     _, _, w = d.json("GET", "/v1/workers", expect=200)
     check([x["state"] for x in w["workers"]] == ["dead"], "workers %r" % w)
+    time.sleep(0.3)
+    check(wait_state(d, jid2, "recovering")["attempt"] == 1, "no device: the restart waits")
+
+    # recovering survives a coordinator restart; the agent comes back: attempt 2
+    check(d.stop() == 0, "stop")
+    d.start()
+    wait_state(d, jid2, "recovering")
+    sh.send("a1", "REGISTER", {"node": "n1", "devices": cpus(2), "ranks": []})
+    sh.expect("a1", "REGISTERED")
+    sh.beat("a1", "n1", 100)
+    p = sh.expect("a1", "SPAWN", what="SPAWN of the restarted attempt")
+    check(p["job"] == jid2 and p["attempt"] == 2, "attempt 2 spawned %r" % p)
+    doc = wait_state(d, jid2, "scheduled")
+    check(doc["attempt"] == 2 and doc["restarts"] == 1, "placed again %r" % doc)
+    sh.dealer("o0", "rank/%s/2/0" % jid2)
+    sh.send("o0", "JOIN", {"job": jid2, "attempt": 2, "rank": 0})
+    check(sh.expect("o0", "JOINED")["resume"] is None, "no checkpoint to resume from")
+    sh.send("o0", "DONE", {"step": 1, "loss": 3.0})
+    wait_state(d, jid2, "succeeded")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
  * applies nothing twice; a database from a newer version is refused and left
  * byte-for-byte unchanged; a reader refuses an unmigrated file), job and
  * event CRUD, list filters and paging, idempotency keys, group commit and
- * rollback, strings stored exactly as sent, and readers running on their own
- * connections while the writer commits.
+ * rollback, strings stored exactly as sent, readers running on their own
+ * connections while the writer commits, ranks' memory, and committed
+ * checkpoints (commit, re-commit, delete, list newest first, latest).
  */
 #include <errno.h>
 #include <math.h>
@@ -567,6 +568,131 @@ static void test_cluster_tables(void)
 	}
 }
 
+typedef struct {
+	int n;
+	int64_t steps[8];
+	char paths[8][64];
+} ckpt_seen_t;
+
+static int see_ckpt(const store_checkpoint_t *c, void *userdata)
+{
+	ckpt_seen_t *s = userdata;
+	if (s->n < 8) {
+		s->steps[s->n] = c->step;
+		snprintf(s->paths[s->n], sizeof s->paths[0], "%s@%d/%d:%lld", c->path, c->attempt, c->world_size,
+		         (long long)c->bytes);
+	}
+	s->n++;
+	return 0;
+}
+
+static int see_mem(const store_rank_t *r, void *userdata)
+{
+	char *out = userdata;
+	size_t len = strlen(out);
+	if (r->has_memory)
+		snprintf(out + len, 512 - len, "%s/%d/%d:%lld,%lld,%lld,%lld ", r->job_id, r->attempt, r->rank,
+		         (long long)r->memory.params_bytes, (long long)r->memory.grads_bytes,
+		         (long long)r->memory.optim_bytes, (long long)r->memory.activations_bytes);
+	else
+		snprintf(out + len, 512 - len, "%s/%d/%d:- ", r->job_id, r->attempt, r->rank);
+	return 0;
+}
+
+static void test_memory_and_checkpoints(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "ckpt.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(insert_job(st, "j-ck", "ck", 0) == 0 && insert_job(st, "j-other", "o", 0) == 0, "jobs");
+	CHECK(store_job_set_attempt(st, "j-ck", 1, 500) == 0, "attempt");
+	for (int r = 0; r < 2; r++) {
+		store_rank_t rk = {.attempt = 1, .rank = r, .node = "n1", .device_kind = "cpu", .device_index = r};
+		snprintf(rk.job_id, sizeof rk.job_id, "j-ck");
+		CHECK(store_rank_insert(st, &rk, 500) == 0, "rank %d", r);
+	}
+	CHECK(store_job_set_state(st, "j-ck", STORE_JOB_RUNNING, "joined", 600) == 0, "running");
+	store_rank_memory_t m = {.params_bytes = 10, .grads_bytes = 20, .optim_bytes = 40, .activations_bytes = 5};
+	CHECK(store_rank_set_memory(st, "j-ck", 1, 1, &m) == 0, "memory of rank 1");
+	CHECK(store_rank_set_memory(st, "j-ck", 1, 9, &m) == -ENOENT, "memory of a rank that does not exist");
+	store_rank_memory_t neg = m;
+	neg.optim_bytes = -1;
+	CHECK(store_rank_set_memory(st, "j-ck", 1, 0, &neg) == -EINVAL, "negative memory");
+	CHECK(store_commit(st) == 0, "commit");
+	char text[512] = "";
+	CHECK(store_rank_list_attempt(st, "j-ck", 1, see_mem, text) == 0 &&
+	          strcmp(text, "j-ck/1/0:- j-ck/1/1:10,20,40,5 ") == 0,
+	      "attempt ranks: %s", text);
+	text[0] = '\0';
+	CHECK(store_rank_list_attempt(st, "j-ck", 2, see_mem, text) == 0 && text[0] == '\0', "no such attempt");
+	CHECK(store_rank_list_memory_running(st, see_mem, text) == 0 && strcmp(text, "j-ck/1/1:10,20,40,5 ") == 0,
+	      "running ranks with memory: %s", text);
+
+	/* checkpoints: none, then commits, a re-commit, deletes */
+	int64_t step = -1;
+	char *cpath = NULL;
+	CHECK(store_checkpoint_latest(st, "j-ck", &step, &cpath) == -ENOENT && step == -1 && !cpath, "none yet");
+	ckpt_seen_t cs = {0};
+	CHECK(store_checkpoint_list(st, "j-ck", see_ckpt, &cs) == 0 && cs.n == 0, "empty list");
+	CHECK(store_checkpoint_list(st, "j-nope", see_ckpt, &cs) == -ENOENT, "list of an unknown job");
+	CHECK(store_begin(st) == 0, "begin");
+	for (int64_t s2 = 10; s2 <= 30; s2 += 10) {
+		char p[64];
+		snprintf(p, sizeof p, "/ck/step-%08lld", (long long)s2);
+		store_checkpoint_t c = {.step = s2, .attempt = 1, .world_size = 2, .bytes = 100 * s2, .path = p,
+		                        .committed_at_us = 1000 + s2};
+		snprintf(c.job_id, sizeof c.job_id, "j-ck");
+		CHECK(store_checkpoint_commit(st, &c) == 0, "commit step %lld", (long long)s2);
+	}
+	store_checkpoint_t bad = {.step = 5, .attempt = 1, .world_size = 0, .bytes = 1, .path = "/x"};
+	snprintf(bad.job_id, sizeof bad.job_id, "j-ck");
+	CHECK(store_checkpoint_commit(st, &bad) == -EINVAL, "world size 0");
+	snprintf(bad.job_id, sizeof bad.job_id, "j-nope");
+	bad.world_size = 1;
+	CHECK(store_checkpoint_commit(st, &bad) < 0, "checkpoint of an unknown job");
+	CHECK(store_checkpoint_delete(st, "j-ck", 30, 2000) == 0, "delete 30");
+	CHECK(store_checkpoint_delete(st, "j-ck", 30, 2001) == -ENOENT, "delete 30 twice");
+	CHECK(store_checkpoint_delete(st, "j-ck", 99, 2001) == -ENOENT, "delete a step never committed");
+	CHECK(store_commit(st) == 0, "commit");
+	cs.n = 0;
+	CHECK(store_checkpoint_list(st, "j-ck", see_ckpt, &cs) == 0 && cs.n == 2 && cs.steps[0] == 20 &&
+	          cs.steps[1] == 10 && strcmp(cs.paths[0], "/ck/step-00000020@1/2:2000") == 0,
+	      "list: %d rows, %lld %lld %s", cs.n, (long long)cs.steps[0], (long long)cs.steps[1], cs.paths[0]);
+	CHECK(store_checkpoint_latest(st, "j-ck", &step, &cpath) == 0 && step == 20 && cpath &&
+	          strcmp(cpath, "/ck/step-00000020") == 0,
+	      "latest %lld %s", (long long)step, cpath ? cpath : "(null)");
+	free(cpath);
+	cpath = NULL;
+	CHECK(store_checkpoint_latest(st, "j-other", &step, &cpath) == -ENOENT, "another job has none");
+	/* a later attempt commits step 30 again: it is back, and its own */
+	CHECK(store_begin(st) == 0, "begin");
+	store_checkpoint_t again = {.step = 30, .attempt = 2, .world_size = 4, .bytes = 7, .path = "/ck/again",
+	                            .committed_at_us = 3000};
+	snprintf(again.job_id, sizeof again.job_id, "j-ck");
+	CHECK(store_checkpoint_commit(st, &again) == 0, "re-commit 30");
+	CHECK(store_commit(st) == 0, "commit");
+	cs.n = 0;
+	CHECK(store_checkpoint_list(st, "j-ck", see_ckpt, &cs) == 0 && cs.n == 3 && cs.steps[0] == 30 &&
+	          strcmp(cs.paths[0], "/ck/again@2/4:7") == 0,
+	      "after re-commit: %d rows, %s", cs.n, cs.paths[0]);
+	CHECK(store_checkpoint_latest(st, "j-ck", &step, &cpath) == 0 && step == 30 && strcmp(cpath, "/ck/again") == 0,
+	      "latest after re-commit");
+	free(cpath);
+	store_close(st);
+	/* durable: a reader of the reopened file sees them */
+	char err[512] = "";
+	store_t *rd = store_open(path, STORE_OPEN_READER, err, sizeof err);
+	CHECK(rd != NULL, "reader: %s", err);
+	if (rd) {
+		cs.n = 0;
+		CHECK(store_checkpoint_list(rd, "j-ck", see_ckpt, &cs) == 0 && cs.n == 3, "reader list %d", cs.n);
+		store_close(rd);
+	}
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/test-store-XXXXXX");
@@ -580,6 +706,7 @@ int main(void)
 	test_idempotency();
 	test_readers_during_writes();
 	test_cluster_tables();
+	test_memory_and_checkpoints();
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)
