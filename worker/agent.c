@@ -466,6 +466,10 @@ static void s_spawn(agent_t *a, const json_t *p)
 		argv[k++] = "--data-root";
 		argv[k++] = a->opt->data_root;
 	}
+	if (a->opt->checkpoint_root) {
+		argv[k++] = "--checkpoint-root";
+		argv[k++] = a->opt->checkpoint_root;
+	}
 	argv[k] = NULL;
 
 	char **env = s_rank_env(n_threads);

@@ -31,6 +31,7 @@ typedef struct {
 	const char *node;        /* node name; NULL: the host name */
 	int n_devices;           /* cpu device slots; 0: the number of online cores */
 	const char *data_root;   /* handed to every rank (--data-root); NULL: none */
+	const char *checkpoint_root; /* handed to every rank (--checkpoint-root); NULL: no snapshots */
 	const char *advertise;   /* address ranks listen on for peers; NULL: agent_route_address() */
 	const char *rank_exe;    /* binary to run for ranks; NULL: /proc/self/exe */
 	int kill_grace_ms;       /* SIGTERM to SIGKILL; 0: AGENT_KILL_GRACE_MS */

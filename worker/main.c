@@ -26,7 +26,8 @@ static void s_usage(FILE *f)
 	fputs("usage: ringworker train [--spec FILE] [--steps N] [--json] [--data-root DIR]\n"
 	      "                        [--checkpoint-dir DIR [--resume]]\n"
 	      "       ringworker agent --coordinator tcp://HOST:PORT [--devices cpu:N|auto] [--node NAME]\n"
-	      "                        [--data-root DIR] [--advertise ADDR] [--kill-grace-ms MS]\n"
+	      "                        [--data-root DIR] [--checkpoint-root DIR] [--advertise ADDR]\n"
+	      "                        [--kill-grace-ms MS]\n"
 	      "       ringworker --help | --version\n"
 	      "\n"
 	      "train          train a GPT-2 model as the job spec says, in this process\n"
@@ -49,6 +50,8 @@ static void s_usage(FILE *f)
 	      "  --devices cpu:N|auto  device slots; auto: one per online core\n"
 	      "  --node NAME      node name (default: the host name); identity agent/NAME\n"
 	      "  --data-root DIR  ranks resolve relative data paths against DIR\n"
+	      "  --checkpoint-root DIR  ranks write snapshots to DIR/<job>/step-<N>/ and resume from\n"
+	      "                   the newest good one there (default: no snapshots)\n"
 	      "  --advertise ADDR address ranks listen on for their peers (default: this host's\n"
 	      "                   address on the route to the coordinator)\n"
 	      "  --kill-grace-ms MS  SIGTERM to SIGKILL when stopping a rank (default 5000)\n"
@@ -70,7 +73,7 @@ static int s_cmd_train(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	const char *spec_path = NULL;
-	train_options_t opt = {.out = stdout, .log = stderr};
+	train_options_t opt = {.out = stdout, .log = stderr, .resume_upto = -1};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -151,6 +154,7 @@ static int s_cmd_agent(int argc, char **argv)
 		{"devices", required_argument, NULL, 'D'},
 		{"node", required_argument, NULL, 'N'},
 		{"data-root", required_argument, NULL, 'd'},
+		{"checkpoint-root", required_argument, NULL, 'k'},
 		{"advertise", required_argument, NULL, 'a'},
 		{"kill-grace-ms", required_argument, NULL, 'g'},
 		{"help", no_argument, NULL, 'h'},
@@ -164,6 +168,7 @@ static int s_cmd_agent(int argc, char **argv)
 		case 'c': opt.coordinator = optarg; break;
 		case 'N': opt.node = optarg; break;
 		case 'd': opt.data_root = optarg; break;
+		case 'k': opt.checkpoint_root = optarg; break;
 		case 'a': opt.advertise = optarg; break;
 		case 'D':
 			if (strcmp(optarg, "auto") == 0) {
@@ -209,6 +214,7 @@ static int s_cmd_rank(int argc, char **argv)
 		{"data-root", required_argument, NULL, 'd'},
 		{"host", required_argument, NULL, 'H'},
 		{"comm-timeout-ms", required_argument, NULL, 't'},
+		{"checkpoint-root", required_argument, NULL, 'k'},
 		{NULL, 0, NULL, 0},
 	};
 	rank_options_t opt = {.attempt = -1, .rank = -1, .world_size = -1};
@@ -220,6 +226,7 @@ static int s_cmd_rank(int argc, char **argv)
 		case 'j': opt.job = optarg; break;
 		case 'd': opt.data_root = optarg; break;
 		case 'H': opt.host = optarg; break;
+		case 'k': opt.checkpoint_root = optarg; break;
 		case 'a':
 			if ((opt.attempt = s_int_arg("rank", "attempt", optarg, 0)) < 0)
 				return TRAIN_EXIT_USAGE;
@@ -238,7 +245,8 @@ static int s_cmd_rank(int argc, char **argv)
 			break;
 		default:
 			fputs("usage: ringworker rank --coordinator EP --job J --attempt A --rank R --world-size W\n"
-			      "                       [--data-root DIR] [--host ADDR] [--comm-timeout-ms MS]\n",
+			      "                       [--data-root DIR] [--host ADDR] [--comm-timeout-ms MS]\n"
+			      "                       [--checkpoint-root DIR]\n",
 			      stderr);
 			return TRAIN_EXIT_USAGE;
 		}

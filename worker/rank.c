@@ -6,6 +6,14 @@
  * WATCH_INTERVAL_MS; the two share the socket under a mutex (ZeroMQ allows
  * a socket to move between threads across a full memory barrier, which the
  * mutex gives). The watcher only reads; on ABORT it exits the process.
+ *
+ * Snapshots (an agent given --checkpoint-root): the trainer writes this
+ * rank's shard under <root>/<job>/step-N.tmp/ and on_snapshot sends
+ * SNAPSHOT_WRITTEN. Rank 0 keeps what the manifest needs (a few snapshots'
+ * worth, in `pending`); when the coordinator's SNAPSHOT_COMMIT arrives (all
+ * shards are in), the watcher writes the manifest, renames the folder,
+ * applies retention and answers SNAPSHOT_COMMITTED. At the start every rank
+ * resumes from the newest good committed snapshot of the job, if any.
  */
 #include "rank.h"
 
@@ -29,6 +37,7 @@
 #include "comm.h"
 #include "fabric.h"
 #include "jobspec.h"
+#include "snapshot.h"
 #include "train.h"
 #include "wire.h"
 
@@ -36,6 +45,16 @@
 #define KV_SET_TIMEOUT_MS 30000
 #define KV_GET_SLACK_MS 5000 /* beyond the KV_GET's own timeout, for the reply to come */
 #define ERROR_MAX_BYTES 512
+#define SNAP_PENDING 4              /* rank 0: snapshots reported and not yet committed */
+#define SNAP_FINAL_COMMIT_MS 60000  /* rank 0 waits this long for the last commit */
+
+/* A snapshot rank 0 reported and may be asked to commit. */
+typedef struct {
+	int64_t step; /* 0: a free slot */
+	bool committed;
+	char tmp_dir[4200], final_dir[4200];
+	snap_manifest_t m; /* files unset; data_cursor, rng, model and tensors owned here */
+} pending_snap_t;
 
 typedef struct {
 	const rank_options_t *opt;
@@ -52,6 +71,15 @@ typedef struct {
 	char last_error[ERROR_MAX_BYTES]; /* last line on the trainer's log saying "error" */
 	char line[1024];                  /* the trainer's log line being written */
 	size_t line_len;
+
+	const jobspec_t *spec;
+	char job_dir[4096]; /* <checkpoint root>/<job>; "" without snapshots */
+	double rendezvous_ms;
+	pthread_mutex_t snap_lock; /* pending and last_committed: training thread vs watcher */
+	pending_snap_t pending[SNAP_PENDING];
+	int64_t resume_upto;    /* JOINED's resume step (the latest recorded checkpoint); 0: none */
+	int64_t last_reported;  /* the newest snapshot step this rank reported */
+	int64_t last_committed; /* rank 0: the newest it committed */
 } rank_t;
 
 static void s_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -120,9 +148,12 @@ static void s_send_final(rank_t *r, wire_type_t type, json_t *payload)
 	}
 }
 
-static void s_send_failed(rank_t *r, const char *reason)
+/* FAILED with the exit status the process is about to end with, so that
+ * the coordinator knows at once whether a restart can help. */
+static void s_send_failed(rank_t *r, const char *reason, int exit_code)
 {
-	s_send_final(r, WIRE_FAILED, json_pack("{s:s}", "reason", reason));
+	s_send_final(r, WIRE_FAILED,
+	             json_pack("{s:s, s:i}", "reason", reason, "exit_code", exit_code));
 }
 
 /* An ABORT for this attempt ends the process at once. */
@@ -274,10 +305,155 @@ static ssize_t s_log_write(void *cookie, const char *buf, size_t size)
 
 /* ---- while training ---- */
 
+/* ---- snapshots ---- */
+
+static void s_pending_clear(pending_snap_t *ps)
+{
+	json_decref(ps->m.data_cursor);
+	json_decref(ps->m.rng);
+	json_decref(ps->m.model);
+	free(ps->m.tensors);
+	memset(ps, 0, sizeof *ps);
+}
+
+/* Rank 0: keep what the commit of this snapshot needs, in the oldest slot. */
+static void s_pending_add(rank_t *r, const train_snapshot_t *snap)
+{
+	pthread_mutex_lock(&r->snap_lock);
+	pending_snap_t *ps = &r->pending[0];
+	for (int i = 0; i < SNAP_PENDING; i++)
+		if (r->pending[i].step < ps->step)
+			ps = &r->pending[i];
+	s_pending_clear(ps);
+	ps->step = snap->step;
+	snprintf(ps->tmp_dir, sizeof ps->tmp_dir, "%s", snap->tmp_dir);
+	snprintf(ps->final_dir, sizeof ps->final_dir, "%s", snap->final_dir);
+	ps->m = *snap->manifest;
+	ps->m.data_cursor = json_deep_copy(snap->manifest->data_cursor);
+	ps->m.rng = json_deep_copy(snap->manifest->rng);
+	ps->m.model = json_deep_copy(snap->manifest->model);
+	ps->m.tensors = malloc((size_t)snap->manifest->n_tensors * sizeof(snap_tensor_t));
+	if (ps->m.tensors)
+		memcpy(ps->m.tensors, snap->manifest->tensors,
+		       (size_t)snap->manifest->n_tensors * sizeof(snap_tensor_t));
+	else
+		ps->m.n_tensors = 0; /* committed without a tensor table: no export */
+	ps->m.files = NULL;
+	ps->m.n_files = 0;
+	pthread_mutex_unlock(&r->snap_lock);
+}
+
+/* Training thread: this rank's shard is on disk; tell the coordinator. */
+static int s_on_snapshot(void *ctx, const train_snapshot_t *snap)
+{
+	rank_t *r = ctx;
+	if (r->opt->rank == 0)
+		s_pending_add(r, snap);
+	pthread_mutex_lock(&r->snap_lock);
+	r->last_reported = snap->step;
+	pthread_mutex_unlock(&r->snap_lock);
+	s_send(r, WIRE_SNAPSHOT_WRITTEN,
+	       json_pack("{s:I, s:s, s:I, s:s}", "step", (json_int_t)snap->step, "file",
+	                 snap->shard->name, "bytes", (json_int_t)snap->shard->bytes, "xxh3",
+	                 snap->shard->xxh3));
+	fprintf(stderr, "ringworker rank: snapshot of step %lld written: %s (%lld bytes, %.0f ms)\n",
+	        (long long)snap->step, snap->shard->name, (long long)snap->shard->bytes, snap->write_ms);
+	return 0;
+}
+
+/* Watcher, rank 0: every shard of a snapshot is in (SNAPSHOT_COMMIT):
+ * write its manifest, rename the folder, apply retention, answer
+ * SNAPSHOT_COMMITTED. A repeated COMMIT is answered again. */
+static void s_commit(rank_t *r, const json_t *p)
+{
+	int64_t step = json_integer_value(json_object_get(p, "step"));
+	const json_t *files = json_object_get(p, "files");
+	pthread_mutex_lock(&r->snap_lock);
+	pending_snap_t *ps = NULL;
+	for (int i = 0; i < SNAP_PENDING; i++)
+		if (r->pending[i].step == step)
+			ps = &r->pending[i];
+	if (!ps || r->opt->rank != 0) {
+		pthread_mutex_unlock(&r->snap_lock);
+		fprintf(stderr, "ringworker rank: SNAPSHOT_COMMIT for step %lld, which this rank does not"
+		                " hold; ignored\n", (long long)step);
+		return;
+	}
+	size_t n = json_array_size(files);
+	snap_file_t *f = calloc(n ? n : 1, sizeof *f);
+	int64_t total = 0;
+	char err[1024] = "";
+	int rc = f ? 0 : -ENOMEM;
+	for (size_t i = 0; f && i < n; i++) {
+		const json_t *x = json_array_get(files, i);
+		f[i].rank = (int)json_integer_value(json_object_get(x, "rank"));
+		snprintf(f[i].name, sizeof f[i].name, "%s", json_string_value(json_object_get(x, "file")));
+		snap_shard_range(ps->m.n_params, ps->m.world_size, f[i].rank, &f[i].lo, &f[i].count);
+		f[i].bytes = json_integer_value(json_object_get(x, "bytes"));
+		snprintf(f[i].xxh3, sizeof f[i].xxh3, "%s", json_string_value(json_object_get(x, "xxh3")));
+		total += f[i].bytes;
+	}
+	snap_manifest_t m = ps->m;
+	m.files = f;
+	m.n_files = (int)n;
+	if (rc == 0)
+		rc = snap_commit(ps->tmp_dir, ps->final_dir, &m, err, sizeof err);
+	char final_dir[sizeof ps->final_dir];
+	snprintf(final_dir, sizeof final_dir, "%s", ps->final_dir);
+	if (rc == 0) {
+		ps->committed = true;
+		if (step > r->last_committed)
+			r->last_committed = step;
+	}
+	pthread_mutex_unlock(&r->snap_lock);
+	free(f);
+	if (rc < 0) {
+		fprintf(stderr, "ringworker rank: error: snapshot of step %lld not committed: %s\n",
+		        (long long)step, err);
+		return;
+	}
+	int64_t deleted[64];
+	int n_deleted = train_snapshot_retention(r->job_dir, r->spec->checkpoint.keep_last,
+	                                         r->spec->checkpoint.keep_every, deleted, 64, err,
+	                                         sizeof err);
+	if (n_deleted < 0) {
+		fprintf(stderr, "ringworker rank: error: snapshot retention: %s\n", err);
+		n_deleted = 0;
+	}
+	json_t *del = json_array();
+	for (int i = 0; i < n_deleted; i++)
+		json_array_append_new(del, json_integer((json_int_t)deleted[i]));
+	s_send(r, WIRE_SNAPSHOT_COMMITTED,
+	       json_pack("{s:I, s:I, s:s, s:o}", "step", (json_int_t)step, "bytes", (json_int_t)total,
+	                 "path", final_dir, "deleted", del));
+	fprintf(stderr, "ringworker rank: snapshot of step %lld committed: %s (%lld bytes)\n",
+	        (long long)step, final_dir, (long long)total);
+}
+
+/* Rank 0 at the end: wait (the watcher commits) until the last snapshot
+ * reported is committed, so that the final state is never left behind. */
+static void s_wait_last_commit(rank_t *r)
+{
+	if (r->opt->rank != 0 || !r->job_dir[0])
+		return;
+	for (int waited = 0; waited < SNAP_FINAL_COMMIT_MS; waited += WATCH_INTERVAL_MS) {
+		pthread_mutex_lock(&r->snap_lock);
+		bool done = r->last_committed >= r->last_reported;
+		pthread_mutex_unlock(&r->snap_lock);
+		if (done)
+			return;
+		struct timespec ts = {0, WATCH_INTERVAL_MS * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	fprintf(stderr, "ringworker rank: error: the snapshot of step %lld was not committed within %d s\n",
+	        (long long)r->last_reported, SNAP_FINAL_COMMIT_MS / 1000);
+}
+
 static void *s_watch(void *arg)
 {
 	rank_t *r = arg;
 	while (!atomic_load(&r->stop_watch)) {
+		json_t *commit = NULL;
 		pthread_mutex_lock(&r->lock);
 		for (;;) {
 			wire_type_t type;
@@ -298,9 +474,16 @@ static void *s_watch(void *arg)
 				fprintf(stderr, "ringworker rank: the coordinator answered ERROR %lld: %s\n",
 				        (long long)json_integer_value(json_object_get(p, "code")),
 				        json_string_value(json_object_get(p, "detail")));
+			if (type == WIRE_SNAPSHOT_COMMIT && !commit)
+				commit = json_incref(p);
 			json_decref(p);
 		}
 		pthread_mutex_unlock(&r->lock);
+		if (commit) {
+			s_commit(r, commit); /* sends, so outside the socket's lock */
+			json_decref(commit);
+			continue;
+		}
 		struct timespec ts = {0, WATCH_INTERVAL_MS * 1000000L};
 		nanosleep(&ts, NULL);
 	}
@@ -315,14 +498,40 @@ static json_t *s_real(double v)
 	return json_real(isfinite(v) ? v : -1.0);
 }
 
+/* Add what this rank holds in memory (constant over the run) to a METRICS
+ * payload; the coordinator shows it per rank (wire.h, METRICS). */
+static void s_put_memory(json_t *p, const train_report_t *t)
+{
+	if (!p)
+		return;
+	json_object_set_new(p, "params_bytes", json_integer((json_int_t)t->params_bytes));
+	json_object_set_new(p, "grads_bytes", json_integer((json_int_t)t->grads_bytes));
+	json_object_set_new(p, "optim_bytes", json_integer((json_int_t)t->optim_bytes));
+	json_object_set_new(p, "activations_bytes", json_integer((json_int_t)t->activations_bytes));
+}
+
+/* The first METRICS of an attempt says where it started: the snapshot step
+ * (0: from scratch), the time loading it took and the rendezvous time. */
+static void s_put_resume(const rank_t *r, json_t *p, const train_report_t *t, bool first)
+{
+	if (!p || !first)
+		return;
+	json_object_set_new(p, "resumed_from_step", json_integer((json_int_t)t->resumed_from_step));
+	json_object_set_new(p, "load_ms", json_real(t->load_ms));
+	json_object_set_new(p, "rendezvous_ms", json_real(r->rendezvous_ms));
+}
+
 static int s_on_step(void *ctx, const train_report_t *t)
 {
 	rank_t *r = ctx;
 	bool val = !isnan(t->val_loss);
+	bool first = r->done_step == 0; /* steps are 1-based: no step reported yet */
 	r->done_step = t->step;
 	r->done_loss = t->loss;
-	/* Rank 0's loss is the mean over ranks: its rows are the job's, and the
-	 * other ranks stay quiet (the coordinator would drop theirs). */
+	/* Rank 0's loss is the mean over ranks: its rows are the job's, with its
+	 * memory. The other ranks (and rank 0 when its first step is not a
+	 * metrics step) send their memory once, at their first step, in a
+	 * memory-only METRICS (no loss: the coordinator stores no row). */
 	if (r->opt->rank == 0 && (t->step % r->metrics_every == 0 || val || t->step == r->last_step)) {
 		json_t *p = json_pack("{s:I, s:o, s:o, s:o, s:o, s:o}", "step", (json_int_t)t->step,
 		                      "loss", s_real(t->loss), "lr", s_real(t->lr),
@@ -330,6 +539,16 @@ static int s_on_step(void *ctx, const train_report_t *t)
 		                      s_real(t->tokens_per_s), "ms", s_real(t->ms));
 		if (p && val && isfinite(t->val_loss))
 			json_object_set_new(p, "val_loss", s_real(t->val_loss));
+		s_put_memory(p, t);
+		s_put_resume(r, p, t, first);
+		s_send(r, WIRE_METRICS, p);
+	} else if (first) {
+		/* rank 0's first report, memory-only or not, also says where the
+		 * attempt started (the coordinator's `recovered` event) */
+		json_t *p = json_pack("{s:I}", "step", (json_int_t)t->step);
+		s_put_memory(p, t);
+		if (r->opt->rank == 0)
+			s_put_resume(r, p, t, true);
 		s_send(r, WIRE_METRICS, p);
 	}
 	return 0;
@@ -368,6 +587,8 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 	int world = (int)json_integer_value(json_object_get(p, "world_size"));
 	int every = (int)json_integer_value(json_object_get(p, "metrics_every"));
 	r->metrics_every = every > 0 ? every : 1;
+	const json_t *resume = json_object_get(p, "resume");
+	r->resume_upto = json_is_object(resume) ? json_integer_value(json_object_get(resume, "step")) : 0;
 	jobspec_error_t jerr = {0};
 	rc = jobspec_from_json(json_object_get(p, "spec"), ret_spec, &jerr);
 	json_decref(p);
@@ -376,7 +597,7 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 		snprintf(reason, sizeof reason, "ringworker rank: error: the job spec from the coordinator is invalid: %s",
 		         jerr.message);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason);
+		s_send_failed(r, reason, TRAIN_EXIT_SPEC);
 		return TRAIN_EXIT_SPEC;
 	}
 	if (world != o->world_size) {
@@ -385,7 +606,7 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 		         "ringworker rank: error: JOINED says world size %d, the agent said %d", world,
 		         o->world_size);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason);
+		s_send_failed(r, reason, TRAIN_EXIT_USAGE);
 		jobspec_free(ret_spec);
 		return TRAIN_EXIT_USAGE;
 	}
@@ -399,7 +620,7 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 		         "to the agent's --data-root, without '..'",
 		         paths[i][0], paths[i][1]);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason);
+		s_send_failed(r, reason, TRAIN_EXIT_SPEC);
 		jobspec_free(ret_spec);
 		return TRAIN_EXIT_SPEC;
 	}
@@ -421,10 +642,11 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: rendezvous failed: %s",
 		         o->rank, err);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason);
+		s_send_failed(r, reason, TRAIN_EXIT_COMM);
 		return TRAIN_EXIT_COMM;
 	}
 	double t1 = s_unix_now();
+	r->rendezvous_ms = (t1 - t0) * 1e3;
 	fprintf(stderr, "ringworker rank: communicator ready at %.6f (rank %d of %d, rendezvous %.1f ms)\n",
 	        t1, o->rank, o->world_size, (t1 - t0) * 1e3);
 	fflush(stderr);
@@ -433,7 +655,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	FILE *log = fopencookie(r, "w", io);
 	if (!log) {
 		comm_free(comm);
-		s_send_failed(r, "ringworker rank: error: out of memory");
+		s_send_failed(r, "ringworker rank: error: out of memory", TRAIN_EXIT_NOMEM);
 		return TRAIN_EXIT_NOMEM;
 	}
 	setvbuf(log, NULL, _IOLBF, 0);
@@ -448,8 +670,22 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		.on_step = s_on_step,
 		.on_step_ctx = r,
 	};
+	r->spec = spec;
+	if (o->checkpoint_root) {
+		int n = snprintf(r->job_dir, sizeof r->job_dir, "%s/%s", o->checkpoint_root, o->job);
+		if (n < 0 || (size_t)n >= sizeof r->job_dir)
+			r->job_dir[0] = '\0';
+	}
+	if (r->job_dir[0] && spec->checkpoint.every_steps > 0) {
+		topt.checkpoint_dir = r->job_dir;
+		topt.on_snapshot = s_on_snapshot;
+		topt.on_snapshot_ctx = r;
+		topt.resume = true;
+		topt.resume_upto = r->resume_upto;
+	}
 
 	pthread_mutex_init(&r->lock, NULL);
+	pthread_mutex_init(&r->snap_lock, NULL);
 	atomic_store(&r->stop_watch, false);
 	if (pthread_create(&r->watcher, NULL, s_watch, r) == 0)
 		r->watching = true;
@@ -459,6 +695,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	int rc = train_run(spec, &topt);
 	fflush(stdout);
 	fclose(log);
+	if (rc == TRAIN_EXIT_OK && r->watching)
+		s_wait_last_commit(r);
 
 	if (r->watching) {
 		atomic_store(&r->stop_watch, true);
@@ -476,9 +714,12 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		else
 			snprintf(reason, sizeof reason, "ringworker rank: error: training stopped with exit status %d",
 			         rc);
-		s_send_failed(r, reason);
+		s_send_failed(r, reason, rc);
 	}
 	pthread_mutex_destroy(&r->lock);
+	pthread_mutex_destroy(&r->snap_lock);
+	for (int i = 0; i < SNAP_PENDING; i++)
+		s_pending_clear(&r->pending[i]);
 	comm_free(comm);
 	return rc;
 }

@@ -31,6 +31,7 @@ typedef struct {
 	const char *data_root;   /* relative data paths resolve against it; NULL: cwd */
 	const char *host;        /* address peers reach this rank on; NULL: 127.0.0.1 */
 	int comm_timeout_ms;     /* rendezvous and collectives; 0: RANK_COMM_TIMEOUT_MS */
+	const char *checkpoint_root; /* snapshots go to <root>/<job>/; NULL: no snapshots */
 } rank_options_t;
 
 /* Run the rank; returns the process exit status (a TRAIN_EXIT_* code). */

@@ -676,12 +676,23 @@ static void s_snap_range(const train_t *t, int64_t *ret_lo, int64_t *ret_count)
 	snap_shard_range((int64_t)t->n_params, t->W, t->rank, ret_lo, ret_count);
 }
 
-/* mkdir that accepts an existing folder. */
+/* mkdir -p: every missing folder of path. 0 or a negative errno. */
 static int s_mkdir(const char *path)
 {
-	if (mkdir(path, 0755) == 0 || errno == EEXIST)
-		return 0;
-	return -errno;
+	char buf[4096];
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+		return -ENAMETOOLONG;
+	for (char *c = buf + 1;; c++) {
+		if (*c != '/' && *c != '\0')
+			continue;
+		char was = *c;
+		*c = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*c = was;
+		if (!was)
+			return 0;
+	}
 }
 
 /* Everything a manifest of `step` says but its files. The JSON objects are
@@ -713,9 +724,11 @@ static void s_manifest_clear(snap_manifest_t *m)
 	json_decref(m->model);
 }
 
-int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
-                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen)
+/* The steps of the committed `step-N` folders of job_dir (malloc'ed into
+ * *ret_steps). Returns how many, or a negative errno with err set. */
+static int s_list_steps(const char *job_dir, int64_t **ret_steps, char *err, size_t errlen)
 {
+	*ret_steps = NULL;
 	DIR *d = opendir(job_dir);
 	if (!d) {
 		int e = errno;
@@ -744,6 +757,18 @@ int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_ev
 		steps[n++] = st;
 	}
 	closedir(d);
+	*ret_steps = steps;
+	return (int)n;
+}
+
+int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
+                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen)
+{
+	int64_t *steps;
+	int listed = s_list_steps(job_dir, &steps, err, errlen);
+	if (listed < 0)
+		return listed;
+	size_t n = (size_t)listed;
 	bool *keep = calloc(n ? n : 1, sizeof(bool));
 	if (!keep) {
 		free(steps);
@@ -829,9 +854,7 @@ static void s_snapshot_take(train_t *t, int64_t step)
 	char name[SNAP_DIRNAME_MAX], tmp[4096];
 	snprintf(tmp, sizeof tmp, "%s/%s.tmp", t->opt->checkpoint_dir,
 		 snap_step_dirname(step, name, sizeof name));
-	int rc = s_mkdir(t->opt->checkpoint_dir);
-	if (rc == 0)
-		rc = s_mkdir(tmp);
+	int rc = s_mkdir(tmp);
 	if (rc < 0) {
 		s_error(t, 0, "snapshot of step %" PRId64 " not written: cannot create %s: %s", step, tmp,
 			strerror(-rc));
@@ -874,6 +897,29 @@ static int s_read(train_t *t, snap_t *s, const char *which, int64_t lo, int64_t 
 	return TRAIN_EXIT_OK;
 }
 
+/* Rank 0, resuming with a bound: committed folders past it were renamed
+ * but never recorded (rank 0 died in between); they will be written again,
+ * so they go. */
+static void s_remove_orphans(train_t *t, int64_t bound)
+{
+	int64_t *steps;
+	char err[1024];
+	int n = s_list_steps(t->opt->checkpoint_dir, &steps, err, sizeof err);
+	for (int i = 0; i < n; i++) {
+		if (steps[i] <= bound)
+			continue;
+		char name[SNAP_DIRNAME_MAX], path[4096];
+		snprintf(path, sizeof path, "%s/%s", t->opt->checkpoint_dir,
+			 snap_step_dirname(steps[i], name, sizeof name));
+		if (snap_remove(path, err, sizeof err) < 0)
+			s_error(t, 0, "cannot remove the unrecorded snapshot %s: %s", path, err);
+		else
+			fprintf(t->opt->log, "ringworker: removed the snapshot of step %" PRId64
+				" (committed on disk, never recorded by the coordinator)\n", steps[i]);
+	}
+	free(steps);
+}
+
 /* opt->resume: load the newest usable snapshot, if any. TRAIN_EXIT_* code. */
 static int s_resume(train_t *t)
 {
@@ -882,9 +928,11 @@ static int s_resume(train_t *t)
 		return TRAIN_EXIT_OK;
 	double a = s_now_s();
 	char dir[4096], err[1024];
-	int64_t step;
-	if (snap_find_latest(t->opt->checkpoint_dir, &step, dir, sizeof dir, s_on_skip, t, err,
-			     sizeof err) < 0)
+	int64_t step, bound = t->opt->resume_upto >= 0 ? t->opt->resume_upto : INT64_MAX;
+	if (t->rank == 0 && t->opt->resume_upto >= 0)
+		s_remove_orphans(t, bound);
+	if (snap_find_latest_upto(t->opt->checkpoint_dir, bound, &step, dir, sizeof dir, s_on_skip, t,
+				  err, sizeof err) < 0)
 		return TRAIN_EXIT_OK; /* nothing committed yet: a fresh start */
 	snap_t *s = NULL;
 	if (snap_open(dir, &s, err, sizeof err) < 0)

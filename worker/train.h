@@ -149,6 +149,11 @@ typedef struct {
 	 * restored, and its losses are the bits an uninterrupted run gives at
 	 * the same world size. */
 	bool resume;
+	/* With resume: only snapshots of steps <= resume_upto (the coordinator's
+	 * latest recorded checkpoint; 0: none, start fresh); rank 0 removes the
+	 * committed folders past it (renamed, never recorded). Negative: no
+	 * bound. */
+	int64_t resume_upto;
 } train_options_t;
 
 /*
