@@ -14,9 +14,12 @@
  * group at the median (batch x seq x world per step), achieved GFLOP/s, its
  * peak resident set size, and the bytes the trainer says it holds
  * (parameters, gradients, optimizer state, activations). Threads: OpenMP
- * (OMP_NUM_THREADS). bench/ddp/run.sh runs it beside PyTorch DDP
- * (bench/ddp/torch_ddp_step.py); bench/zero/run.sh compares the sharding
- * modes.
+ * (OMP_NUM_THREADS). With --checkpoint-dir DIR --checkpoint-every N each
+ * rank also writes its snapshot shard every N steps (asynchronously, as in
+ * a job; nothing is committed) and the JSON gives the mean step time too.
+ * bench/ddp/run.sh runs it beside PyTorch DDP (bench/ddp/torch_ddp_step.py);
+ * bench/zero/run.sh compares the sharding modes; bench/snapshot/run.sh
+ * measures the snapshot overhead.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -41,6 +44,8 @@ typedef struct {
 	const char *kv_dir, *data;
 	int layers, heads, embd, vocab, batch, seq, steps, warmup;
 	const char *precision, *sharding;
+	const char *checkpoint_dir;
+	int checkpoint_every;
 } options_t;
 
 typedef struct {
@@ -77,6 +82,8 @@ static int s_parse(int argc, char **argv, options_t *o)
 		{"batch", required_argument, NULL, 'B'}, {"seq", required_argument, NULL, 'T'},
 		{"steps", required_argument, NULL, 's'}, {"warmup", required_argument, NULL, 'u'},
 		{"precision", required_argument, NULL, 'p'}, {"sharding", required_argument, NULL, 'z'},
+		{"checkpoint-dir", required_argument, NULL, 'K'},
+		{"checkpoint-every", required_argument, NULL, 'E'},
 		{NULL, 0, NULL, 0},
 	};
 	*o = (options_t){.world = 1, .layers = 6, .heads = 6, .embd = 384, .vocab = 50257,
@@ -99,6 +106,8 @@ static int s_parse(int argc, char **argv, options_t *o)
 		case 'u': o->warmup = atoi(optarg); break;
 		case 'p': o->precision = optarg; break;
 		case 'z': o->sharding = optarg; break;
+		case 'K': o->checkpoint_dir = optarg; break;
+		case 'E': o->checkpoint_every = atoi(optarg); break;
 		default: return -1;
 		}
 	}
@@ -114,7 +123,8 @@ int main(int argc, char **argv)
 	if (s_parse(argc, argv, &o) < 0) {
 		fprintf(stderr, "usage: bench_ddp_step --world W --rank R --kv DIR --data FILE.bin [--layers 6]"
 				" [--heads 6] [--embd 384] [--vocab 50257] [--batch 8] [--seq 64] [--steps 10]"
-				" [--warmup 3] [--precision fp32|bf16] [--sharding none|zero1|zero2|zero3]\n");
+				" [--warmup 3] [--precision fp32|bf16] [--sharding none|zero1|zero2|zero3]"
+				" [--checkpoint-dir DIR --checkpoint-every N]\n");
 		return 1;
 	}
 	char json[2048];
@@ -124,9 +134,10 @@ int main(int argc, char **argv)
 		 "\"data\":{\"train\":\"%s\",\"format\":\"nanogpt\"},"
 		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"lr\":0.0006,\"warmup_steps\":1,"
 		 "\"weight_decay\":0.1,\"grad_clip\":1.0,\"seed\":1337,\"eval_every\":0,\"precision\":\"%s\"},"
-		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"}}",
+		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"},"
+		 "\"checkpoint\":{\"every_steps\":%d,\"keep_last\":1}}",
 		 o.layers, o.heads, o.embd, o.vocab, o.seq, o.data, o.steps + o.warmup, o.batch,
-		 o.precision, o.world, o.sharding);
+		 o.precision, o.world, o.sharding, o.checkpoint_dir ? o.checkpoint_every : 0);
 	jobspec_t spec = {0};
 	jobspec_error_t jerr;
 	if (jobspec_parse(json, strlen(json), &spec, &jerr) < 0) {
@@ -151,6 +162,7 @@ int main(int argc, char **argv)
 		.quiet = o.rank != 0,
 		.on_step = s_on_step,
 		.on_step_ctx = &rec,
+		.checkpoint_dir = o.checkpoint_dir,
 	};
 	int rc = train_run(&spec, &opt);
 	comm_free(comm);
@@ -160,7 +172,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int n = o.steps;
-	double *t = rec.ms + o.warmup;
+	double *t = rec.ms + o.warmup, mean = 0;
+	for (int i = 0; i < n; i++)
+		mean += t[i] / n;
 	qsort(t, (size_t)n, sizeof *t, s_cmp_double);
 	double median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 	double tok_s = (double)o.batch * o.seq * o.world / (median * 1e-3);
@@ -174,11 +188,13 @@ int main(int argc, char **argv)
 	printf("{\"program\":\"ringmaster\",\"rank\":%d,\"precision\":\"%s\",\"sharding\":\"%s\","
 	       "\"world\":%d,\"layers\":%d,\"heads\":%d,"
 	       "\"embd\":%d,\"vocab\":%d,\"batch_per_rank\":%d,\"seq\":%d,\"threads_per_rank\":%d,"
-	       "\"steps\":%d,\"warmup\":%d,\"median_ms\":%.2f,\"min_ms\":%.2f,\"tokens_per_s\":%.1f,"
+	       "\"steps\":%d,\"warmup\":%d,\"checkpoint_every\":%d,\"median_ms\":%.2f,\"mean_ms\":%.2f,"
+	       "\"min_ms\":%.2f,\"tokens_per_s\":%.1f,"
 	       "\"gflops\":%.1f,\"peak_rss_mib\":%.1f,\"params_mib\":%.1f,\"grads_mib\":%.1f,"
 	       "\"optim_mib\":%.1f,\"activations_mib\":%.1f,\"last_loss\":%.4f}\n",
 	       o.rank, o.precision, o.sharding, o.world, o.layers, o.heads, o.embd, o.vocab, o.batch,
-	       o.seq, omp_get_max_threads(), o.steps, o.warmup, median, t[0], tok_s,
+	       o.seq, omp_get_max_threads(), o.steps, o.warmup,
+	       o.checkpoint_dir ? o.checkpoint_every : 0, median, mean, t[0], tok_s,
 	       flops_per_token * tok_s / 1e9, (double)ru.ru_maxrss / 1024.0,
 	       (double)rec.last.params_bytes / mib, (double)rec.last.grads_bytes / mib,
 	       (double)rec.last.optim_bytes / mib, (double)rec.last.activations_bytes / mib,
