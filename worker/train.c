@@ -281,7 +281,6 @@ static int s_setup(train_t *t)
 		return s_error(t, memory ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
 			       err[0] ? err : "cannot create the model");
 	}
-	gpt2_init_params(t->model, spec->train.seed);
 	t->n_params = gpt2_num_params(t->model);
 
 	t->shard_len = t->n_params;
@@ -316,16 +315,10 @@ static int s_setup(train_t *t)
 				return s_error(t, TRAIN_EXIT_NOMEM, "%s", err);
 			t->grad_shard = shard_grads(t->zero);
 		}
-		if (mode == GPT2_STREAM_ALL) {
-			/* The master shard starts as the bits the replica would have. */
-			if (t->shard_count)
-				gpt2_init_range(t->model, spec->train.seed, t->shard_lo,
-						t->shard_lo + t->shard_count, shard_params(t->zero));
-			if (t->opt->report_params) {
-				t->params_full = calloc(t->n_params, sizeof(float));
-				if (!t->params_full)
-					return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
-			}
+		if (mode == GPT2_STREAM_ALL && t->opt->report_params) {
+			t->params_full = calloc(t->n_params, sizeof(float));
+			if (!t->params_full)
+				return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
 		}
 	}
 	t->adam_m = calloc(t->shard_len, sizeof(float));
@@ -920,31 +913,66 @@ static void s_remove_orphans(train_t *t, int64_t bound)
 	free(steps);
 }
 
-/* opt->resume: load the newest usable snapshot, if any. TRAIN_EXIT_* code. */
+/* opt->resume_dir: open it and check every file's size and checksum.
+ * TRAIN_EXIT_* code; *ret_snap set on success. The errors of snap_open and
+ * snap_verify name the folder (or its manifest) already. */
+static int s_open_resume_dir(train_t *t, snap_t **ret_snap)
+{
+	char err[1024];
+	snap_t *s = NULL;
+	if (snap_open(t->opt->resume_dir, &s, err, sizeof err) < 0)
+		return s_error(t, TRAIN_EXIT_DATA,
+			       "cannot start from the snapshot named by resume_from: %s", err);
+	if (snap_verify(s, err, sizeof err) < 0) {
+		snap_close(s);
+		return s_error(t, TRAIN_EXIT_DATA,
+			       "cannot start from the snapshot named by resume_from: %s", err);
+	}
+	*ret_snap = s;
+	return TRAIN_EXIT_OK;
+}
+
+/* opt->resume: load the newest usable snapshot of the job's own, else
+ * opt->resume_dir, if any. At any world size: each rank reads its own range
+ * of the flat buffers (all of params unless zero3), and the data cursor is a
+ * global sample index, taken as it is. TRAIN_EXIT_* code. */
 static int s_resume(train_t *t)
 {
 	t->start_step = 1;
-	if (!t->opt->resume || !t->opt->checkpoint_dir)
+	const bool own = t->opt->resume && t->opt->checkpoint_dir;
+	if (!own && !t->opt->resume_dir)
 		return TRAIN_EXIT_OK;
 	double a = s_now_s();
 	char dir[4096], err[1024];
-	int64_t step, bound = t->opt->resume_upto >= 0 ? t->opt->resume_upto : INT64_MAX;
-	if (t->rank == 0 && t->opt->resume_upto >= 0)
-		s_remove_orphans(t, bound);
-	if (snap_find_latest_upto(t->opt->checkpoint_dir, bound, &step, dir, sizeof dir, s_on_skip, t,
-				  err, sizeof err) < 0)
-		return TRAIN_EXIT_OK; /* nothing committed yet: a fresh start */
 	snap_t *s = NULL;
-	if (snap_open(dir, &s, err, sizeof err) < 0)
-		return s_error(t, TRAIN_EXIT_DATA, "cannot resume: %s", err);
+	bool found = false;
+	if (own) {
+		int64_t step;
+		int64_t bound = t->opt->resume_upto >= 0 ? t->opt->resume_upto : INT64_MAX;
+		if (t->rank == 0 && t->opt->resume_upto >= 0)
+			s_remove_orphans(t, bound);
+		found = snap_find_latest_upto(t->opt->checkpoint_dir, bound, &step, dir, sizeof dir,
+					      s_on_skip, t, err, sizeof err) == 0;
+		if (found && snap_open(dir, &s, err, sizeof err) < 0)
+			return s_error(t, TRAIN_EXIT_DATA, "cannot resume: %s", err);
+	}
+	if (!found) {
+		if (!t->opt->resume_dir)
+			return TRAIN_EXIT_OK; /* nothing committed yet: a fresh start */
+		int rc = s_open_resume_dir(t, &s);
+		if (rc != TRAIN_EXIT_OK)
+			return rc;
+		snprintf(dir, sizeof dir, "%s", t->opt->resume_dir);
+	}
 	const snap_manifest_t *m = snap_manifest(s);
+	const int64_t step = m->step; /* snap_open checked it against the folder's name */
 	int rc = TRAIN_EXIT_OK;
 	int64_t lo = (int64_t)t->shard_lo, count = (int64_t)t->shard_count;
 	json_t *c = json_object_get(m->data_cursor, "cursor");
 	if (m->n_params != (int64_t)t->n_params) {
 		rc = s_error(t, TRAIN_EXIT_SPEC,
 			     "cannot resume from %s: it holds %" PRId64 " parameters but this model has"
-			     " %zu: the model in the spec changed",
+			     " %zu: the model in the spec is not the one that wrote the snapshot",
 			     dir, m->n_params, t->n_params);
 	} else if (!json_is_integer(c) || json_integer_value(c) < 0) {
 		rc = s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
@@ -970,6 +998,18 @@ static int s_resume(train_t *t)
 	}
 	snap_close(s);
 	return rc;
+}
+
+/* The initial parameters from train.seed (not when resuming: the snapshot
+ * has them). zero3: the master shard, the bits the replica would have. */
+static void s_init_params(train_t *t)
+{
+	uint64_t seed = t->spec->train.seed;
+	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero)
+		gpt2_init_params(t->model, seed);
+	else if (t->shard_count)
+		gpt2_init_range(t->model, seed, t->shard_lo, t->shard_lo + t->shard_count,
+				shard_params(t->zero));
 }
 
 /* Snapshots on: the writer thread and the tensor table for manifests. */
@@ -1012,6 +1052,8 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		rc = s_snapshot_setup(&t);
 	if (rc == TRAIN_EXIT_OK)
 		rc = s_resume(&t);
+	if (rc == TRAIN_EXIT_OK && t.start_step == 1)
+		s_init_params(&t);
 	if (rc != TRAIN_EXIT_OK) {
 		s_teardown(&t);
 		return rc;
