@@ -77,7 +77,8 @@ static const char *const s_arch_names[] = {"gpt2"};
 
 /* Keys allowed in each object; NULL-terminated. */
 static const char *const s_root_keys[] = {
-	"name", "model", "data", "train", "parallel", "checkpoint", "restart", "priority", NULL};
+	"name", "model", "data", "train", "parallel", "checkpoint", "restart", "priority",
+	"resume_from", NULL};
 static const char *const s_model_keys[] = {
 	"arch", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", NULL};
 static const char *const s_data_keys[] = {"train", "val", "format", NULL};
@@ -87,6 +88,7 @@ static const char *const s_train_keys[] = {
 static const char *const s_parallel_keys[] = {"world_size", "device", "sharding", NULL};
 static const char *const s_checkpoint_keys[] = {"every_steps", "keep_last", "keep_every", NULL};
 static const char *const s_restart_keys[] = {"max_restarts", NULL};
+static const char *const s_resume_from_keys[] = {"job", "step", NULL};
 
 /* ---- error reporting ---- */
 
@@ -411,6 +413,7 @@ typedef struct {
 	const char *name;
 	const char *train;
 	const char *val;
+	const char *resume_job; /* NULL: no resume_from */
 } s_strings_t;
 
 #define TRY(expr)                      \
@@ -525,6 +528,26 @@ static int s_read_rest(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
 	return 0;
 }
 
+/* resume_from: optional, but when given both fields are required. */
+static int s_read_resume_from(const json_t *doc, jobspec_t *s, s_strings_t *str,
+			      jobspec_error_t *err)
+{
+	const json_t *o;
+	TRY(s_get_section(doc, "resume_from", s_resume_from_keys, &o, err));
+	if (!o)
+		return 0;
+	TRY(s_get_string(o, "resume_from", "job", JOBSPEC_JOB_ID_MAX_BYTES,
+			 "the id of the job whose snapshot to start from", false, &str->resume_job,
+			 err));
+	if (!json_object_get(o, "step"))
+		return s_fail(err, "/resume_from/step",
+			      "resume_from.step is required: the step of a committed snapshot of"
+			      " resume_from.job (an integer between 1 and %" PRId64 ")",
+			      MAX_STEPS);
+	TRY(s_get_int(o, "resume_from", "step", 1, MAX_STEPS, 0, &s->resume_from.step, err));
+	return 0;
+}
+
 static bool s_has(const json_t *doc, const char *section, const char *key)
 {
 	const json_t *obj = json_object_get(doc, section);
@@ -575,6 +598,13 @@ static int s_check_cross(const json_t *doc, const jobspec_t *s, jobspec_error_t 
 			      s->train.steps, s_has(doc, "train", "steps") ? "" : ", the default",
 			      s->train.steps);
 	}
+
+	if (json_object_get(doc, "resume_from") && s->resume_from.step >= s->train.steps)
+		return s_fail(err, "/resume_from/step",
+			      "resume_from.step (%" PRId64 ") must be less than train.steps (%" PRId64
+			      "%s): the job goes on from the step after the snapshot; raise train.steps",
+			      s->resume_from.step, s->train.steps,
+			      s_has(doc, "train", "steps") ? "" : ", the default");
 	return 0;
 }
 
@@ -601,6 +631,7 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 		return rc;
 	if ((rc = s_read_model(doc, &s, err)) < 0 || (rc = s_read_data(doc, &s, &str, err)) < 0 ||
 	    (rc = s_read_train(doc, &s, err)) < 0 || (rc = s_read_rest(doc, &s, err)) < 0 ||
+	    (rc = s_read_resume_from(doc, &s, &str, err)) < 0 ||
 	    (rc = s_check_cross(doc, &s, err)) < 0)
 		return rc;
 
@@ -608,7 +639,9 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	s.name = strdup(str.name ? str.name : DEFAULT_NAME);
 	s.data.train = strdup(str.train);
 	s.data.val = str.val ? strdup(str.val) : NULL;
-	if (!s.name || !s.data.train || (str.val && !s.data.val)) {
+	s.resume_from.job = str.resume_job ? strdup(str.resume_job) : NULL;
+	if (!s.name || !s.data.train || (str.val && !s.data.val) ||
+	    (str.resume_job && !s.resume_from.job)) {
 		jobspec_free(&s);
 		return s_fail_oom(err);
 	}
@@ -773,6 +806,11 @@ json_t *jobspec_to_json(const jobspec_t *s)
 
 	bad |= s_set(doc, "priority", json_integer(s->priority));
 
+	if (s->resume_from.job)
+		bad |= s_set(doc, "resume_from",
+			     json_pack("{s:s, s:I}", "job", s->resume_from.job, "step",
+				       (json_int_t)s->resume_from.step));
+
 	if (bad) {
 		json_decref(doc);
 		return NULL;
@@ -787,9 +825,11 @@ void jobspec_free(jobspec_t *spec)
 	free(spec->name);
 	free(spec->data.train);
 	free(spec->data.val);
+	free(spec->resume_from.job);
 	spec->name = NULL;
 	spec->data.train = NULL;
 	spec->data.val = NULL;
+	spec->resume_from.job = NULL;
 }
 
 /* Out-of-range values give "invalid" rather than NULL so that callers can

@@ -6,8 +6,8 @@
  * and the worker both link it, and schema/jobspec.schema.json describes the
  * same document for other tools (a test keeps the two in agreement).
  *
- * Every field but data.train has a default (in the field comments below and
- * the table in docs/jobspec.md). Unknown fields are refused so that typos never pass
+ * Every field but data.train and the optional resume_from has a default (in
+ * the field comments below and the table in docs/jobspec.md). Unknown fields are refused so that typos never pass
  * silently. Errors name the offending field by its JSON pointer
  * ("/model/n_head") and say what was wrong and what is allowed.
  */
@@ -58,6 +58,7 @@ typedef enum {
 #define JOBSPEC_MAX_WORLD_SIZE 65536
 #define JOBSPEC_MAX_PRIORITY 1000
 #define JOBSPEC_MIN_PRIORITY (-1000)
+#define JOBSPEC_JOB_ID_MAX_BYTES 64 /* resume_from.job (coordinator ids are 22 bytes) */
 
 typedef struct {
 	char *name; /* 1..JOBSPEC_NAME_MAX_BYTES bytes of UTF-8, stored as sent */
@@ -110,6 +111,15 @@ typedef struct {
 	} restart;
 
 	int priority; /* higher runs first; JOBSPEC_MIN_PRIORITY..JOBSPEC_MAX_PRIORITY; default 0 */
+
+	/* Start from another job's committed snapshot (optional, no default):
+	 * job NULL when absent (jobspec_to_json then leaves the field out). The
+	 * coordinator checks that the snapshot exists; a job's own snapshots,
+	 * once it has any, take precedence (docs/snapshots.md). */
+	struct {
+		char *job;    /* 1..JOBSPEC_JOB_ID_MAX_BYTES bytes; NULL: no resume_from */
+		int64_t step; /* >= 1 and < train.steps; 0 when job is NULL */
+	} resume_from;
 } jobspec_t;
 
 /* Where and why a spec was refused. `pointer` is a JSON pointer (RFC 6901) to

@@ -86,7 +86,8 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                   {"activations_bytes", F_UINT, SET_B},
 	                   {"resumed_from_step", F_UINT, OPT},
 	                   {"load_ms", F_UNUM, OPT},
-	                   {"rendezvous_ms", F_UNUM, OPT}},
+	                   {"rendezvous_ms", F_UNUM, OPT},
+	                   {"prev_step", F_UINT, OPT}},
 	                  true,
 	                  "loss, lr, grad_norm, tokens_per_s and ms, or params_bytes, grads_bytes, "
 	                  "optim_bytes and activations_bytes, or both"},
@@ -110,6 +111,7 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                          {{"job", F_STR}, {"attempt", F_INT}, {"step", F_UINT}, {"files", F_ARR}}},
 	[WIRE_SNAPSHOT_COMMITTED] = {"SNAPSHOT_COMMITTED",
 	                             {{"step", F_UINT}, {"bytes", F_UINT}, {"path", F_STR}, {"deleted", F_ARR}}},
+	[WIRE_METRICS_RESEND] = {"METRICS_RESEND", {{"from_step", F_UINT}, {"to_step", F_UINT}}},
 };
 
 static const char *kind_name(field_kind_t k)

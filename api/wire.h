@@ -66,6 +66,11 @@
  *                  started fresh), load_ms:real >= 0 (loading that snapshot),
  *                  rendezvous_ms:real >= 0 (from its JOINED to its communicator
  *                  being ready)
+ *                Optional on rank 0's rows: prev_step:uint, the step of its
+ *                previous row in this attempt (0: none). A row whose prev_step
+ *                is past the last row the coordinator stored shows rows lost
+ *                (sent while the coordinator was down, or in its buffers when
+ *                it died): the coordinator answers METRICS_RESEND.
  *   DONE         step:int, loss:real
  *   FAILED       reason:str; optional exit_code:int (the status the rank exits
  *                with: it tells the coordinator whether a restart can help; without
@@ -83,8 +88,8 @@
  *                spec:{...} (the job spec with defaults), metrics_every:int,
  *                resume: {step:uint, path:str (non-empty)} | null: the job's
  *                latest committed, not deleted snapshot (the folder to load),
- *                or null when it has none; sent for every attempt, the first
- *                included
+ *                else the checkpoint its spec's resume_from names, else null;
+ *                sent for every attempt, the first included
  *   KV_OK        key:str
  *   KV_VALUE     key:str, found:bool, value:str ("" when not found)
  *   ABORT        job:str, attempt:int, reason:str (the rank exits at once).
@@ -96,6 +101,10 @@
  *                files:[{rank:int, file:str, bytes:uint, xxh3:hex16}] (by rank)
  *                to rank 0 only, once every rank of the attempt has reported
  *                SNAPSHOT_WRITTEN for `step`
+ *   METRICS_RESEND  from_step:uint, to_step:uint
+ *                to rank 0: its rows of steps from_step..to_step did not
+ *                reach the store; send them again (the rank keeps the rows it
+ *                sent)
  *
  * either way
  *   ERROR        code:int (400 malformed, 404 unknown type or job, 409 stale
@@ -173,9 +182,10 @@ typedef enum {
 	WIRE_SNAPSHOT_WRITTEN,
 	WIRE_SNAPSHOT_COMMIT,
 	WIRE_SNAPSHOT_COMMITTED,
+	WIRE_METRICS_RESEND,
 } wire_type_t;
 
-#define WIRE_N_TYPES 20 /* the highest wire_type_t */
+#define WIRE_N_TYPES 21 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);

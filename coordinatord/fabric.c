@@ -152,6 +152,11 @@ struct attempt {
 	int64_t sent_step;       /* the step of sent_shards */
 	int64_t unconfirmed[SNAP_MAX_UNCONFIRMED];
 	int n_unconfirmed;
+	/* metrics rows: the highest step stored for this attempt (-1: not read
+	 * from the store yet, after a coordinator restart), and the from_step of
+	 * the last METRICS_RESEND sent (0: none) */
+	int64_t last_metric_step;
+	int64_t resend_from;
 	bool has_committed;      /* committed_step was recorded by this attempt */
 	int64_t committed_step;  /* the highest it recorded */
 	/* recovery (docs/coordinator.md "Recovery"): the job's restarts so far
@@ -1094,6 +1099,27 @@ static void on_metrics(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	m.has_val_loss = json_is_number(vl);
 	m.val_loss = m.has_val_loss ? json_number_value(vl) : NAN;
 	m.at_us = clock_wall_us();
+	/* Rows lost while the coordinator was down (or in its buffers when it
+	 * died) show as a prev_step past the last stored row: ask rank 0 for
+	 * them again (wire.h, METRICS_RESEND), once per gap. */
+	if (at->last_metric_step < 0 &&
+	    store_metric_last_step(f->st, at->job_id, at->attempt, &at->last_metric_step) < 0)
+		at->last_metric_step = 0;
+	json_t *prev = json_object_get(p, "prev_step");
+	int64_t from = at->last_metric_step + 1;
+	if (json_is_integer(prev) && json_integer_value(prev) >= from && at->resend_from != from) {
+		char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+		rank_ident(ident, at->job_id, at->attempt, 0);
+		send_to(f, ident, WIRE_METRICS_RESEND,
+		        json_pack("{s:I, s:I}", "from_step", (json_int_t)from, "to_step",
+		                  (json_int_t)json_integer_value(prev)));
+		at->resend_from = from;
+		log_info("job %s attempt %d: metrics rows from step %lld to %lld missing; asked rank 0 to "
+		         "send them again", at->job_id, at->attempt, (long long)from,
+		         (long long)json_integer_value(prev));
+	}
+	if (m.step > at->last_metric_step)
+		at->last_metric_step = m.step;
 	if (tx(f))
 		wrote(f, store_metric_insert(f->st, &m), "metrics row");
 }
@@ -1413,12 +1439,31 @@ static void on_join(fabric_t *f, attempt_t *at, int rank, const char *ident, jso
 			                              clock_wall_us()),
 			      "rank joined");
 	}
-	/* the snapshot to resume from: the latest committed one, for every attempt */
+	/* the snapshot to resume from: the job's latest committed one, for every
+	 * attempt; without one, the spec's resume_from (another job's) */
 	int64_t step = 0;
 	char *path = NULL;
 	int r = store_checkpoint_latest(f->st, at->job_id, &step, &path);
 	if (r < 0 && r != -ENOENT)
 		log_error("store: cannot read the latest checkpoint of job %s: %s", at->job_id, strerror(-r));
+	const json_t *from = json_object_get(at->spec, "resume_from");
+	if (r == -ENOENT && from) {
+		const char *src = json_string_value(json_object_get(from, "job"));
+		step = (int64_t)json_integer_value(json_object_get(from, "step"));
+		r = src ? store_checkpoint_get(f->st, src, step, &path) : -EINVAL;
+		if (r < 0) {
+			/* checked at submission, removed since (the other job's
+			 * retention): starting fresh would not be what was asked */
+			char reason[REASON_BYTES];
+			snprintf(reason, sizeof reason,
+			         "resume_from: job %.40s has no committed checkpoint at step %lld any more (%s); "
+			         "submit again naming one of its checkpoints",
+			         src ? src : "?", (long long)step, r == -ENOENT ? "removed since the job was submitted"
+			                                                       : strerror(-r));
+			fail_attempt(f, at, reason);
+			return;
+		}
+	}
 	json_t *resume = r == 0 ? json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path) : json_null();
 	free(path);
 	if (rank == 0 && at->rec && !at->rec->joined0_mono_us) {
@@ -2258,8 +2303,10 @@ static int load_rank(const store_rank_t *sr, void *userdata)
 		if (r < 0)
 			return r;
 		at = calloc(1, sizeof *at);
-		if (at)
+		if (at) {
 			at->ranks = calloc((size_t)job.world_size, sizeof *at->ranks);
+			at->last_metric_step = -1; /* read from the store at its first row */
+		}
 		if (at) {
 			at->spec = json_loads(job.spec_json, 0, NULL);
 			if (!at->spec) /* validated at submit; an unreadable one is sent as {} */

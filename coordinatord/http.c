@@ -973,6 +973,58 @@ static long utf8_invalid_at(const unsigned char *s, size_t n)
 	return -1;
 }
 
+/*
+ * A spec's resume_from must name a job of this coordinator and one of its
+ * committed, not deleted checkpoints. 0 when it does (or the spec has no
+ * resume_from); otherwise the HTTP status (422: no such job or checkpoint,
+ * 503: the database cannot be read) with `detail` and *ret_pointer set.
+ * Checked on a reader, outside the writer's transaction: a checkpoint
+ * deleted between this check and the placement fails the job then (fabric.c).
+ */
+static int check_resume_from(http_t *h, thread_ctx_t *c, const jobspec_t *spec, char *detail,
+                             size_t detail_len, const char **ret_pointer)
+{
+	const char *job = spec->resume_from.job;
+	if (!job)
+		return 0;
+	*ret_pointer = "/resume_from/job";
+	store_t *st = ctx_reader(h, c);
+	if (!st) {
+		snprintf(detail, detail_len, "the database cannot be read to check resume_from; retry later");
+		return 503;
+	}
+	store_job_t src;
+	memset(&src, 0, sizeof src);
+	int r = plausible_id(job) ? store_job_get(st, job, &src) : -ENOENT;
+	if (r == 0)
+		store_job_clear(&src);
+	if (r == -ENOENT) {
+		snprintf(detail, detail_len,
+		         "resume_from.job: no job with id %.64s; name a job this coordinator ran "
+		         "(GET /v1/jobs lists them)",
+		         job);
+		return 422;
+	}
+	char *path = NULL;
+	if (r == 0)
+		r = store_checkpoint_get(st, job, spec->resume_from.step, &path);
+	free(path);
+	if (r == -ENOENT) {
+		*ret_pointer = "/resume_from/step";
+		snprintf(detail, detail_len,
+		         "resume_from.step: job %s has no committed checkpoint at step %lld (never taken, "
+		         "or removed by retention); GET /v1/jobs/%s/checkpoints lists the ones it has",
+		         job, (long long)spec->resume_from.step, job);
+		return 422;
+	}
+	if (r < 0) {
+		snprintf(detail, detail_len, "cannot read the checkpoints of job %s to check resume_from: %s; retry later",
+		         job, strerror(-r));
+		return 503;
+	}
+	return 0;
+}
+
 static enum MHD_Result submit_job(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c,
                                   request_t *rq)
 {
@@ -1003,6 +1055,12 @@ static enum MHD_Result submit_job(http_t *h, struct MHD_Connection *conn, thread
 		err.message[sizeof err.message - 1] = '\0';
 		return respond_problem(conn, c, R_JOBS, M, rq->start_us, 400,
 		                       err.message[0] ? err.message : "invalid job spec", err.pointer, NULL);
+	}
+	const char *pointer = NULL;
+	int status = check_resume_from(h, c, &spec, detail, sizeof detail, &pointer);
+	if (status != 0) {
+		jobspec_free(&spec);
+		return respond_problem(conn, c, R_JOBS, M, rq->start_us, status, detail, pointer, NULL);
 	}
 	json_t *doc = jobspec_to_json(&spec);
 	char *spec_json = doc ? json_dumps(doc, JSON_COMPACT) : NULL;

@@ -49,6 +49,7 @@ enum {
 	ST_RANK_LOSE_ATTEMPT,
 	ST_RANK_LIST_ACTIVE,
 	ST_METRIC_INSERT,
+	ST_METRIC_LAST_STEP,
 	ST_METRIC_LIST,
 	ST_METRIC_LATEST_RUNNING,
 	ST_RANK_SET_MEMORY,
@@ -58,6 +59,7 @@ enum {
 	ST_CHECKPOINT_DELETE,
 	ST_CHECKPOINT_LIST,
 	ST_CHECKPOINT_LATEST,
+	ST_CHECKPOINT_GET,
 	ST_JOB_SET_RESTARTS,
 	ST_JOB_LIST_RESTARTS,
 	ST_N
@@ -113,6 +115,7 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_METRIC_INSERT] = "INSERT INTO metrics (job_id, attempt, rank, step, loss, lr, grad_norm, "
 	                     "tokens_per_s, ms, val_loss, at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
 	                     "?10, ?11)",
+	[ST_METRIC_LAST_STEP] = "SELECT coalesce(max(step), 0) FROM metrics WHERE job_id = ?1 AND attempt = ?2",
 	[ST_METRIC_LIST] = "SELECT job_id, attempt, rank, step, loss, lr, grad_norm, tokens_per_s, ms, "
 	                   "val_loss, at_us FROM metrics WHERE job_id = ?1 AND step >= ?2 ORDER BY step, id "
 	                   "LIMIT ?3",
@@ -143,6 +146,8 @@ static const char *const stmt_sql[ST_N] = {
 	                         "'recovering') ORDER BY seq",
 	[ST_CHECKPOINT_LATEST] = "SELECT step, path FROM checkpoints WHERE job_id = ?1 AND deleted_at_us IS "
 	                         "NULL ORDER BY step DESC LIMIT 1",
+	[ST_CHECKPOINT_GET] = "SELECT path FROM checkpoints WHERE job_id = ?1 AND step = ?2 AND deleted_at_us "
+	                      "IS NULL",
 };
 
 struct store {
@@ -1021,6 +1026,18 @@ int store_metric_insert(store_t *st, const store_metric_t *m)
 	return step_done(s);
 }
 
+int store_metric_last_step(store_t *st, const char *job_id, int attempt, int64_t *ret_step)
+{
+	sqlite3_stmt *s = stmt(st, ST_METRIC_LAST_STEP);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, attempt);
+	int rc = sqlite3_step(s);
+	if (rc != SQLITE_ROW)
+		return sqlite_err(rc);
+	*ret_step = sqlite3_column_int64(s, 0);
+	return 0;
+}
+
 static void metric_from_row(sqlite3_stmt *s, store_metric_t *m)
 {
 	memset(m, 0, sizeof *m);
@@ -1224,6 +1241,28 @@ int store_checkpoint_latest(store_t *st, const char *job_id, int64_t *ret_step, 
 		char *path = column_strdup(s, 1);
 		if (path) {
 			*ret_step = sqlite3_column_int64(s, 0);
+			*ret_path = path;
+			r = 0;
+		} else {
+			r = -ENOMEM;
+		}
+	} else {
+		r = rc == SQLITE_DONE ? -ENOENT : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	}
+	sqlite3_reset(s);
+	return r;
+}
+
+int store_checkpoint_get(store_t *st, const char *job_id, int64_t step, char **ret_path)
+{
+	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_GET);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, step);
+	int rc = sqlite3_step(s);
+	int r;
+	if (rc == SQLITE_ROW) {
+		char *path = column_strdup(s, 0);
+		if (path) {
 			*ret_path = path;
 			r = 0;
 		} else {

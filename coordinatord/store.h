@@ -293,6 +293,13 @@ int store_checkpoint_list(store_t *st, const char *job_id, store_checkpoint_fn f
  * not exist); -ENOMEM; -EIO.
  */
 int store_checkpoint_latest(store_t *st, const char *job_id, int64_t *ret_step, char **ret_path);
+/*
+ * Checkpoint `step` of a job if it is committed and not deleted (a job
+ * spec's resume_from): 0 with *ret_path (malloc'ed, the caller frees),
+ * written only on success; -ENOENT when there is no such checkpoint (or no
+ * such job); -ENOMEM; -EIO.
+ */
+int store_checkpoint_get(store_t *st, const char *job_id, int64_t step, char **ret_path);
 
 /* ---- restarts (schema 004) ---- */
 
@@ -306,6 +313,10 @@ int store_job_list_restarts(store_t *st, store_restarts_fn fn, void *userdata);
 
 /* Writer: one metrics row. */
 int store_metric_insert(store_t *st, const store_metric_t *m);
+
+/* The highest step of the metrics rows of one attempt of a job (0: none)
+ * into *ret_step. 0 or a negative errno. */
+int store_metric_last_step(store_t *st, const char *job_id, int attempt, int64_t *ret_step);
 /* Metrics rows of a job with step >= since_step, by step then arrival, at
  * most `limit`; *ret_more tells whether more follow. -ENOENT: no such job.
  * Fields stored as NULL come back as NAN (val_loss: has_val_loss false). */

@@ -47,6 +47,7 @@
 #define ERROR_MAX_BYTES 512
 #define SNAP_PENDING 4              /* rank 0: snapshots reported and not yet committed */
 #define SNAP_FINAL_COMMIT_MS 60000  /* rank 0 waits this long for the last commit */
+#define METRICS_KEPT 8192           /* rank 0: rows kept for a METRICS_RESEND */
 
 /* A snapshot rank 0 reported and may be asked to commit. */
 typedef struct {
@@ -75,9 +76,13 @@ typedef struct {
 	const jobspec_t *spec;
 	char job_dir[4096]; /* <checkpoint root>/<job>; "" without snapshots */
 	double rendezvous_ms;
-	pthread_mutex_t snap_lock; /* pending and last_committed: training thread vs watcher */
+	pthread_mutex_t snap_lock; /* pending, last_committed and sent: training thread vs watcher */
+	json_t *sent[METRICS_KEPT]; /* rank 0: the last rows sent, a ring by n_sent */
+	size_t n_sent;
+	int64_t prev_row_step;      /* the step of the last row sent (0: none) */
 	pending_snap_t pending[SNAP_PENDING];
 	int64_t resume_upto;    /* JOINED's resume step (the latest recorded checkpoint); 0: none */
+	char resume_dir[4096];  /* JOINED's resume folder when it is another job's (resume_from); "" if not */
 	int64_t last_reported;  /* the newest snapshot step this rank reported */
 	int64_t last_committed; /* rank 0: the newest it committed */
 } rank_t;
@@ -305,6 +310,8 @@ static ssize_t s_log_write(void *cookie, const char *buf, size_t size)
 
 /* ---- while training ---- */
 
+static void s_resend(rank_t *r, int64_t from_step, int64_t to_step);
+
 /* ---- snapshots ---- */
 
 static void s_pending_clear(pending_snap_t *ps)
@@ -454,6 +461,7 @@ static void *s_watch(void *arg)
 	rank_t *r = arg;
 	while (!atomic_load(&r->stop_watch)) {
 		json_t *commit = NULL;
+		int64_t resend_from = -1, resend_to = -1;
 		pthread_mutex_lock(&r->lock);
 		for (;;) {
 			wire_type_t type;
@@ -476,9 +484,15 @@ static void *s_watch(void *arg)
 				        json_string_value(json_object_get(p, "detail")));
 			if (type == WIRE_SNAPSHOT_COMMIT && !commit)
 				commit = json_incref(p);
+			if (type == WIRE_METRICS_RESEND) {
+				resend_from = json_integer_value(json_object_get(p, "from_step"));
+				resend_to = json_integer_value(json_object_get(p, "to_step"));
+			}
 			json_decref(p);
 		}
 		pthread_mutex_unlock(&r->lock);
+		if (resend_from >= 0)
+			s_resend(r, resend_from, resend_to); /* sends, so outside the socket's lock */
 		if (commit) {
 			s_commit(r, commit); /* sends, so outside the socket's lock */
 			json_decref(commit);
@@ -508,6 +522,41 @@ static void s_put_memory(json_t *p, const train_report_t *t)
 	json_object_set_new(p, "grads_bytes", json_integer((json_int_t)t->grads_bytes));
 	json_object_set_new(p, "optim_bytes", json_integer((json_int_t)t->optim_bytes));
 	json_object_set_new(p, "activations_bytes", json_integer((json_int_t)t->activations_bytes));
+}
+
+/* Rank 0: number this row (prev_step) and keep it for a METRICS_RESEND. */
+static void s_keep_row(rank_t *r, json_t *p, int64_t step)
+{
+	if (!p)
+		return;
+	json_object_set_new(p, "prev_step", json_integer((json_int_t)r->prev_row_step));
+	r->prev_row_step = step;
+	pthread_mutex_lock(&r->snap_lock);
+	json_t **slot = &r->sent[r->n_sent++ % METRICS_KEPT];
+	json_decref(*slot);
+	*slot = json_incref(p);
+	pthread_mutex_unlock(&r->snap_lock);
+}
+
+/* Watcher: the coordinator lost the rows of steps from_step..to_step; send
+ * them again, oldest first (those still kept). */
+static void s_resend(rank_t *r, int64_t from_step, int64_t to_step)
+{
+	json_t *again[METRICS_KEPT];
+	size_t n = 0;
+	pthread_mutex_lock(&r->snap_lock);
+	size_t first = r->n_sent > METRICS_KEPT ? r->n_sent - METRICS_KEPT : 0;
+	for (size_t i = first; i < r->n_sent; i++) {
+		json_t *p = r->sent[i % METRICS_KEPT];
+		json_int_t step = json_integer_value(json_object_get(p, "step"));
+		if (step >= from_step && step <= to_step)
+			again[n++] = json_incref(p);
+	}
+	pthread_mutex_unlock(&r->snap_lock);
+	fprintf(stderr, "ringworker rank: the coordinator lost metrics of steps %lld to %lld; sending %zu"
+	        " row(s) again\n", (long long)from_step, (long long)to_step, n);
+	for (size_t i = 0; i < n; i++)
+		s_send(r, WIRE_METRICS, again[i]);
 }
 
 /* The first METRICS of an attempt says where it started: the snapshot step
@@ -541,6 +590,7 @@ static int s_on_step(void *ctx, const train_report_t *t)
 			json_object_set_new(p, "val_loss", s_real(t->val_loss));
 		s_put_memory(p, t);
 		s_put_resume(r, p, t, first);
+		s_keep_row(r, p, t->step);
 		s_send(r, WIRE_METRICS, p);
 	} else if (first) {
 		/* rank 0's first report, memory-only or not, also says where the
@@ -571,6 +621,24 @@ static bool s_path_confined(const char *path)
 	return true;
 }
 
+/* Whether the committed folder `path` (<root>/<job>/step-N) is one of
+ * `job`'s own: its parent folder is named after the job. Job ids are unique,
+ * so this does not depend on how an agent spells its --checkpoint-root. */
+static bool s_own_snapshot(const char *path, const char *job)
+{
+	size_t n = strlen(path), len = strlen(job);
+	while (n > 0 && path[n - 1] == '/')
+		n--; /* trailing slashes */
+	while (n > 0 && path[n - 1] != '/')
+		n--; /* step-N */
+	while (n > 0 && path[n - 1] == '/')
+		n--;
+	size_t end = n;
+	while (n > 0 && path[n - 1] != '/')
+		n--; /* the parent's name */
+	return end - n == len && memcmp(path + n, job, len) == 0;
+}
+
 /* JOIN and wait for JOINED; the spec goes to *ret_spec. 0 or an exit code. */
 static int s_join(rank_t *r, jobspec_t *ret_spec)
 {
@@ -589,6 +657,13 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 	r->metrics_every = every > 0 ? every : 1;
 	const json_t *resume = json_object_get(p, "resume");
 	r->resume_upto = json_is_object(resume) ? json_integer_value(json_object_get(resume, "step")) : 0;
+	const char *resume_path = json_string_value(json_object_get(resume, "path"));
+	if (resume_path && !s_own_snapshot(resume_path, o->job)) {
+		/* another job's snapshot (the spec's resume_from): this job has
+		 * none of its own recorded, so none of its own folders counts */
+		snprintf(r->resume_dir, sizeof r->resume_dir, "%s", resume_path);
+		r->resume_upto = 0;
+	}
 	jobspec_error_t jerr = {0};
 	rc = jobspec_from_json(json_object_get(p, "spec"), ret_spec, &jerr);
 	json_decref(p);
@@ -683,6 +758,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		topt.resume = true;
 		topt.resume_upto = r->resume_upto;
 	}
+	if (r->resume_dir[0])
+		topt.resume_dir = r->resume_dir; /* also with snapshots off */
 
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_mutex_init(&r->snap_lock, NULL);
@@ -720,6 +797,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	pthread_mutex_destroy(&r->snap_lock);
 	for (int i = 0; i < SNAP_PENDING; i++)
 		s_pending_clear(&r->pending[i]);
+	for (size_t i = 0; i < METRICS_KEPT; i++)
+		json_decref(r->sent[i]);
 	comm_free(comm);
 	return rc;
 }

@@ -154,6 +154,17 @@ typedef struct {
 	 * committed folders past it (renamed, never recorded). Negative: no
 	 * bound. */
 	int64_t resume_upto;
+	/* An explicit committed snapshot folder to start from (another job's:
+	 * the spec's resume_from, which the coordinator sends when this job has
+	 * no snapshot of its own), used when `resume` finds nothing of the
+	 * job's own (resume off, no checkpoint_dir, or nothing there <=
+	 * resume_upto). Its checksums are verified first (snap_verify): a
+	 * corrupt or unreadable folder is an error naming it
+	 * (TRAIN_EXIT_DATA), never a fresh start. It may have been written at
+	 * any world size and sharding (each rank reads its own range, the data
+	 * cursor is a global sample index); the model must have as many
+	 * parameters (else TRAIN_EXIT_SPEC). NULL: none. */
+	const char *resume_dir;
 } train_options_t;
 
 /*

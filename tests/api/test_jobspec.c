@@ -129,7 +129,9 @@ static bool s_spec_equal(const jobspec_t *a, const jobspec_t *b)
 	       a->checkpoint.every_steps == b->checkpoint.every_steps &&
 	       a->checkpoint.keep_last == b->checkpoint.keep_last &&
 	       a->checkpoint.keep_every == b->checkpoint.keep_every &&
-	       a->restart.max_restarts == b->restart.max_restarts && a->priority == b->priority;
+	       a->restart.max_restarts == b->restart.max_restarts && a->priority == b->priority &&
+	       SAME_STR(a->resume_from.job, b->resume_from.job) &&
+	       a->resume_from.step == b->resume_from.step;
 #undef SAME_STR
 }
 
@@ -864,6 +866,69 @@ static void test_free_is_idempotent(void)
 	jobspec_free(&s);
 	jobspec_free(&s);
 	CHECK(s.name == NULL && s.data.train == NULL && s.data.val == NULL);
+	CHECK(s_parse("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-a\", \"step\": 1}}",
+		      &s, &err) == 0);
+	jobspec_free(&s);
+	jobspec_free(&s);
+	CHECK(s.resume_from.job == NULL);
+}
+
+/* resume_from: optional; both fields required inside; unknown keys refused;
+ * step >= 1 and below train.steps; rendered only when given. */
+static void test_resume_from(void)
+{
+	jobspec_t s;
+	jobspec_error_t err;
+	CHECK(s_parse(MINIMAL, &s, &err) == 0);
+	CHECK(s.resume_from.job == NULL && s.resume_from.step == 0);
+	json_t *j = jobspec_to_json(&s);
+	CHECK(json_object_get(j, "resume_from") == NULL);
+	json_decref(j);
+	jobspec_free(&s);
+
+	const char *doc = "{\"data\": {\"train\": \"t\"}, \"train\": {\"steps\": 20, \"warmup_steps\": 2},"
+			  " \"resume_from\": {\"step\": 10, \"job\": \"j-rpngkrejf7a5xndd53hx\"}}";
+	CHECK(s_parse(doc, &s, &err) == 0);
+	CHECK_STR(s.resume_from.job, "j-rpngkrejf7a5xndd53hx");
+	CHECK(s.resume_from.step == 10);
+	j = jobspec_to_json(&s);
+	json_t *rf = json_object_get(j, "resume_from");
+	CHECK(json_object_size(rf) == 2);
+	CHECK_STR(json_string_value(json_object_get(rf, "job")), "j-rpngkrejf7a5xndd53hx");
+	CHECK(json_integer_value(json_object_get(rf, "step")) == 10);
+	json_decref(j);
+	s_check_round_trip(&s);
+	jobspec_free(&s);
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-x\", \"step\": 999}}");
+
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-x\"}}",
+			 "/resume_from/step", "resume_from.step is required");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"step\": 5}}",
+			 "/resume_from/job", "resume_from.job is required");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {}}",
+			 "/resume_from/job", "resume_from.job is required");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-x\", \"step\": 5,"
+			 " \"path\": \"/x\"}}",
+			 "/resume_from/path", "unknown field \"path\" in resume_from; allowed fields: job, step");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-x\", \"step\": 0}}",
+			 "/resume_from/step", "resume_from.step must be an integer between 1 and");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-x\", \"step\": 5.0}}",
+			 "/resume_from/step", "a real number");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-x\", \"step\": \"5\"}}",
+			 "/resume_from/step", "resume_from.step must be an integer");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"\", \"step\": 5}}",
+			 "/resume_from/job", "resume_from.job must be a string of 1 to 64 bytes (got an empty string)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": 7, \"step\": 5}}",
+			 "/resume_from/job", "resume_from.job must be a string");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": null}",
+			 "/resume_from", "resume_from must be an object (got null)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": \"j-x\"}",
+			 "/resume_from", "resume_from must be an object");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"train\": {\"steps\": 400, \"warmup_steps\": 2},"
+			 " \"resume_from\": {\"job\": \"j-x\", \"step\": 400}}",
+			 "/resume_from/step", "resume_from.step (400) must be less than train.steps (400)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"resume_from\": {\"job\": \"j-x\", \"step\": 1000}}",
+			 "/resume_from/step", "train.steps (1000, the default)");
 }
 
 static void test_load_file(void)
@@ -931,6 +996,7 @@ int main(void)
 	s_run("to_json_has_every_field", test_to_json_has_every_field);
 	s_run("round_trip_awkward_reals", test_round_trip_awkward_reals);
 	s_run("free_is_idempotent", test_free_is_idempotent);
+	s_run("resume_from", test_resume_from);
 	s_run("load_file", test_load_file);
 	s_run("enum_names", test_enum_names);
 

@@ -5,7 +5,15 @@ coordinator is not on the data path) and the job still succeeds.
 
 ringmasterd runs with --heartbeat-ms 200 (dead after 3 misses); it is killed
 with SIGKILL while a 2-rank job trains and restarted 1.5 s later on the same
-ports and database."""
+ports and database.
+
+Nothing is lost: the same job run before without an outage gives the
+reference. The interrupted job (snapshots every 100 steps) has one metrics
+row for every step (rows lost with the coordinator are sent again by rank 0
+when the coordinator asks, METRICS_RESEND), each loss bit for bit the
+reference's, and the checkpoints it
+lists are the reference's (the last 3 snapshot steps), each on disk."""
+import os
 import re
 import time
 
@@ -14,11 +22,42 @@ from cluster import check, log, rank_processes, run, tiny_spec, wait_no_ranks, w
 STEPS = 1500
 
 
+def spec(name):
+    s = tiny_spec(name, 2, 4, STEPS)
+    s["checkpoint"] = {"every_steps": 100, "keep_last": 3}
+    return s
+
+
+def all_losses(d, job_id):
+    """{step: [loss of every row]} over all pages of GET /v1/jobs/{id}/metrics."""
+    out, since = {}, None
+    while True:
+        path = "/v1/jobs/%s/metrics?limit=1000" % job_id + ("&since_step=%d" % since if since else "")
+        doc = d.json("GET", path)
+        for row in doc["metrics"]:
+            if row.get("loss") is not None:
+                out.setdefault(int(row["step"]), []).append(row["loss"])
+        since = doc.get("next_since_step")
+        if since is None:
+            return out
+
+
+def checkpoint_steps(d, job_id):
+    return [c["step"] for c in d.json("GET", "/v1/jobs/%s/checkpoints" % job_id)["checkpoints"]]
+
+
 def main(cluster, args):
     d = cluster.start_daemon(["--heartbeat-ms", "200", "--heartbeat-misses", "3"])
-    agent = cluster.start_agent("r1", "cpu:2")
+    ck = os.path.join(cluster.workdir, "checkpoints")
+    agent = cluster.start_agent("r1", "cpu:2", extra_args=["--checkpoint-root", ck])
     wait_workers(d, ["r1"])
-    job_id = d.submit(tiny_spec("reconnect", 2, 4, STEPS))["id"]
+    ref = d.submit(spec("reference"))["id"]
+    d.wait_state(ref, {"succeeded"}, timeout=240)
+    want = all_losses(d, ref)
+    check(sorted(want) == list(range(1, STEPS + 1)), "reference run misses steps")
+    want_cps = checkpoint_steps(d, ref)
+    check(want_cps == [1500, 1400, 1300], "reference checkpoints %r" % want_cps)
+    job_id = d.submit(spec("reconnect"))["id"]
     d.wait_state(job_id, {"running"}, timeout=60)
     deadline = time.time() + 60
     while not d.losses(job_id):
@@ -54,6 +93,21 @@ def main(cluster, args):
     job = d.wait_state(job_id, {"succeeded"}, timeout=240)
     log("job %s: %s (%s)" % (job_id, job["state"], job.get("state_reason")))
     wait_no_ranks(job_id, 15)
+
+    got = all_losses(d, job_id)
+    missing = sorted(set(range(1, STEPS + 1)) - set(got))
+    check(not missing, "%d steps have no metrics row after the outage: %s" % (len(missing), missing[:20]))
+    dups = sorted(step for step, losses in got.items() if len(losses) != 1)
+    check(not dups, "steps with more than one metrics row: %s" % dups[:20])
+    for step, losses in got.items():
+        check(all(x == want[step][0] for x in losses),
+              "step %d: losses %r, reference %r" % (step, losses, want[step]))
+    log("all %d steps have metrics rows, every loss bitwise the reference's" % STEPS)
+    cps = checkpoint_steps(d, job_id)
+    check(cps == want_cps, "checkpoints after the outage %r, reference %r" % (cps, want_cps))
+    for step in cps:
+        check(os.path.isdir(os.path.join(ck, job_id, "step-%08d" % step)),
+              "checkpoint %d is listed but not on disk" % step)
 
 
 if __name__ == "__main__":
