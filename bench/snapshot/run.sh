@@ -64,9 +64,9 @@ done
 rm -rf "$out/ck" "$out/kv"
 cut -d' ' -f1 /proc/loadavg > "$out/load-after"
 
-"$py" - "$out" "$repeats" "$every" <<'PY'
+"$py" - "$out" "$repeats" "$every" "$size_mb" <<'PY'
 import json, os, re, statistics, sys
-out, repeats, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, repeats, every, size_mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 dd = []
 for i in range(1, repeats + 1):
     text = open(os.path.join(out, "dd-%d.log" % i)).read()
@@ -79,7 +79,7 @@ dd_med = statistics.median(dd)
 print("| measure | median | runs |")
 print("|---|---:|---|")
 print("| disk: dd %d MiB, conv=fsync | %.0f MB/s | %s |" % (
-    w["bytes"] and 1024, dd_med, ", ".join("%.0f" % x for x in dd)))
+    size_mb, dd_med, ", ".join("%.0f" % x for x in dd)))
 print("| snapshot shard write (%d params x 3 = %.0f MB, XXH3 + fsync + rename) | %.0f MB/s (%.2fx dd) | %s s |" % (
     w["params"], w["bytes"] / 1e6, w["median_mb_s"], w["median_mb_s"] / dd_med,
     ", ".join("%.2f" % s for s in w["seconds"])))

@@ -14,7 +14,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef enum { SLOT_IDLE, SLOT_QUEUED, SLOT_RUNNING, SLOT_DONE } slot_state_t;
 
@@ -43,9 +45,16 @@ static int64_t now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* The writer thread runs at nice +10 (Linux: a thread's own niceness), so
+ * that on a machine whose cores the training threads keep busy it takes the
+ * CPU they leave rather than slowing their steps; the write then takes
+ * longer, which only delays the next snapshot. */
+#define SNAPW_NICE 10
+
 static void *writer_main(void *arg)
 {
 	snapw_t *w = arg;
+	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), SNAPW_NICE);
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
 		while (w->state != SLOT_QUEUED && !w->quit)
