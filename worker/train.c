@@ -754,9 +754,31 @@ static int s_list_steps(const char *job_dir, int64_t **ret_steps, char *err, siz
 	return (int)n;
 }
 
+/* Finish the deletes a crash interrupted: `step-N.deleting` folders (a
+ * snap_remove renamed them, then the process died) are never loaded; they
+ * only take space. */
+static void s_finish_deletes(const char *job_dir)
+{
+	DIR *d = opendir(job_dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	char path[4096], err[512];
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (strncmp(e->d_name, "step-", 5) != 0 || n < 9 ||
+		    strcmp(e->d_name + n - 9, ".deleting") != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", job_dir, e->d_name);
+		(void)snap_remove(path, err, sizeof err);
+	}
+	closedir(d);
+}
+
 int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
                              int64_t *ret_deleted, int max_deleted, char *err, size_t errlen)
 {
+	s_finish_deletes(job_dir);
 	int64_t *steps;
 	int listed = s_list_steps(job_dir, &steps, err, errlen);
 	if (listed < 0)

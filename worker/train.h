@@ -170,7 +170,8 @@ typedef struct {
 /*
  * Retention in a job's snapshot folder: of its committed `step-N` folders,
  * keep the keep_last newest and every step divisible by keep_every (0: no
- * such), delete the others (snap_remove). The steps deleted go to
+ * such), delete the others (snap_remove); and finish any delete a crash
+ * interrupted (`step-N.deleting` folders). The steps deleted go to
  * ret_deleted (at most max_deleted of them are listed). Returns how many
  * were deleted, or a negative errno with one line in err.
  */
