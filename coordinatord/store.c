@@ -1231,16 +1231,18 @@ int store_checkpoint_list(store_t *st, const char *job_id, store_checkpoint_fn f
 	return r;
 }
 
-int store_checkpoint_latest(store_t *st, const char *job_id, int64_t *ret_step, char **ret_path)
+/* Step a bound statement that selects at most one checkpoint: its path
+ * (column path_col, malloc'ed) and, when ret_step is not NULL, its step
+ * (column 0). 0, -ENOENT for no row, -ENOMEM or an SQLite error. */
+static int checkpoint_row(sqlite3_stmt *s, int path_col, int64_t *ret_step, char **ret_path)
 {
-	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_LATEST);
-	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
 	int rc = sqlite3_step(s);
 	int r;
 	if (rc == SQLITE_ROW) {
-		char *path = column_strdup(s, 1);
+		char *path = column_strdup(s, path_col);
 		if (path) {
-			*ret_step = sqlite3_column_int64(s, 0);
+			if (ret_step)
+				*ret_step = sqlite3_column_int64(s, 0);
 			*ret_path = path;
 			r = 0;
 		} else {
@@ -1253,26 +1255,19 @@ int store_checkpoint_latest(store_t *st, const char *job_id, int64_t *ret_step, 
 	return r;
 }
 
+int store_checkpoint_latest(store_t *st, const char *job_id, int64_t *ret_step, char **ret_path)
+{
+	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_LATEST);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	return checkpoint_row(s, 1, ret_step, ret_path);
+}
+
 int store_checkpoint_get(store_t *st, const char *job_id, int64_t step, char **ret_path)
 {
 	sqlite3_stmt *s = stmt(st, ST_CHECKPOINT_GET);
 	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, step);
-	int rc = sqlite3_step(s);
-	int r;
-	if (rc == SQLITE_ROW) {
-		char *path = column_strdup(s, 0);
-		if (path) {
-			*ret_path = path;
-			r = 0;
-		} else {
-			r = -ENOMEM;
-		}
-	} else {
-		r = rc == SQLITE_DONE ? -ENOENT : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
-	}
-	sqlite3_reset(s);
-	return r;
+	return checkpoint_row(s, 0, NULL, ret_path);
 }
 
 /* ---- restarts (schema 004) ---- */

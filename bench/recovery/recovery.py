@@ -40,7 +40,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "cluster"))
-from cluster import Agent, Daemon, free_port, wait_workers  # noqa: E402
+from cluster import Agent, Daemon, free_port, rank_pid, wait_workers  # noqa: E402
 
 SHAPES = {
     "small": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab_size": 50257, "seq_len": 64},
@@ -60,22 +60,6 @@ def tokens(path, vocab):
     rng = random.Random(1337)
     with open(path, "wb") as f:
         f.write(struct.pack("<%dH" % 1000000, *(rng.randrange(vocab) for _ in range(1000000))))
-
-
-def rank_pid(job_id, rank):
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"rank" in argv and job_id.encode() in argv:
-            i = argv.index(b"--rank")
-            if argv[i + 1] == str(rank).encode():
-                return int(d)
-    return None
 
 
 def wait(what, fn, timeout):

@@ -192,6 +192,20 @@ class Daemon:
                 out[int(row["step"])] = row["loss"]
         return out
 
+    def all_losses(self, job_id):
+        """{step: [the loss of every row of that step]} over every page of
+        GET /v1/jobs/{id}/metrics (a step has one row per attempt that ran it)."""
+        out, since = {}, None
+        while True:
+            doc = self.json("GET", "/v1/jobs/%s/metrics?limit=1000" % job_id +
+                            ("&since_step=%d" % since if since else ""))
+            for row in doc["metrics"]:
+                if row.get("loss") is not None:
+                    out.setdefault(int(row["step"]), []).append(row["loss"])
+            since = doc.get("next_since_step")
+            if since is None:
+                return out
+
     def events(self, job_id):
         return self.json("GET", "/v1/jobs/%s/events?limit=1000" % job_id)["events"]
 
@@ -288,6 +302,20 @@ def rank_processes(job_id=None):
                 continue
         out.append(int(d))
     return out
+
+
+def rank_pid(job_id, rank):
+    """The pid of rank `rank` of the job's running attempt, or None."""
+    for pid in rank_processes(job_id):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        i = argv.index(b"--rank")
+        if argv[i + 1] == str(rank).encode():
+            return pid
+    return None
 
 
 def wait_no_ranks(job_id, timeout):

@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 
-from cluster import (Failure, check, log, rank_processes, run, tiny_spec, wait_no_ranks,
+from cluster import (Failure, check, log, rank_pid, rank_processes, run, tiny_spec, wait_no_ranks,
                      wait_workers)
 
 LONG = 1000000  # steps: the jobs run until the test ends them
@@ -47,19 +47,6 @@ class Prober(threading.Thread):
             except OSError as e:
                 self.bad.append(str(e))
             time.sleep(0.1)
-
-
-def rank_pid(job_id, rank):
-    for pid in rank_processes(job_id):
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        i = argv.index(b"--rank")
-        if argv[i + 1] == str(rank).encode():
-            return pid
-    return None
 
 
 def wait_training(d, job_id, world_size, timeout=60):

@@ -28,20 +28,6 @@ def spec(name):
     return s
 
 
-def all_losses(d, job_id):
-    """{step: [loss of every row]} over all pages of GET /v1/jobs/{id}/metrics."""
-    out, since = {}, None
-    while True:
-        path = "/v1/jobs/%s/metrics?limit=1000" % job_id + ("&since_step=%d" % since if since else "")
-        doc = d.json("GET", path)
-        for row in doc["metrics"]:
-            if row.get("loss") is not None:
-                out.setdefault(int(row["step"]), []).append(row["loss"])
-        since = doc.get("next_since_step")
-        if since is None:
-            return out
-
-
 def checkpoint_steps(d, job_id):
     return [c["step"] for c in d.json("GET", "/v1/jobs/%s/checkpoints" % job_id)["checkpoints"]]
 
@@ -53,7 +39,7 @@ def main(cluster, args):
     wait_workers(d, ["r1"])
     ref = d.submit(spec("reference"))["id"]
     d.wait_state(ref, {"succeeded"}, timeout=240)
-    want = all_losses(d, ref)
+    want = d.all_losses(ref)
     check(sorted(want) == list(range(1, STEPS + 1)), "reference run misses steps")
     want_cps = checkpoint_steps(d, ref)
     check(want_cps == [1500, 1400, 1300], "reference checkpoints %r" % want_cps)
@@ -94,7 +80,7 @@ def main(cluster, args):
     log("job %s: %s (%s)" % (job_id, job["state"], job.get("state_reason")))
     wait_no_ranks(job_id, 15)
 
-    got = all_losses(d, job_id)
+    got = d.all_losses(job_id)
     missing = sorted(set(range(1, STEPS + 1)) - set(got))
     check(not missing, "%d steps have no metrics row after the outage: %s" % (len(missing), missing[:20]))
     dups = sorted(step for step, losses in got.items() if len(losses) != 1)

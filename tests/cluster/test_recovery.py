@@ -20,7 +20,7 @@ import random
 import signal
 import time
 
-from cluster import Failure, check, log, rank_processes, run, tiny_spec, wait_workers
+from cluster import Failure, check, log, rank_pid, rank_processes, run, tiny_spec, wait_workers
 
 STEPS = 80
 EVERY = 10
@@ -43,19 +43,6 @@ def all_metrics(d, job_id):
 def last_step(d, job_id):
     rows = all_metrics(d, job_id)
     return max((int(r["step"]) for r in rows), default=0)
-
-
-def rank_pid(job_id, rank):
-    for pid in rank_processes(job_id):
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        i = argv.index(b"--rank")
-        if argv[i + 1] == str(rank).encode():
-            return pid
-    return None
 
 
 def recovered_events(d, job_id):

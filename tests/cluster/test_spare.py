@@ -23,19 +23,6 @@ def spec(name):
     return s
 
 
-def losses(d, job_id):
-    out, since = {}, None
-    while True:
-        doc = d.json("GET", "/v1/jobs/%s/metrics?limit=1000" % job_id +
-                     ("&since_step=%d" % since if since else ""))
-        for row in doc["metrics"]:
-            if row.get("loss") is not None:
-                out.setdefault(int(row["step"]), []).append(row["loss"])
-        since = doc.get("next_since_step")
-        if since is None:
-            return out
-
-
 def main(c, _args):
     d = c.start_daemon(["--heartbeat-ms", "200", "--heartbeat-misses", "3", "--restart-backoff-ms", "100"])
     ck = os.path.join(c.workdir, "checkpoints")
@@ -44,7 +31,7 @@ def main(c, _args):
 
     ref = d.submit(spec("reference"))["id"]
     d.wait_state(ref, {"succeeded"}, timeout=300)
-    want = losses(d, ref)
+    want = d.all_losses(ref)
 
     a2 = c.start_agent("n2", devices="cpu:2", extra_args=["--checkpoint-root", ck])
     wait_workers(d, ["n1", "n2"])
@@ -75,7 +62,7 @@ def main(c, _args):
         check(final["restarts"] == 1, "restarts %r" % final["restarts"])
     finally:
         os.kill(stopped.proc.pid, signal.SIGCONT)
-    got = losses(d, job)
+    got = d.all_losses(job)
     check(sorted(got) == list(range(1, STEPS + 1)), "steps missing: %s" %
           sorted(set(range(1, STEPS + 1)) - set(got))[:20])
     for step, ls in got.items():
