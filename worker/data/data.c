@@ -423,11 +423,11 @@ void data_loader_init(data_loader_t *l, const data_sampler_t *sampler, const dat
 
 void data_loader_micro_batch(const data_loader_t *l, int k, int32_t *inputs, int32_t *targets)
 {
-	const uint64_t gb = data_global_batch_size(&l->layout);
-	const uint64_t g = l->cursor / gb;
+	const data_layout_t *lay = &l->layout;
 	const size_t T = (size_t)l->sampler.T;
-	for (int b = 0; b < l->layout.batch_size; b++) {
-		uint64_t idx = data_sample_index(&l->layout, g, k, b);
+	for (int b = 0; b < lay->batch_size; b++) {
+		uint64_t local = (uint64_t)k * (uint64_t)lay->batch_size + (uint64_t)b;
+		uint64_t idx = l->cursor + local * (uint64_t)lay->world_size + (uint64_t)lay->rank;
 		data_sampler_get(&l->sampler, idx, inputs + (size_t)b * T, targets + (size_t)b * T);
 	}
 }

@@ -118,14 +118,18 @@ uint64_t data_sample_index(const data_layout_t *l, uint64_t g, int k, int b);
 typedef struct {
 	data_sampler_t sampler;
 	data_layout_t layout;
-	uint64_t cursor; /* global sample index of the next global batch (a multiple of GB) */
+	uint64_t cursor; /* global sample index of the next global batch: a multiple of GB,
+	                  * unless a snapshot of a run with another GB was resumed */
 } data_loader_t;
 
 /* Start at cursor 0. Borrows nothing beyond what `sampler` borrows. */
 void data_loader_init(data_loader_t *l, const data_sampler_t *sampler, const data_layout_t *layout);
 
 /* Micro-step k (0 <= k < A) of the global batch at the cursor for this
- * rank: inputs and targets, each (B, T). */
+ * rank: inputs and targets, each (B, T). Sample b of micro-step k is global
+ * sample cursor + (k * B + b) * W + rank (data_sample_index when the cursor
+ * is a multiple of GB), so the samples go on exactly where the cursor points
+ * whatever the global batch was before it. */
 void data_loader_micro_batch(const data_loader_t *l, int k, int32_t *inputs, int32_t *targets);
 
 /* Move the cursor to the next global batch. */
