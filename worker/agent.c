@@ -442,11 +442,11 @@ static void s_spawn(agent_t *a, const json_t *p)
 	int n_threads = agent_cpu_share(&a->avail, (int)index, a->n_slots, &cpus);
 	if (n_threads < 1)
 		n_threads = 1;
-	char s_attempt[16], s_rank[16], s_world[16];
+	char s_attempt[16], s_rank[16], s_world[16], s_timeout[16];
 	snprintf(s_attempt, sizeof s_attempt, "%d", attempt);
 	snprintf(s_rank, sizeof s_rank, "%d", rank);
 	snprintf(s_world, sizeof s_world, "%d", world);
-	const char *argv[20];
+	const char *argv[24];
 	int k = 0;
 	argv[k++] = "ringworker";
 	argv[k++] = "rank";
@@ -469,6 +469,11 @@ static void s_spawn(agent_t *a, const json_t *p)
 	if (a->opt->checkpoint_root) {
 		argv[k++] = "--checkpoint-root";
 		argv[k++] = a->opt->checkpoint_root;
+	}
+	if (a->opt->comm_timeout_ms > 0) {
+		snprintf(s_timeout, sizeof s_timeout, "%d", a->opt->comm_timeout_ms);
+		argv[k++] = "--comm-timeout-ms";
+		argv[k++] = s_timeout;
 	}
 	argv[k] = NULL;
 

@@ -35,6 +35,9 @@ typedef struct {
 	const char *advertise;   /* address ranks listen on for peers; NULL: agent_route_address() */
 	const char *rank_exe;    /* binary to run for ranks; NULL: /proc/self/exe */
 	int kill_grace_ms;       /* SIGTERM to SIGKILL; 0: AGENT_KILL_GRACE_MS */
+	int comm_timeout_ms;     /* handed to every rank (--comm-timeout-ms): how long a collective
+	                          * may wait for a peer before the rank fails (a hung or stopped
+	                          * peer); 0: the rank's default */
 	FILE *log;               /* the agent's log and the ranks' stderr (stderr) */
 } agent_options_t;
 

@@ -27,7 +27,7 @@ static void s_usage(FILE *f)
 	      "                        [--checkpoint-dir DIR [--resume]]\n"
 	      "       ringworker agent --coordinator tcp://HOST:PORT [--devices cpu:N|auto] [--node NAME]\n"
 	      "                        [--data-root DIR] [--checkpoint-root DIR] [--advertise ADDR]\n"
-	      "                        [--kill-grace-ms MS]\n"
+	      "                        [--kill-grace-ms MS] [--comm-timeout-ms MS]\n"
 	      "       ringworker --help | --version\n"
 	      "\n"
 	      "train          train a GPT-2 model as the job spec says, in this process\n"
@@ -55,6 +55,8 @@ static void s_usage(FILE *f)
 	      "  --advertise ADDR address ranks listen on for their peers (default: this host's\n"
 	      "                   address on the route to the coordinator)\n"
 	      "  --kill-grace-ms MS  SIGTERM to SIGKILL when stopping a rank (default 5000)\n"
+	      "  --comm-timeout-ms MS  how long a rank's collective waits for a hung peer before\n"
+	      "                   the rank fails and the job recovers (default 60000)\n"
 	      "\n"
 	      "rank           one rank of a job; started by the agent (see docs/workers.md)\n",
 	      f);
@@ -157,6 +159,7 @@ static int s_cmd_agent(int argc, char **argv)
 		{"checkpoint-root", required_argument, NULL, 'k'},
 		{"advertise", required_argument, NULL, 'a'},
 		{"kill-grace-ms", required_argument, NULL, 'g'},
+		{"comm-timeout-ms", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -186,6 +189,11 @@ static int s_cmd_agent(int argc, char **argv)
 		case 'g':
 			opt.kill_grace_ms = s_int_arg("agent", "kill-grace-ms", optarg, 1);
 			if (opt.kill_grace_ms < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
+		case 't':
+			opt.comm_timeout_ms = s_int_arg("agent", "comm-timeout-ms", optarg, 1);
+			if (opt.comm_timeout_ms < 0)
 				return TRAIN_EXIT_USAGE;
 			break;
 		case 'h': s_usage(stdout); return TRAIN_EXIT_OK;

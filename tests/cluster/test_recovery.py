@@ -14,6 +14,10 @@ slots and a checkpoint root, and the ranks it spawns.
               are on disk, the older ones removed by retention.
   exhausted   restart.max_restarts 1 and two kills: the job fails, and its
               reason says the restarts are exhausted and names the last cause.
+  hang        a rank stopped with SIGSTOP (a hung peer): the other rank's
+              collective times out (the agent's --comm-timeout-ms, 5 s here),
+              it fails, the job recovers without the stuck process (the agent
+              kills it) and succeeds with the uninterrupted run's losses.
 """
 import os
 import random
@@ -71,7 +75,7 @@ def kill_at(d, job_id, step, rank):
 def main(c, _args):
     d = c.start_daemon(["--heartbeat-ms", "200", "--restart-backoff-ms", "100"])
     ck = os.path.join(c.workdir, "checkpoints")
-    c.start_agent("n1", devices="cpu:2", extra_args=["--checkpoint-root", ck])
+    c.start_agent("n1", devices="cpu:2", extra_args=["--checkpoint-root", ck, "--comm-timeout-ms", "5000"])
     wait_workers(d, ["n1"])
 
     # the uninterrupted run
@@ -137,6 +141,26 @@ def main(c, _args):
     reason = j.get("state_reason") or ""
     check("max_restarts" in reason and "killed by signal 9" in reason,
           "exhausted job's reason: %r" % reason)
+
+    # a hung rank: no silent hang
+    job = d.submit(spec("hang", 2))["id"]
+    wait_until("a checkpoint of %s" % job,
+               lambda: d.json("GET", "/v1/jobs/%s/checkpoints" % job)["checkpoints"], 120)
+    pid = wait_until("rank 1 of %s" % job, lambda: rank_pid(job, 1), 30)
+    os.kill(pid, signal.SIGSTOP)
+    t_stop = time.time()
+    try:
+        ev = wait_until("recovery of the hung %s" % job, lambda: recovered_events(d, job), 120)[0]
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+    log("%.1f s after SIGSTOP of rank 1: %s" % (time.time() - t_stop, ev.get("reason")))
+    d.wait_state(job, {"succeeded"}, timeout=300)
+    for r in all_metrics(d, job):
+        s = int(r["step"])
+        check(r["loss"] == want[s], "hang: step %d loss %r, uninterrupted %r" % (s, r["loss"], want[s]))
 
 
 if __name__ == "__main__":
