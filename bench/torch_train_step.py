@@ -78,6 +78,16 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
+def adamw(model):
+    """AdamW as the engine runs it: lr 6e-4, betas 0.9/0.95, eps 1e-8, weight
+    decay 0.1 on matrices and embeddings only, foreach kernels."""
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=12)
@@ -99,11 +109,7 @@ def main():
     torch.manual_seed(args.seed)
     model = GPT2(args.layers, args.heads, args.embd, args.vocab, args.seq)
     model.train()
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    opt = adamw(model)
     n_params = sum(p.numel() for p in model.parameters())
     flops_per_token = 6.0 * n_params + 6.0 * args.layers * args.embd * args.seq
     autocast = args.precision == "bf16"

@@ -76,7 +76,9 @@ typedef struct {
 	const jobspec_t *spec;
 	char job_dir[4096]; /* <checkpoint root>/<job>; "" without snapshots */
 	double rendezvous_ms;
-	pthread_mutex_t snap_lock; /* pending, last_committed and sent: training thread vs watcher */
+	pthread_mutex_t snap_lock; /* pending and last_committed: training thread vs watcher */
+	pthread_mutex_t sent_lock; /* sent: its own, so that a step's METRICS never waits
+	                            * for a commit's fsync under snap_lock */
 	json_t *sent[METRICS_KEPT]; /* rank 0: the last rows sent, a ring by n_sent */
 	size_t n_sent;
 	int64_t prev_row_step;      /* the step of the last row sent (0: none) */
@@ -531,11 +533,11 @@ static void s_keep_row(rank_t *r, json_t *p, int64_t step)
 		return;
 	json_object_set_new(p, "prev_step", json_integer((json_int_t)r->prev_row_step));
 	r->prev_row_step = step;
-	pthread_mutex_lock(&r->snap_lock);
+	pthread_mutex_lock(&r->sent_lock);
 	json_t **slot = &r->sent[r->n_sent++ % METRICS_KEPT];
 	json_decref(*slot);
 	*slot = json_incref(p);
-	pthread_mutex_unlock(&r->snap_lock);
+	pthread_mutex_unlock(&r->sent_lock);
 }
 
 /* Watcher: the coordinator lost the rows of steps from_step..to_step; send
@@ -544,7 +546,7 @@ static void s_resend(rank_t *r, int64_t from_step, int64_t to_step)
 {
 	json_t *again[METRICS_KEPT];
 	size_t n = 0;
-	pthread_mutex_lock(&r->snap_lock);
+	pthread_mutex_lock(&r->sent_lock);
 	size_t first = r->n_sent > METRICS_KEPT ? r->n_sent - METRICS_KEPT : 0;
 	for (size_t i = first; i < r->n_sent; i++) {
 		json_t *p = r->sent[i % METRICS_KEPT];
@@ -552,7 +554,7 @@ static void s_resend(rank_t *r, int64_t from_step, int64_t to_step)
 		if (step >= from_step && step <= to_step)
 			again[n++] = json_incref(p);
 	}
-	pthread_mutex_unlock(&r->snap_lock);
+	pthread_mutex_unlock(&r->sent_lock);
 	fprintf(stderr, "ringworker rank: the coordinator lost metrics of steps %lld to %lld; sending %zu"
 	        " row(s) again\n", (long long)from_step, (long long)to_step, n);
 	for (size_t i = 0; i < n; i++)
@@ -763,6 +765,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_mutex_init(&r->snap_lock, NULL);
+	pthread_mutex_init(&r->sent_lock, NULL);
 	atomic_store(&r->stop_watch, false);
 	if (pthread_create(&r->watcher, NULL, s_watch, r) == 0)
 		r->watching = true;
@@ -795,6 +798,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	}
 	pthread_mutex_destroy(&r->lock);
 	pthread_mutex_destroy(&r->snap_lock);
+	pthread_mutex_destroy(&r->sent_lock);
 	for (int i = 0; i < SNAP_PENDING; i++)
 		s_pending_clear(&r->pending[i]);
 	for (size_t i = 0; i < METRICS_KEPT; i++)

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from torch_train_step import GPT2  # noqa: E402  (bench/torch_train_step.py)
+from torch_train_step import GPT2, adamw  # noqa: E402  (bench/torch_train_step.py)
 
 
 def main():
@@ -56,11 +56,7 @@ def main():
     model = GPT2(args.layers, args.heads, args.embd, args.vocab, args.seq)
     model.train()
     ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    opt = adamw(model)
     n_params = sum(p.numel() for p in model.parameters())
     flops_per_token = 6.0 * n_params + 6.0 * args.layers * args.embd * args.seq
 
