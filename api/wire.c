@@ -103,7 +103,7 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                  {"resume", F_RESUME}}},
 	[WIRE_KV_OK] = {"KV_OK", {{"key", F_STR}}},
 	[WIRE_KV_VALUE] = {"KV_VALUE", {{"key", F_STR}, {"found", F_BOOL}, {"value", F_STR}}},
-	[WIRE_ABORT] = {"ABORT", {{"job", F_STR}, {"attempt", F_INT}, {"reason", F_STR}}},
+	[WIRE_ABORT] = {"ABORT", {{"job", F_STR}, {"attempt", F_INT}, {"reason", F_STR}, {"rejoin", F_BOOL, OPT}}},
 	[WIRE_ERROR] = {"ERROR", {{"code", F_INT}, {"detail", F_STR}}},
 	[WIRE_SNAPSHOT_WRITTEN] = {"SNAPSHOT_WRITTEN",
 	                           {{"step", F_UINT}, {"file", F_STR}, {"bytes", F_UINT}, {"xxh3", F_HEX16}}},
@@ -112,6 +112,9 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	[WIRE_SNAPSHOT_COMMITTED] = {"SNAPSHOT_COMMITTED",
 	                             {{"step", F_UINT}, {"bytes", F_UINT}, {"path", F_STR}, {"deleted", F_ARR}}},
 	[WIRE_METRICS_RESEND] = {"METRICS_RESEND", {{"from_step", F_UINT}, {"to_step", F_UINT}}},
+	[WIRE_PARKED] = {"PARKED", {{"step", F_UINT}}},
+	[WIRE_REJOIN] = {"REJOIN", {{"job", F_STR}, {"attempt", F_INT}}},
+	[WIRE_TRACE] = {"TRACE", {{"step", F_UINT}, {"events", F_ARR}}},
 };
 
 static const char *kind_name(field_kind_t k)

@@ -83,6 +83,13 @@
  *                folder), deleted:[uint] (steps retention removed; may be [])
  *                rank 0 only, after SNAPSHOT_COMMIT: the manifest is written and
  *                step-N.tmp renamed to step-N and fsync'ed
+ *   PARKED       step:uint (the last step it completed; 0: none)
+ *                after an ABORT with rejoin: true, the rank has dropped its
+ *                communicator and training state and waits in its process
+ *                for REJOIN (see Recovery below)
+ *   TRACE        step:uint, events:[{name:str, ts_us:real, dur_us:real}]
+ *                the phases of one step inside the spec's profile range
+ *                (ts_us: from the start of the step), for the Chrome trace
  * coordinator -> rank
  *   JOINED       job:str, attempt:int, rank:int, world_size:int,
  *                spec:{...} (the job spec with defaults), metrics_every:int,
@@ -92,11 +99,16 @@
  *                sent for every attempt, the first included
  *   KV_OK        key:str
  *   KV_VALUE     key:str, found:bool, value:str ("" when not found)
- *   ABORT        job:str, attempt:int, reason:str (the rank exits at once).
- *                When the attempt failed and the job is being restarted, the
- *                reason starts with "recovering: " and names the cause (the
- *                next attempt is a new set of rank processes, SPAWNed by the
- *                agents, unless a later version lets survivors rejoin)
+ *   ABORT        job:str, attempt:int, reason:str; optional rejoin:bool.
+ *                Without rejoin (or false) the rank exits at once. When the
+ *                attempt failed and the job is being restarted, the reason
+ *                starts with "recovering: " and names the cause; with
+ *                rejoin: true the rank drops its communicator, answers
+ *                PARKED and waits for REJOIN instead of exiting
+ *   REJOIN       job:str, attempt:int (the new attempt)
+ *                to a PARKED rank, on its old identity: it is rank `rank` of
+ *                `attempt` now, on the same device; it reconnects as
+ *                rank/<job>/<attempt>/<rank> and JOINs
  *   SNAPSHOT_COMMIT  job:str, attempt:int, step:uint,
  *                files:[{rank:int, file:str, bytes:uint, xxh3:hex16}] (by rank)
  *                to rank 0 only, once every rank of the attempt has reported
@@ -183,9 +195,12 @@ typedef enum {
 	WIRE_SNAPSHOT_COMMIT,
 	WIRE_SNAPSHOT_COMMITTED,
 	WIRE_METRICS_RESEND,
+	WIRE_PARKED,
+	WIRE_REJOIN,
+	WIRE_TRACE,
 } wire_type_t;
 
-#define WIRE_N_TYPES 21 /* the highest wire_type_t */
+#define WIRE_N_TYPES 24 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);

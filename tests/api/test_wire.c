@@ -78,6 +78,9 @@ static const char *const s_valid[WIRE_N_TYPES + 1] = {
 	[WIRE_SNAPSHOT_COMMITTED] = "{\"step\":10,\"bytes\":8192,\"path\":\"/ck/j/step-00000010\","
 	                            "\"deleted\":[2,4]}",
 	[WIRE_METRICS_RESEND] = "{\"from_step\":4,\"to_step\":5}",
+	[WIRE_PARKED] = "{\"step\":40}",
+	[WIRE_REJOIN] = "{\"job\":\"j\",\"attempt\":2}",
+	[WIRE_TRACE] = "{\"step\":7,\"events\":[{\"name\":\"forward\",\"ts_us\":0,\"dur_us\":812.5}]}",
 };
 
 static int s_decode3(const char *proto, const char *type, const char *payload, size_t payload_len,
