@@ -40,7 +40,7 @@ typedef struct {
 	int presence;
 } field_t;
 
-#define MAX_FIELDS 16
+#define MAX_FIELDS 20
 
 typedef struct {
 	const char *name;
@@ -67,7 +67,8 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                 {"attempt", F_INT},
 	                 {"rank", F_INT},
 	                 {"world_size", F_INT},
-	                 {"device", F_OBJ}}},
+	                 {"device", F_OBJ},
+	                 {"adopt", F_INT, OPT}}},
 	[WIRE_KILL] = {"KILL", {{"job", F_STR}, {"attempt", F_INT}, {"rank", F_INT}}},
 	[WIRE_JOIN] = {"JOIN", {{"job", F_STR}, {"attempt", F_INT}, {"rank", F_INT}}},
 	[WIRE_KV_SET] = {"KV_SET", {{"key", F_STR}, {"value", F_STR}}},
@@ -87,6 +88,7 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                   {"resumed_from_step", F_UINT, OPT},
 	                   {"load_ms", F_UNUM, OPT},
 	                   {"rendezvous_ms", F_UNUM, OPT},
+	                   {"snapshot_skipped", F_STR, OPT},
 	                   {"prev_step", F_UINT, OPT}},
 	                  true,
 	                  "loss, lr, grad_norm, tokens_per_s and ms, or params_bytes, grads_bytes, "
@@ -114,7 +116,9 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	[WIRE_METRICS_RESEND] = {"METRICS_RESEND", {{"from_step", F_UINT}, {"to_step", F_UINT}}},
 	[WIRE_PARKED] = {"PARKED", {{"step", F_UINT}}},
 	[WIRE_REJOIN] = {"REJOIN", {{"job", F_STR}, {"attempt", F_INT}}},
-	[WIRE_TRACE] = {"TRACE", {{"step", F_UINT}, {"events", F_ARR}}},
+	[WIRE_SNAPSHOT_FAILED] = {"SNAPSHOT_FAILED", {{"step", F_UINT}, {"error", F_STR}}},
+	[WIRE_TRACE] = {"TRACE",
+	                {{"step", F_UINT}, {"start_unix_us", F_UINT}, {"dur_us", F_UNUM}, {"events", F_ARR}}},
 };
 
 static const char *kind_name(field_kind_t k)

@@ -39,7 +39,11 @@
  *   REGISTERED   heartbeat_ms:int, dead_after:int
  *   SPAWN        job:str, attempt:int, rank:int, world_size:int,
  *                device:{kind:str, index:int}   (the agent picks the rank's
- *                thread count and CPU affinity for the node)
+ *                thread count and CPU affinity for the node);
+ *                optional adopt:int, a failed attempt: when rank `rank` of
+ *                that attempt still runs on this device (it PARKED), it
+ *                becomes this attempt's rank in its process instead of a
+ *                new one being spawned
  *   KILL         job:str, attempt:int, rank:int (-1: every rank of that job)
  *
  * rank -> coordinator  (the identity names job, attempt and rank)
@@ -65,7 +69,9 @@
  *                  resumed_from_step:uint (the snapshot step it loaded; 0: it
  *                  started fresh), load_ms:real >= 0 (loading that snapshot),
  *                  rendezvous_ms:real >= 0 (from its JOINED to its communicator
- *                  being ready)
+ *                  being ready), snapshot_skipped:str (the newer snapshots it
+ *                  passed over as corrupt or unreadable, and why; the
+ *                  coordinator records a `snapshot_skipped` event)
  *                Optional on rank 0's rows: prev_step:uint, the step of its
  *                previous row in this attempt (0: none). A row whose prev_step
  *                is past the last row the coordinator stored shows rows lost
@@ -79,6 +85,9 @@
  *                this rank's shard of `step` (`file`, a plain file name such as
  *                "rank-1-of-4.safetensors", `bytes` long, XXH3-64 `xxh3`) is
  *                written and fsync'ed under <checkpoint dir>/step-<NNNNNNNN>.tmp/
+ *   SNAPSHOT_FAILED  step:uint, error:str (one line: "write rank-1-of-2.safetensors: No
+ *                space left on device"): this rank's shard of `step` could not be
+ *                written; that snapshot never commits, the previous one stays latest
  *   SNAPSHOT_COMMITTED  step:uint, bytes:uint (all files), path:str (the committed
  *                folder), deleted:[uint] (steps retention removed; may be [])
  *                rank 0 only, after SNAPSHOT_COMMIT: the manifest is written and
@@ -87,9 +96,15 @@
  *                after an ABORT with rejoin: true, the rank has dropped its
  *                communicator and training state and waits in its process
  *                for REJOIN (see Recovery below)
- *   TRACE        step:uint, events:[{name:str, ts_us:real, dur_us:real}]
- *                the phases of one step inside the spec's profile range
- *                (ts_us: from the start of the step), for the Chrome trace
+ *   TRACE        step:uint, start_unix_us:uint, dur_us:real >= 0,
+ *                events:[{name:str, ts_us:real, dur_us:real}]
+ *                the phases of one step inside the spec's profile range, from
+ *                every rank: the step started at start_unix_us (the rank's
+ *                wall clock, Unix microseconds: ranks line up on one
+ *                timeline) and lasted dur_us; each phase starts ts_us after
+ *                it. The coordinator checks the events (at most 64, names 1
+ *                to 64 bytes, numbers finite and >= 0) and stores them for
+ *                GET /v1/jobs/{id}/trace (a Chrome trace)
  * coordinator -> rank
  *   JOINED       job:str, attempt:int, rank:int, world_size:int,
  *                spec:{...} (the job spec with defaults), metrics_every:int,
@@ -147,6 +162,9 @@
  *     be committing step N when the set of step N+k completes); a repeat for
  *     the latest committed step is a no-op; anything else gets ERROR 409 (and
  *     from another rank ERROR 400);
+ *   - SNAPSHOT_FAILED for `step` drops the reports gathered for it and
+ *     makes later reports of it (and of older steps) ignored; the job gets
+ *     one `snapshot_failed` event per step;
  *   - reports from a stale attempt (or a job with no live attempt) get
  *     ERROR 409 and are dropped; gathered reports die with their attempt
  *     (and with the coordinator process): only committed checkpoints are
@@ -154,12 +172,18 @@
  *
  * Recovery (docs/coordinator.md "Recovery"): when a rank of a live attempt
  * fails (RANK_EXITED with a signal or a status other than 0, 2, 3, 5; FAILED;
- * its agent declared dead) and the job has restarts left, every rank of the
- * attempt gets ABORT "recovering: CAUSE" and its agents KILL {rank: -1};
- * from then on the attempt is stale: its ranks' messages get ABORT (snapshot
- * reports ERROR 409). Once the agents have reported its ranks exited (or
- * after a grace), the next attempt (attempt + 1) is placed and SPAWNed like
- * a fresh one; its JOINED carries `resume`.
+ * its agent declared dead) and the job has restarts left, the attempt is
+ * stale from then on (snapshot reports get ERROR 409). Its surviving ranks
+ * (connected, agent alive, not exited) get ABORT {rejoin: true}: each drops
+ * its communicator and training state and answers PARKED; their other
+ * messages are answered with the same ABORT. Ranks on dead agents get a plain
+ * ABORT; ranks that never connected are KILLed. Once every rank is gone or
+ * parked (a rank neither by the grace is KILLed and not kept), the next
+ * attempt (attempt + 1) is placed: a parked rank placed again on its own
+ * device and rank number is adopted (SPAWN adopt) and told REJOIN on its old
+ * identity, then JOINs the new attempt; the other parked ranks get a plain
+ * ABORT and KILL, and new processes are SPAWNed for the rest. Every JOINED
+ * carries `resume`.
  */
 #ifndef RINGMASTER_API_WIRE_H
 #define RINGMASTER_API_WIRE_H
@@ -198,9 +222,10 @@ typedef enum {
 	WIRE_PARKED,
 	WIRE_REJOIN,
 	WIRE_TRACE,
+	WIRE_SNAPSHOT_FAILED,
 } wire_type_t;
 
-#define WIRE_N_TYPES 24 /* the highest wire_type_t */
+#define WIRE_N_TYPES 25 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);

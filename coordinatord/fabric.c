@@ -103,6 +103,8 @@ typedef struct {
 	int device_index;
 	bool connected; /* it has sent a message: it can be told to ABORT */
 	bool joined, done, exited;
+	bool rejoin;    /* failed attempt: asked to park and rejoin the next one in its process */
+	bool parked;    /* ... and it answered PARKED */
 	bool reported;  /* scratch for REGISTER reconciliation */
 	int64_t clean_exit_deadline_us; /* exited with status 0 before DONE: wait for it until then */
 	int64_t failed_deadline_us;     /* sent FAILED without exit_code: wait for its exit status until then */
@@ -157,6 +159,8 @@ struct attempt {
 	 * the last METRICS_RESEND sent (0: none) */
 	int64_t last_metric_step;
 	int64_t resend_from;
+	bool has_failed_snap;    /* a SNAPSHOT_FAILED was recorded as an event, for failed_snap_step */
+	int64_t failed_snap_step;
 	bool has_committed;      /* committed_step was recorded by this attempt */
 	int64_t committed_step;  /* the highest it recorded */
 	/* recovery (docs/coordinator.md "Recovery"): the job's restarts so far
@@ -464,17 +468,53 @@ static bool rank_gone(const rank_rt_t *rr)
 	return rr->exited || !rr->agent || !rr->agent->alive;
 }
 
-/* A failed attempt whose ranks are all gone (or whose grace is over) waits
- * out its backoff; the scheduling pass then restarts it. */
+/* A parked rank that can be kept for the next attempt. */
+static bool rank_kept(const rank_rt_t *rr)
+{
+	return rr->rejoin && rr->parked && !rank_gone(rr);
+}
+
+/* The ABORT that asks a survivor of the failed attempt `at` to park. */
+static json_t *rejoin_abort(const attempt_t *at)
+{
+	char reason[REASON_BYTES + 16];
+	snprintf(reason, sizeof reason, "recovering: %s", at->cause ? at->cause : "attempt failed");
+	return json_pack("{s:s, s:i, s:s, s:b}", "job", at->job_id, "attempt", at->attempt, "reason", reason,
+	                 "rejoin", 1);
+}
+
+/* Stop rank r of the failed attempt `at` for good: a plain ABORT on its
+ * identity and a KILL of just that rank to its agent. */
+static void stop_rank(fabric_t *f, attempt_t *at, int r, const char *reason)
+{
+	rank_rt_t *rr = &at->ranks[r];
+	char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+	if (rr->connected) {
+		rank_ident(ident, at->job_id, at->attempt, r);
+		send_to(f, ident, WIRE_ABORT,
+		        json_pack("{s:s, s:i, s:s}", "job", at->job_id, "attempt", at->attempt, "reason", reason));
+	}
+	if (rr->agent && rr->agent->alive && !rr->exited)
+		send_to(f, rr->agent->ident, WIRE_KILL,
+		        json_pack("{s:s, s:i, s:i}", "job", at->job_id, "attempt", at->attempt, "rank", r));
+	rr->rejoin = false;
+}
+
+/* A failed attempt whose ranks are all gone or parked (or whose grace is
+ * over: the others are stopped) waits out its backoff; the scheduling pass
+ * then restarts it. */
 static void check_drained(fabric_t *f, attempt_t *at, int64_t now)
 {
 	if (!at->failed || at->drained)
 		return;
 	int n_left = 0;
 	for (int r = 0; r < at->world_size; r++)
-		n_left += !rank_gone(&at->ranks[r]);
+		n_left += !rank_gone(&at->ranks[r]) && !rank_kept(&at->ranks[r]);
 	if (n_left > 0 && now < at->drain_deadline_us)
 		return;
+	for (int r = 0; r < at->world_size && n_left > 0; r++)
+		if (!rank_gone(&at->ranks[r]) && !rank_kept(&at->ranks[r]))
+			stop_rank(f, at, r, "did not park within the restart grace: replaced by a new process");
 	at->drained = true;
 	int64_t wait = backoff_us(f, at->restarts);
 	at->restart_at_us = now + wait;
@@ -536,24 +576,20 @@ static void attempt_failed(fabric_t *f, attempt_t *at, const char *cause, const 
 		      "recovering event");
 	}
 	log_warn("job %s recovering: %s", at->job_id, reason);
+	/* Survivors (connected, on a live agent, not exited) park in their
+	 * process for the next attempt; the others are stopped. */
 	char abort_reason[REASON_BYTES + 16];
 	snprintf(abort_reason, sizeof abort_reason, "recovering: %s", cause);
 	char ident[WIRE_MAX_IDENTITY_BYTES + 1];
 	for (int r = 0; r < at->world_size; r++) {
-		if (!at->ranks[r].connected)
-			continue;
-		rank_ident(ident, at->job_id, at->attempt, r);
-		send_to(f, ident, WIRE_ABORT,
-		        json_pack("{s:s, s:i, s:s}", "job", at->job_id, "attempt", at->attempt, "reason", abort_reason));
-	}
-	unsigned gen = ++f->mark_gen;
-	for (int r = 0; r < at->world_size; r++) {
-		agent_t *a = at->ranks[r].agent;
-		if (!a || !a->alive || a->mark == gen || at->ranks[r].exited)
-			continue;
-		a->mark = gen;
-		send_to(f, a->ident, WIRE_KILL,
-		        json_pack("{s:s, s:i, s:i}", "job", at->job_id, "attempt", at->attempt, "rank", -1));
+		rank_rt_t *rr = &at->ranks[r];
+		if (rr->connected && !rank_gone(rr)) {
+			rr->rejoin = true;
+			rank_ident(ident, at->job_id, at->attempt, r);
+			send_to(f, ident, WIRE_ABORT, rejoin_abort(at));
+		} else if (!rr->exited) {
+			stop_rank(f, at, r, abort_reason);
+		}
 	}
 	check_drained(f, at, now);
 }
@@ -1070,6 +1106,17 @@ static void report_recovered(fabric_t *f, attempt_t *at, const json_t *p)
 
 static void on_metrics(fabric_t *f, attempt_t *at, int rank, json_t *p)
 {
+	const char *skipped = json_string_value(json_object_get(p, "snapshot_skipped"));
+	if (rank == 0 && skipped && skipped[0] && tx(f)) {
+		/* rank 0's first METRICS: it passed over newer snapshots on load */
+		char reason[REASON_BYTES];
+		snprintf(reason, sizeof reason, "attempt %d passed over corrupt or unreadable snapshot(s): %.700s",
+		         at->attempt, skipped);
+		log_warn("job %s: %s", at->job_id, reason);
+		wrote(f, store_event_insert(f->st, at->job_id, "snapshot_skipped", NULL, NULL, reason, at->attempt,
+		                            clock_wall_us()),
+		      "snapshot_skipped event");
+	}
 	if (rank == 0 && at->rec)
 		report_recovered(f, at, p);
 	store_rank_memory_t mem;
@@ -1219,6 +1266,39 @@ static bool snap_same_report(fabric_t *f, const char *ident, int rank, int64_t s
 	return false;
 }
 
+/*
+ * SNAPSHOT_FAILED: a rank could not write its shard of `step` (a full or
+ * failing disk). The reports gathered for that step are dropped (it never
+ * commits; the previous snapshot stays the latest) and the job gets one
+ * `snapshot_failed` event per step.
+ */
+static void on_snapshot_failed(fabric_t *f, attempt_t *at, int rank, json_t *p)
+{
+	int64_t step = (int64_t)json_integer_value(json_object_get(p, "step"));
+	const char *error = json_string_value(json_object_get(p, "error"));
+	if (at->gathering && at->gather_step == step) {
+		at->gathering = false;
+		at->n_gathered = 0;
+	}
+	if (at->has_failed_snap && step <= at->failed_snap_step)
+		return; /* this step's event is written (another rank's report) */
+	at->has_failed_snap = true;
+	at->failed_snap_step = step;
+	char reason[REASON_BYTES];
+	if (at->has_committed)
+		snprintf(reason, sizeof reason, "snapshot of step %lld failed on rank %d: %.300s; the latest "
+		         "committed snapshot stays step %lld", (long long)step, rank, error,
+		         (long long)at->committed_step);
+	else
+		snprintf(reason, sizeof reason, "snapshot of step %lld failed on rank %d: %.300s; no snapshot of "
+		         "this attempt is committed", (long long)step, rank, error);
+	log_warn("job %s attempt %d: %s", at->job_id, at->attempt, reason);
+	if (tx(f))
+		wrote(f, store_event_insert(f->st, at->job_id, "snapshot_failed", NULL, NULL, reason, at->attempt,
+		                            clock_wall_us()),
+		      "snapshot_failed event");
+}
+
 static void on_snapshot_written(fabric_t *f, attempt_t *at, int rank, const char *ident, json_t *p)
 {
 	int64_t step = (int64_t)json_integer_value(json_object_get(p, "step"));
@@ -1239,7 +1319,7 @@ static void on_snapshot_written(fabric_t *f, attempt_t *at, int rank, const char
 		return;
 	}
 	if ((at->has_committed && step <= at->committed_step) || (at->has_sent && step < at->sent_step) ||
-	    (at->gathering && step < at->gather_step)) {
+	    (at->gathering && step < at->gather_step) || (at->has_failed_snap && step <= at->failed_snap_step)) {
 		log_debug("job %s attempt %d: rank %d reports snapshot step %lld, older than the one in flight or "
 		          "committed: ignored", at->job_id, at->attempt, rank, (long long)step);
 		return;
@@ -1532,6 +1612,18 @@ static void on_failed(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	rr->failed_deadline_us = clock_mono_us() + FAILED_EXIT_GRACE_US;
 }
 
+/* PARKED from a survivor of a failed attempt: it waits for the next one. */
+static void on_parked(fabric_t *f, attempt_t *at, int rank, json_t *p)
+{
+	rank_rt_t *rr = &at->ranks[rank];
+	if (rr->parked)
+		return;
+	rr->parked = true;
+	log_info("job %s attempt %d: rank %d parked after step %lld, kept for the next attempt", at->job_id,
+	         at->attempt, rank, (long long)json_integer_value(json_object_get(p, "step")));
+	check_drained(f, at, clock_mono_us());
+}
+
 static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 {
 	char job[STORE_ID_BYTES], detail[512];
@@ -1542,15 +1634,16 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 	}
 	if (type != WIRE_JOIN && type != WIRE_KV_SET && type != WIRE_KV_GET && type != WIRE_METRICS &&
 	    type != WIRE_DONE && type != WIRE_FAILED && type != WIRE_SNAPSHOT_WRITTEN &&
-	    type != WIRE_SNAPSHOT_COMMITTED) {
+	    type != WIRE_SNAPSHOT_COMMITTED && type != WIRE_SNAPSHOT_FAILED && type != WIRE_PARKED) {
 		snprintf(detail, sizeof detail,
-		         "a rank sends JOIN, KV_SET, KV_GET, METRICS, SNAPSHOT_WRITTEN, SNAPSHOT_COMMITTED, DONE or "
-		         "FAILED, not %s",
+		         "a rank sends JOIN, KV_SET, KV_GET, METRICS, SNAPSHOT_WRITTEN, SNAPSHOT_COMMITTED, "
+		         "SNAPSHOT_FAILED, PARKED, DONE or FAILED, not %s",
 		         wire_type_name(type));
 		send_error(f, ident, strlen(ident), 400, detail);
 		return;
 	}
-	bool snapshot = type == WIRE_SNAPSHOT_WRITTEN || type == WIRE_SNAPSHOT_COMMITTED;
+	bool snapshot = type == WIRE_SNAPSHOT_WRITTEN || type == WIRE_SNAPSHOT_COMMITTED ||
+	                type == WIRE_SNAPSHOT_FAILED;
 	attempt_t *at = smap_get(&f->attempts, job);
 	if (snapshot && (!at || att != at->attempt || at->failed)) {
 		/* never recorded: only the live attempt's snapshots can commit */
@@ -1592,8 +1685,21 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 		return;
 	}
 	if (at->failed) {
+		rank_rt_t *rr = rank < at->world_size ? &at->ranks[rank] : NULL;
+		if (rr && rr->rejoin) {
+			if (type == WIRE_PARKED)
+				on_parked(f, at, rank, p);
+			else if (!rr->parked)
+				send_to(f, ident, WIRE_ABORT, rejoin_abort(at)); /* the ask, again */
+			return; /* a parked rank's late messages: nothing to say */
+		}
 		snprintf(detail, sizeof detail, "recovering: %s", at->cause ? at->cause : "attempt failed");
 		send_to(f, ident, WIRE_ABORT, json_pack("{s:s, s:i, s:s}", "job", job, "attempt", att, "reason", detail));
+		return;
+	}
+	if (type == WIRE_PARKED) {
+		snprintf(detail, sizeof detail, "PARKED: attempt %d of job %s has not failed", att, job);
+		send_error(f, ident, strlen(ident), 409, detail);
 		return;
 	}
 	if (rank >= at->world_size) {
@@ -1609,8 +1715,10 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 	case WIRE_METRICS: on_metrics(f, at, rank, p); break;
 	case WIRE_SNAPSHOT_WRITTEN: on_snapshot_written(f, at, rank, ident, p); break;
 	case WIRE_SNAPSHOT_COMMITTED: on_snapshot_committed(f, at, rank, ident, p); break;
+	case WIRE_SNAPSHOT_FAILED: on_snapshot_failed(f, at, rank, p); break;
 	case WIRE_DONE: on_done(f, at, rank, p); break;
 	case WIRE_FAILED: on_failed(f, at, rank, p); break;
+
 	default: break;
 	}
 }
@@ -1806,13 +1914,26 @@ static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_
 		reason_add(where, &wlen, "%s%d:%s%d", first ? "" : " ", r, s_kind_names[kind], ranks[r].device_index);
 	}
 	reason_add(where, &wlen, "]");
+	/* Survivors of `prev` parked on the device their rank number gets again
+	 * are kept (adopted); the other parked ones are stopped. */
+	int n_kept = 0;
+	for (int r = 0; prev && r < prev->world_size; r++) {
+		const rank_rt_t *old = &prev->ranks[r];
+		if (!rank_kept(old))
+			continue;
+		if (r < rank && ranks[r].agent == old->agent && ranks[r].device_kind == old->device_kind &&
+		    ranks[r].device_index == old->device_index)
+			n_kept++;
+		else
+			stop_rank(f, prev, r, "not placed on its device again: replaced by a new process");
+	}
 	char reason[REASON_BYTES];
 	size_t rlen = 0;
 	reason[0] = '\0';
 	reason_add(reason, &rlen, "placed %d rank(s) on %d node(s):%s", q->world_size, n_nodes, where);
 	if (prev)
-		reason_add(reason, &rlen, "; restart %d of %d after %s", prev->restarts, prev->max_restarts,
-		           prev->cause ? prev->cause : "a failure");
+		reason_add(reason, &rlen, "; restart %d of %d after %s; %d rank(s) rejoin in their process",
+		           prev->restarts, prev->max_restarts, prev->cause ? prev->cause : "a failure", n_kept);
 	void *old_value = NULL;
 	if (smap_put(&f->attempts, at->job_id, at, &old_value) < 0) {
 		for (int r = 0; r < rank; r++) {
@@ -1843,8 +1964,20 @@ static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_
 		wrote(f, store_job_set_state(f->st, at->job_id, STORE_JOB_SCHEDULED, reason, now), "job scheduled");
 	}
 	log_info("job %s attempt %d scheduled: %s", at->job_id, at->attempt, reason);
-	for (int r = 0; r < at->world_size; r++)
-		send_to(f, ranks[r].agent->ident, WIRE_SPAWN, spawn_payload(at, r));
+	for (int r = 0; r < at->world_size; r++) {
+		json_t *sp = spawn_payload(at, r);
+		if (prev && r < prev->world_size && rank_kept(&prev->ranks[r])) {
+			/* the agent hands the process over; the rank hears REJOIN */
+			char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+			json_object_set_new(sp, "adopt", json_integer(prev->attempt));
+			send_to(f, ranks[r].agent->ident, WIRE_SPAWN, sp);
+			rank_ident(ident, prev->job_id, prev->attempt, r);
+			send_to(f, ident, WIRE_REJOIN,
+			        json_pack("{s:s, s:i}", "job", at->job_id, "attempt", at->attempt));
+			continue;
+		}
+		send_to(f, ranks[r].agent->ident, WIRE_SPAWN, sp);
+	}
 	if (prev) {
 		snprintf(rec->cause, sizeof rec->cause, "%s", prev->cause ? prev->cause : "a failure");
 		rec->failed_attempt = prev->attempt;
@@ -1947,6 +2080,41 @@ out:
 }
 
 /*
+ * Say why queued job `q` (of device kind `kind`) was not placed, as its
+ * state_reason with a "state" event queued -> queued, when that differs
+ * from the stored one: either the alive workers do not have `world_size`
+ * devices of its kind at all (`total`), or they are in use. The texts
+ * depend on the cluster's devices, not on which are free at the moment,
+ * so a waiting job gets one event per change of the cluster, not one per
+ * scheduling pass. Placement replaces the reason.
+ */
+static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total, int n_alive)
+{
+	char reason[512];
+	if (total < q->world_size)
+		snprintf(reason, sizeof reason,
+		         "waiting: the job needs %d %s device(s) and the %d alive worker(s) have %ld%s", q->world_size,
+		         s_kind_names[kind], n_alive, total,
+		         kind == KIND_CUDA && total == 0
+		                 ? " (no alive worker offers a GPU; an agent offers the NVIDIA GPUs it finds, see "
+		                   "--gpus in docs/workers.md)"
+		                 : "");
+	else
+		snprintf(reason, sizeof reason, "waiting for %d free %s device(s): the alive workers have %ld, now in use",
+		         q->world_size, s_kind_names[kind], total);
+	store_job_t job;
+	if (store_job_get(f->st, q->id, &job) < 0)
+		return;
+	bool write = job.state == STORE_JOB_QUEUED && (!job.state_reason || strcmp(job.state_reason, reason) != 0);
+	store_job_clear(&job);
+	if (!write)
+		return;
+	if (tx(f))
+		wrote(f, store_job_set_state(f->st, q->id, STORE_JOB_QUEUED, reason, clock_wall_us()), "job waiting");
+	log_info("job %s %s", q->id, reason);
+}
+
+/*
  * One scheduling pass. Queued jobs are taken by priority, then submission
  * order. A job that fits is placed. A job that does not fit waits; while it
  * could fit on the alive nodes' devices of its kind once some are freed, no
@@ -2020,6 +2188,7 @@ static void schedule(fabric_t *f)
 			continue;
 		}
 		json_decref(spec);
+		queue_wait_reason(f, job, kind, total, n_alive);
 		if (total >= job->world_size)
 			blocked[kind] = true;
 	}

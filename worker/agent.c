@@ -420,6 +420,21 @@ static void s_spawn(agent_t *a, const json_t *p)
 		return;
 	}
 	slot_t *s = &a->slots[index];
+	/* A survivor of the failed attempt `adopt`, parked in its process on
+	 * this device, becomes this attempt's rank (the coordinator sends it
+	 * REJOIN); if it is gone meanwhile, a new process is spawned. */
+	const json_t *adopt = json_object_get(p, "adopt");
+	if (json_is_integer(adopt)) {
+		if (s->busy && !s->kill_at_us && s->attempt == json_integer_value(adopt) && s->rank == rank &&
+		    strcmp(s->job, job) == 0) {
+			s_log(a, "rank %s/%d/%d (pid %d) rejoins as attempt %d in its process", job, s->attempt,
+			      rank, (int)s->pid, attempt);
+			s->attempt = attempt;
+			return;
+		}
+		s_log(a, "rank %s/%lld/%d is no longer running here: spawning attempt %d afresh", job,
+		      (long long)json_integer_value(adopt), rank, attempt);
+	}
 	if (s->busy) {
 		if (s->pending) {
 			snprintf(why, sizeof why, "device cpu:%lld is busy with rank %s/%d/%d and rank %s/%lld/%lld waits for it",
@@ -474,6 +489,12 @@ static void s_spawn(agent_t *a, const json_t *p)
 		snprintf(s_timeout, sizeof s_timeout, "%d", a->opt->comm_timeout_ms);
 		argv[k++] = "--comm-timeout-ms";
 		argv[k++] = s_timeout;
+	}
+	char s_step_timeout[16];
+	if (a->opt->step_timeout_ms > 0) {
+		snprintf(s_step_timeout, sizeof s_step_timeout, "%d", a->opt->step_timeout_ms);
+		argv[k++] = "--step-timeout-ms";
+		argv[k++] = s_step_timeout;
 	}
 	argv[k] = NULL;
 
@@ -541,9 +562,13 @@ static void s_term(agent_t *a, slot_t *s)
 {
 	if (s->kill_at_us)
 		return;
-	/* The rank leads its own process group (setpgid in the child). */
+	/* The rank leads its own process group (setpgid in the child). A
+	 * stopped rank (SIGSTOP: a hung one) is continued so that the SIGTERM
+	 * ends it now rather than at the SIGKILL deadline. */
 	if (kill(-s->pid, SIGTERM) < 0)
 		kill(s->pid, SIGTERM);
+	if (kill(-s->pid, SIGCONT) < 0)
+		kill(s->pid, SIGCONT);
 	s->kill_at_us = fabric_now_us() + (int64_t)a->kill_grace_ms * 1000;
 }
 

@@ -38,6 +38,8 @@ typedef struct {
 	int comm_timeout_ms;     /* handed to every rank (--comm-timeout-ms): how long a collective
 	                          * may wait for a peer before the rank fails (a hung or stopped
 	                          * peer); 0: the rank's default */
+	int step_timeout_ms;     /* handed to every rank (--step-timeout-ms): the step-time
+	                          * watchdog (rank.h); 0: the rank's automatic bound */
 	FILE *log;               /* the agent's log and the ranks' stderr (stderr) */
 } agent_options_t;
 

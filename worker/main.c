@@ -160,6 +160,7 @@ static int s_cmd_agent(int argc, char **argv)
 		{"advertise", required_argument, NULL, 'a'},
 		{"kill-grace-ms", required_argument, NULL, 'g'},
 		{"comm-timeout-ms", required_argument, NULL, 't'},
+		{"step-timeout-ms", required_argument, NULL, 'W'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -196,6 +197,11 @@ static int s_cmd_agent(int argc, char **argv)
 			if (opt.comm_timeout_ms < 0)
 				return TRAIN_EXIT_USAGE;
 			break;
+		case 'W':
+			opt.step_timeout_ms = s_int_arg("agent", "step-timeout-ms", optarg, 1);
+			if (opt.step_timeout_ms < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
 		case 'h': s_usage(stdout); return TRAIN_EXIT_OK;
 		default: s_usage(stderr); return TRAIN_EXIT_USAGE;
 		}
@@ -222,6 +228,7 @@ static int s_cmd_rank(int argc, char **argv)
 		{"data-root", required_argument, NULL, 'd'},
 		{"host", required_argument, NULL, 'H'},
 		{"comm-timeout-ms", required_argument, NULL, 't'},
+		{"step-timeout-ms", required_argument, NULL, 'W'},
 		{"checkpoint-root", required_argument, NULL, 'k'},
 		{NULL, 0, NULL, 0},
 	};
@@ -249,6 +256,10 @@ static int s_cmd_rank(int argc, char **argv)
 			break;
 		case 't':
 			if ((opt.comm_timeout_ms = s_int_arg("rank", "comm-timeout-ms", optarg, 1)) < 0)
+				return TRAIN_EXIT_USAGE;
+			break;
+		case 'W':
+			if ((opt.step_timeout_ms = s_int_arg("rank", "step-timeout-ms", optarg, 1)) < 0)
 				return TRAIN_EXIT_USAGE;
 			break;
 		default:

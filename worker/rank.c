@@ -18,6 +18,7 @@
 #include "rank.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -48,6 +49,8 @@
 #define SNAP_PENDING 4              /* rank 0: snapshots reported and not yet committed */
 #define SNAP_FINAL_COMMIT_MS 60000  /* rank 0 waits this long for the last commit */
 #define METRICS_KEPT 8192           /* rank 0: rows kept for a METRICS_RESEND */
+#define PARK_ASK_MS 10000           /* after a failed collective: wait this long to be asked to rejoin */
+#define PARK_TIMEOUT_MS 120000      /* parked: wait this long for REJOIN, then exit */
 
 /* A snapshot rank 0 reported and may be asked to commit. */
 typedef struct {
@@ -87,6 +90,15 @@ typedef struct {
 	char resume_dir[4096];  /* JOINED's resume folder when it is another job's (resume_from); "" if not */
 	int64_t last_reported;  /* the newest snapshot step this rank reported */
 	int64_t last_committed; /* rank 0: the newest it committed */
+	/* rejoin: set by the watcher on ABORT {rejoin: true}; the next step's
+	 * report then stops training, and the rank parks for REJOIN */
+	atomic_bool rejoin_asked;
+	int next_attempt;       /* REJOIN's attempt once parked; 0: exit */
+	/* the watchdog (watcher thread): when the last step ended (0: not
+	 * armed: before the first step, after the last) and the longest step */
+	_Atomic int64_t step_end_us;
+	_Atomic int64_t longest_step_us;
+	_Atomic int64_t watched_step; /* the last step reported */
 } rank_t;
 
 static void s_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -123,6 +135,12 @@ static void s_send(rank_t *r, wire_type_t type, json_t *payload)
 	json_decref(payload);
 }
 
+/* Whether an ABORT asks the rank to park and rejoin the next attempt. */
+static bool s_abort_rejoins(const json_t *p)
+{
+	return json_is_true(json_object_get(p, "rejoin"));
+}
+
 /*
  * Send the rank's last word (DONE or FAILED) and wait until the coordinator
  * has handled it. The agent reports our exit on another connection as soon
@@ -149,6 +167,8 @@ static void s_send_final(rank_t *r, wire_type_t type, json_t *payload)
 		int rc = fabric_recv(r->fab, (int)((left_us + 999) / 1000), &got, &p, why, sizeof why);
 		if (rc == -EAGAIN)
 			continue;
+		if (rc == 0 && got == WIRE_ABORT && s_abort_rejoins(p))
+			atomic_store(&r->rejoin_asked, true);
 		json_decref(p);
 		if (rc < 0 || got == WIRE_KV_VALUE || got == WIRE_ERROR || got == WIRE_ABORT)
 			return;
@@ -163,11 +183,21 @@ static void s_send_failed(rank_t *r, const char *reason, int exit_code)
 	             json_pack("{s:s, s:i}", "reason", reason, "exit_code", exit_code));
 }
 
-/* An ABORT for this attempt ends the process at once. */
+/* An ABORT for this attempt ends the process at once, unless it asks the
+ * rank to rejoin the next attempt: then the flag is set (once training has
+ * started; before, the rank exits and is respawned like any other). */
 static void s_check_abort(rank_t *r, wire_type_t type, const json_t *p)
 {
 	if (type != WIRE_ABORT)
 		return;
+	if (s_abort_rejoins(p) && r->watching) {
+		if (!atomic_exchange(&r->rejoin_asked, true)) {
+			fprintf(stderr, "ringworker rank: asked to rejoin the next attempt: %s\n",
+			        json_string_value(json_object_get(p, "reason")));
+			fflush(stderr);
+		}
+		return;
+	}
 	fprintf(stderr, "ringworker rank: aborted by the coordinator: %s\n",
 	        json_string_value(json_object_get(p, "reason")));
 	fflush(stderr);
@@ -373,6 +403,14 @@ static int s_on_snapshot(void *ctx, const train_snapshot_t *snap)
 /* Watcher, rank 0: every shard of a snapshot is in (SNAPSHOT_COMMIT):
  * write its manifest, rename the folder, apply retention, answer
  * SNAPSHOT_COMMITTED. A repeated COMMIT is answered again. */
+/* This rank could not write its shard of `step`: the coordinator records
+ * an event, and that snapshot never commits. */
+static void s_on_snapshot_failed(void *ctx, int64_t step, const char *error)
+{
+	rank_t *r = ctx;
+	s_send(r, WIRE_SNAPSHOT_FAILED, json_pack("{s:I, s:s}", "step", (json_int_t)step, "error", error));
+}
+
 static void s_commit(rank_t *r, const json_t *p)
 {
 	int64_t step = json_integer_value(json_object_get(p, "step"));
@@ -458,10 +496,68 @@ static void s_wait_last_commit(rank_t *r)
 	        (long long)r->last_reported, SNAP_FINAL_COMMIT_MS / 1000);
 }
 
+/*
+ * The step-time watchdog, on the watcher thread: a step that has not ended
+ * opt->step_timeout_ms (automatic: the larger of twice the comm timeout and
+ * RANK_WATCHDOG_FACTOR x the longest step so far) after the previous one
+ * means the training thread is stuck where no collective timeout reaches
+ * (a compute or I/O hang, a deadlock). The rank cannot rejoin with a stuck
+ * thread: it reports FAILED and exits with RANK_EXIT_WATCHDOG, and the job
+ * recovers without it.
+ */
+static void s_watchdog(rank_t *r)
+{
+	int64_t end = atomic_load(&r->step_end_us);
+	if (end == 0)
+		return;
+	const rank_options_t *o = r->opt;
+	int64_t longest = atomic_load(&r->longest_step_us);
+	int64_t limit_us = (int64_t)o->step_timeout_ms * 1000;
+	if (limit_us <= 0) {
+		/* twice the comm timeout: a collective that times out fails first,
+		 * and its rank parks and rejoins instead of being replaced */
+		limit_us = 2 * (int64_t)(o->comm_timeout_ms > 0 ? o->comm_timeout_ms : RANK_COMM_TIMEOUT_MS) * 1000;
+		if (longest * RANK_WATCHDOG_FACTOR > limit_us)
+			limit_us = longest * RANK_WATCHDOG_FACTOR;
+	}
+	int64_t now = fabric_now_us();
+	if (now - end <= limit_us)
+		return;
+	char reason[ERROR_MAX_BYTES];
+	snprintf(reason, sizeof reason,
+	         "ringworker rank: error: watchdog: step %lld of rank %d has not ended %.1f s after step %lld "
+	         "(the bound is %.1f s; the longest step so far took %.2f s): the training thread is stuck",
+	         (long long)r->watched_step + 1, o->rank, (double)(now - end) / 1e6, (long long)r->watched_step,
+	         (double)limit_us / 1e6, (double)longest / 1e6);
+	fprintf(stderr, "%s\n", reason);
+	fflush(stderr);
+	/* FAILED and its flush (s_send_final's), holding the socket for good */
+	pthread_mutex_lock(&r->lock);
+	json_t *p = json_pack("{s:s, s:i}", "reason", reason, "exit_code", RANK_EXIT_WATCHDOG);
+	json_t *q = json_pack("{s:s, s:i}", "key", "ringworker/flush", "timeout_ms", 0);
+	if (p && q && fabric_send(r->fab, WIRE_FAILED, p) == 0 && fabric_send(r->fab, WIRE_KV_GET, q) == 0) {
+		wire_type_t got;
+		json_t *a = NULL;
+		char why[256];
+		int64_t deadline = fabric_now_us() + (int64_t)FLUSH_TIMEOUT_MS * 1000;
+		while (fabric_now_us() < deadline) {
+			int rc = fabric_recv(r->fab, 100, &got, &a, why, sizeof why);
+			json_decref(a);
+			a = NULL;
+			if (rc == 0 && (got == WIRE_KV_VALUE || got == WIRE_ERROR || got == WIRE_ABORT))
+				break;
+		}
+	}
+	json_decref(p);
+	json_decref(q);
+	_exit(RANK_EXIT_WATCHDOG);
+}
+
 static void *s_watch(void *arg)
 {
 	rank_t *r = arg;
 	while (!atomic_load(&r->stop_watch)) {
+		s_watchdog(r);
 		json_t *commit = NULL;
 		int64_t resend_from = -1, resend_to = -1;
 		pthread_mutex_lock(&r->lock);
@@ -491,6 +587,8 @@ static void *s_watch(void *arg)
 				resend_to = json_integer_value(json_object_get(p, "to_step"));
 			}
 			json_decref(p);
+			if (commit)
+				break; /* one commit at a time: a second one stays queued for the next pass */
 		}
 		pthread_mutex_unlock(&r->lock);
 		if (resend_from >= 0)
@@ -570,11 +668,23 @@ static void s_put_resume(const rank_t *r, json_t *p, const train_report_t *t, bo
 	json_object_set_new(p, "resumed_from_step", json_integer((json_int_t)t->resumed_from_step));
 	json_object_set_new(p, "load_ms", json_real(t->load_ms));
 	json_object_set_new(p, "rendezvous_ms", json_real(r->rendezvous_ms));
+	if (t->snapshot_skipped && t->snapshot_skipped[0])
+		json_object_set_new(p, "snapshot_skipped", json_string(t->snapshot_skipped));
 }
 
 static int s_on_step(void *ctx, const train_report_t *t)
 {
 	rank_t *r = ctx;
+	if (atomic_load(&r->rejoin_asked))
+		return 1; /* stop: the attempt failed elsewhere, park for the next */
+	/* the watchdog: this step's length, and the next one's start (none
+	 * after the last step: rank 0 may wait for its last commit) */
+	int64_t now = fabric_now_us(), prev = atomic_load(&r->step_end_us);
+	int64_t len = prev ? now - prev : (int64_t)(t->ms * 1e3);
+	if (len > atomic_load(&r->longest_step_us))
+		atomic_store(&r->longest_step_us, len);
+	r->watched_step = t->step;
+	atomic_store(&r->step_end_us, t->step >= r->last_step ? 0 : now);
 	bool val = !isnan(t->val_loss);
 	bool first = r->done_step == 0; /* steps are 1-based: no step reported yet */
 	r->done_step = t->step;
@@ -641,6 +751,7 @@ static bool s_own_snapshot(const char *path, const char *job)
 	return end - n == len && memcmp(path + n, job, len) == 0;
 }
 
+
 /* JOIN and wait for JOINED; the spec goes to *ret_spec. 0 or an exit code. */
 static int s_join(rank_t *r, jobspec_t *ret_spec)
 {
@@ -705,6 +816,71 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 	return 0;
 }
 
+/*
+ * After training stopped on a failed collective (rc TRAIN_EXIT_COMM) or on
+ * ABORT {rejoin: true}: keep the process for the next attempt. Waits (up to
+ * PARK_ASK_MS) to be asked to rejoin unless it was already, answers PARKED,
+ * and waits (up to PARK_TIMEOUT_MS) for REJOIN. Returns the attempt to
+ * rejoin, or 0 to exit (a plain ABORT: the job failed or this rank is not
+ * kept; no answer in time). Main thread, watcher stopped, communicator freed.
+ */
+static int s_park(rank_t *r)
+{
+	const rank_options_t *o = r->opt;
+	int64_t t0 = fabric_now_us();
+	int64_t deadline = t0 + (int64_t)PARK_ASK_MS * 1000;
+	bool parked = false;
+	for (;;) {
+		if (!parked && atomic_load(&r->rejoin_asked)) {
+			s_send(r, WIRE_PARKED, json_pack("{s:I}", "step", (json_int_t)r->done_step));
+			fprintf(stderr, "ringworker rank: parked after step %lld, waiting to rejoin\n",
+			        (long long)r->done_step);
+			fflush(stderr);
+			parked = true;
+			deadline = fabric_now_us() + (int64_t)PARK_TIMEOUT_MS * 1000;
+		}
+		int64_t left_us = deadline - fabric_now_us();
+		if (left_us <= 0) {
+			fprintf(stderr, "ringworker rank: %s within %d s: exiting\n",
+			        parked ? "no REJOIN from the coordinator" : "not asked to rejoin",
+			        (parked ? PARK_TIMEOUT_MS : PARK_ASK_MS) / 1000);
+			return 0;
+		}
+		wire_type_t type;
+		json_t *p = NULL;
+		char why[256];
+		int rc = fabric_recv(r->fab, (int)((left_us + 999) / 1000), &type, &p, why, sizeof why);
+		if (rc == -EAGAIN)
+			continue;
+		if (rc < 0) {
+			if (rc == -EPROTO || rc == -ENOENT || rc == -EMSGSIZE || rc == -EINVAL) {
+				fprintf(stderr, "ringworker rank: refused a message from the coordinator: %s\n", why);
+				continue;
+			}
+			s_err("parked: receive failed: %s", zmq_strerror(-rc));
+			return 0;
+		}
+		int next = 0;
+		if (type == WIRE_ABORT && !s_abort_rejoins(p)) {
+			fprintf(stderr, "ringworker rank: aborted by the coordinator: %s\n",
+			        json_string_value(json_object_get(p, "reason")));
+			json_decref(p);
+			return 0;
+		}
+		if (type == WIRE_ABORT)
+			atomic_store(&r->rejoin_asked, true);
+		if (type == WIRE_REJOIN)
+			next = (int)json_integer_value(json_object_get(p, "attempt"));
+		json_decref(p);
+		if (type == WIRE_REJOIN && next > o->attempt && next < INT_MAX) {
+			fprintf(stderr, "ringworker rank: rejoining job %s as rank %d of attempt %d, %.0f ms after "
+			        "training stopped\n", o->job, o->rank, next, (double)(fabric_now_us() - t0) / 1e3);
+			fflush(stderr);
+			return next;
+		}
+	}
+}
+
 static int s_train(rank_t *r, const jobspec_t *spec)
 {
 	const rank_options_t *o = r->opt;
@@ -756,6 +932,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	if (r->job_dir[0] && spec->checkpoint.every_steps > 0) {
 		topt.checkpoint_dir = r->job_dir;
 		topt.on_snapshot = s_on_snapshot;
+		topt.on_snapshot_failed = s_on_snapshot_failed;
 		topt.on_snapshot_ctx = r;
 		topt.resume = true;
 		topt.resume_upto = r->resume_upto;
@@ -783,7 +960,20 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		pthread_join(r->watcher, NULL);
 		r->watching = false;
 	}
-	if (rc == TRAIN_EXIT_OK) {
+	bool asked = atomic_load(&r->rejoin_asked);
+	if (rc == TRAIN_EXIT_COMM || (rc == TRAIN_EXIT_ABORTED && asked)) {
+		/* Drop the communicator first: peers still blocked with this rank
+		 * fail at once and park too. */
+		comm_free(comm);
+		comm = NULL;
+		if (rc == TRAIN_EXIT_COMM && !asked) {
+			char reason[ERROR_MAX_BYTES + 64];
+			snprintf(reason, sizeof reason, "%s",
+			         r->last_error[0] ? r->last_error : "ringworker rank: error: a collective failed");
+			s_send_failed(r, reason, rc);
+		}
+		r->next_attempt = s_park(r);
+	} else if (rc == TRAIN_EXIT_OK) {
 		/* The last step's report went out as METRICS; DONE repeats it. */
 		s_send_final(r, WIRE_DONE, json_pack("{s:I, s:o}", "step", (json_int_t)r->done_step,
 		                                      "loss", s_real(r->done_loss)));
@@ -807,39 +997,65 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	return rc;
 }
 
-int rank_run(const rank_options_t *opt)
+/* One attempt of the rank, on its own connection (identity
+ * rank/<job>/<attempt>/<rank>). The attempt to rejoin in this process goes
+ * to *ret_next (0: none). An exit code. */
+static int s_attempt(const rank_options_t *opt, void *zctx, int *ret_next)
 {
-	rank_t r = {.opt = opt, .metrics_every = 1};
+	*ret_next = 0;
+	rank_t *r = calloc(1, sizeof *r); /* large (the kept rows): not on the stack */
+	if (!r) {
+		s_err("out of memory");
+		return TRAIN_EXIT_NOMEM;
+	}
+	r->opt = opt;
+	r->zctx = zctx;
+	r->metrics_every = 1;
+	atomic_init(&r->rejoin_asked, false);
+	atomic_init(&r->stop_watch, false);
 	char identity[WIRE_MAX_IDENTITY_BYTES + 1], err[256];
 	int n = snprintf(identity, sizeof identity, "rank/%s/%d/%d", opt->job, opt->attempt, opt->rank);
+	int rc;
 	if (n < 0 || (size_t)n >= sizeof identity) {
 		s_err("job id '%s' is too long", opt->job);
-		return TRAIN_EXIT_USAGE;
+		rc = TRAIN_EXIT_USAGE;
+		goto out;
 	}
-	if (sodium_init() < 0) {
-		s_err("libsodium failed to initialise");
-		return TRAIN_EXIT_USAGE;
-	}
-	r.zctx = zmq_ctx_new();
-	if (!r.zctx) {
-		s_err("cannot create a ZeroMQ context: %s", zmq_strerror(errno));
-		return TRAIN_EXIT_USAGE;
-	}
-	int rc;
-	r.fab = fabric_new(r.zctx, opt->coordinator, identity, err, sizeof err);
-	if (!r.fab) {
+	r->fab = fabric_new(zctx, opt->coordinator, identity, err, sizeof err);
+	if (!r->fab) {
 		s_err("%s", err);
 		rc = TRAIN_EXIT_USAGE;
 		goto out;
 	}
 	jobspec_t spec = {0};
-	rc = s_join(&r, &spec);
+	rc = s_join(r, &spec);
 	if (rc == 0) {
-		rc = s_train(&r, &spec);
+		rc = s_train(r, &spec);
 		jobspec_free(&spec);
+		*ret_next = r->next_attempt;
 	}
+	fabric_free(r->fab);
 out:
-	fabric_free(r.fab);
-	zmq_ctx_term(r.zctx);
+	free(r);
+	return rc;
+}
+
+int rank_run(const rank_options_t *opt)
+{
+	if (sodium_init() < 0) {
+		s_err("libsodium failed to initialise");
+		return TRAIN_EXIT_USAGE;
+	}
+	void *zctx = zmq_ctx_new();
+	if (!zctx) {
+		s_err("cannot create a ZeroMQ context: %s", zmq_strerror(errno));
+		return TRAIN_EXIT_USAGE;
+	}
+	rank_options_t cur = *opt;
+	int rc, next;
+	/* A survivor of a failed attempt rejoins the next one in this process. */
+	while ((rc = s_attempt(&cur, zctx, &next)) != TRAIN_EXIT_OK && next > cur.attempt)
+		cur.attempt = next;
+	zmq_ctx_term(zctx);
 	return rc;
 }

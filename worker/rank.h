@@ -21,6 +21,8 @@
 
 #define RANK_JOIN_TIMEOUT_MS 30000
 #define RANK_COMM_TIMEOUT_MS 60000
+#define RANK_WATCHDOG_FACTOR 10
+#define RANK_EXIT_WATCHDOG 8 /* the step-time watchdog ended the rank (retryable) */
 
 typedef struct {
 	const char *coordinator; /* tcp://HOST:PORT */
@@ -31,6 +33,11 @@ typedef struct {
 	const char *data_root;   /* relative data paths resolve against it; NULL: cwd */
 	const char *host;        /* address peers reach this rank on; NULL: 127.0.0.1 */
 	int comm_timeout_ms;     /* rendezvous and collectives; 0: RANK_COMM_TIMEOUT_MS */
+	int step_timeout_ms;     /* the watchdog: a step not finished this long after the previous
+	                          * one ends the rank (FAILED, exit RANK_EXIT_WATCHDOG); 0:
+	                          * automatic, the larger of twice the comm timeout and
+	                          * RANK_WATCHDOG_FACTOR x the longest step so far (armed from
+	                          * the first step on, off after the last) */
 	const char *checkpoint_root; /* snapshots go to <root>/<job>/; NULL: no snapshots */
 } rank_options_t;
 

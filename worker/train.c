@@ -828,11 +828,27 @@ static void s_commit_alone(train_t *t, const train_snapshot_t *snap)
 		s_error(t, 0, "snapshot retention in %s: %s", t->opt->checkpoint_dir, err);
 }
 
+/* A snapshot of `step` this rank could not write: logged, and told to the
+ * caller (it never commits; the previous one stays the latest). */
+static void s_snapshot_failed(train_t *t, int64_t step, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void s_snapshot_failed(train_t *t, int64_t step, const char *fmt, ...)
+{
+	char why[700];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	s_error(t, 0, "snapshot of step %" PRId64 " not written: %s", step, why);
+	if (t->opt->on_snapshot_failed)
+		t->opt->on_snapshot_failed(t->opt->on_snapshot_ctx, step, why);
+}
+
 /* Hand a finished write to the caller (or commit it alone). */
 static void s_snapshot_report(train_t *t, const snapw_result_t *res)
 {
 	if (res->status < 0) {
-		s_error(t, 0, "snapshot of step %" PRId64 " not written: %s", res->step, res->error);
+		s_snapshot_failed(t, res->step, "%s", res->error);
 		return;
 	}
 	char name[SNAP_DIRNAME_MAX], tmp[4096 + 8], fin[4096];
@@ -871,8 +887,7 @@ static void s_snapshot_take(train_t *t, int64_t step)
 		 snap_step_dirname(step, name, sizeof name));
 	int rc = s_mkdir(tmp);
 	if (rc < 0) {
-		s_error(t, 0, "snapshot of step %" PRId64 " not written: cannot create %s: %s", step, tmp,
-			strerror(-rc));
+		s_snapshot_failed(t, step, "cannot create %s: %s", tmp, strerror(-rc));
 		return;
 	}
 	int64_t lo, count;
@@ -887,7 +902,7 @@ static void s_snapshot_take(train_t *t, int64_t step)
 	rc = snapw_submit(t->snapw, tmp, t->rank, t->W, step, (int64_t)t->n_params, lo, count, p, m,
 			  v);
 	if (rc < 0) {
-		s_error(t, 0, "snapshot of step %" PRId64 " not written: %s", step, strerror(-rc));
+		s_snapshot_failed(t, step, "%s", strerror(-rc));
 		return;
 	}
 	t->snap_step = step;

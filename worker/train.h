@@ -141,6 +141,10 @@ typedef struct {
 	 * committed). */
 	const char *checkpoint_dir;
 	int (*on_snapshot)(void *ctx, const train_snapshot_t *snap);
+	/* This rank's shard of `step` could not be written (`error`: one line,
+	 * also logged); the snapshot never commits. Training goes on. NULL:
+	 * only the log line. Called with on_snapshot_ctx. */
+	void (*on_snapshot_failed)(void *ctx, int64_t step, const char *error);
 	void *on_snapshot_ctx;
 	/* Start from the newest committed snapshot in checkpoint_dir whose
 	 * checksums verify (older ones are tried when the newest is corrupt),

@@ -4,7 +4,7 @@
  * sets (training row, memory figures), the snapshot commit messages' field
  * checks (non-negative integers, XXH3 hex), the recovery fields (JOINED's
  * resume, METRICS' resumed_from_step / load_ms / rendezvous_ms,
- * RANK_EXITED's exited_at_us, FAILED's exit_code), a wrong protocol frame,
+ * RANK_EXITED's exited_at_us, FAILED's exit_code), TRACE's step times, a wrong protocol frame,
  * unknown types, oversized payloads, wrong frame counts; and a real ZeroMQ
  * ROUTER/DEALER pair over loopback TCP carrying messages both ways with
  * wire_send / wire_recv, including malformed ones. Prints "N passed, M
@@ -79,8 +79,10 @@ static const char *const s_valid[WIRE_N_TYPES + 1] = {
 	                            "\"deleted\":[2,4]}",
 	[WIRE_METRICS_RESEND] = "{\"from_step\":4,\"to_step\":5}",
 	[WIRE_PARKED] = "{\"step\":40}",
+	[WIRE_SNAPSHOT_FAILED] = "{\"step\":20,\"error\":\"No space left on device\"}",
 	[WIRE_REJOIN] = "{\"job\":\"j\",\"attempt\":2}",
-	[WIRE_TRACE] = "{\"step\":7,\"events\":[{\"name\":\"forward\",\"ts_us\":0,\"dur_us\":812.5}]}",
+	[WIRE_TRACE] = "{\"step\":7,\"start_unix_us\":1763900000123456,\"dur_us\":2048.25,"
+	               "\"events\":[{\"name\":\"forward\",\"ts_us\":0,\"dur_us\":812.5}]}",
 };
 
 static int s_decode3(const char *proto, const char *type, const char *payload, size_t payload_len,
@@ -445,6 +447,33 @@ static void test_recovery_fields(void)
 	      strstr(err, "exit_code"));
 }
 
+/* TRACE: the step's start on the wall clock is an integer >= 0 (Unix
+ * microseconds), its duration a number >= 0; the events are an array
+ * (their contents are the coordinator's to check: coordinatord/traces.c). */
+static void test_trace_fields(void)
+{
+	char err[256], buf[512];
+	const char *trace = "{\"step\":%s,\"start_unix_us\":%s,\"dur_us\":%s,\"events\":[]}";
+	snprintf(buf, sizeof buf, trace, "3", "1763900000123456", "0");
+	CHECK(s_try("TRACE", buf, err, sizeof err) == 0);
+	snprintf(buf, sizeof buf, trace, "3", "0", "1e6");
+	CHECK(s_try("TRACE", buf, err, sizeof err) == 0);
+	struct {
+		const char *step, *start, *dur, *field;
+	} bad[] = {
+		{"-1", "1", "1", "step"},          {"1.5", "1", "1", "step"},
+		{"1", "-1", "1", "start_unix_us"}, {"1", "1.5", "1", "start_unix_us"},
+		{"1", "\"1\"", "1", "start_unix_us"}, {"1", "1", "-0.5", "dur_us"},
+		{"1", "1", "null", "dur_us"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		snprintf(buf, sizeof buf, trace, bad[i].step, bad[i].start, bad[i].dur);
+		CHECK(s_try("TRACE", buf, err, sizeof err) == -EINVAL && strstr(err, bad[i].field));
+	}
+	CHECK(s_try("TRACE", "{\"step\":1,\"start_unix_us\":1,\"dur_us\":1,\"events\":{}}", err,
+	            sizeof err) == -EINVAL && strstr(err, "events"));
+}
+
 int main(void)
 {
 	s_run("every_type_round_trips", test_every_type_round_trips);
@@ -452,6 +481,7 @@ int main(void)
 	s_run("metrics_memory", test_metrics_memory);
 	s_run("snapshot_fields", test_snapshot_fields);
 	s_run("recovery_fields", test_recovery_fields);
+	s_run("trace_fields", test_trace_fields);
 	s_run("bad_frames", test_bad_frames);
 	s_run("encode_refuses", test_encode_refuses);
 	s_run("sockets", test_sockets);

@@ -18,6 +18,10 @@ slots and a checkpoint root, and the ranks it spawns.
               collective times out (the agent's --comm-timeout-ms, 5 s here),
               it fails, the job recovers without the stuck process (the agent
               kills it) and succeeds with the uninterrupted run's losses.
+  corrupt     both ranks stopped, a byte flipped in a shard of each of the two
+              newest committed snapshots, a rank killed -9: the job resumes
+              from the third newest, a `snapshot_skipped` event names the two
+              passed over, and the losses are the uninterrupted run's.
 """
 import os
 import random
@@ -64,12 +68,19 @@ def wait_until(what, fn, timeout):
 
 
 def kill_at(d, job_id, step, rank):
-    """kill -9 `rank` of the job once a step >= `step` has been reported."""
+    """kill -9 `rank` of the job once a step >= `step` has been reported;
+    returns the pid of the other rank (of two), the survivor."""
     wait_until("job %s reaching step %d" % (job_id, step), lambda: last_step(d, job_id) >= step, 120)
     pid = wait_until("rank %d of %s" % (rank, job_id), lambda: rank_pid(job_id, rank), 30)
+    survivor = rank_pid(job_id, 1 - rank)
     os.kill(pid, signal.SIGKILL)
     log("killed rank %d (pid %d) of %s at reported step %d" % (rank, pid, job_id,
                                                                 last_step(d, job_id)))
+    return survivor
+
+
+def job_attempt(d, job_id):
+    return int(d.job(job_id).get("attempt") or 0)
 
 
 def main(c, _args):
@@ -94,8 +105,14 @@ def main(c, _args):
     log("chaos seed %d: kills after steps %s" % (seed, moments))
     job = d.submit(spec("chaos", 5))["id"]
     for k, step in enumerate(moments):
-        kill_at(d, job, step, rng.randint(0, 1))
+        killed = rng.randint(0, 1)
+        survivor = kill_at(d, job, step, killed)
         wait_until("recovery %d of %s" % (k + 1, job), lambda: len(recovered_events(d, job)) > k, 120)
+        # the surviving rank rejoined the new attempt in its own process
+        check(survivor is not None and rank_pid(job, 1 - killed) == survivor,
+              "rank %d was pid %r before the kill, %r after the recovery: not kept in its process"
+              % (1 - killed, survivor, rank_pid(job, 1 - killed)))
+        log("recovery %d: rank %d kept its process (pid %d)" % (k + 1, 1 - killed, survivor))
     final = d.wait_state(job, {"succeeded"}, timeout=300)
     check(final.get("restarts") == 3, "restarts %r, want 3" % final.get("restarts"))
 
@@ -161,6 +178,39 @@ def main(c, _args):
     for r in all_metrics(d, job):
         s = int(r["step"])
         check(r["loss"] == want[s], "hang: step %d loss %r, uninterrupted %r" % (s, r["loss"], want[s]))
+
+    # flipped bytes in the two newest committed snapshots
+    job = d.submit(spec("corrupt", 2))["id"]
+    wait_until("three checkpoints of %s" % job,
+               lambda: len(d.json("GET", "/v1/jobs/%s/checkpoints" % job)["checkpoints"]) >= 3, 120)
+    pids = [wait_until("rank %d of %s" % (r, job), lambda r=r: rank_pid(job, r), 30) for r in (0, 1)]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)  # no commit while the snapshots are listed and damaged
+    steps = [cp["step"] for cp in d.json("GET", "/v1/jobs/%s/checkpoints" % job)["checkpoints"]]
+    check(len(steps) >= 3, "checkpoints %r" % steps)
+    for step in steps[:2]:
+        path = os.path.join(ck, job, "step-%08d" % step, "rank-1-of-2.safetensors")
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) - 100)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0x40]))
+    log("flipped a byte in rank 1's shard of steps %s; kept step %d intact" % (steps[:2], steps[2]))
+    os.kill(pids[1], signal.SIGKILL)
+    os.kill(pids[0], signal.SIGCONT)
+    ev = wait_until("recovery of %s" % job, lambda: recovered_events(d, job), 120)[0]
+    log("event: %s" % ev.get("reason"))
+    check("resumed from snapshot step %d " % steps[2] in ev.get("reason", ""),
+          "resumed from the newest intact snapshot (%d): %r" % (steps[2], ev))
+    sk = wait_until("a snapshot_skipped event of %s" % job,
+                    lambda: [e for e in d.events(job) if e.get("type") == "snapshot_skipped"], 30)
+    text = sk[0].get("reason") or ""
+    log("event: %s" % text)
+    check(all(("step %d" % s) in text for s in steps[:2]), "snapshot_skipped names steps %s: %r" % (steps[:2], text))
+    d.wait_state(job, {"succeeded"}, timeout=300)
+    for r in all_metrics(d, job):
+        s = int(r["step"])
+        check(r["loss"] == want[s], "corrupt: step %d loss %r, uninterrupted %r" % (s, r["loss"], want[s]))
 
 
 if __name__ == "__main__":

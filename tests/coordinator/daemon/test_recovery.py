@@ -3,16 +3,21 @@ fake agents and ranks (wire_shell.c):
 
 - a rank killed by signal 9 while running (restart.max_restarts 2): the job
   goes recovering (a `recovering` event naming the cause and the attempt),
-  the surviving ranks get ABORT "recovering: ...", the agent KILL; messages
-  of the old attempt get ABORT / ERROR 409 and change nothing; once the old
-  ranks are reported exited, attempt 2 is SPAWNed on the same devices; its
-  JOINED carries resume {step, path} of the checkpoint committed by attempt
-  1 (null in attempt 1's); rank 0's first METRICS gives a `recovered` event
-  with the time split; DONE from both ranks -> succeeded; restarts shows in
-  REST and /metrics;
+  the surviving rank gets ABORT "recovering: ..." with rejoin: true (no
+  KILL); its messages get that ABORT again, snapshot reports ERROR 409, and
+  nothing changes; once it answers PARKED, attempt 2 is placed on the same
+  devices: the agent gets SPAWN {adopt: 1} for the parked rank and a plain
+  SPAWN for the dead one, and the parked rank REJOIN {attempt: 2} on its old
+  identity; attempt 2's JOINED carries resume {step, path} of the checkpoint
+  committed by attempt 1 (null in attempt 1's); rank 0's first METRICS gives
+  a `recovered` event with the time split; DONE from both ranks ->
+  succeeded; restarts shows in REST and /metrics;
 - a rank failing before all ranks joined (scheduled) recovers too, with
-  resume null when nothing was committed; the second restart waits out the
-  backoff; FAILED without exit_code waits for the agent's exit status;
+  resume null when nothing was committed; a survivor that exits instead of
+  parking is replaced by a new process; the second restart waits out the
+  backoff; FAILED without exit_code waits for the agent's exit status; a
+  survivor that neither parks nor exits within the restart grace gets a
+  plain ABORT and its agent a KILL of just that rank, and is replaced;
   restarts exhausted -> failed "restart.max_restarts (2) reached: ...";
 - exit statuses 2, 3, 5 (spec, data, diverged): failed at once, not retried;
   max_restarts 0: failed at once;
@@ -164,34 +169,40 @@ def signal_with_snapshot(d, sh):
     check(len(rec) == 1 and rec[0]["attempt"] == 1 and
           rec[0]["reason"] == "attempt 1 failed: %s; restart 1 of 2 (backoff 0 ms)" % cause,
           "recovering event %r" % rec)
-    for name in (r0, r1):
-        a = sh.expect(name, "ABORT", what="ABORT of %s" % name)
-        check(a == {"job": jid, "attempt": 1, "reason": "recovering: " + cause}, "ABORT %r" % a)
-    check(sh.expect("a1", "KILL") == {"job": jid, "attempt": 1, "rank": -1}, "KILL of attempt 1")
-    sh.silent("a2", 200, "nothing for the agent without ranks of the job")
+    ask = {"job": jid, "attempt": 1, "reason": "recovering: " + cause, "rejoin": True}
+    a = sh.expect(r0, "ABORT", what="ABORT of %s" % r0)
+    check(a == ask, "the survivor is asked to rejoin: %r" % a)
+    sh.silent(r1, 200, "nothing for the dead rank")
+    sh.silent("a1", 200, "no KILL: the survivor is kept")
+    sh.silent("a2", 10, "nothing for the agent without ranks of the job")
 
-    # the old attempt is refused while its ranks are going
+    # the old attempt is refused while the survivor stops training
     sh.send(r0, "METRICS", metrics_row(13))
-    check(sh.expect(r0, "ABORT")["reason"] == "recovering: " + cause, "METRICS of the failed attempt")
+    check(sh.expect(r0, "ABORT") == ask, "METRICS of the failed attempt: asked again")
     sh.send(r0, "SNAPSHOT_WRITTEN", {"step": 20, "file": "rank-0-of-2.safetensors", "bytes": 1000,
                                      "xxh3": "%016x" % 0xab0})
     e = sh.expect(r0, "ERROR")
     check(e["code"] == 409 and "recovering" in e["detail"], "snapshot report of the failed attempt %r" % e)
     sh.send(r0, "DONE", {"step": 13, "loss": 2.0})
-    check(sh.expect(r0, "ABORT")["attempt"] == 1, "DONE of the failed attempt")
-    # rank 0 is still running: no restart yet (grace 3 s)
-    sh.silent("a1", 400, "no SPAWN before the old ranks are gone")
+    check(sh.expect(r0, "ABORT") == ask, "DONE of the failed attempt")
+    # rank 0 has not parked yet: no restart (grace 3 s)
+    sh.silent("a1", 400, "no SPAWN before the survivor parked")
     check(job(d, jid)["state"] == "recovering", "still recovering")
 
-    # rank 0 exits (ABORT: status 7): attempt 2, same devices, no backoff for the 1st restart
+    # rank 0 parks: attempt 2 at once on the same devices (no backoff for the
+    # 1st restart), rank 0 adopted in its process
     t0 = time.time()
-    exited(sh, "a1", jid, 1, 0, code=7, sig=0, error="aborted by the coordinator")
+    sh.send(r0, "PARKED", {"step": 13})
     sp2 = spawns(sh, "a1", 2, jid, 2)
     check(time.time() - t0 < 1.0, "first restart without backoff")
     check([(p["rank"], p["device"]["index"]) for p in sp2] == [(0, 0), (1, 1)], "same devices %r" % sp2)
+    check(sp2[0].get("adopt") == 1 and "adopt" not in sp2[1], "rank 0 adopted, rank 1 spawned: %r" % sp2)
+    check(sh.expect(r0, "REJOIN") == {"job": jid, "attempt": 2}, "REJOIN to the parked rank")
+    sh.send(r0, "METRICS", metrics_row(14))
+    check(sh.expect(r0, "ABORT")["attempt"] == 1, "the parked identity is stale now")
     doc = wait_state(d, jid, "scheduled")
-    check(doc["attempt"] == 2 and doc["restarts"] == 1 and "restart 1 of 2 after " + cause in doc["state_reason"],
-          "attempt 2 placed %r" % doc)
+    check(doc["attempt"] == 2 and doc["restarts"] == 1 and "restart 1 of 2 after " + cause in doc["state_reason"]
+          and "1 rank(s) rejoin in their process" in doc["state_reason"], "attempt 2 placed %r" % doc)
     j2 = join(sh, jid, 2, [0, 1], "s")
     want = {"step": 10, "path": "/ck/%s/step-00000010" % jid}
     check(all(j["resume"] == want for j in j2.values()), "attempt 2 resumes from step 10: %r" % j2)
@@ -257,10 +268,12 @@ def scheduled_backoff_exhausted(d, sh):
     exited(sh, "a1", jid, 1, 1)
     doc = wait_state(d, jid, "recovering")
     check(doc["restarts"] == 1, "restart 1 %r" % doc)
-    check(sh.expect("f-a1-r0", "ABORT")["reason"] == "recovering: rank 1 exited: killed by signal 9", "ABORT")
-    check(sh.expect("a1", "KILL")["attempt"] == 1, "KILL")
+    a = sh.expect("f-a1-r0", "ABORT")
+    check(a["reason"] == "recovering: rank 1 exited: killed by signal 9" and a["rejoin"] is True, "ABORT %r" % a)
+    # the survivor exits instead of parking: both ranks are new processes
     exited(sh, "a1", jid, 1, 0, code=7, sig=0)
-    spawns(sh, "a1", 2, jid, 2)
+    sp = spawns(sh, "a1", 2, jid, 2)
+    check(not any("adopt" in p for p in sp), "no rank adopted: %r" % sp)
     j = join(sh, jid, 2, [0, 1], "f")
     check(all(x["resume"] is None for x in j.values()), "attempt 2 of a job without checkpoint: null %r" % j)
     wait_state(d, jid, "running")
@@ -279,13 +292,18 @@ def scheduled_backoff_exhausted(d, sh):
     rec = of_type(d, jid, "recovering")
     check(rec[-1]["reason"] == "attempt 2 failed: %s; restart 2 of 2 (backoff %d ms)" % (cause, BACKOFF_MS),
           "backoff named %r" % rec[-1])
-    for r in (0, 1):
-        check(sh.expect("f-a2-r%d" % r, "ABORT")["attempt"] == 2, "ABORT attempt 2")
-    check(sh.expect("a1", "KILL")["attempt"] == 2, "KILL attempt 2")
+    a = sh.expect("f-a2-r0", "ABORT")
+    check(a["attempt"] == 2 and a["rejoin"] is True, "ABORT attempt 2 %r" % a)
+    # rank 0 neither parks nor exits: at the grace (3 s) it is stopped
+    k = sh.expect("a1", "KILL", timeout_ms=5000)
     t0 = time.time()
+    check(k == {"job": jid, "attempt": 2, "rank": 0}, "KILL of the rank that did not park %r" % k)
+    a = sh.expect("f-a2-r0", "ABORT")
+    check(a["attempt"] == 2 and "rejoin" not in a and "did not park" in a["reason"], "plain ABORT %r" % a)
     exited(sh, "a1", jid, 2, 0, code=7, sig=0)
-    spawns(sh, "a1", 2, jid, 3)
+    sp = spawns(sh, "a1", 2, jid, 3)
     waited = time.time() - t0
+    check(not any("adopt" in p for p in sp), "no rank adopted: %r" % sp)
     check(waited >= BACKOFF_MS / 1000.0 - 0.05, "second restart after the backoff (%.3f s)" % waited)
     join(sh, jid, 3, [0, 1], "f")
     wait_state(d, jid, "running")
