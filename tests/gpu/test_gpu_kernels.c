@@ -1,0 +1,580 @@
+/*
+ * test_gpu_kernels: every GPU kernel and the cuBLASLt GEMM against the CPU
+ * engine's reference (worker/engine/kernels.c, optim.c) or, where the CPU
+ * has no separate function (the causal softmax, the GEMM), a reference in
+ * double on the host, on fresh random inputs of odd sizes.
+ *
+ * Each check states its bound on rel_err = max|gpu - ref| / max|ref|
+ * (gpu_util.h). Three kinds of bound:
+ *   FP32 (1e-5; 2e-5 for sums over hundreds of rows): the same fp32 math in
+ *     another order (warp and block trees instead of the CPU's 16 lanes),
+ *     libm's expf/tanhf instead of the CPU's polynomial exp, and FMA
+ *     contraction: a few ulp per element, far below any real bug (a wrong
+ *     index or a missing term is an O(1) error).
+ *   BF16 (4e-3 = 2^-8): an fp32 result rounded once to bf16 (unit roundoff
+ *     2^-9) plus the fp32 error above.
+ *   GEMM (5e-4): exact bf16 products summed in fp32 on tensor cores, against
+ *     double sums of the same bf16 values; tensor-core accumulation is not
+ *     IEEE round-to-nearest at every step, so this allows ~K ulp.
+ *   ATTENTION (2e-2 forward, 3e-2 backward): the GPU rounds q, k, v, the
+ *     probabilities (kept in bf16) and in backward dy and dpre to bf16 for
+ *     its GEMMs while the CPU attention is all fp32: 4-6 bf16 roundings
+ *     (2^-9 each) that compound through the softmax; expected around 5e-3.
+ * Exact checks: the embedding forward (one fp32 add), the embedding
+ * gradients (the CPU's summation order), bf16 conversion (bit for bit) and
+ * the bf16 parameter copy AdamW writes. Also checked: two runs of the
+ * reductions give the same bits (no atomics).
+ *
+ * Skips (exit 77) with "no CUDA GPU: ...; skipping" where there is no GPU.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_attention.h"
+#include "cuda_gemm.h"
+#include "cuda_kernels.h"
+#include "gpt2.h"
+#include "gpu_util.h"
+#include "kernels.h"
+#include "optim.h"
+
+#define FP32_BOUND 1e-5
+#define FP32_SUM_BOUND 2e-5
+#define BF16_BOUND 4e-3
+#define GEMM_BOUND 5e-4
+#define ATT_FWD_BOUND 2e-2
+#define ATT_BWD_BOUND 3e-2
+
+static int n_failed;
+
+static void expect(const char *what, double err, double bound)
+{
+	int ok = err <= bound;
+	printf("%s %-44s rel err %.3g (bound %.3g)\n", ok ? "ok  " : "FAIL", what, err, bound);
+	if (!ok)
+		n_failed++;
+}
+
+static void expect_true(const char *what, int ok)
+{
+	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+	if (!ok)
+		n_failed++;
+}
+
+static size_t F(size_t n)
+{
+	return n * sizeof(float);
+}
+
+static float *download(const float *d, size_t n)
+{
+	float *h = malloc(F(n));
+	gpu_get(h, d, F(n));
+	return h;
+}
+
+static uint16_t *download16(const uint16_t *d, size_t n)
+{
+	uint16_t *h = malloc(n * sizeof(uint16_t));
+	gpu_get(h, d, n * sizeof(uint16_t));
+	return h;
+}
+
+static int32_t *rand_tokens(int n, int V)
+{
+	int32_t *t = malloc((size_t)n * sizeof(int32_t));
+	for (int i = 0; i < n; i++)
+		t[i] = (int32_t)(rng_u32() % (uint32_t)V);
+	return t;
+}
+
+static void test_embedding(void)
+{
+	const int B = 3, T = 17, C = 80, V = 7, N = B * T; /* V small: tokens repeat */
+	float *wte = rand_floats((size_t)V * C, 1), *wpe = rand_floats((size_t)T * C, 1);
+	int32_t *in = rand_tokens(N, V);
+	float *ref = malloc(F((size_t)N * C));
+	kernel_embed_positions(ref, wpe, B, T, C);
+	kernel_embed_tokens(ref, in, wte, 0, V, N, C);
+	float *d_wte = gpu_dup(wte, F((size_t)V * C)), *d_wpe = gpu_dup(wpe, F((size_t)T * C));
+	int32_t *d_in = gpu_dup(in, (size_t)N * sizeof(int32_t));
+	float *d_out = gpu_dup(NULL, F((size_t)N * C));
+	cuda_embed_forward(d_out, d_in, d_wte, d_wpe, B, T, C, 0);
+	float *out = download(d_out, (size_t)N * C);
+	expect("embedding forward (exact)", rel_err(out, ref, (size_t)N * C), 0);
+
+	/* backward, accumulating into random gradients */
+	float *dout = rand_floats((size_t)N * C, 1);
+	float *dwte = rand_floats((size_t)V * C, 1), *dwpe = rand_floats((size_t)T * C, 1);
+	float *d_dout = gpu_dup(dout, F((size_t)N * C));
+	float *d_dwte = gpu_dup(dwte, F((size_t)V * C)), *d_dwpe = gpu_dup(dwpe, F((size_t)T * C));
+	kernel_embed_positions_backward(dwpe, dout, B, T, C);
+	kernel_embed_tokens_backward(dwte, 0, V, dout, in, N, C);
+	cuda_embed_positions_backward(d_dwpe, d_dout, B, T, C, 0);
+	int32_t *uniq = malloc((size_t)N * 4), *starts = malloc((size_t)(N + 1) * 4),
+		*rows = malloc((size_t)N * 4), *counts = malloc((size_t)(V + 1) * 4);
+	int nu = cuda_embed_index_build(in, N, V, uniq, starts, rows, counts);
+	int32_t *d_uniq = gpu_dup(uniq, (size_t)N * 4), *d_starts = gpu_dup(starts, (size_t)(N + 1) * 4),
+		*d_rows = gpu_dup(rows, (size_t)N * 4);
+	cuda_embed_tokens_backward(d_dwte, d_dout, d_uniq, d_starts, d_rows, nu, C, 0);
+	float *g_wpe = download(d_dwpe, (size_t)T * C), *g_wte = download(d_dwte, (size_t)V * C);
+	expect("embedding backward, positions (exact)", rel_err(g_wpe, dwpe, (size_t)T * C), 0);
+	expect("embedding backward, tokens (exact)", rel_err(g_wte, dwte, (size_t)V * C), 0);
+	free(wte), free(wpe), free(in), free(ref), free(out), free(dout), free(dwte), free(dwpe);
+	free(uniq), free(starts), free(rows), free(counts), free(g_wpe), free(g_wte);
+	cudaFree(d_wte), cudaFree(d_wpe), cudaFree(d_in), cudaFree(d_out), cudaFree(d_dout);
+	cudaFree(d_dwte), cudaFree(d_dwpe), cudaFree(d_uniq), cudaFree(d_starts), cudaFree(d_rows);
+}
+
+static void test_layernorm(int N, int C)
+{
+	char name[96];
+	size_t n = (size_t)N * C;
+	float *x = rand_floats(n, 2), *w = rand_floats((size_t)C, 1), *b = rand_floats((size_t)C, 1);
+	for (size_t i = 0; i < n; i++)
+		x[i] += 0.5f; /* a mean to remove */
+	float *out = malloc(F(n)), *mean = malloc(F((size_t)N)), *rstd = malloc(F((size_t)N));
+	kernel_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+	float *d_x = gpu_dup(x, F(n)), *d_w = gpu_dup(w, F((size_t)C)), *d_b = gpu_dup(b, F((size_t)C));
+	float *d_out = gpu_dup(NULL, F(n)), *d_mean = gpu_dup(NULL, F((size_t)N)),
+	      *d_rstd = gpu_dup(NULL, F((size_t)N));
+	uint16_t *d_out16 = gpu_dup(NULL, n * 2);
+	cuda_layernorm_forward(d_out, d_out16, d_mean, d_rstd, d_x, d_w, d_b, N, C, 0);
+	float *g = download(d_out, n), *gm = download(d_mean, (size_t)N), *gr = download(d_rstd, (size_t)N);
+	uint16_t *g16 = download16(d_out16, n);
+	snprintf(name, sizeof name, "layernorm forward %dx%d fp32", N, C);
+	expect(name, rel_err(g, out, n), FP32_BOUND);
+	snprintf(name, sizeof name, "layernorm forward %dx%d bf16", N, C);
+	expect(name, rel_err_bf16(g16, out, n), BF16_BOUND);
+	snprintf(name, sizeof name, "layernorm mean, rstd %dx%d", N, C);
+	expect(name, fmax(rel_err(gm, mean, (size_t)N), rel_err(gr, rstd, (size_t)N)), FP32_BOUND);
+
+	/* backward: dx, dw, db accumulate into random values */
+	float *dout = rand_floats(n, 1), *dx = rand_floats(n, 1);
+	float *dw = rand_floats((size_t)C, 1), *db = rand_floats((size_t)C, 1);
+	float *d_dout = gpu_dup(dout, F(n)), *d_dx = gpu_dup(dx, F(n));
+	float *d_dw = gpu_dup(dw, F((size_t)C)), *d_db = gpu_dup(db, F((size_t)C));
+	float *d_scr = gpu_dup(NULL, F(cuda_colsum_scratch_floats(N, C)));
+	uint16_t *d_dx16 = gpu_dup(NULL, n * 2);
+	kernel_layernorm_backward(dx, dw, db, dout, x, mean, rstd, w, N, C);
+	cuda_layernorm_backward(d_dx, d_dx16, d_dw, d_db, d_dout, d_x, d_mean, d_rstd, d_w, N, C, d_scr, 0);
+	float *gdx = download(d_dx, n), *gdw = download(d_dw, (size_t)C), *gdb = download(d_db, (size_t)C);
+	uint16_t *gdx16 = download16(d_dx16, n);
+	snprintf(name, sizeof name, "layernorm backward dx %dx%d fp32", N, C);
+	expect(name, rel_err(gdx, dx, n), FP32_BOUND);
+	snprintf(name, sizeof name, "layernorm backward dx %dx%d bf16", N, C);
+	expect(name, rel_err_bf16(gdx16, dx, n), BF16_BOUND);
+	snprintf(name, sizeof name, "layernorm backward dw, db %dx%d fp32", N, C);
+	expect(name, fmax(rel_err(gdw, dw, (size_t)C), rel_err(gdb, db, (size_t)C)), FP32_SUM_BOUND);
+
+	/* the same again from the same inputs: the same bits */
+	float *dw2 = rand_floats((size_t)C, 1);
+	gpu_must(cudaMemcpy(d_dw, dw2, F((size_t)C), cudaMemcpyHostToDevice), "upload");
+	gpu_must(cudaMemcpy(d_db, dw2, F((size_t)C), cudaMemcpyHostToDevice), "upload");
+	cuda_layernorm_backward(d_dx, NULL, d_dw, d_db, d_dout, d_x, d_mean, d_rstd, d_w, N, C, d_scr, 0);
+	float *a1 = download(d_dw, (size_t)C);
+	gpu_must(cudaMemcpy(d_dw, dw2, F((size_t)C), cudaMemcpyHostToDevice), "upload");
+	cuda_layernorm_backward(d_dx, NULL, d_dw, d_db, d_dout, d_x, d_mean, d_rstd, d_w, N, C, d_scr, 0);
+	float *a2 = download(d_dw, (size_t)C);
+	snprintf(name, sizeof name, "layernorm backward %dx%d repeats bit for bit", N, C);
+	expect_true(name, memcmp(a1, a2, F((size_t)C)) == 0);
+
+	free(x), free(w), free(b), free(out), free(mean), free(rstd), free(g), free(gm), free(gr);
+	free(g16), free(dout), free(dx), free(dw), free(db), free(gdx), free(gdw), free(gdb), free(gdx16);
+	free(dw2), free(a1), free(a2);
+	cudaFree(d_x), cudaFree(d_w), cudaFree(d_b), cudaFree(d_out), cudaFree(d_mean), cudaFree(d_rstd);
+	cudaFree(d_out16), cudaFree(d_dout), cudaFree(d_dx), cudaFree(d_dw), cudaFree(d_db);
+	cudaFree(d_scr), cudaFree(d_dx16);
+}
+
+static void test_bias_backward(void)
+{
+	const int N = 300, C = 200; /* two row chunks, a partial column tile */
+	float *dout = rand_floats((size_t)N * C, 1), *db = rand_floats((size_t)C, 1);
+	float *d_dout = gpu_dup(dout, F((size_t)N * C)), *d_db = gpu_dup(db, F((size_t)C));
+	float *d_scr = gpu_dup(NULL, F(cuda_colsum_scratch_floats(N, C)));
+	kernel_bias_backward(db, dout, N, C);
+	cuda_bias_backward(d_db, d_dout, N, C, d_scr, 0);
+	float *g = download(d_db, (size_t)C);
+	expect("bias backward 300x200 fp32", rel_err(g, db, (size_t)C), FP32_SUM_BOUND);
+	free(dout), free(db), free(g);
+	cudaFree(d_dout), cudaFree(d_db), cudaFree(d_scr);
+}
+
+static void test_gelu(void)
+{
+	const size_t n = 100003;
+	float *x = rand_floats(n, 2), *ref = malloc(F(n));
+	kernel_gelu_forward(ref, x, n);
+	float *d_x = gpu_dup(x, F(n)), *d_out = gpu_dup(NULL, F(n));
+	uint16_t *d_out16 = gpu_dup(NULL, n * 2);
+	cuda_gelu_forward(d_out, d_out16, d_x, n, 0);
+	float *g = download(d_out, n);
+	uint16_t *g16 = download16(d_out16, n);
+	expect("gelu forward fp32", rel_err(g, ref, n), FP32_BOUND);
+	expect("gelu forward bf16", rel_err_bf16(g16, ref, n), BF16_BOUND);
+
+	float *d = rand_floats(n, 1);
+	float *d_d = gpu_dup(d, F(n));
+	kernel_gelu_backward_inplace(d, x, n);
+	cuda_gelu_backward(d_d, d_out16, d_x, n, 0);
+	float *gd = download(d_d, n);
+	uint16_t *gd16 = download16(d_out16, n);
+	expect("gelu backward fp32", rel_err(gd, d, n), FP32_BOUND);
+	expect("gelu backward bf16", rel_err_bf16(gd16, d, n), BF16_BOUND);
+	free(x), free(ref), free(g), free(g16), free(d), free(gd), free(gd16);
+	cudaFree(d_x), cudaFree(d_out), cudaFree(d_out16), cudaFree(d_d);
+}
+
+/* softmax over j <= i of each row, in double; zeros above the diagonal */
+static void ref_softmax(float *p, const float *s, int BH, int T)
+{
+	for (size_t r = 0; r < (size_t)BH * T; r++) {
+		int i = (int)(r % (size_t)T);
+		const float *sr = s + r * T;
+		double mx = -INFINITY, sum = 0;
+		for (int j = 0; j <= i; j++)
+			mx = sr[j] > mx ? sr[j] : mx;
+		for (int j = 0; j <= i; j++)
+			sum += exp((double)sr[j] - mx);
+		for (int j = 0; j < T; j++)
+			p[r * T + j] = j <= i ? (float)(exp((double)sr[j] - mx) / sum) : 0.0f;
+	}
+}
+
+static void test_softmax(void)
+{
+	const int BH = 6, T = 45;
+	const size_t n = (size_t)BH * T * T;
+	const float scale = 0.25f;
+	float *s = rand_floats(n, 2), *p = malloc(F(n));
+	ref_softmax(p, s, BH, T);
+	float *d_s = gpu_dup(s, F(n)), *d_att = gpu_dup(NULL, F(n));
+	uint16_t *d_att16 = gpu_dup(NULL, n * 2);
+	cuda_softmax_causal_forward(d_att, d_att16, d_s, BH, T, 0);
+	float *g = download(d_att, n);
+	uint16_t *g16 = download16(d_att16, n);
+	expect("causal softmax forward fp32", rel_err(g, p, n), FP32_BOUND);
+	expect("causal softmax forward bf16", rel_err_bf16(g16, p, n), BF16_BOUND);
+	int zeros = 1;
+	for (size_t r = 0; r < (size_t)BH * T; r++)
+		for (int j = (int)(r % (size_t)T) + 1; j < T; j++)
+			zeros &= g[r * T + j] == 0.0f && g16[r * T + j] == 0;
+	expect_true("causal softmax: exact zeros above the diagonal", zeros);
+	cuda_softmax_causal_forward(d_s, NULL, d_s, BH, T, 0); /* in place */
+	float *gi = download(d_s, n);
+	expect_true("causal softmax in place: the same bits", memcmp(gi, g, F(n)) == 0);
+
+	/* backward from the GPU's bf16 probabilities (what the model keeps);
+	 * the reference in double from the same bf16 values */
+	float *p16 = malloc(F(n));
+	for (size_t i = 0; i < n; i++)
+		p16[i] = bf16_to_float(g16[i]);
+	float *datt = rand_floats(n, 1), *ref = malloc(F(n));
+	for (size_t r = 0; r < (size_t)BH * T; r++) {
+		int i = (int)(r % (size_t)T);
+		double pdp = 0;
+		for (int j = 0; j <= i; j++)
+			pdp += (double)p16[r * T + j] * datt[r * T + j];
+		for (int j = 0; j < T; j++)
+			ref[r * T + j] = j <= i ? (float)(p16[r * T + j] * (datt[r * T + j] - pdp) * scale) : 0.0f;
+	}
+	float *d_datt = gpu_dup(datt, F(n)), *d_dpre = gpu_dup(NULL, F(n));
+	uint16_t *d_dpre16 = gpu_dup(NULL, n * 2);
+	cuda_softmax_causal_backward(d_dpre16, d_dpre, d_datt, d_att16, BH, T, scale, 0);
+	float *gd = download(d_dpre, n);
+	uint16_t *gd16 = download16(d_dpre16, n);
+	expect("causal softmax backward fp32", rel_err(gd, ref, n), FP32_SUM_BOUND);
+	expect("causal softmax backward bf16", rel_err_bf16(gd16, ref, n), BF16_BOUND);
+	cuda_softmax_causal_backward(d_att16, NULL, d_datt, d_att16, BH, T, scale, 0); /* in place */
+	uint16_t *gi16 = download16(d_att16, n);
+	expect_true("causal softmax backward in place: the same bits", memcmp(gi16, gd16, n * 2) == 0);
+	free(s), free(p), free(g), free(g16), free(gi), free(p16), free(datt), free(ref), free(gd);
+	free(gd16), free(gi16);
+	cudaFree(d_s), cudaFree(d_att), cudaFree(d_att16), cudaFree(d_datt), cudaFree(d_dpre);
+	cudaFree(d_dpre16);
+}
+
+static void test_crossentropy(void)
+{
+	const int N = 19, V = 1000;
+	const size_t n = (size_t)N * V;
+	float *logits = rand_floats(n, 3);
+	int32_t *tg = rand_tokens(N, V);
+	float *losses = malloc(F((size_t)N)), *lse = malloc(F((size_t)N));
+	float mean = kernel_crossentropy_forward(losses, lse, logits, tg, N, V);
+	float *d_logits = gpu_dup(logits, F(n));
+	int32_t *d_tg = gpu_dup(tg, (size_t)N * 4);
+	float *d_losses = gpu_dup(NULL, F((size_t)N)), *d_lse = gpu_dup(NULL, F((size_t)N)),
+	      *d_mean = gpu_dup(NULL, F(1));
+	cuda_crossentropy_forward(d_losses, d_lse, d_logits, d_tg, N, V, 0);
+	cuda_mean(d_mean, d_losses, N, 0);
+	float *gl = download(d_losses, (size_t)N), *gs = download(d_lse, (size_t)N), *gm = download(d_mean, 1);
+	expect("cross-entropy forward losses fp32", rel_err(gl, losses, (size_t)N), FP32_BOUND);
+	expect("cross-entropy forward lse fp32", rel_err(gs, lse, (size_t)N), FP32_BOUND);
+	expect("cross-entropy mean loss fp32", rel_err(gm, &mean, 1), FP32_BOUND);
+
+	const float scale = 1.0f / N;
+	float *d_d = gpu_dup(NULL, F(n));
+	uint16_t *d_d16 = gpu_dup(NULL, n * 2);
+	cuda_crossentropy_backward(d_d16, d_d, d_logits, d_lse, d_tg, N, V, scale, 0);
+	kernel_crossentropy_backward_inplace(logits, lse, tg, N, V, scale);
+	float *gd = download(d_d, n);
+	uint16_t *gd16 = download16(d_d16, n);
+	expect("cross-entropy backward fp32", rel_err(gd, logits, n), FP32_BOUND);
+	expect("cross-entropy backward bf16", rel_err_bf16(gd16, logits, n), BF16_BOUND);
+	free(logits), free(tg), free(losses), free(lse), free(gl), free(gs), free(gm), free(gd), free(gd16);
+	cudaFree(d_logits), cudaFree(d_tg), cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_mean);
+	cudaFree(d_d), cudaFree(d_d16);
+}
+
+static void test_conversions_and_sums(void)
+{
+	const size_t n = 77777;
+	float *x = rand_floats(n, 3);
+	x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = -INFINITY, x[4] = 3.0e38f, x[5] = 1.5e-38f;
+	x[6] = 1.00390625f; /* a tie: 1 + 2^-8, rounds to even */
+	uint16_t *ref = malloc(n * 2);
+	kernel_to_bf16(ref, x, n);
+	float *d_x = gpu_dup(x, F(n));
+	uint16_t *d_16 = gpu_dup(NULL, n * 2);
+	cuda_to_bf16(d_16, d_x, n, 0);
+	uint16_t *g = download16(d_16, n);
+	expect_true("fp32 -> bf16 bit for bit as kernel_to_bf16", memcmp(g, ref, n * 2) == 0);
+
+	x[2] = x[3] = x[4] = 1.0f; /* finite again for the sums */
+	gpu_must(cudaMemcpy(d_x, x, F(n), cudaMemcpyHostToDevice), "upload");
+	double *d_ss = gpu_dup(NULL, sizeof(double)), *d_scr = gpu_dup(NULL, cuda_sum_squares_scratch() * 8);
+	double ss1 = 0, ss2 = 0, ref_ss = optim_sum_squares(x, n);
+	cuda_sum_squares(d_ss, d_x, n, d_scr, 0);
+	gpu_get(&ss1, d_ss, sizeof ss1);
+	cuda_sum_squares(d_ss, d_x, n, d_scr, 0);
+	gpu_get(&ss2, d_ss, sizeof ss2);
+	expect("sum of squares (double) vs optim_sum_squares", fabs(ss1 - ref_ss) / ref_ss, 1e-12);
+	expect_true("sum of squares repeats bit for bit", memcmp(&ss1, &ss2, sizeof ss1) == 0);
+
+	float *y = rand_floats(n, 1), *sum = malloc(F(n));
+	for (size_t i = 0; i < n; i++)
+		sum[i] = x[i] + y[i];
+	float *d_y = gpu_dup(y, F(n));
+	cuda_add(d_x, d_y, n, 0);
+	float *gs = download(d_x, n);
+	expect("add (exact)", rel_err(gs, sum, n), 0);
+	free(x), free(ref), free(g), free(y), free(sum), free(gs);
+	cudaFree(d_x), cudaFree(d_16), cudaFree(d_ss), cudaFree(d_scr), cudaFree(d_y);
+}
+
+/* AdamW on a tiny CPU model's flat buffer, decay by its tensor table */
+static void test_adamw(void)
+{
+	gpt2_config_t cfg = {.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 11, .seq_len = 5};
+	char err[256];
+	gpt2_t *model = gpt2_create(&cfg, 1, 5, GPT2_PRECISION_FP32, err, sizeof err);
+	if (!model) {
+		printf("FAIL gpt2_create: %s\n", err);
+		n_failed++;
+		return;
+	}
+	size_t n = gpt2_num_params(model);
+	float *p = rand_floats(n, 1), *g = rand_floats(n, 1), *m = rand_floats(n, 0.1f), *v = malloc(F(n));
+	for (size_t i = 0; i < n; i++)
+		v[i] = fabsf(rng_normal()) * 0.01f;
+	float *d_p = gpu_dup(p, F(n)), *d_g = gpu_dup(g, F(n)), *d_m = gpu_dup(m, F(n)), *d_v = gpu_dup(v, F(n));
+	uint16_t *d_p16 = gpu_dup(NULL, n * 2);
+	optim_adamw_t hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = 3};
+	const float grad_scale = 0.75f;
+	/* the CPU: clip by scaling the gradients, then update */
+	optim_scale(g, n, grad_scale);
+	optim_adamw_update(model, p, g, m, v, 0, n, &hp);
+	const float step = (float)(hp.lr / (1.0 - pow(hp.beta1, (double)hp.t)));
+	const float ibc2 = (float)(1.0 / sqrt(1.0 - pow(hp.beta2, (double)hp.t)));
+	for (int i = 0; i < gpt2_num_tensors(model); i++) {
+		const gpt2_tensor_t *t = gpt2_tensor(model, i);
+		float keep = t->decay ? (float)(1.0 - hp.lr * hp.weight_decay) : 1.0f;
+		cuda_adamw(d_p + t->offset, d_p16 + t->offset, d_g + t->offset, d_m + t->offset,
+			   d_v + t->offset, t->numel, 0.9f, 0.95f, step, ibc2, 1e-8f, keep, grad_scale, 0);
+	}
+	float *gp = download(d_p, n), *gm = download(d_m, n), *gv = download(d_v, n);
+	uint16_t *gp16 = download16(d_p16, n), *ref16 = malloc(n * 2);
+	expect("adamw params vs optim_adamw_update", rel_err(gp, p, n), FP32_BOUND);
+	expect("adamw m, v vs optim_adamw_update", fmax(rel_err(gm, m, n), rel_err(gv, v, n)), FP32_BOUND);
+	kernel_to_bf16(ref16, gp, n);
+	expect_true("adamw bf16 copy = bf16(updated params)", memcmp(gp16, ref16, n * 2) == 0);
+	gpt2_free(model);
+	free(p), free(g), free(m), free(v), free(gp), free(gm), free(gv), free(gp16), free(ref16);
+	cudaFree(d_p), cudaFree(d_g), cudaFree(d_m), cudaFree(d_v), cudaFree(d_p16);
+}
+
+/* ---- GEMM ---- */
+
+/* bf16 copy of x (host) and x rounded to bf16 in place */
+static uint16_t *to_bf16_rounding(float *x, size_t n)
+{
+	uint16_t *h = malloc(n * 2);
+	kernel_to_bf16(h, x, n);
+	for (size_t i = 0; i < n; i++)
+		x[i] = bf16_to_float(h[i]);
+	return h;
+}
+
+static void gemm_case(cuda_gemm_t *gm, const char *name, int M, int N, int K, bool ta, bool tb,
+                      bool bias, bool acc, float alpha, int batch)
+{
+	int nb = batch > 1 ? batch : 1;
+	size_t na = (size_t)M * K, nbm = (size_t)K * N, nc = (size_t)M * N;
+	float *A = rand_floats(na * nb, 1), *Bm = rand_floats(nbm * nb, 1), *Cm = rand_floats(nc * nb, 1);
+	float *bv = rand_floats((size_t)N, 1);
+	uint16_t *A16 = to_bf16_rounding(A, na * nb), *B16 = to_bf16_rounding(Bm, nbm * nb);
+	float *ref = malloc(F(nc * nb));
+	for (int b = 0; b < nb; b++)
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++) {
+				double s = 0;
+				for (int k = 0; k < K; k++) {
+					double a = ta ? A[b * na + (size_t)k * M + i] : A[b * na + (size_t)i * K + k];
+					double bb = tb ? Bm[b * nbm + (size_t)j * K + k] : Bm[b * nbm + (size_t)k * N + j];
+					s += a * bb;
+				}
+				s *= alpha != 0.0f ? alpha : 1.0f;
+				if (bias)
+					s += bv[j];
+				if (acc)
+					s += Cm[b * nc + (size_t)i * N + j];
+				ref[b * nc + (size_t)i * N + j] = (float)s;
+			}
+	uint16_t *d_A = gpu_dup(A16, na * nb * 2), *d_B = gpu_dup(B16, nbm * nb * 2);
+	float *d_C = gpu_dup(Cm, F(nc * nb)), *d_bias = gpu_dup(bv, F((size_t)N));
+	cuda_gemm_args_t a;
+	memset(&a, 0, sizeof a);
+	a.M = M, a.N = N, a.K = K, a.A = d_A, a.trans_a = ta, a.B = d_B, a.trans_b = tb, a.C = d_C;
+	a.bias = bias ? d_bias : NULL;
+	a.alpha = alpha;
+	a.accumulate = acc;
+	a.batch = batch;
+	a.stride_a = (int64_t)na, a.stride_b = (int64_t)nbm, a.stride_c = (int64_t)nc;
+	cuda_gemm_run(gm, &a);
+	float *g = download(d_C, nc * nb);
+	expect(name, rel_err(g, ref, nc * nb), GEMM_BOUND);
+	free(A), free(Bm), free(Cm), free(bv), free(A16), free(B16), free(ref), free(g);
+	cudaFree(d_A), cudaFree(d_B), cudaFree(d_C), cudaFree(d_bias);
+}
+
+static void test_gemm(void)
+{
+	char err[256];
+	cudaStream_t s;
+	gpu_must(cudaStreamCreate(&s), "stream");
+	cuda_gemm_t *gm = cuda_gemm_create(s, err, sizeof err);
+	if (!gm) {
+		printf("FAIL cuda_gemm_create: %s\n", err);
+		n_failed++;
+		return;
+	}
+	gemm_case(gm, "gemm NN + bias (33x70x48)", 33, 70, 48, false, false, true, false, 1, 0);
+	gemm_case(gm, "gemm NT accumulate (40x24x64)", 40, 24, 64, false, true, false, true, 1, 0);
+	gemm_case(gm, "gemm TN accumulate (64x96x37)", 64, 96, 37, true, false, false, true, 1, 0);
+	gemm_case(gm, "gemm TT (16x17x32)", 16, 17, 32, true, true, false, false, 1, 0);
+	gemm_case(gm, "gemm NN + bias + accumulate (128x384x768)", 128, 384, 768, false, false, true, true,
+		  1, 0);
+	gemm_case(gm, "gemm batched NT, alpha 0.25 (6 x 45x45x16)", 45, 45, 16, false, true, false, false,
+		  0.25f, 6);
+	gemm_case(gm, "gemm batched TN (6 x 45x16x45)", 45, 16, 45, true, false, false, false, 1, 6);
+	int cached = cuda_gemm_cache_size(gm);
+	gemm_case(gm, "gemm NN + bias again (cached algorithm)", 33, 70, 48, false, false, true, false, 1, 0);
+	expect_true("gemm: a repeated problem reuses its cached algorithm",
+		    cuda_gemm_cache_size(gm) == cached);
+	cuda_gemm_free(gm);
+	cudaStreamDestroy(s);
+}
+
+/* ---- attention (GEMMs + kernels) against the CPU's fp32 attention ---- */
+
+static void test_attention(void)
+{
+	const int B = 2, T = 33, C = 64, H = 4, N = B * T;
+	const size_t nqkv = (size_t)N * 3 * C, nc = (size_t)N * C, natt = (size_t)B * H * T * T;
+	char err[256];
+	float *qkv = rand_floats(nqkv, 1);
+	float *out = malloc(F(nc)), *att = malloc(F(natt));
+	float *scr = malloc(F(kernel_attention_scratch_floats(B, T, C, H)));
+	kernel_attention_forward(out, att, qkv, scr, B, T, C, H);
+	cudaStream_t s;
+	gpu_must(cudaStreamCreate(&s), "stream");
+	cuda_gemm_t *gm = cuda_gemm_create(s, err, sizeof err);
+	if (!gm) {
+		printf("FAIL cuda_gemm_create: %s\n", err);
+		n_failed++;
+		return;
+	}
+	void *d_scr = gpu_dup(NULL, cuda_attention_scratch_bytes(B, T, C, H));
+	cuda_attention_scratch_t as;
+	cuda_attention_scratch_carve(&as, d_scr, B, T, C, H);
+	float *d_qkv = gpu_dup(qkv, F(nqkv)), *d_out = gpu_dup(NULL, F(nc));
+	uint16_t *d_att16 = gpu_dup(NULL, natt * 2);
+	uint16_t *d_out16 = gpu_dup(NULL, nc * 2);
+	cuda_attention_forward(gm, d_out, d_out16, d_att16, d_qkv, &as, B, T, C, H, s);
+	float *g = download(d_out, nc);
+	uint16_t *g16 = download16(d_out16, nc), *ga16 = download16(d_att16, natt);
+	expect("attention forward out (bf16 GEMMs) fp32", rel_err(g, out, nc), ATT_FWD_BOUND);
+	expect("attention forward out, bf16 copy", rel_err_bf16(g16, out, nc), ATT_FWD_BOUND);
+	expect("attention forward probabilities (bf16)", rel_err_bf16(ga16, att, natt), ATT_FWD_BOUND);
+
+	float *dout = rand_floats(nc, 1), *dqkv = malloc(F(nqkv));
+	kernel_attention_backward(dqkv, dout, qkv, att, scr, B, T, C, H);
+	float *d_dout = gpu_dup(dout, F(nc)), *d_dqkv = gpu_dup(NULL, F(nqkv));
+	uint16_t *d_dqkv16 = gpu_dup(NULL, nqkv * 2);
+	/* from the CPU's probabilities (in bf16, as the model keeps them), so
+	 * that mostly backward's own rounding counts */
+	uint16_t *att16 = malloc(natt * 2);
+	kernel_to_bf16(att16, att, natt);
+	gpu_must(cudaMemcpy(d_att16, att16, natt * 2, cudaMemcpyHostToDevice), "upload");
+	cuda_attention_backward(gm, d_dqkv, d_dqkv16, d_dout, d_qkv, d_att16, &as, B, T, C, H, s);
+	float *gd = download(d_dqkv, nqkv);
+	uint16_t *gd16 = download16(d_dqkv16, nqkv);
+	uint16_t *att16_after = download16(d_att16, natt);
+	expect_true("attention backward leaves the probabilities unchanged",
+		    memcmp(att16, att16_after, natt * 2) == 0);
+	/* q, k and v parts separately: their scales differ */
+	const char *part[3] = {"dq", "dk", "dv"};
+	for (int p = 0; p < 3; p++) {
+		float *a = malloc(F(nc)), *r = malloc(F(nc));
+		for (int n = 0; n < N; n++)
+			for (int c = 0; c < C; c++) {
+				a[(size_t)n * C + c] = gd[(size_t)n * 3 * C + (size_t)p * C + c];
+				r[(size_t)n * C + c] = dqkv[(size_t)n * 3 * C + (size_t)p * C + c];
+			}
+		char name[64];
+		snprintf(name, sizeof name, "attention backward %s", part[p]);
+		expect(name, rel_err(a, r, nc), ATT_BWD_BOUND);
+		free(a), free(r);
+	}
+	expect("attention backward dqkv, bf16 copy", rel_err_bf16(gd16, dqkv, nqkv), ATT_BWD_BOUND);
+	cuda_gemm_free(gm);
+	cudaStreamDestroy(s);
+	free(qkv), free(out), free(att), free(scr), free(g), free(ga16), free(g16), free(dout), free(dqkv);
+	free(gd), free(gd16), free(att16), free(att16_after);
+	cudaFree(d_scr), cudaFree(d_qkv), cudaFree(d_out), cudaFree(d_att16), cudaFree(d_out16);
+	cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
+}
+
+int main(void)
+{
+	gpu_probe_or_skip("gpu-kernels");
+	test_embedding();
+	test_layernorm(37, 96);
+	test_layernorm(300, 768);
+	test_bias_backward();
+	test_gelu();
+	test_softmax();
+	test_crossentropy();
+	test_conversions_and_sums();
+	test_adamw();
+	test_gemm();
+	test_attention();
+	printf("%s: %d failed\n", "gpu-kernels", n_failed);
+	return n_failed ? 1 : 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * cuda_attention: causal multi-head self-attention on the GPU, forward and
+ * backward, from cuBLASLt batched GEMMs (one product per (batch, head)) and
+ * the softmax and permute kernels of cuda_kernels.h.
+ *
+ * Forward: q, k, v are split out of qkv (B, T, 3C) into bf16 (B, H, T, hd);
+ * the scores q k^T / sqrt(hd) (fp32, scratch); att = their softmax over the
+ * causal mask, kept in bf16 (B, H, T, T) for backward, with zeros above the
+ * diagonal; y = att v; the heads are merged back into (B, T, C). The GEMMs
+ * take bf16 operands and accumulate in fp32, so unlike the CPU engine
+ * (whose attention is all fp32) q, k, v and att are rounded to bf16 on
+ * their way into a product; tests/gpu states the resulting bounds. att is
+ * kept in bf16 because at T = 1024 it is the largest activation of a layer
+ * (its traffic dominates a step's memory traffic) and bf16 is what the
+ * products read anyway; the softmax itself is computed in fp32. The full T x T score matrix is
+ * computed and the upper triangle ignored: simple, and the GEMMs are at
+ * tensor-core speed. Backward recomputes the bf16 q, k, v from qkv instead
+ * of keeping them per layer.
+ */
+#ifndef RINGMASTER_ENGINE_CUDA_ATTENTION_H
+#define RINGMASTER_ENGINE_CUDA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "cuda_gemm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Scratch shared by every layer, for batches of up to N = B*T tokens with
+ * up to B*H*T*T scores; carve it with cuda_attention_scratch_carve. */
+typedef struct {
+	uint16_t *q, *k, *v; /* (B, H, T, hd) bf16 each */
+	uint16_t *dy;        /* (B, H, T, hd) bf16 */
+	float *f32;          /* 3 * (B, H, T, hd): y in forward, dq, dk, dv in backward */
+	uint16_t *dpre16;    /* (B, H, T, T) bf16: the score gradient */
+	float *scores;       /* (B, H, T, T): the scores in forward, datt in backward */
+} cuda_attention_scratch_t;
+
+/* Bytes of scratch for max_B x max_T tokens (each part 256-byte aligned). */
+size_t cuda_attention_scratch_bytes(int max_B, int max_T, int C, int H);
+/* Point s's parts into base (cuda_attention_scratch_bytes of device memory). */
+void cuda_attention_scratch_carve(cuda_attention_scratch_t *s, void *base, int max_B, int max_T,
+                                  int C, int H);
+
+/*
+ * out / out16 (B, T, C) (either may be NULL) = attention of qkv (B, T, 3C);
+ * att16 (B, H, T, T) gets the probabilities in bf16 (zero above the
+ * diagonal), for backward.
+ */
+void cuda_attention_forward(cuda_gemm_t *g, float *out, uint16_t *out16, uint16_t *att16,
+                            const float *qkv, const cuda_attention_scratch_t *s, int B, int T, int C,
+                            int H, cudaStream_t stream);
+
+/*
+ * dqkv / dqkv16 (B, T, 3C) (either may be NULL; overwritten, not added) =
+ * the gradient of the attention given dout (B, T, C) and the forward's qkv
+ * and att16 (unchanged, so backward may run again).
+ */
+void cuda_attention_backward(cuda_gemm_t *g, float *dqkv, uint16_t *dqkv16, const float *dout,
+                             const float *qkv, const uint16_t *att16,
+                             const cuda_attention_scratch_t *s, int B, int T, int C, int H,
+                             cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * cuda_gemm: the GPU engine's GEMMs through cuBLASLt: bf16 operands, fp32
+ * accumulation, fp32 output, row-major like the CPU engine's matmul.h.
+ *
+ * The engine's tensors are row-major and its linear weights are stored
+ * (in, out) as in HF's Conv1D; cuBLASLt is column-major. A row-major
+ * C (M, N) = A (M, K) @ B (K, N) is the column-major C^T = B^T A^T, so each
+ * call swaps the operands and passes the same memory with the same leading
+ * dimensions: no copy, no transpose kernel. One cuda_gemm_t per model holds
+ * the cuBLASLt handle, a 32 MiB workspace (what NVIDIA recommends for
+ * Hopper) and a cache of the algorithm chosen for each distinct problem
+ * (the heuristic query costs tens of microseconds).
+ *
+ * Determinism: for a given problem the cache always hands back the same
+ * algorithm, and cuBLASLt runs a given algorithm with the same reduction
+ * order every time on GPUs of one architecture (its split-K schemes reduce
+ * in a fixed order: the in-place one sequences its partial sums with
+ * counters, the others reduce in the workspace), so results repeat bit for
+ * bit. The workspace is used by one stream at a time (the model's).
+ */
+#ifndef RINGMASTER_ENGINE_CUDA_GEMM_H
+#define RINGMASTER_ENGINE_CUDA_GEMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuda_gemm cuda_gemm_t;
+
+/* A handle, its workspace and an empty cache, for work on `stream`
+ * (borrowed; must outlive the cuda_gemm_t). NULL and one line in err when
+ * cuBLASLt or the workspace cannot be had. */
+cuda_gemm_t *cuda_gemm_create(cudaStream_t stream, char *err, size_t errlen);
+
+/* Free everything; accepts NULL. */
+void cuda_gemm_free(cuda_gemm_t *g);
+
+/* One problem: see cuda_gemm_run. */
+typedef struct {
+	int M, N, K;
+	const uint16_t *A; /* bf16: (M, K) row-major, or (K, M) when trans_a */
+	int64_t lda;       /* row stride of A as stored; 0: dense (K, or M when trans_a) */
+	bool trans_a;
+	const uint16_t *B; /* bf16: (K, N) row-major, or (N, K) when trans_b */
+	int64_t ldb;       /* 0: dense (N, or K when trans_b) */
+	bool trans_b;
+	float *C;          /* fp32 (M, N) */
+	int64_t ldc;       /* 0: dense (N) */
+	const float *bias; /* fp32 (N), added to every row; NULL: none */
+	float alpha;       /* scales op(A) @ op(B); 0 is taken as 1 */
+	bool accumulate;   /* C += ... instead of C = ... */
+	int batch;         /* 0 or 1: one product; more: strided batch */
+	int64_t stride_a, stride_b, stride_c; /* elements between batch members */
+} cuda_gemm_args_t;
+
+/*
+ * C = alpha * op(A) @ op(B) [+ bias] [+ C], enqueued on the stream. Exits
+ * through CUDA_EXIT_DEVICE with "cuBLASLt matmul failed: <status>" when
+ * cuBLASLt fails or has no algorithm for the problem (a programming or
+ * device error; every shape the engine uses has one).
+ */
+void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a);
+
+/* Number of problems whose algorithm is cached (for tests). */
+int cuda_gemm_cache_size(const cuda_gemm_t *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

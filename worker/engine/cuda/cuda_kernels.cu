@@ -1,0 +1,761 @@
+/*
+ * cuda_kernels: GPT-2's non-GEMM layers on the GPU (see cuda_kernels.h).
+ *
+ * Shapes of the launches: elementwise kernels use a grid-stride loop over
+ * size_t indices; row kernels give one warp to a row (LayerNorm, softmax,
+ * 8 rows per 256-thread block) or one block to a row (cross-entropy, whose
+ * rows are V long). Warp sums use the xor butterfly, which leaves the same
+ * bits in every lane (each step adds the same two values, in either order:
+ * fp32 addition is commutative). Block sums go through shared memory as a
+ * fixed binary tree. Column sums over rows are split into chunks of
+ * COL_ROWS rows: a first kernel writes one partial per (chunk, column), a
+ * second adds them in chunk order. Nothing uses atomics, so every result is
+ * the same bits run to run.
+ *
+ * Math: expf, logf, tanhf and 1/sqrtf are the accurate (not the __ fast)
+ * versions; nvcc may contract a*b+c into an FMA, which is why results can
+ * differ from the CPU's in the last bits (the tests' fp32 bounds allow it).
+ */
+#include "cuda_kernels.h"
+
+#include <cuda_bf16.h>
+
+#include <string.h>
+
+#include "cuda_check.h"
+
+#define WARP 32
+#define ROW_BLOCK 256  /* threads of the warp-per-row kernels: 8 rows per block */
+#define COL_ROWS 256   /* rows per chunk of the column reductions */
+#define COL_TILE 32    /* columns per block of the column reductions */
+#define COL_LANES 8    /* row lanes per block of the column reductions */
+#define CE_BLOCK 512   /* threads per row of cross-entropy */
+#define SUMSQ_GRID 512 /* blocks of the sum of squares, fixed */
+#define SUMSQ_BLOCK 256
+
+typedef __nv_bfloat16 bf16;
+
+static inline unsigned s_grid(size_t n, int block)
+{
+	size_t g = (n + (size_t)block - 1) / (size_t)block;
+	return (unsigned)(g < 65535u * 16u ? (g ? g : 1) : 65535u * 16u);
+}
+
+__device__ __forceinline__ float s_warp_sum(float x)
+{
+	for (int o = WARP / 2; o > 0; o /= 2)
+		x += __shfl_xor_sync(0xffffffffu, x, o);
+	return x;
+}
+
+__device__ __forceinline__ float s_warp_max(float x)
+{
+	for (int o = WARP / 2; o > 0; o /= 2)
+		x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+	return x;
+}
+
+static inline bf16 *s_b16(uint16_t *p)
+{
+	return reinterpret_cast<bf16 *>(p);
+}
+
+/* ---- embeddings ---- */
+
+__global__ void k_embed_forward(float *out, const int32_t *inputs, const float *wte, const float *wpe,
+                                int T, int C, size_t total)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t n = i / (size_t)C;
+		int c = (int)(i % (size_t)C);
+		int t = (int)(n % (size_t)T);
+		out[i] = wte[(size_t)inputs[n] * C + c] + wpe[(size_t)t * C + c];
+	}
+}
+
+extern "C" void cuda_embed_forward(float *out, const int32_t *inputs, const float *wte,
+                                   const float *wpe, int B, int T, int C, cudaStream_t stream)
+{
+	size_t total = (size_t)B * T * C;
+	k_embed_forward<<<s_grid(total, 256), 256, 0, stream>>>(out, inputs, wte, wpe, T, C, total);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_embed_positions_backward(float *dwpe, const float *dout, int B, int T, int C)
+{
+	size_t total = (size_t)T * C;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float acc = dwpe[i];
+		for (int b = 0; b < B; b++)
+			acc += dout[(size_t)b * total + i];
+		dwpe[i] = acc;
+	}
+}
+
+extern "C" void cuda_embed_positions_backward(float *dwpe, const float *dout, int B, int T, int C,
+                                              cudaStream_t stream)
+{
+	k_embed_positions_backward<<<s_grid((size_t)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+	CUDA_CHECK_LAUNCH();
+}
+
+extern "C" int cuda_embed_index_build(const int32_t *inputs, int N, int V, int32_t *uniq,
+                                      int32_t *starts, int32_t *rows, int32_t *counts)
+{
+	memset(counts, 0, (size_t)(V + 1) * sizeof(int32_t));
+	for (int n = 0; n < N; n++)
+		counts[inputs[n] + 1]++;
+	int n_unique = 0;
+	for (int v = 0; v < V; v++) {
+		if (counts[v + 1] > 0) {
+			uniq[n_unique] = v;
+			starts[n_unique] = counts[v];
+			n_unique++;
+		}
+		counts[v + 1] += counts[v]; /* counts[v] = first slot of token v */
+	}
+	starts[n_unique] = N;
+	for (int n = 0; n < N; n++) /* stable: rows of a token in increasing n */
+		rows[counts[inputs[n]]++] = n;
+	return n_unique;
+}
+
+/* one block per distinct token, threads over channels */
+__global__ void k_embed_tokens_backward(float *dwte, const float *dout, const int32_t *uniq,
+                                        const int32_t *starts, const int32_t *rows, int C)
+{
+	int k = blockIdx.x;
+	float *g = dwte + (size_t)uniq[k] * C;
+	int r0 = starts[k], r1 = starts[k + 1];
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		float acc = g[c];
+		for (int r = r0; r < r1; r++)
+			acc += dout[(size_t)rows[r] * C + c];
+		g[c] = acc;
+	}
+}
+
+extern "C" void cuda_embed_tokens_backward(float *dwte, const float *dout, const int32_t *uniq,
+                                           const int32_t *starts, const int32_t *rows, int n_unique,
+                                           int C, cudaStream_t stream)
+{
+	if (n_unique <= 0)
+		return;
+	k_embed_tokens_backward<<<n_unique, 256, 0, stream>>>(dwte, dout, uniq, starts, rows, C);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* ---- LayerNorm ---- */
+
+__global__ void k_layernorm_forward(float *out, bf16 *out16, float *mean, float *rstd,
+                                    const float *x, const float *w, const float *b, int N, int C)
+{
+	int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+	int lane = threadIdx.x % WARP;
+	if (row >= N)
+		return;
+	const float *xr = x + (size_t)row * C;
+	float s = 0.0f;
+	for (int c = lane; c < C; c += WARP)
+		s += xr[c];
+	float mu = s_warp_sum(s) / (float)C;
+	float ss = 0.0f;
+	for (int c = lane; c < C; c += WARP) {
+		float d = xr[c] - mu;
+		ss += d * d;
+	}
+	float rs = 1.0f / sqrtf(s_warp_sum(ss) / (float)C + 1e-5f);
+	for (int c = lane; c < C; c += WARP) {
+		float o = (xr[c] - mu) * rs * w[c] + b[c];
+		if (out)
+			out[(size_t)row * C + c] = o;
+		if (out16)
+			out16[(size_t)row * C + c] = __float2bfloat16_rn(o);
+	}
+	if (lane == 0) {
+		mean[row] = mu;
+		rstd[row] = rs;
+	}
+}
+
+extern "C" void cuda_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rstd,
+                                       const float *x, const float *w, const float *b, int N, int C,
+                                       cudaStream_t stream)
+{
+	int rows_per_block = ROW_BLOCK / WARP;
+	k_layernorm_forward<<<(N + rows_per_block - 1) / rows_per_block, ROW_BLOCK, 0, stream>>>(
+		out, out16 ? s_b16(out16) : NULL, mean, rstd, x, w, b, N, C);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *dout, const float *x,
+                                          const float *mean, const float *rstd, const float *w,
+                                          int N, int C)
+{
+	int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+	int lane = threadIdx.x % WARP;
+	if (row >= N)
+		return;
+	const float *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
+	float *dxr = dx + (size_t)row * C;
+	float mu = mean[row], rs = rstd[row];
+	float sg = 0.0f, sgx = 0.0f;
+	for (int c = lane; c < C; c += WARP) {
+		float g = dr[c] * w[c];
+		sg += g;
+		sgx += g * (xr[c] - mu) * rs;
+	}
+	float mean_g = s_warp_sum(sg) / (float)C;
+	float mean_gx = s_warp_sum(sgx) / (float)C;
+	for (int c = lane; c < C; c += WARP) {
+		float xhat = (xr[c] - mu) * rs;
+		float d = dxr[c] + rs * (dr[c] * w[c] - mean_g - xhat * mean_gx);
+		dxr[c] = d;
+		if (dx16)
+			dx16[(size_t)row * C + c] = __float2bfloat16_rn(d);
+	}
+}
+
+/*
+ * Column partial sums: block (tile of COL_TILE columns, chunk of COL_ROWS
+ * rows), threads COL_TILE x COL_LANES; lane y takes rows y, y + COL_LANES, ...
+ * of the chunk, then the lanes are added in order. With LN, p0 gets
+ * sum dout * xhat and p1 sum dout; without, p0 gets sum dout.
+ */
+template <bool LN>
+__global__ void k_colsum_partial(float *p0, float *p1, const float *dout, const float *x,
+                                 const float *mean, const float *rstd, int N, int C)
+{
+	__shared__ float sh0[COL_LANES][COL_TILE];
+	__shared__ float sh1[COL_LANES][COL_TILE];
+	int c = blockIdx.x * COL_TILE + threadIdx.x;
+	int chunk = blockIdx.y;
+	int r0 = chunk * COL_ROWS, r1 = r0 + COL_ROWS < N ? r0 + COL_ROWS : N;
+	float a0 = 0.0f, a1 = 0.0f;
+	if (c < C) {
+		for (int r = r0 + threadIdx.y; r < r1; r += COL_LANES) {
+			float d = dout[(size_t)r * C + c];
+			if (LN) {
+				a0 += d * ((x[(size_t)r * C + c] - mean[r]) * rstd[r]);
+				a1 += d;
+			} else {
+				a0 += d;
+			}
+		}
+	}
+	sh0[threadIdx.y][threadIdx.x] = a0;
+	sh1[threadIdx.y][threadIdx.x] = a1;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < C) {
+		float s0 = 0.0f, s1 = 0.0f;
+		for (int y = 0; y < COL_LANES; y++) {
+			s0 += sh0[y][threadIdx.x];
+			s1 += sh1[y][threadIdx.x];
+		}
+		p0[(size_t)chunk * C + c] = s0;
+		if (LN)
+			p1[(size_t)chunk * C + c] = s1;
+	}
+}
+
+/* out[c] += sum over chunks of p[chunk][c], in chunk order */
+__global__ void k_colsum_finish(float *out0, float *out1, const float *p0, const float *p1,
+                                int n_chunks, int C)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	float s0 = 0.0f, s1 = 0.0f;
+	for (int k = 0; k < n_chunks; k++) {
+		s0 += p0[(size_t)k * C + c];
+		if (out1)
+			s1 += p1[(size_t)k * C + c];
+	}
+	out0[c] += s0;
+	if (out1)
+		out1[c] += s1;
+}
+
+static int s_chunks(int N)
+{
+	return (N + COL_ROWS - 1) / COL_ROWS;
+}
+
+extern "C" size_t cuda_colsum_scratch_floats(int N, int C)
+{
+	return 2 * (size_t)s_chunks(N) * (size_t)C;
+}
+
+extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db,
+                                        const float *dout, const float *x, const float *mean,
+                                        const float *rstd, const float *w, int N, int C,
+                                        float *scratch, cudaStream_t stream)
+{
+	int rows_per_block = ROW_BLOCK / WARP;
+	k_layernorm_backward_rows<<<(N + rows_per_block - 1) / rows_per_block, ROW_BLOCK, 0, stream>>>(
+		dx, dx16 ? s_b16(dx16) : NULL, dout, x, mean, rstd, w, N, C);
+	CUDA_CHECK_LAUNCH();
+	int n_chunks = s_chunks(N);
+	float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;
+	dim3 grid((unsigned)((C + COL_TILE - 1) / COL_TILE), (unsigned)n_chunks);
+	k_colsum_partial<true><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(p0, p1, dout, x, mean,
+									       rstd, N, C);
+	CUDA_CHECK_LAUNCH();
+	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(dw, db, p0, p1, n_chunks, C);
+	CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, float *scratch,
+                                   cudaStream_t stream)
+{
+	int n_chunks = s_chunks(N);
+	dim3 grid((unsigned)((C + COL_TILE - 1) / COL_TILE), (unsigned)n_chunks);
+	k_colsum_partial<false><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(scratch, NULL, dout, NULL,
+										NULL, NULL, N, C);
+	CUDA_CHECK_LAUNCH();
+	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(db, NULL, scratch, NULL, n_chunks, C);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* ---- GELU ---- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+__global__ void k_gelu_forward(float *out, bf16 *out16, const float *x, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = x[i];
+		float u = GELU_K * (v + 0.044715f * v * v * v);
+		float y = 0.5f * v * (1.0f + tanhf(u));
+		if (out)
+			out[i] = y;
+		if (out16)
+			out16[i] = __float2bfloat16_rn(y);
+	}
+}
+
+extern "C" void cuda_gelu_forward(float *out, uint16_t *out16, const float *x, size_t n,
+                                  cudaStream_t stream)
+{
+	k_gelu_forward<<<s_grid(n, 256), 256, 0, stream>>>(out, out16 ? s_b16(out16) : NULL, x, n);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_gelu_backward(float *d, bf16 *d16, const float *x, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = x[i];
+		float u = GELU_K * (v + 0.044715f * v * v * v);
+		float th = tanhf(u);
+		float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+		float r = d[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+		d[i] = r;
+		if (d16)
+			d16[i] = __float2bfloat16_rn(r);
+	}
+}
+
+extern "C" void cuda_gelu_backward(float *d, uint16_t *d16, const float *x, size_t n,
+                                   cudaStream_t stream)
+{
+	k_gelu_backward<<<s_grid(n, 256), 256, 0, stream>>>(d, d16 ? s_b16(d16) : NULL, x, n);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* ---- attention data movement ---- */
+
+/* element i of (B, H, T, hd) -> (b, t, h, d) */
+__device__ __forceinline__ void s_bhtd(size_t i, int T, int H, int hd, int *b, int *t, int *h, int *d)
+{
+	*d = (int)(i % (size_t)hd);
+	size_t r = i / (size_t)hd;
+	*t = (int)(r % (size_t)T);
+	r /= (size_t)T;
+	*h = (int)(r % (size_t)H);
+	*b = (int)(r / (size_t)H);
+}
+
+__global__ void k_attention_split(bf16 *q, bf16 *k, bf16 *v, const float *qkv, int B, int T, int C,
+                                  int H)
+{
+	int hd = C / H;
+	size_t total = (size_t)B * T * C;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int b, t, h, d;
+		s_bhtd(i, T, H, hd, &b, &t, &h, &d);
+		const float *src = qkv + ((size_t)b * T + t) * 3 * (size_t)C + (size_t)h * hd + d;
+		q[i] = __float2bfloat16_rn(src[0]);
+		k[i] = __float2bfloat16_rn(src[C]);
+		v[i] = __float2bfloat16_rn(src[2 * (size_t)C]);
+	}
+}
+
+extern "C" void cuda_attention_split(uint16_t *q, uint16_t *k, uint16_t *v, const float *qkv, int B,
+                                     int T, int C, int H, cudaStream_t stream)
+{
+	k_attention_split<<<s_grid((size_t)B * T * C, 256), 256, 0, stream>>>(s_b16(q), s_b16(k), s_b16(v),
+										 qkv, B, T, C, H);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_heads_split(bf16 *y16, const float *x, int B, int T, int C, int H)
+{
+	int hd = C / H;
+	size_t total = (size_t)B * T * C;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int b, t, h, d;
+		s_bhtd(i, T, H, hd, &b, &t, &h, &d);
+		y16[i] = __float2bfloat16_rn(x[((size_t)b * T + t) * C + (size_t)h * hd + d]);
+	}
+}
+
+extern "C" void cuda_heads_split(uint16_t *y16, const float *x, int B, int T, int C, int H,
+                                 cudaStream_t stream)
+{
+	k_heads_split<<<s_grid((size_t)B * T * C, 256), 256, 0, stream>>>(s_b16(y16), x, B, T, C, H);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* by destination index (b, t, c) so that the writes are coalesced */
+__global__ void k_heads_merge(float *out, bf16 *out16, const float *y, int B, int T, int C, int H)
+{
+	int hd = C / H;
+	size_t total = (size_t)B * T * C;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int c = (int)(i % (size_t)C);
+		size_t bt = i / (size_t)C;
+		int t = (int)(bt % (size_t)T), b = (int)(bt / (size_t)T);
+		int h = c / hd, d = c % hd;
+		float val = y[(((size_t)b * H + h) * T + t) * hd + d];
+		if (out)
+			out[i] = val;
+		if (out16)
+			out16[i] = __float2bfloat16_rn(val);
+	}
+}
+
+extern "C" void cuda_heads_merge(float *out, uint16_t *out16, const float *y, int B, int T, int C,
+                                 int H, cudaStream_t stream)
+{
+	k_heads_merge<<<s_grid((size_t)B * T * C, 256), 256, 0, stream>>>(out, out16 ? s_b16(out16) : NULL,
+									  y, B, T, C, H);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_attention_merge_grads(float *dqkv, bf16 *dqkv16, const float *dq, const float *dk,
+                                        const float *dv, int B, int T, int C, int H)
+{
+	int hd = C / H;
+	size_t C3 = 3 * (size_t)C;
+	size_t total = (size_t)B * T * C3;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int c3 = (int)(i % C3);
+		size_t bt = i / C3;
+		int t = (int)(bt % (size_t)T), b = (int)(bt / (size_t)T);
+		int part = c3 / C, c = c3 % C;
+		int h = c / hd, d = c % hd;
+		const float *src = part == 0 ? dq : part == 1 ? dk : dv;
+		float val = src[(((size_t)b * H + h) * T + t) * hd + d];
+		if (dqkv)
+			dqkv[i] = val;
+		if (dqkv16)
+			dqkv16[i] = __float2bfloat16_rn(val);
+	}
+}
+
+extern "C" void cuda_attention_merge_grads(float *dqkv, uint16_t *dqkv16, const float *dq,
+                                           const float *dk, const float *dv, int B, int T, int C,
+                                           int H, cudaStream_t stream)
+{
+	k_attention_merge_grads<<<s_grid((size_t)B * T * 3 * C, 256), 256, 0, stream>>>(
+		dqkv, dqkv16 ? s_b16(dqkv16) : NULL, dq, dk, dv, B, T, C, H);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* ---- causal softmax ---- */
+
+__global__ void k_softmax_causal_forward(float *att, bf16 *att16, const float *scores, int BH, int T)
+{
+	size_t row = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+	int lane = threadIdx.x % WARP;
+	if (row >= (size_t)BH * T)
+		return;
+	int i = (int)(row % (size_t)T);
+	const float *s = scores + row * T;
+	float mx = -INFINITY;
+	for (int j = lane; j <= i; j += WARP)
+		mx = fmaxf(mx, s[j]);
+	mx = s_warp_max(mx);
+	float sum = 0.0f;
+	for (int j = lane; j <= i; j += WARP)
+		sum += expf(s[j] - mx);
+	float inv = 1.0f / s_warp_sum(sum);
+	for (int j = lane; j < T; j += WARP) {
+		float p = j <= i ? expf(s[j] - mx) * inv : 0.0f;
+		if (att)
+			att[row * T + j] = p;
+		if (att16)
+			att16[row * T + j] = __float2bfloat16_rn(p);
+	}
+}
+
+extern "C" void cuda_softmax_causal_forward(float *att, uint16_t *att16, const float *scores, int BH,
+                                            int T, cudaStream_t stream)
+{
+	size_t rows = (size_t)BH * T;
+	size_t rows_per_block = ROW_BLOCK / WARP;
+	k_softmax_causal_forward<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block), ROW_BLOCK, 0,
+				   stream>>>(att, att16 ? s_b16(att16) : NULL, scores, BH, T);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_softmax_causal_backward(bf16 *dpre16, float *dpre, const float *datt,
+                                          const bf16 *att16, int BH, int T, float scale)
+{
+	size_t row = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+	int lane = threadIdx.x % WARP;
+	if (row >= (size_t)BH * T)
+		return;
+	int i = (int)(row % (size_t)T);
+	const bf16 *p = att16 + row * T;
+	const float *dp = datt + row * T;
+	float s = 0.0f;
+	for (int j = lane; j <= i; j += WARP)
+		s += __bfloat162float(p[j]) * dp[j];
+	float pdp = s_warp_sum(s);
+	for (int j = lane; j < T; j += WARP) {
+		float d = j <= i ? __bfloat162float(p[j]) * (dp[j] - pdp) * scale : 0.0f;
+		if (dpre)
+			dpre[row * T + j] = d;
+		if (dpre16)
+			dpre16[row * T + j] = __float2bfloat16_rn(d);
+	}
+}
+
+extern "C" void cuda_softmax_causal_backward(uint16_t *dpre16, float *dpre, const float *datt,
+                                             const uint16_t *att16, int BH, int T, float scale,
+                                             cudaStream_t stream)
+{
+	size_t rows = (size_t)BH * T;
+	size_t rows_per_block = ROW_BLOCK / WARP;
+	k_softmax_causal_backward<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block), ROW_BLOCK,
+				    0, stream>>>(dpre16 ? s_b16(dpre16) : NULL, dpre, datt,
+						 reinterpret_cast<const bf16 *>(att16), BH, T, scale);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* ---- cross-entropy ---- */
+
+/* sum (or max) of one value per thread over a block of blockDim.x (a power
+ * of two) threads, as a fixed tree; every thread gets the result */
+template <bool MAX>
+__device__ float s_block_reduce(float x, float *sh)
+{
+	sh[threadIdx.x] = x;
+	__syncthreads();
+	for (int o = blockDim.x / 2; o > 0; o /= 2) {
+		if ((int)threadIdx.x < o)
+			sh[threadIdx.x] = MAX ? fmaxf(sh[threadIdx.x], sh[threadIdx.x + o])
+					      : sh[threadIdx.x] + sh[threadIdx.x + o];
+		__syncthreads();
+	}
+	float r = sh[0];
+	__syncthreads();
+	return r;
+}
+
+__global__ void k_crossentropy_forward(float *losses, float *lse, const float *logits,
+                                       const int32_t *targets, int V)
+{
+	__shared__ float sh[CE_BLOCK];
+	size_t n = blockIdx.x;
+	const float *x = logits + n * V;
+	float mx = -INFINITY;
+	for (int v = threadIdx.x; v < V; v += blockDim.x)
+		mx = fmaxf(mx, x[v]);
+	mx = s_block_reduce<true>(mx, sh);
+	float s = 0.0f;
+	for (int v = threadIdx.x; v < V; v += blockDim.x)
+		s += expf(x[v] - mx);
+	s = s_block_reduce<false>(s, sh);
+	if (threadIdx.x == 0) {
+		float l = mx + logf(s);
+		lse[n] = l;
+		losses[n] = l - x[targets[n]];
+	}
+}
+
+extern "C" void cuda_crossentropy_forward(float *losses, float *lse, const float *logits,
+                                          const int32_t *targets, int N, int V, cudaStream_t stream)
+{
+	k_crossentropy_forward<<<N, CE_BLOCK, 0, stream>>>(losses, lse, logits, targets, V);
+	CUDA_CHECK_LAUNCH();
+}
+
+#define MEAN_BLOCK 1024
+
+__global__ void k_mean(float *out, const float *x, int n)
+{
+	__shared__ double sh[MEAN_BLOCK];
+	double s = 0.0;
+	for (int i = threadIdx.x; i < n; i += MEAN_BLOCK)
+		s += (double)x[i];
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int o = MEAN_BLOCK / 2; o > 0; o /= 2) {
+		if ((int)threadIdx.x < o)
+			sh[threadIdx.x] += sh[threadIdx.x + o];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		*out = (float)(sh[0] / n);
+}
+
+extern "C" void cuda_mean(float *out, const float *x, int n, cudaStream_t stream)
+{
+	k_mean<<<1, MEAN_BLOCK, 0, stream>>>(out, x, n);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_crossentropy_backward(bf16 *dlogits16, float *dlogits, const float *logits,
+                                        const float *lse, const int32_t *targets, int V, size_t total,
+                                        float scale)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t n = i / (size_t)V;
+		int v = (int)(i % (size_t)V);
+		float d = expf(logits[i] - lse[n]) * scale;
+		if (v == targets[n])
+			d -= scale;
+		if (dlogits)
+			dlogits[i] = d;
+		if (dlogits16)
+			dlogits16[i] = __float2bfloat16_rn(d);
+	}
+}
+
+extern "C" void cuda_crossentropy_backward(uint16_t *dlogits16, float *dlogits, const float *logits,
+                                           const float *lse, const int32_t *targets, int N, int V,
+                                           float scale, cudaStream_t stream)
+{
+	size_t total = (size_t)N * V;
+	k_crossentropy_backward<<<s_grid(total, 256), 256, 0, stream>>>(
+		dlogits16 ? s_b16(dlogits16) : NULL, dlogits, logits, lse, targets, V, total, scale);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* ---- conversions, sums, AdamW ---- */
+
+__global__ void k_to_bf16(bf16 *dst, const float *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+extern "C" void cuda_to_bf16(uint16_t *dst, const float *src, size_t n, cudaStream_t stream)
+{
+	k_to_bf16<<<s_grid(n, 256), 256, 0, stream>>>(s_b16(dst), src, n);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_add(float *dst, const float *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] += src[i];
+}
+
+extern "C" void cuda_add(float *dst, const float *src, size_t n, cudaStream_t stream)
+{
+	k_add<<<s_grid(n, 256), 256, 0, stream>>>(dst, src, n);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* A fixed grid: thread (block g, lane l) takes elements g*SUMSQ_BLOCK + l,
+ * then + SUMSQ_GRID*SUMSQ_BLOCK, ...; blocks and then the partials are added
+ * as fixed trees. */
+__global__ void k_sum_squares_partial(double *partial, const float *x, size_t n)
+{
+	__shared__ double sh[SUMSQ_BLOCK];
+	double s = 0.0;
+	for (size_t i = blockIdx.x * (size_t)SUMSQ_BLOCK + threadIdx.x; i < n;
+	     i += (size_t)SUMSQ_GRID * SUMSQ_BLOCK)
+		s += (double)x[i] * (double)x[i];
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int o = SUMSQ_BLOCK / 2; o > 0; o /= 2) {
+		if ((int)threadIdx.x < o)
+			sh[threadIdx.x] += sh[threadIdx.x + o];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		partial[blockIdx.x] = sh[0];
+}
+
+__global__ void k_sum_squares_finish(double *out, const double *partial)
+{
+	__shared__ double sh[SUMSQ_GRID];
+	sh[threadIdx.x] = partial[threadIdx.x];
+	__syncthreads();
+	for (int o = SUMSQ_GRID / 2; o > 0; o /= 2) {
+		if ((int)threadIdx.x < o)
+			sh[threadIdx.x] += sh[threadIdx.x + o];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		*out = sh[0];
+}
+
+extern "C" size_t cuda_sum_squares_scratch(void)
+{
+	return SUMSQ_GRID;
+}
+
+extern "C" void cuda_sum_squares(double *out, const float *x, size_t n, double *scratch,
+                                 cudaStream_t stream)
+{
+	k_sum_squares_partial<<<SUMSQ_GRID, SUMSQ_BLOCK, 0, stream>>>(scratch, x, n);
+	CUDA_CHECK_LAUNCH();
+	k_sum_squares_finish<<<1, SUMSQ_GRID, 0, stream>>>(out, scratch);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_adamw(float *params, bf16 *params16, const float *grads, float *m, float *v,
+                        size_t n, float b1, float b2, float step, float inv_sqrt_bc2, float eps,
+                        float keep, float grad_scale)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float g = grads[i] * grad_scale;
+		float mi = b1 * m[i] + (1.0f - b1) * g;
+		float vi = b2 * v[i] + (1.0f - b2) * g * g;
+		m[i] = mi;
+		v[i] = vi;
+		float p = params[i] * keep - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+		params[i] = p;
+		if (params16)
+			params16[i] = __float2bfloat16_rn(p);
+	}
+}
+
+extern "C" void cuda_adamw(float *params, uint16_t *params16, const float *grads, float *m, float *v,
+                           size_t n, float b1, float b2, float step, float inv_sqrt_bc2, float eps,
+                           float keep, float grad_scale, cudaStream_t stream)
+{
+	if (n == 0)
+		return;
+	k_adamw<<<s_grid(n, 256), 256, 0, stream>>>(params, params16 ? s_b16(params16) : NULL, grads, m,
+						    v, n, b1, b2, step, inv_sqrt_bc2, eps, keep,
+						    grad_scale);
+	CUDA_CHECK_LAUNCH();
+}

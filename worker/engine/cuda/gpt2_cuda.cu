@@ -1,0 +1,683 @@
+/*
+ * gpt2_cuda: GPT-2 on one GPU (see gpt2_cuda.h): the parameter layout, the
+ * activation arena, and forward and backward as a sequence of cuBLASLt
+ * GEMMs (cuda_gemm.cu), attention (cuda_attention.cu) and kernels
+ * (cuda_kernels.cu), in the order of the CPU engine's gpt2.c so that the two
+ * can be read side by side.
+ *
+ * Layout. The tensor table is gpt2.c's (same order, offsets and decay
+ * flags), rebuilt here from the config because the CPU model is not linked
+ * in; tests/gpu/test_gpu_step.c checks that the two agree. Linear weights
+ * are (in, out), so y = x @ W + b is a plain GEMM, dx = dy @ W^T and
+ * dW += x^T @ dy use the transposed operands of cuda_gemm_run. The LM head
+ * is tied to wte (V, C). Residual additions: res = x, then res += y @ W + b
+ * (beta = 1), as the CPU engine's sum post-op.
+ *
+ * Arena (per-layer tensors indexed with the max sizes, as in gpt2.c):
+ *   encoded (N, C) f32; per layer: ln1 (N, C) bf16, ln1 mean/rstd (N),
+ *   qkv (N, 3C) f32, att (B, H, T, T) bf16, atty (N, C) bf16, res2 (N, C) f32,
+ *   ln2 (N, C) bf16, ln2 mean/rstd, fch (N, 4C) f32 (before GELU),
+ *   gelu (N, 4C) bf16, res3 (N, C) f32; lnf (N, C) bf16 and its mean/rstd;
+ *   logits (N, V) f32; dlogits (N, V) bf16; lse, losses (N), the loss;
+ *   backward scratch: dres (N, C) f32 + bf16, dbig (N, 4C) f32 + bf16,
+ *   dsmall (N, C) f32, column-sum partials, the sum of squares, attention
+ *   scratch; token ids and the embedding-gradient index (int32).
+ * Unlike the CPU engine, backward writes dlogits to a buffer of its own, so
+ * the logits stay valid, and GELU's output is kept (bf16) instead of
+ * recomputed.
+ */
+#include "gpt2_cuda.h"
+
+#include <cuda_bf16.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_attention.h"
+#include "cuda_check.h"
+#include "cuda_gemm.h"
+#include "cuda_kernels.h"
+
+#define N_LAYER_TENSORS 12
+enum {
+	T_LN1_W, T_LN1_B, T_QKV_W, T_QKV_B, T_PROJ_W, T_PROJ_B,
+	T_LN2_W, T_LN2_B, T_FC_W, T_FC_B, T_FCPROJ_W, T_FCPROJ_B,
+};
+
+/* A run of tensors with the same AdamW decay flag: [lo, hi) of the flat buffer. */
+typedef struct {
+	size_t lo, hi;
+	bool decay;
+} segment_t;
+
+typedef struct {
+	float *encoded;
+	uint16_t *ln1;
+	float *ln1_mean, *ln1_rstd;
+	float *qkv;
+	uint16_t *att;
+	uint16_t *atty;
+	float *res2;
+	uint16_t *ln2;
+	float *ln2_mean, *ln2_rstd;
+	float *fch;
+	uint16_t *gelu;
+	float *res3;
+	uint16_t *lnf;
+	float *lnf_mean, *lnf_rstd;
+	float *logits;
+	uint16_t *dlogits;
+	float *lse, *losses, *loss;
+	float *dres;
+	uint16_t *dres16;
+	float *dbig;
+	uint16_t *dbig16;
+	float *dsmall;
+	float *colsum;
+	double *sumsq, *sumsq_scratch;
+	void *att_scratch;
+	int32_t *ids; /* inputs (N), targets (N), uniq (N), starts (N + 1), rows (N) */
+} acts_t;
+
+struct gpt2_cuda {
+	gpt2_config_t cfg;
+	int max_B, max_T;
+	size_t n_params;
+	size_t offsets[N_LAYER_TENSORS]; /* offsets of layer 0's tensors; a layer is `layer_floats` on */
+	size_t layer_floats, off_wpe, off_lnf;
+	segment_t *segs;
+	int n_segs;
+
+	cudaStream_t stream;
+	cuda_gemm_t *gemm;
+	cudaEvent_t staged; /* the last upload of token ids has been read */
+
+	void *state;                 /* one allocation: params, grads, m, v (f32), params16 */
+	float *params, *grads, *mom1, *mom2;
+	uint16_t *params16;
+	size_t state_bytes;
+
+	void *arena;
+	size_t arena_bytes;
+	acts_t a;
+	cuda_attention_scratch_t att_s;
+
+	int32_t *host_ids;    /* pinned: the same layout as a.ids */
+	int32_t *host_counts; /* (V + 1) */
+	int n_unique;
+
+	int B, T;
+	bool have_targets;
+};
+
+/* ---- layout ---- */
+
+static size_t s_num_params(const gpt2_config_t *c)
+{
+	size_t C = (size_t)c->n_embd;
+	return (size_t)c->vocab_size * C + (size_t)c->seq_len * C +
+	       (size_t)c->n_layer * (12 * C * C + 13 * C) + 2 * C;
+}
+
+/* gpt2.c's s_build_tensor_table, as offsets and decay segments */
+static bool s_build_table(gpt2_cuda_t *m)
+{
+	const gpt2_config_t *c = &m->cfg;
+	size_t C = (size_t)c->n_embd;
+	size_t sizes[N_LAYER_TENSORS] = {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C, 4 * C * C, C};
+	bool decay[N_LAYER_TENSORS] = {false, false, true, false, true, false,
+				       false, false, true, false, true, false};
+	size_t off = 0;
+	int max_segs = 2 + N_LAYER_TENSORS * c->n_layer + 2;
+	m->segs = (segment_t *)calloc((size_t)max_segs, sizeof *m->segs);
+	if (!m->segs)
+		return false;
+	m->n_segs = 0;
+#define ADD(n, dec)                                                                               \
+	do {                                                                                      \
+		if (m->n_segs > 0 && m->segs[m->n_segs - 1].decay == (dec))                       \
+			m->segs[m->n_segs - 1].hi += (n);                                          \
+		else {                                                                            \
+			m->segs[m->n_segs].lo = off;                                               \
+			m->segs[m->n_segs].hi = off + (n);                                         \
+			m->segs[m->n_segs++].decay = (dec);                                        \
+		}                                                                                 \
+		off += (n);                                                                       \
+	} while (0)
+	ADD((size_t)c->vocab_size * C, true); /* wte */
+	m->off_wpe = off;
+	ADD((size_t)c->seq_len * C, true); /* wpe */
+	for (int l = 0; l < c->n_layer; l++)
+		for (int i = 0; i < N_LAYER_TENSORS; i++) {
+			if (l == 0)
+				m->offsets[i] = off;
+			ADD(sizes[i], decay[i]);
+		}
+	m->layer_floats = 12 * C * C + 13 * C;
+	m->off_lnf = off;
+	ADD(C, false); /* ln_f.weight */
+	ADD(C, false); /* ln_f.bias */
+#undef ADD
+	m->n_params = off;
+	return off == s_num_params(c);
+}
+
+/* Carve n elements of `size` bytes at *off (256-byte aligned: cuBLASLt's
+ * fastest kernels want 16, the heuristic looks at up to 256). */
+static void *s_carve(char *base, size_t *off, size_t n, size_t size)
+{
+	void *p = base ? base + *off : NULL;
+	*off += (n * size + 255) / 256 * 256;
+	return p;
+}
+
+static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T)
+{
+	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
+	size_t H = (size_t)cfg->n_head;
+	size_t N = (size_t)max_B * (size_t)max_T;
+	size_t f = sizeof(float), h = sizeof(uint16_t);
+	size_t off = 0;
+	a->encoded = (float *)s_carve(base, &off, N * C, f);
+	a->ln1 = (uint16_t *)s_carve(base, &off, L * N * C, h);
+	a->ln1_mean = (float *)s_carve(base, &off, L * N, f);
+	a->ln1_rstd = (float *)s_carve(base, &off, L * N, f);
+	a->qkv = (float *)s_carve(base, &off, L * N * 3 * C, f);
+	a->att = (uint16_t *)s_carve(base, &off, L * N * H * (size_t)max_T, h);
+	a->atty = (uint16_t *)s_carve(base, &off, L * N * C, h);
+	a->res2 = (float *)s_carve(base, &off, L * N * C, f);
+	a->ln2 = (uint16_t *)s_carve(base, &off, L * N * C, h);
+	a->ln2_mean = (float *)s_carve(base, &off, L * N, f);
+	a->ln2_rstd = (float *)s_carve(base, &off, L * N, f);
+	a->fch = (float *)s_carve(base, &off, L * N * 4 * C, f);
+	a->gelu = (uint16_t *)s_carve(base, &off, L * N * 4 * C, h);
+	a->res3 = (float *)s_carve(base, &off, L * N * C, f);
+	a->lnf = (uint16_t *)s_carve(base, &off, N * C, h);
+	a->lnf_mean = (float *)s_carve(base, &off, N, f);
+	a->lnf_rstd = (float *)s_carve(base, &off, N, f);
+	a->logits = (float *)s_carve(base, &off, N * V, f);
+	a->dlogits = (uint16_t *)s_carve(base, &off, N * V, h);
+	a->lse = (float *)s_carve(base, &off, N, f);
+	a->losses = (float *)s_carve(base, &off, N, f);
+	a->loss = (float *)s_carve(base, &off, 1, f);
+	a->dres = (float *)s_carve(base, &off, N * C, f);
+	a->dres16 = (uint16_t *)s_carve(base, &off, N * C, h);
+	a->dbig = (float *)s_carve(base, &off, N * 4 * C, f);
+	a->dbig16 = (uint16_t *)s_carve(base, &off, N * 4 * C, h);
+	a->dsmall = (float *)s_carve(base, &off, N * C, f);
+	a->colsum = (float *)s_carve(base, &off, cuda_colsum_scratch_floats((int)N, (int)(4 * C)), f);
+	a->sumsq = (double *)s_carve(base, &off, 1, sizeof(double));
+	a->sumsq_scratch = (double *)s_carve(base, &off, cuda_sum_squares_scratch(), sizeof(double));
+	a->att_scratch = s_carve(base, &off,
+				 cuda_attention_scratch_bytes(max_B, max_T, (int)C, (int)H), 1);
+	a->ids = (int32_t *)s_carve(base, &off, 5 * N + 1, sizeof(int32_t));
+	return off;
+}
+
+/* A bound in double on the arena's size, so that absurd shapes are refused
+ * before s_layout's size_t arithmetic could overflow. */
+static double s_arena_bound(const gpt2_config_t *cfg, double B, double T)
+{
+	double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, H = cfg->n_head;
+	return B * T * ((L + 2) * (64 * C + 8 * H * T + 64) + 6 * V) + 1e9;
+}
+
+/* ---- create and free ---- */
+
+static int s_check_positive(const char *field, int v, char *err, size_t errlen)
+{
+	if (v > 0)
+		return 0;
+	snprintf(err, errlen, "%s (%d) must be positive", field, v);
+	return -1;
+}
+
+static const double GIB = 1073741824.0;
+
+extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, char *err,
+                                         size_t errlen)
+{
+	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
+	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
+	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
+	    s_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
+	    s_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
+	    s_check_positive("train.batch_size", max_B, err, errlen))
+		return NULL;
+	if (cfg->n_embd % cfg->n_head != 0) {
+		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
+			 cfg->n_embd, cfg->n_head);
+		return NULL;
+	}
+	if (max_T < 1 || max_T > cfg->seq_len) {
+		snprintf(err, errlen, "the sequence length (%d) must be between 1 and model.seq_len (%d)",
+			 max_T, cfg->seq_len);
+		return NULL;
+	}
+	int n_dev = 0;
+	cudaError_t rc = cudaGetDeviceCount(&n_dev);
+	if (rc != cudaSuccess || n_dev == 0) {
+		(void)cudaGetLastError();
+		snprintf(err, errlen, "no CUDA GPU: %s",
+			 rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found");
+		return NULL;
+	}
+	double n_params = (double)s_num_params(cfg);
+	double state = n_params * 18.0;
+	if (s_arena_bound(cfg, max_B, max_T) > 1e17 || (double)max_B * max_T > 2147483647.0 / 8) {
+		snprintf(err, errlen,
+			 "out of GPU memory: train.batch_size %d x model.seq_len %d tokens is far beyond "
+			 "any GPU's memory; lower train.batch_size or model.seq_len",
+			 max_B, max_T);
+		return NULL;
+	}
+	acts_t probe;
+	double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T) + (32 << 20);
+	size_t free_b = 0, total_b = 0;
+	rc = cudaMemGetInfo(&free_b, &total_b);
+	if (rc != cudaSuccess) {
+		(void)cudaGetLastError();
+		snprintf(err, errlen, "no CUDA GPU: %s", cudaGetErrorString(rc));
+		return NULL;
+	}
+	if (state + act > (double)free_b) {
+		snprintf(err, errlen,
+			 "out of GPU memory: need %.1f GiB for activations (train.batch_size %d x "
+			 "model.seq_len %d tokens) and %.1f GiB for parameters, gradients and AdamW state, "
+			 "but %.1f GiB is free; lower train.batch_size or model.seq_len",
+			 act / GIB, max_B, max_T, state / GIB, (double)free_b / GIB);
+		return NULL;
+	}
+
+	gpt2_cuda_t *m = (gpt2_cuda_t *)calloc(1, sizeof *m);
+	if (!m) {
+		snprintf(err, errlen, "out of host memory");
+		return NULL;
+	}
+	m->cfg = *cfg;
+	m->max_B = max_B;
+	m->max_T = max_T;
+	size_t N = (size_t)max_B * (size_t)max_T;
+	if (!s_build_table(m)) {
+		snprintf(err, errlen, "out of host memory");
+		goto fail;
+	}
+	if ((rc = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (rc = cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming)) != cudaSuccess) {
+		snprintf(err, errlen, "no CUDA GPU: %s", cudaGetErrorString(rc));
+		goto fail_cuda;
+	}
+	m->gemm = cuda_gemm_create(m->stream, err, errlen);
+	if (!m->gemm)
+		goto fail;
+	m->state_bytes = m->n_params * 16 + (m->n_params * 2 + 255) / 256 * 256;
+	if ((rc = cudaMalloc(&m->state, m->state_bytes)) != cudaSuccess) {
+		m->state = NULL;
+		snprintf(err, errlen,
+			 "out of GPU memory: need %.1f GiB for %zu parameters, their gradients and AdamW "
+			 "state: %s",
+			 (double)m->state_bytes / GIB, m->n_params, cudaGetErrorString(rc));
+		goto fail_cuda;
+	}
+	m->params = (float *)m->state;
+	m->grads = m->params + m->n_params;
+	m->mom1 = m->grads + m->n_params;
+	m->mom2 = m->mom1 + m->n_params;
+	m->params16 = (uint16_t *)(m->mom2 + m->n_params);
+	if ((rc = cudaMemset(m->state, 0, m->state_bytes)) != cudaSuccess) {
+		snprintf(err, errlen, "CUDA error clearing the parameters: %s", cudaGetErrorString(rc));
+		goto fail_cuda;
+	}
+	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T);
+	if ((rc = cudaMalloc(&m->arena, m->arena_bytes)) != cudaSuccess) {
+		m->arena = NULL;
+		snprintf(err, errlen,
+			 "out of GPU memory: need %.1f GiB for activations (train.batch_size %d x "
+			 "model.seq_len %d tokens): %s; lower train.batch_size or model.seq_len",
+			 (double)m->arena_bytes / GIB, max_B, max_T, cudaGetErrorString(rc));
+		goto fail_cuda;
+	}
+	s_layout(&m->a, (char *)m->arena, cfg, max_B, max_T);
+	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, max_B, max_T, cfg->n_embd, cfg->n_head);
+	if ((rc = cudaMallocHost(&m->host_ids, (5 * N + 1) * sizeof(int32_t))) != cudaSuccess) {
+		m->host_ids = NULL;
+		snprintf(err, errlen, "out of pinned host memory for %zu token ids: %s", 5 * N + 1,
+			 cudaGetErrorString(rc));
+		goto fail_cuda;
+	}
+	m->host_counts = (int32_t *)calloc((size_t)cfg->vocab_size + 1, sizeof(int32_t));
+	if (!m->host_counts) {
+		snprintf(err, errlen, "out of host memory");
+		goto fail;
+	}
+	return m;
+
+fail_cuda:
+	(void)cudaGetLastError();
+fail:
+	gpt2_cuda_free(m);
+	return NULL;
+}
+
+extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)
+{
+	if (!m)
+		return;
+	if (m->stream)
+		cudaStreamSynchronize(m->stream);
+	cuda_gemm_free(m->gemm);
+	if (m->arena)
+		cudaFree(m->arena);
+	if (m->state)
+		cudaFree(m->state);
+	if (m->host_ids)
+		cudaFreeHost(m->host_ids);
+	if (m->staged)
+		cudaEventDestroy(m->staged);
+	if (m->stream)
+		cudaStreamDestroy(m->stream);
+	free(m->host_counts);
+	free(m->segs);
+	free(m);
+}
+
+extern "C" const gpt2_config_t *gpt2_cuda_config(const gpt2_cuda_t *m)
+{
+	return &m->cfg;
+}
+
+extern "C" size_t gpt2_cuda_num_params(const gpt2_cuda_t *m)
+{
+	return m->n_params;
+}
+
+extern "C" size_t gpt2_cuda_state_bytes(const gpt2_cuda_t *m)
+{
+	return m->state_bytes;
+}
+
+extern "C" size_t gpt2_cuda_activation_bytes(const gpt2_cuda_t *m)
+{
+	return m->arena_bytes;
+}
+
+extern "C" cudaStream_t gpt2_cuda_stream(const gpt2_cuda_t *m)
+{
+	return m->stream;
+}
+
+extern "C" double gpt2_cuda_flops_per_token(const gpt2_cuda_t *m, int T)
+{
+	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
+}
+
+/* ---- host copies ---- */
+
+static void s_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
+{
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+	CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+extern "C" void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params)
+{
+	s_copy(m->params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
+	cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
+	CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+extern "C" void gpt2_cuda_get_params(gpt2_cuda_t *m, float *ret_params)
+{
+	s_copy(ret_params, m->params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+}
+
+extern "C" void gpt2_cuda_get_grads(gpt2_cuda_t *m, float *ret_grads)
+{
+	s_copy(ret_grads, m->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+}
+
+extern "C" void gpt2_cuda_set_moments(gpt2_cuda_t *m, const float *mom1, const float *mom2)
+{
+	s_copy(m->mom1, mom1, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
+	s_copy(m->mom2, mom2, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
+}
+
+extern "C" void gpt2_cuda_get_moments(gpt2_cuda_t *m, float *ret_mom1, float *ret_mom2)
+{
+	s_copy(ret_mom1, m->mom1, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+	s_copy(ret_mom2, m->mom2, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+}
+
+extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
+{
+	s_copy(ret_logits, m->a.logits, (size_t)m->B * m->T * m->cfg.vocab_size * sizeof(float),
+	       cudaMemcpyDeviceToHost, m->stream);
+}
+
+/* ---- forward and backward ---- */
+
+static void s_misuse(const char *what)
+{
+	fprintf(stderr, "ringworker: fatal: %s\n", what);
+	exit(CUDA_EXIT_MISUSE);
+}
+
+/* Parameter pointers of layer l: fp32 master and bf16 copy. */
+static inline float *s_p(const gpt2_cuda_t *m, float *base, int l, int which)
+{
+	return base + m->offsets[which] + (size_t)l * m->layer_floats;
+}
+
+static inline const uint16_t *s_p16(const gpt2_cuda_t *m, int l, int which)
+{
+	return m->params16 + m->offsets[which] + (size_t)l * m->layer_floats;
+}
+
+/* C (M, N) (+)= op(A) @ op(B) (+ bias), dense operands */
+static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
+                   const uint16_t *B, bool trans_b, const float *bias, float *C, bool accumulate)
+{
+	cuda_gemm_args_t a;
+	memset(&a, 0, sizeof a);
+	a.M = M;
+	a.N = N;
+	a.K = K;
+	a.A = A;
+	a.trans_a = trans_a;
+	a.B = B;
+	a.trans_b = trans_b;
+	a.C = C;
+	a.bias = bias;
+	a.alpha = 1.0f;
+	a.accumulate = accumulate;
+	cuda_gemm_run(m->gemm, &a);
+}
+
+#define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
+
+extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const int32_t *targets, int B,
+                                  int T)
+{
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size, H = m->cfg.n_head;
+	if (B < 1 || B > m->max_B || T < 1 || T > m->max_T) {
+		fprintf(stderr,
+			"ringworker: fatal: gpt2_cuda_forward: batch %d x %d exceeds the model's %d x %d\n", B,
+			T, m->max_B, m->max_T);
+		exit(CUDA_EXIT_MISUSE);
+	}
+	const int N = B * T;
+	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
+	for (int n = 0; n < N; n++)
+		if (inputs[n] < 0 || inputs[n] >= V || (targets && (targets[n] < 0 || targets[n] >= V)))
+			s_misuse("gpt2_cuda_forward: token id out of range");
+	acts_t *a = &m->a;
+	cudaStream_t s = m->stream;
+
+	/* token ids and the embedding-gradient index, through the pinned
+	 * staging buffer once the previous upload has left it */
+	CUDA_CHECK(cudaEventSynchronize(m->staged));
+	int32_t *h = m->host_ids;
+	memcpy(h, inputs, (size_t)N * sizeof(int32_t));
+	if (targets)
+		memcpy(h + N, targets, (size_t)N * sizeof(int32_t));
+	else
+		memset(h + N, 0, (size_t)N * sizeof(int32_t));
+	m->n_unique = cuda_embed_index_build(inputs, N, V, h + 2 * N, h + 3 * N, h + 4 * N + 1,
+					     m->host_counts);
+	CUDA_CHECK(cudaMemcpyAsync(a->ids, h, (5 * (size_t)N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+	CUDA_CHECK(cudaEventRecord(m->staged, s));
+	const int32_t *d_inputs = a->ids, *d_targets = a->ids + N;
+	m->B = B;
+	m->T = T;
+	m->have_targets = false;
+
+	const float *wte = m->params, *wpe = m->params + m->off_wpe;
+	cuda_embed_forward(a->encoded, d_inputs, wte, wpe, B, T, C, s);
+	const float *x = a->encoded;
+	for (int l = 0; l < L; l++) {
+		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
+		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C);
+		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
+		uint16_t *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
+		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
+		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
+#define P(which) s_p(m, m->params, l, (which))
+#define P16(which) s_p16(m, l, (which))
+		cuda_layernorm_forward(NULL, ln1, LAYER_SLICE(a->ln1_mean, l, 1),
+				       LAYER_SLICE(a->ln1_rstd, l, 1), x, P(T_LN1_W), P(T_LN1_B), N, C, s);
+		s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
+		cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
+		CUDA_CHECK(cudaMemcpyAsync(res2, x, (size_t)N * C * sizeof(float), cudaMemcpyDeviceToDevice, s));
+		s_gemm(m, N, C, C, atty, false, P16(T_PROJ_W), false, P(T_PROJ_B), res2, true);
+		cuda_layernorm_forward(NULL, ln2, LAYER_SLICE(a->ln2_mean, l, 1),
+				       LAYER_SLICE(a->ln2_rstd, l, 1), res2, P(T_LN2_W), P(T_LN2_B), N, C, s);
+		s_gemm(m, N, 4 * C, C, ln2, false, P16(T_FC_W), false, P(T_FC_B), fch, false);
+		cuda_gelu_forward(NULL, gelu, fch, (size_t)N * 4 * C, s);
+		CUDA_CHECK(cudaMemcpyAsync(res3, res2, (size_t)N * C * sizeof(float), cudaMemcpyDeviceToDevice, s));
+		s_gemm(m, N, C, 4 * C, gelu, false, P16(T_FCPROJ_W), false, P(T_FCPROJ_B), res3, true);
+#undef P
+#undef P16
+		x = res3;
+	}
+	const float *lnf_w = m->params + m->off_lnf;
+	cuda_layernorm_forward(NULL, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_w + C, N, C, s);
+	/* logits (N, V) = lnf (N, C) @ wte^T, wte (V, C) */
+	s_gemm(m, N, V, C, a->lnf, false, m->params16, true, NULL, a->logits, false);
+	if (!targets)
+		return;
+	cuda_crossentropy_forward(a->losses, a->lse, a->logits, d_targets, N, V, s);
+	cuda_mean(a->loss, a->losses, N, s);
+	m->have_targets = true;
+}
+
+extern "C" float gpt2_cuda_loss(gpt2_cuda_t *m)
+{
+	float loss = 0.0f;
+	s_copy(&loss, m->a.loss, sizeof loss, cudaMemcpyDeviceToHost, m->stream);
+	return loss;
+}
+
+extern "C" void gpt2_cuda_zero_grad(gpt2_cuda_t *m)
+{
+	CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_params * sizeof(float), m->stream));
+}
+
+extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
+{
+	if (!m->have_targets)
+		s_misuse("gpt2_cuda_backward without a forward with targets");
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size, H = m->cfg.n_head;
+	const int B = m->B, T = m->T, N = B * T;
+	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
+	acts_t *a = &m->a;
+	cudaStream_t s = m->stream;
+	const int32_t *d_targets = a->ids + N;
+	const int32_t *d_uniq = a->ids + 2 * N, *d_starts = a->ids + 3 * N, *d_rows = a->ids + 4 * N + 1;
+
+	cuda_crossentropy_backward(a->dlogits, NULL, a->logits, a->lse, d_targets, N, V,
+				   loss_scale / (float)N, s);
+	/* dwte (V, C) += dlogits^T @ lnf (N, C); dlnf (N, C) = dlogits (N, V) @ wte (V, C) */
+	s_gemm(m, V, C, N, a->dlogits, true, a->lnf, false, NULL, m->grads, true);
+	s_gemm(m, N, C, V, a->dlogits, false, m->params16, false, NULL, a->dsmall, false);
+	{
+		const float *w = m->params + m->off_lnf;
+		float *g = m->grads + m->off_lnf;
+		CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
+		cuda_layernorm_backward(a->dres, a->dres16, g, g + C, a->dsmall,
+					LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd, w, N, C,
+					a->colsum, s);
+	}
+	for (int l = L - 1; l >= 0; l--) {
+		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
+		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
+		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C);
+		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
+		uint16_t *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
+		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
+#define P(which) s_p(m, m->params, l, (which))
+#define P16(which) s_p16(m, l, (which))
+#define G(which) s_p(m, m->grads, l, (which))
+		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
+		s_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
+		cuda_bias_backward(G(T_FCPROJ_B), a->dres, N, C, a->colsum, s);
+		s_gemm(m, N, 4 * C, C, a->dres16, false, P16(T_FCPROJ_W), true, NULL, a->dbig, false);
+		cuda_gelu_backward(a->dbig, a->dbig16, fch, (size_t)N * 4 * C, s);
+		s_gemm(m, C, 4 * C, N, ln2, true, a->dbig16, false, NULL, G(T_FC_W), true);
+		cuda_bias_backward(G(T_FC_B), a->dbig, N, 4 * C, a->colsum, s);
+		s_gemm(m, N, C, 4 * C, a->dbig16, false, P16(T_FC_W), true, NULL, a->dsmall, false);
+		cuda_layernorm_backward(a->dres, a->dres16, G(T_LN2_W), G(T_LN2_B), a->dsmall, res2,
+					LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
+					P(T_LN2_W), N, C, a->colsum, s);
+
+		/* attention: res2 = x + attn(ln1 @ Wqkv + bqkv) @ Wproj + bproj; dres holds d res2 */
+		s_gemm(m, C, C, N, atty, true, a->dres16, false, NULL, G(T_PROJ_W), true);
+		cuda_bias_backward(G(T_PROJ_B), a->dres, N, C, a->colsum, s);
+		s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
+		cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s, B, T, C,
+					H, s);
+		s_gemm(m, C, 3 * C, N, ln1, true, a->dbig16, false, NULL, G(T_QKV_W), true);
+		cuda_bias_backward(G(T_QKV_B), a->dbig, N, 3 * C, a->colsum, s);
+		s_gemm(m, N, C, 3 * C, a->dbig16, false, P16(T_QKV_W), true, NULL, a->dsmall, false);
+		cuda_layernorm_backward(a->dres, a->dres16, G(T_LN1_W), G(T_LN1_B), a->dsmall, x,
+					LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
+					P(T_LN1_W), N, C, a->colsum, s);
+#undef P
+#undef P16
+#undef G
+	}
+	cuda_embed_positions_backward(m->grads + m->off_wpe, a->dres, B, T, C, s);
+	cuda_embed_tokens_backward(m->grads, a->dres, d_uniq, d_starts, d_rows, m->n_unique, C, s);
+}
+
+extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)
+{
+	cuda_sum_squares(m->a.sumsq, m->grads, m->n_params, m->a.sumsq_scratch, m->stream);
+	double ss = 0.0;
+	s_copy(&ss, m->a.sumsq, sizeof ss, cudaMemcpyDeviceToHost, m->stream);
+	return sqrt(ss);
+}
+
+extern "C" double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double grad_clip)
+{
+	double norm = gpt2_cuda_grad_norm(m);
+	float grad_scale = 1.0f;
+	if (grad_clip > 0 && isfinite(norm) && norm > grad_clip)
+		grad_scale = (float)(grad_clip / norm);
+	/* optim.c's constants, computed the same way */
+	const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
+	const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->t)));
+	const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)hp->t)));
+	const float eps = (float)hp->eps;
+	const float keep_decay = (float)(1.0 - hp->lr * hp->weight_decay);
+	for (int i = 0; i < m->n_segs; i++) {
+		const segment_t *sg = &m->segs[i];
+		cuda_adamw(m->params + sg->lo, m->params16 + sg->lo, m->grads + sg->lo, m->mom1 + sg->lo,
+			   m->mom2 + sg->lo, sg->hi - sg->lo, b1, b2, step, inv_sqrt_bc2, eps,
+			   sg->decay ? keep_decay : 1.0f, grad_scale, m->stream);
+	}
+	return norm;
+}

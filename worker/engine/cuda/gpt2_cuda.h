@@ -1,0 +1,130 @@
+/*
+ * gpt2_cuda: the GPT-2 model on one CUDA GPU: forward, backward, and AdamW
+ * with global-norm clipping, on device memory. The same model, parameter
+ * layout and arithmetic as the CPU engine (worker/engine/gpt2.h), which is
+ * its numerical reference (tests/gpu/test_gpu_step.c).
+ *
+ * Memory: the fp32 master parameters, their gradients and the two AdamW
+ * moments are four flat device buffers in the exact order and offsets of
+ * gpt2.h's tensor table (HF GPT-2 names; a shard is a contiguous range), so
+ * gpt2_cuda_set_params / gpt2_cuda_get_params move a CPU model's
+ * gpt2_params() buffer (or a snapshot) as is. A bf16 copy of the parameters
+ * (same offsets) is what the GEMMs read; it is refreshed by every AdamW step
+ * and by gpt2_cuda_set_params. Activations live in one arena allocated at
+ * create time for (max_B, max_T); a smaller batch uses the front of each
+ * slice.
+ *
+ * Precision: every GEMM (the linear layers, the LM head and the two
+ * products of attention) takes bf16 operands and accumulates in fp32 on
+ * cuBLASLt; LayerNorm, softmax, GELU, cross-entropy, the residual stream,
+ * the gradients and AdamW are fp32. The activations a GEMM reads are kept
+ * in bf16 only (LayerNorm and GELU outputs, the attention output, the
+ * residual gradient's copy), the rest in fp32. docs/gpu.md has the details
+ * and the measured tolerances.
+ *
+ * Determinism: no atomics in any reduction and a fixed cuBLASLt algorithm
+ * per shape, so the same inputs give the same bits run to run on the same
+ * GPU model (cuda_kernels.h, cuda_gemm.h).
+ *
+ * Threads and streams: a gpt2_cuda_t is used by one thread at a time; all
+ * its work is enqueued on its own stream (gpt2_cuda_stream) on the device
+ * that was current at create time. Functions that return a host value
+ * (gpt2_cuda_loss, gpt2_cuda_step, the copies to the host) wait for the
+ * stream; the others return as soon as the work is enqueued.
+ *
+ * Errors: create returns NULL with one line in err ("no CUDA GPU: ...",
+ * "out of GPU memory: need ..."). Afterwards, CUDA and cuBLASLt failures are
+ * fatal: one line on stderr and exit status 71; misuse the contract rules
+ * out (a batch larger than created for, a token id out of range, backward
+ * without a forward with targets) exits with 70 like the CPU engine.
+ */
+#ifndef RINGMASTER_ENGINE_GPT2_CUDA_H
+#define RINGMASTER_ENGINE_GPT2_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "gpt2.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt2_cuda gpt2_cuda_t;
+
+/*
+ * A model for batches of up to max_B sequences of up to max_T tokens
+ * (max_T <= cfg->seq_len) on the current CUDA device. Allocates everything
+ * once; parameters, gradients and moments start at zero. Returns NULL with
+ * one line in err: a config error named like gpt2_create's, "no CUDA GPU:
+ * <reason>", or "out of GPU memory: need X GiB for activations ...".
+ */
+gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, char *err,
+                              size_t errlen);
+
+/* Free everything; accepts NULL. */
+void gpt2_cuda_free(gpt2_cuda_t *m);
+
+const gpt2_config_t *gpt2_cuda_config(const gpt2_cuda_t *m);
+size_t gpt2_cuda_num_params(const gpt2_cuda_t *m);
+/* Device bytes: parameters with their bf16 copy, gradients and moments; the
+ * activation arena (with scratch and the cuBLASLt workspace). */
+size_t gpt2_cuda_state_bytes(const gpt2_cuda_t *m);
+size_t gpt2_cuda_activation_bytes(const gpt2_cuda_t *m);
+/* The stream all work goes to (borrowed), for events and NVTX ranges. */
+cudaStream_t gpt2_cuda_stream(const gpt2_cuda_t *m);
+
+/* Copy num_params floats of parameters from the host (and refresh the bf16
+ * copy) / to the host; gradients to the host; the AdamW moments to and
+ * from the host (m, v: num_params floats each). Wait for the copy. */
+void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params);
+void gpt2_cuda_get_params(gpt2_cuda_t *m, float *ret_params);
+void gpt2_cuda_get_grads(gpt2_cuda_t *m, float *ret_grads);
+void gpt2_cuda_set_moments(gpt2_cuda_t *m, const float *mom1, const float *mom2);
+void gpt2_cuda_get_moments(gpt2_cuda_t *m, float *ret_mom1, float *ret_mom2);
+
+/*
+ * Forward pass on inputs (B, T) of token ids in [0, vocab_size) (host
+ * memory; copied, so the caller may reuse them at once). With targets
+ * (B, T) (host) it also computes the mean cross-entropy, read with
+ * gpt2_cuda_loss, and keeps what backward needs.
+ */
+void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
+
+/* The mean loss of the last forward with targets (waits for it). */
+float gpt2_cuda_loss(gpt2_cuda_t *m);
+
+/* The logits (B, T, V) of the last forward into host memory (waits). They
+ * stay valid through backward. */
+void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits);
+
+/* Set every gradient to zero. */
+void gpt2_cuda_zero_grad(gpt2_cuda_t *m);
+
+/* Backward of the last forward (which must have had targets): ADDS
+ * d(loss_scale * loss)/d(params) into the gradients. */
+void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale);
+
+/* sqrt of the sum of squares of all gradients (in double; waits). */
+double gpt2_cuda_grad_norm(gpt2_cuda_t *m);
+
+/*
+ * The optimizer step of `ringworker train` on one rank: the global gradient
+ * norm (returned, before clipping), gradients scaled to grad_clip when it is
+ * > 0 and exceeded (and the norm is finite), then AdamW over all parameters
+ * with hp (decay on the tensors gpt2.h marks), then the bf16 copy refreshed.
+ * Waits for the norm only.
+ */
+double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double grad_clip);
+
+/* Training FLOPs per token, 6N + 6*L*C*T (gpt2_flops_per_token's formula). */
+double gpt2_cuda_flops_per_token(const gpt2_cuda_t *m, int T);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
