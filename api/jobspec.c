@@ -78,7 +78,7 @@ static const char *const s_arch_names[] = {"gpt2"};
 /* Keys allowed in each object; NULL-terminated. */
 static const char *const s_root_keys[] = {
 	"name", "model", "data", "train", "parallel", "checkpoint", "restart", "priority",
-	"resume_from", NULL};
+	"resume_from", "profile", NULL};
 static const char *const s_model_keys[] = {
 	"arch", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", NULL};
 static const char *const s_data_keys[] = {"train", "val", "format", NULL};
@@ -89,6 +89,7 @@ static const char *const s_parallel_keys[] = {"world_size", "device", "sharding"
 static const char *const s_checkpoint_keys[] = {"every_steps", "keep_last", "keep_every", NULL};
 static const char *const s_restart_keys[] = {"max_restarts", NULL};
 static const char *const s_resume_from_keys[] = {"job", "step", NULL};
+static const char *const s_profile_keys[] = {"start_step", "end_step", NULL};
 
 /* ---- error reporting ---- */
 
@@ -548,6 +549,25 @@ static int s_read_resume_from(const json_t *doc, jobspec_t *s, s_strings_t *str,
 	return 0;
 }
 
+/* profile: optional; when given both fields are required. */
+static int s_read_profile(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
+{
+	const json_t *o;
+	TRY(s_get_section(doc, "profile", s_profile_keys, &o, err));
+	if (!o)
+		return 0;
+	static const char *const keys[] = {"start_step", "end_step"};
+	for (int i = 0; i < 2; i++)
+		if (!json_object_get(o, keys[i]))
+			return s_fail(err, i ? "/profile/end_step" : "/profile/start_step",
+				      "profile.%s is required: the %s step to trace (an integer between 1 and"
+				      " train.steps; profile covers at most %d steps)",
+				      keys[i], i ? "last" : "first", JOBSPEC_MAX_PROFILE_STEPS);
+	TRY(s_get_int(o, "profile", "start_step", 1, MAX_STEPS, 0, &s->profile.start_step, err));
+	TRY(s_get_int(o, "profile", "end_step", 1, MAX_STEPS, 0, &s->profile.end_step, err));
+	return 0;
+}
+
 static bool s_has(const json_t *doc, const char *section, const char *key)
 {
 	const json_t *obj = json_object_get(doc, section);
@@ -605,6 +625,25 @@ static int s_check_cross(const json_t *doc, const jobspec_t *s, jobspec_error_t 
 			      "%s): the job goes on from the step after the snapshot; raise train.steps",
 			      s->resume_from.step, s->train.steps,
 			      s_has(doc, "train", "steps") ? "" : ", the default");
+
+	if (json_object_get(doc, "profile")) {
+		const int64_t first = s->profile.start_step, last = s->profile.end_step;
+		if (first > last)
+			return s_fail(err, "/profile/start_step",
+				      "profile.start_step (%" PRId64 ") must be at most profile.end_step (%" PRId64
+				      ")", first, last);
+		if (last > s->train.steps)
+			return s_fail(err, "/profile/end_step",
+				      "profile.end_step (%" PRId64 ") must be at most train.steps (%" PRId64
+				      "%s): only steps that run can be traced",
+				      last, s->train.steps, s_has(doc, "train", "steps") ? "" : ", the default");
+		if (last - first + 1 > JOBSPEC_MAX_PROFILE_STEPS)
+			return s_fail(err, "/profile/end_step",
+				      "profile.end_step (%" PRId64 ") must be at most %" PRId64 ": a profile"
+				      " covers at most %d steps (got %" PRId64 " from profile.start_step %" PRId64 ")",
+				      last, first + JOBSPEC_MAX_PROFILE_STEPS - 1, JOBSPEC_MAX_PROFILE_STEPS,
+				      last - first + 1, first);
+	}
 	return 0;
 }
 
@@ -632,6 +671,7 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	if ((rc = s_read_model(doc, &s, err)) < 0 || (rc = s_read_data(doc, &s, &str, err)) < 0 ||
 	    (rc = s_read_train(doc, &s, err)) < 0 || (rc = s_read_rest(doc, &s, err)) < 0 ||
 	    (rc = s_read_resume_from(doc, &s, &str, err)) < 0 ||
+	    (rc = s_read_profile(doc, &s, err)) < 0 ||
 	    (rc = s_check_cross(doc, &s, err)) < 0)
 		return rc;
 
@@ -810,6 +850,11 @@ json_t *jobspec_to_json(const jobspec_t *s)
 		bad |= s_set(doc, "resume_from",
 			     json_pack("{s:s, s:I}", "job", s->resume_from.job, "step",
 				       (json_int_t)s->resume_from.step));
+
+	if (s->profile.start_step > 0)
+		bad |= s_set(doc, "profile",
+			     json_pack("{s:I, s:I}", "start_step", (json_int_t)s->profile.start_step,
+				       "end_step", (json_int_t)s->profile.end_step));
 
 	if (bad) {
 		json_decref(doc);

@@ -6,7 +6,7 @@
  * and the worker both link it, and schema/jobspec.schema.json describes the
  * same document for other tools (a test keeps the two in agreement).
  *
- * Every field but data.train and the optional resume_from has a default (in
+ * Every field but data.train and the optional resume_from and profile has a default (in
  * the field comments below and the table in docs/jobspec.md). Unknown fields are refused so that typos never pass
  * silently. Errors name the offending field by its JSON pointer
  * ("/model/n_head") and say what was wrong and what is allowed.
@@ -59,6 +59,7 @@ typedef enum {
 #define JOBSPEC_MAX_PRIORITY 1000
 #define JOBSPEC_MIN_PRIORITY (-1000)
 #define JOBSPEC_JOB_ID_MAX_BYTES 64 /* resume_from.job (coordinator ids are 22 bytes) */
+#define JOBSPEC_MAX_PROFILE_STEPS 1000 /* profile: end_step - start_step + 1 at most */
 
 typedef struct {
 	char *name; /* 1..JOBSPEC_NAME_MAX_BYTES bytes of UTF-8, stored as sent */
@@ -120,6 +121,15 @@ typedef struct {
 		char *job;    /* 1..JOBSPEC_JOB_ID_MAX_BYTES bytes; NULL: no resume_from */
 		int64_t step; /* >= 1 and < train.steps; 0 when job is NULL */
 	} resume_from;
+
+	/* Record a trace of the phases of steps start_step..end_step on every
+	 * rank (optional, no default; docs/profiling.md): 1 <= start_step <=
+	 * end_step <= train.steps, at most JOBSPEC_MAX_PROFILE_STEPS steps. Both
+	 * 0 when absent (jobspec_to_json then leaves the field out). */
+	struct {
+		int64_t start_step;
+		int64_t end_step;
+	} profile;
 } jobspec_t;
 
 /* Where and why a spec was refused. `pointer` is a JSON pointer (RFC 6901) to

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -38,6 +39,9 @@ enum {
 	OPT_IDEM,
 	OPT_SINCE,
 	OPT_FOLLOW,
+	OPT_OUTPUT,
+	OPT_RANK,
+	OPT_ATTEMPT,
 };
 
 static int usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg)
@@ -60,6 +64,10 @@ typedef struct {
 	long limit; /* 0 = server's default */
 	long long since; /* metrics: first step */
 	bool follow;     /* metrics: keep polling until the job ends */
+	const char *output; /* trace: the file to write ("-" or NULL: stdout) */
+	long rank;          /* trace: only this rank, when has_rank */
+	bool has_rank;
+	long attempt;       /* trace: only this attempt; 0: all */
 } cmd_opts_t;
 
 #define COMMON_LONG_OPTS                                                                           \
@@ -98,6 +106,27 @@ static int parse_options(cmd_ctx_t *ctx, const cmd_t *cmd, int argc, char **argv
 		case OPT_IDEM: opts->idempotency_key = optarg; break;
 		case 'f':
 		case OPT_FOLLOW: opts->follow = true; break;
+		case 'o':
+		case OPT_OUTPUT: opts->output = optarg; break;
+		case OPT_RANK:
+			errno = 0;
+			opts->rank = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || opts->rank < 0 || opts->rank > INT_MAX) {
+				*ret_exit = usage_error(cmd->name, cmd->usage,
+				                        "--rank needs an integer >= 0 (got \"%s\")", optarg);
+				return -1;
+			}
+			opts->has_rank = true;
+			break;
+		case OPT_ATTEMPT:
+			errno = 0;
+			opts->attempt = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || opts->attempt < 1 || opts->attempt > INT_MAX) {
+				*ret_exit = usage_error(cmd->name, cmd->usage,
+				                        "--attempt needs an integer >= 1 (got \"%s\")", optarg);
+				return -1;
+			}
+			break;
 		case OPT_SINCE:
 			errno = 0;
 			opts->since = strtoll(optarg, &end, 10);
@@ -891,6 +920,133 @@ out:
 	return status;
 }
 
+/* ---- trace ---------------------------------------------------------------- */
+
+/* Write n bytes to `path` through a temporary file renamed over it, so that
+ * a reader never sees half a trace. 0, or -1 with a line on stderr. */
+static int write_file(const char *path, const char *data, size_t n)
+{
+	size_t len = strlen(path) + 16;
+	char *tmp = malloc(len);
+	if (!tmp) {
+		out_of_memory();
+		return -1;
+	}
+	snprintf(tmp, len, "%s.tmp-XXXXXX", path);
+	int fd = mkstemp(tmp);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		fprintf(stderr, "ringctl: cannot write %s: %s\n", path, strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		free(tmp);
+		return -1;
+	}
+	bool ok = fwrite(data, 1, n, f) == n && fputc('\n', f) != EOF;
+	ok = fclose(f) == 0 && ok;
+	mode_t mask = umask(0);
+	umask(mask);
+	if (ok && chmod(tmp, 0666 & ~mask) == 0 && rename(tmp, path) == 0) {
+		free(tmp);
+		return 0;
+	}
+	fprintf(stderr, "ringctl: cannot write %s: %s\n", path, strerror(errno));
+	unlink(tmp);
+	free(tmp);
+	return -1;
+}
+
+/* "24 phases of steps 2 to 4 on 2 rank(s)" for a Chrome trace from the server. */
+static void trace_summary(const json_t *doc, char *buf, size_t buf_len)
+{
+	long long n_phases = 0, first = -1, last = -1;
+	int n_ranks = 0;
+	long long ranks_seen[64];
+	size_t i;
+	json_t *e;
+	json_array_foreach(json_object_get(doc, "traceEvents"), i, e) {
+		const char *ph = json_string_value(json_object_get(e, "ph"));
+		const char *cat = json_string_value(json_object_get(e, "cat"));
+		if (!ph || strcmp(ph, "X") != 0)
+			continue;
+		long long step = json_integer_value(json_object_get(json_object_get(e, "args"), "step"));
+		if (first < 0 || step < first)
+			first = step;
+		if (step > last)
+			last = step;
+		if (cat && strcmp(cat, "phase") == 0)
+			n_phases++;
+		long long pid = json_integer_value(json_object_get(e, "pid"));
+		bool seen = false;
+		for (int k = 0; k < n_ranks && k < 64; k++)
+			seen = seen || ranks_seen[k] == pid;
+		if (!seen) {
+			if (n_ranks < 64)
+				ranks_seen[n_ranks] = pid;
+			n_ranks++;
+		}
+	}
+	snprintf(buf, buf_len, "%lld phases of steps %lld to %lld on %d rank(s)", n_phases, first, last, n_ranks);
+}
+
+static int run_trace(cmd_ctx_t *ctx, int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		COMMON_LONG_OPTS,
+		{"output", required_argument, NULL, OPT_OUTPUT},
+		{"rank", required_argument, NULL, OPT_RANK},
+		{"attempt", required_argument, NULL, OPT_ATTEMPT},
+		{0, 0, 0, 0},
+	};
+	const cmd_t *cmd = cmd_find("trace");
+	cmd_opts_t opts = {0};
+	int first, status;
+	if (parse_options(ctx, cmd, argc, argv, ":ho:", long_opts, &opts, &first, &status) < 0 ||
+	    expect_args(cmd, argc, first, 1, &status) < 0)
+		return status;
+	char *path = job_path(ctx, argv[first], "/trace");
+	char num[32];
+	if (path && opts.attempt > 0) {
+		snprintf(num, sizeof num, "%ld", opts.attempt);
+		if (path_add_query(ctx, &path, "attempt", num) < 0) {
+			free(path);
+			path = NULL;
+		}
+	}
+	if (path && opts.has_rank) {
+		snprintf(num, sizeof num, "%ld", opts.rank);
+		if (path_add_query(ctx, &path, "rank", num) < 0) {
+			free(path);
+			path = NULL;
+		}
+	}
+	if (!path)
+		return out_of_memory();
+	rest_response_t response;
+	json_t *doc;
+	status = request_json(ctx, "GET", path, NULL, 0, NULL, &response, &doc);
+	free(path);
+	if (status != CTL_EXIT_OK)
+		return status;
+	size_t n = response.body_bytes;
+	while (n > 0 && (response.body[n - 1] == '\n' || response.body[n - 1] == '\r'))
+		n--;
+	if (!opts.output || strcmp(opts.output, "-") == 0) {
+		print_raw(&response);
+	} else if (write_file(opts.output, response.body, n) < 0) {
+		status = CTL_EXIT_FAILED;
+	} else {
+		char summary[160];
+		trace_summary(doc, summary, sizeof summary);
+		printf("wrote %s: %s; open it in https://ui.perfetto.dev\n", opts.output, summary);
+	}
+	json_decref(doc);
+	rest_response_clear(&response);
+	return status;
+}
+
 /* ---- workers -------------------------------------------------------------- */
 
 /* The first of keys that obj has, as text. */
@@ -1114,6 +1270,9 @@ static const cmd_t commands[] = {
 	 " printing new steps until the job ends, then exits 0 if it succeeded."},
 	{"checkpoints", run_checkpoints, "ID",
 	 "List a job's committed checkpoints, newest first (step, time, size, path)."},
+	{"trace", run_trace, "[-o FILE] [--rank R] [--attempt N] ID",
+	 "Download the Chrome trace of a job's profiled steps (its spec's profile range) to FILE"
+	 " (default: stdout); open it in https://ui.perfetto.dev."},
 	{"workers", run_workers, "", "List the worker nodes known to the coordinator."},
 	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] -o FILE",
 	 "Write a snapshot's model weights as one Hugging Face safetensors file (local: reads the"

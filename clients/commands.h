@@ -1,6 +1,6 @@
 /*
  * commands: ringctl's subcommands (submit, jobs, show, cancel, events,
- * metrics, checkpoints, workers). Each parses its own options, makes its REST call(s) through
+ * metrics, checkpoints, trace, workers). Each parses its own options, makes its REST call(s) through
  * rest.c and prints either an aligned table (table.c) or, with --json, the
  * server's JSON for scripts. ringctl.c only parses the global options and
  * dispatches here.

@@ -34,6 +34,7 @@
 #include "gang.h"
 #include "smap.h"
 #include "snapshot.h"
+#include "traces.h"
 #include "wire.h"
 
 #define KIND_CPU 0
@@ -1634,9 +1635,9 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 	}
 	if (type != WIRE_JOIN && type != WIRE_KV_SET && type != WIRE_KV_GET && type != WIRE_METRICS &&
 	    type != WIRE_DONE && type != WIRE_FAILED && type != WIRE_SNAPSHOT_WRITTEN &&
-	    type != WIRE_SNAPSHOT_COMMITTED && type != WIRE_SNAPSHOT_FAILED && type != WIRE_PARKED) {
+	    type != WIRE_SNAPSHOT_COMMITTED && type != WIRE_SNAPSHOT_FAILED && type != WIRE_PARKED && type != WIRE_TRACE) {
 		snprintf(detail, sizeof detail,
-		         "a rank sends JOIN, KV_SET, KV_GET, METRICS, SNAPSHOT_WRITTEN, SNAPSHOT_COMMITTED, "
+		         "a rank sends JOIN, KV_SET, KV_GET, METRICS, TRACE, SNAPSHOT_WRITTEN, SNAPSHOT_COMMITTED, "
 		         "SNAPSHOT_FAILED, PARKED, DONE or FAILED, not %s",
 		         wire_type_name(type));
 		send_error(f, ident, strlen(ident), 400, detail);
@@ -1718,7 +1719,10 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 	case WIRE_SNAPSHOT_FAILED: on_snapshot_failed(f, at, rank, p); break;
 	case WIRE_DONE: on_done(f, at, rank, p); break;
 	case WIRE_FAILED: on_failed(f, at, rank, p); break;
-
+	case WIRE_TRACE: /* stored in this loop's transaction; coordinatord/traces.c */
+		if (tx(f) && traces_record(f->st, at->job_id, at->attempt, rank, p, detail, sizeof detail) == -EINVAL)
+			send_error(f, ident, strlen(ident), 400, detail);
+		break;
 	default: break;
 	}
 }

@@ -41,6 +41,7 @@
 #include "problem.h"
 #include "sbuf.h"
 #include "store.h"
+#include "traces.h"
 
 #define JSON_TYPE "application/json"
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -57,6 +58,7 @@ enum {
 	R_JOB_EVENTS,
 	R_JOB_METRICS,
 	R_JOB_CHECKPOINTS,
+	R_JOB_TRACE,
 	R_WORKERS,
 	R_HEALTHZ,
 	R_READYZ,
@@ -78,6 +80,7 @@ static const struct {
 	[R_JOB_EVENTS] = {"/v1/jobs/{id}/events", M_GET, "GET"},
 	[R_JOB_METRICS] = {"/v1/jobs/{id}/metrics", M_GET, "GET"},
 	[R_JOB_CHECKPOINTS] = {"/v1/jobs/{id}/checkpoints", M_GET, "GET"},
+	[R_JOB_TRACE] = {"/v1/jobs/{id}/trace", M_GET, "GET"},
 	[R_WORKERS] = {"/v1/workers", M_GET, "GET"},
 	[R_HEALTHZ] = {"/healthz", M_GET, "GET"},
 	[R_READYZ] = {"/readyz", M_GET, "GET"},
@@ -87,7 +90,7 @@ static const struct {
 
 static const char *const s_route_labels[N_ROUTES] = {
 	"/v1/jobs",    "/v1/jobs/{id}", "/v1/jobs/{id}/cancel", "/v1/jobs/{id}/events", "/v1/jobs/{id}/metrics",
-	"/v1/jobs/{id}/checkpoints",    "/v1/workers",          "/healthz",             "/readyz",
+	"/v1/jobs/{id}/checkpoints",    "/v1/jobs/{id}/trace",  "/v1/workers",          "/healthz",             "/readyz",
 	"/metrics",    "unmatched",
 };
 
@@ -99,6 +102,7 @@ static const http_route_t s_route_table[] = {
 	{"GET", "/v1/jobs/{id}/events"},
 	{"GET", "/v1/jobs/{id}/metrics"},
 	{"GET", "/v1/jobs/{id}/checkpoints"},
+	{"GET", "/v1/jobs/{id}/trace"},
 	{"GET", "/v1/workers"},
 	{"GET", "/healthz"},
 	{"GET", "/readyz"},
@@ -278,6 +282,8 @@ static int match_route(const char *url, char id_out[STORE_ID_BYTES], const char 
 			route = R_JOB_METRICS;
 		else if (strcmp(end, "/checkpoints") == 0)
 			route = R_JOB_CHECKPOINTS;
+		else if (strcmp(end, "/trace") == 0)
+			route = R_JOB_TRACE;
 		else
 			return R_UNMATCHED;
 		*ret_seg = seg;
@@ -400,6 +406,124 @@ static enum MHD_Result list_checkpoints(http_t *h, struct MHD_Connection *conn, 
 		return respond_problem(conn, c, R, M, start_us, 503, "the database cannot be read; retry later", NULL,
 		                       NULL);
 	sbuf_puts(&c->out, "]}");
+	return respond_out(conn, c, R, M, start_us, 200, JSON_TYPE);
+}
+
+/* ---- GET /v1/jobs/{id}/trace ---- */
+
+typedef struct {
+	const char *bad_key;
+	int n_attempt, n_rank;
+} trace_query_t;
+
+static enum MHD_Result trace_query_iter(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	trace_query_t *q = cls;
+	if (strcmp(key, "attempt") == 0)
+		q->n_attempt++;
+	else if (strcmp(key, "rank") == 0)
+		q->n_rank++;
+	else if (!q->bad_key)
+		q->bad_key = key;
+	return MHD_YES;
+}
+
+/* Query parameter `key` as an integer in [lo, hi] into *ret (left alone when
+ * absent). -EINVAL with `detail` filled when it is not one. */
+static int query_int(struct MHD_Connection *conn, const char *key, long lo, long hi, long *ret, char *detail,
+                     size_t detail_len)
+{
+	const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
+	if (!v)
+		return 0;
+	char *end;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < lo || n > hi) {
+		snprintf(detail, detail_len, "%s must be an integer from %ld to %ld (got \"%.64s\")", key, lo, hi, v);
+		return -EINVAL;
+	}
+	*ret = n;
+	return 0;
+}
+
+/* The Chrome trace of the job's profiled steps (coordinatord/traces.c). */
+static enum MHD_Result get_trace(http_t *h, struct MHD_Connection *conn, thread_ctx_t *c, int64_t start_us,
+                                 const char *id, const char *seg, size_t seg_len)
+{
+	const int R = R_JOB_TRACE;
+	const metrics_method_t M = METRICS_METHOD_GET;
+	if (!plausible_id(id))
+		return not_found_job(conn, c, R, M, start_us, seg, seg_len);
+	char detail[512];
+	trace_query_t q = {0};
+	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, trace_query_iter, &q);
+	if (q.bad_key) {
+		snprintf(detail, sizeof detail, "unknown query parameter \"%.64s\" (allowed: attempt, rank)", q.bad_key);
+		return respond_problem(conn, c, R, M, start_us, 400, detail, NULL, NULL);
+	}
+	if (q.n_attempt > 1 || q.n_rank > 1)
+		return respond_problem(conn, c, R, M, start_us, 400, "each query parameter may appear once", NULL,
+		                       NULL);
+	long attempt = -1, rank = -1;
+	if (query_int(conn, "attempt", 1, INT32_MAX, &attempt, detail, sizeof detail) < 0)
+		return respond_problem(conn, c, R, M, start_us, 400, detail, "attempt", NULL);
+	if (query_int(conn, "rank", 0, JOBSPEC_MAX_WORLD_SIZE - 1, &rank, detail, sizeof detail) < 0)
+		return respond_problem(conn, c, R, M, start_us, 400, detail, "rank", NULL);
+	store_t *st = ctx_reader(h, c);
+	if (!st)
+		return respond_problem(conn, c, R, M, start_us, 503, "the database cannot be read; retry later", NULL,
+		                       NULL);
+	store_job_t job;
+	memset(&job, 0, sizeof job);
+	int r = store_job_get(st, id, &job);
+	if (r == -ENOENT)
+		return not_found_job(conn, c, R, M, start_us, seg, seg_len);
+	if (r < 0)
+		return respond_problem(conn, c, R, M, start_us, 503, "the database cannot be read; retry later", NULL,
+		                       NULL);
+	json_t *spec = json_loads(job.spec_json ? job.spec_json : "{}", 0, NULL);
+	const json_t *profile = json_object_get(spec, "profile");
+	long long first = json_integer_value(json_object_get(profile, "start_step"));
+	long long last = json_integer_value(json_object_get(profile, "end_step"));
+	bool profiled = json_is_object(profile);
+	json_decref(spec);
+	store_job_state_t state = job.state;
+	store_job_clear(&job);
+	if (!profiled) {
+		snprintf(detail, sizeof detail,
+		         "job %s has no trace: its spec asks for none; set profile: {start_step, end_step} in the job "
+		         "spec to record the phases of those steps (docs/profiling.md)", id);
+		return respond_problem(conn, c, R, M, start_us, 404, detail, NULL, NULL);
+	}
+	sbuf_reset(&c->out);
+	r = traces_render(st, id, (int)attempt, (int)rank, &c->out);
+	if (r == -ENOENT)
+		return not_found_job(conn, c, R, M, start_us, seg, seg_len);
+	if (r < 0)
+		return respond_problem(conn, c, R, M, start_us, 503, "the job's trace cannot be read; retry later",
+		                       NULL, NULL);
+	if (r == 0) {
+		store_trace_usage_t u = {0};
+		if (store_trace_usage(st, id, &u) < 0)
+			return respond_problem(conn, c, R, M, start_us, 503, "the job's trace cannot be read; retry later",
+			                       NULL, NULL);
+		char which[96] = "";
+		if (attempt >= 0 && rank >= 0)
+			snprintf(which, sizeof which, "attempt %ld, rank %ld", attempt, rank);
+		else if (attempt >= 0 || rank >= 0)
+			snprintf(which, sizeof which, "%s %ld", attempt >= 0 ? "attempt" : "rank", attempt >= 0 ? attempt : rank);
+		if (u.n_rows > 0)
+			snprintf(detail, sizeof detail,
+			         "job %s has no trace for %s: its trace has %lld step(s) of other attempts or ranks; leave out "
+			         "?attempt and ?rank to get them all", id, which, (long long)u.n_rows);
+		else
+			snprintf(detail, sizeof detail,
+			         "job %s has no trace yet: its profile covers steps %lld to %lld and no rank has reported "
+			         "them (the job is %s%s)", id, first, last, store_job_state_name(state),
+			         store_job_state_is_final(state) ? ", so they will not come" : "; retry once it has run them");
+		return respond_problem(conn, c, R, M, start_us, 404, detail, NULL, NULL);
+	}
 	return respond_out(conn, c, R, M, start_us, 200, JSON_TYPE);
 }
 
@@ -1169,6 +1293,7 @@ static enum MHD_Result answer_simple(http_t *h, struct MHD_Connection *conn, con
 	case R_JOB_EVENTS: return list_events(h, conn, c, start_us, id, seg, seg_len);
 	case R_JOB_METRICS: return list_metrics(h, conn, c, start_us, id, seg, seg_len);
 	case R_JOB_CHECKPOINTS: return list_checkpoints(h, conn, c, start_us, id, seg, seg_len);
+	case R_JOB_TRACE: return get_trace(h, conn, c, start_us, id, seg, seg_len);
 	case R_WORKERS: return list_workers(h, conn, c, start_us);
 	case R_READYZ: return get_readyz(h, conn, c, start_us);
 	case R_METRICS: return get_metrics(h, conn, c, start_us);

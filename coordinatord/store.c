@@ -62,6 +62,11 @@ enum {
 	ST_CHECKPOINT_GET,
 	ST_JOB_SET_RESTARTS,
 	ST_JOB_LIST_RESTARTS,
+	ST_TRACE_USAGE_GET,
+	ST_TRACE_REFUSE,
+	ST_TRACE_INSERT,
+	ST_TRACE_USAGE_ADD,
+	ST_TRACE_LIST,
 	ST_N
 };
 
@@ -148,6 +153,17 @@ static const char *const stmt_sql[ST_N] = {
 	                         "NULL ORDER BY step DESC LIMIT 1",
 	[ST_CHECKPOINT_GET] = "SELECT path FROM checkpoints WHERE job_id = ?1 AND step = ?2 AND deleted_at_us "
 	                      "IS NULL",
+	[ST_TRACE_USAGE_GET] = "SELECT n_rows, n_bytes, n_refused FROM trace_usage WHERE job_id = ?1",
+	[ST_TRACE_REFUSE] = "INSERT INTO trace_usage (job_id, n_refused) VALUES (?1, 1) ON CONFLICT (job_id) DO "
+	                    "UPDATE SET n_refused = n_refused + 1 RETURNING n_refused",
+	[ST_TRACE_INSERT] = "INSERT INTO traces (job_id, attempt, rank, step, start_unix_us, dur_us, events, "
+	                    "received_at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (job_id, "
+	                    "attempt, rank, step) DO NOTHING",
+	[ST_TRACE_USAGE_ADD] = "INSERT INTO trace_usage (job_id, n_rows, n_bytes) VALUES (?1, 1, ?2) ON CONFLICT "
+	                       "(job_id) DO UPDATE SET n_rows = n_rows + 1, n_bytes = n_bytes + ?2",
+	[ST_TRACE_LIST] = "SELECT job_id, attempt, rank, step, start_unix_us, dur_us, events, received_at_us "
+	                  "FROM traces WHERE job_id = ?1 AND (?2 < 0 OR attempt = ?2) AND (?3 < 0 OR rank = ?3) "
+	                  "ORDER BY attempt, rank, step",
 };
 
 struct store {
@@ -1300,6 +1316,122 @@ int store_job_list_restarts(store_t *st, store_restarts_fn fn, void *userdata)
 	}
 	if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
 		r = sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	return r;
+}
+
+/* ---- traces (schema 005) ---- */
+
+/* The usage row of a job (zeros when it has none). */
+static int trace_usage_get(store_t *st, const char *job_id, store_trace_usage_t *ret_usage)
+{
+	sqlite3_stmt *s = stmt(st, ST_TRACE_USAGE_GET);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	store_trace_usage_t u = {0};
+	if (rc == SQLITE_ROW) {
+		u.n_rows = sqlite3_column_int64(s, 0);
+		u.n_bytes = sqlite3_column_int64(s, 1);
+		u.n_refused = sqlite3_column_int64(s, 2);
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	*ret_usage = u;
+	return 0;
+}
+
+/* A refused TRACE: count it; its new count to *ret_n_refused. */
+static int trace_refuse(store_t *st, const char *job_id, int64_t *ret_n_refused)
+{
+	sqlite3_stmt *s = stmt(st, ST_TRACE_REFUSE);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+	int r = rc == SQLITE_ROW ? step_done(s) : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	sqlite3_reset(s);
+	if (r < 0)
+		return r;
+	if (ret_n_refused)
+		*ret_n_refused = n;
+	return -ENOSPC;
+}
+
+int store_trace_insert(store_t *st, const store_trace_t *t, int64_t max_rows, int64_t max_bytes,
+                       int64_t *ret_n_refused)
+{
+	if (t->attempt < 0 || t->rank < 0 || t->step < 1 || t->start_unix_us < 0 || !(t->dur_us >= 0) ||
+	    !t->events_json)
+		return -EINVAL;
+	const int64_t bytes = (int64_t)strlen(t->events_json);
+	store_trace_usage_t u;
+	int r = trace_usage_get(st, t->job_id, &u);
+	if (r < 0)
+		return r;
+	if (u.n_rows >= max_rows || u.n_bytes + bytes > max_bytes)
+		return job_exists(st, t->job_id) == -ENOENT ? -ENOENT : trace_refuse(st, t->job_id, ret_n_refused);
+	sqlite3_stmt *s = stmt(st, ST_TRACE_INSERT);
+	sqlite3_bind_text(s, 1, t->job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, t->attempt);
+	sqlite3_bind_int(s, 3, t->rank);
+	sqlite3_bind_int64(s, 4, t->step);
+	sqlite3_bind_int64(s, 5, t->start_unix_us);
+	sqlite3_bind_double(s, 6, t->dur_us);
+	sqlite3_bind_text(s, 7, t->events_json, (int)bytes, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 8, t->received_at_us);
+	int rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	if (rc == SQLITE_CONSTRAINT_FOREIGNKEY)
+		return -ENOENT;
+	if (rc != SQLITE_DONE)
+		return sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	if (sqlite3_changes(st->db) == 0)
+		return -EEXIST;
+	s = stmt(st, ST_TRACE_USAGE_ADD);
+	sqlite3_bind_text(s, 1, t->job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, bytes);
+	return step_done(s);
+}
+
+int store_trace_usage(store_t *st, const char *job_id, store_trace_usage_t *ret_usage)
+{
+	int r = job_exists(st, job_id);
+	return r < 0 ? r : trace_usage_get(st, job_id, ret_usage);
+}
+
+int store_trace_list(store_t *st, const char *job_id, int attempt, int rank, store_trace_fn fn,
+                     void *userdata)
+{
+	int rc = job_exists(st, job_id);
+	if (rc != 0)
+		return rc;
+	sqlite3_stmt *s = stmt(st, ST_TRACE_LIST);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, attempt);
+	sqlite3_bind_int(s, 3, rank);
+	int r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		store_trace_t t;
+		memset(&t, 0, sizeof t);
+		const char *id = (const char *)sqlite3_column_text(s, 0);
+		snprintf(t.job_id, sizeof t.job_id, "%s", id ? id : "");
+		t.attempt = sqlite3_column_int(s, 1);
+		t.rank = sqlite3_column_int(s, 2);
+		t.step = sqlite3_column_int64(s, 3);
+		t.start_unix_us = sqlite3_column_int64(s, 4);
+		t.dur_us = sqlite3_column_double(s, 5);
+		t.events_json = (const char *)sqlite3_column_text(s, 6);
+		t.received_at_us = sqlite3_column_int64(s, 7);
+		if (!t.events_json) {
+			r = -ENOMEM;
+			break;
+		}
+		r = fn(&t, userdata);
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
 	sqlite3_reset(s);
 	return r;
 }

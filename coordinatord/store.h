@@ -1,7 +1,7 @@
 /*
  * store: the coordinator's SQLite database (jobs, events, idempotency keys,
  * workers, ranks of each attempt with their memory, per-step metrics,
- * committed checkpoints, schema migrations).
+ * committed checkpoints, per-step phase traces, schema migrations).
  *
  * One store_t wraps one SQLite connection and its prepared statements, and is
  * used by one thread only. The broker loop opens the single writer
@@ -310,6 +310,51 @@ int store_job_set_restarts(store_t *st, const char *job_id, int restarts, int64_
  * order; `fn` gets each job id (borrowed for the call). */
 typedef int (*store_restarts_fn)(const char *job_id, int restarts, void *userdata);
 int store_job_list_restarts(store_t *st, store_restarts_fn fn, void *userdata);
+
+/* ---- traces (schema 005) ---- */
+
+/* One profiled step of one rank (coordinatord/traces.c validates it). */
+typedef struct {
+	char job_id[STORE_ID_BYTES];
+	int attempt;
+	int rank;
+	int64_t step;
+	int64_t start_unix_us;   /* the step's start on the rank's wall clock */
+	double dur_us;           /* the step's duration */
+	const char *events_json; /* borrowed: [{"name":..., "ts_us":..., "dur_us":...}] */
+	int64_t received_at_us;
+} store_trace_t;
+
+/* What a job's traces hold, and how many TRACEs were refused at the cap. */
+typedef struct {
+	int64_t n_rows;
+	int64_t n_bytes; /* of events_json, all rows together */
+	int64_t n_refused;
+} store_trace_usage_t;
+
+/*
+ * Writer: store one step's trace. Refused with -ENOSPC, nothing stored,
+ * when the job's traces already hold max_rows rows or adding this one would
+ * pass max_bytes bytes of events; the job's refusal count goes up by one and
+ * is written to *ret_n_refused (may be NULL). -EEXIST when the (job,
+ * attempt, rank, step) row exists (the first one is kept, nothing changes);
+ * -ENOENT for an unknown job (a foreign key); -EINVAL for a negative
+ * attempt, rank, start or duration, a step < 1 or a NULL events_json.
+ * Several statements: call it inside store_begin / store_commit.
+ */
+int store_trace_insert(store_t *st, const store_trace_t *t, int64_t max_rows, int64_t max_bytes,
+                       int64_t *ret_n_refused);
+
+/* A job's trace usage (all zero when it has none). -ENOENT: no such job. */
+int store_trace_usage(store_t *st, const char *job_id, store_trace_usage_t *ret_usage);
+
+/* The trace rows of a job, of one attempt (attempt >= 0) or all, of one
+ * rank (rank >= 0) or all, ordered by attempt, rank and step; `fn` gets each
+ * (borrowed for the call; a non-zero return stops the walk and is
+ * returned). -ENOENT: no such job (a job without rows is not an error). */
+typedef int (*store_trace_fn)(const store_trace_t *t, void *userdata);
+int store_trace_list(store_t *st, const char *job_id, int attempt, int rank, store_trace_fn fn,
+                     void *userdata);
 
 /* Writer: one metrics row. */
 int store_metric_insert(store_t *st, const store_metric_t *m);

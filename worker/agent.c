@@ -27,6 +27,7 @@
 #include <zmq.h>
 
 #include "fabric.h"
+#include "gpus.h"
 #include "wire.h"
 
 extern char **environ;
@@ -61,7 +62,11 @@ typedef struct {
 	char node[256];
 	char advertise[INET6_ADDRSTRLEN];
 	char exe[PATH_MAX];
-	int n_slots;
+	int n_slots;         /* n_cpu + n_gpus */
+	int n_cpu;           /* cpu:i is slots[i] */
+	int n_gpus;          /* cuda:g is slots[n_cpu + g], GPU gpus[g] */
+	gpu_info_t gpus[GPUS_MAX];
+	char gpu_note[256];  /* why no GPU is advertised, when none is */
 	slot_t *slots;
 	cpu_set_t avail;     /* the CPUs this agent may hand out */
 	sigset_t old_mask;   /* restored in the ranks */
@@ -230,11 +235,28 @@ static void s_send(agent_t *a, wire_type_t type, json_t *payload)
 	json_decref(payload);
 }
 
+/* "cpu:3" or "cuda:0": slot i as the coordinator names its device. */
+static void s_slot_label(const agent_t *a, int i, char *buf, size_t n)
+{
+	if (i < a->n_cpu)
+		snprintf(buf, n, "cpu:%d", i);
+	else
+		snprintf(buf, n, "cuda:%d", i - a->n_cpu);
+}
+
 static void s_send_register(agent_t *a)
 {
 	json_t *devices = json_array(), *ranks = json_array();
 	for (int i = 0; i < a->n_slots; i++) {
-		json_array_append_new(devices, json_pack("{s:s, s:i}", "kind", "cpu", "index", i));
+		if (i < a->n_cpu) {
+			json_array_append_new(devices, json_pack("{s:s, s:i}", "kind", "cpu", "index", i));
+		} else {
+			const gpu_info_t *g = &a->gpus[i - a->n_cpu];
+			json_array_append_new(devices, json_pack("{s:s, s:i, s:s, s:I, s:s}", "kind", "cuda",
+			                                         "index", i - a->n_cpu, "name", g->name,
+			                                         "memory_bytes", (json_int_t)g->memory_bytes,
+			                                         "uuid", g->uuid));
+		}
 		const slot_t *s = &a->slots[i];
 		if (s->busy)
 			json_array_append_new(ranks, json_pack("{s:s, s:i, s:i, s:i}", "job", s->job,
@@ -348,8 +370,11 @@ static void s_strv_free(char **v)
 
 /* The rank's environment: ours, with its thread count and the allocator
  * settings that keep glibc from returning (and re-faulting) the training
- * buffers every step. NULL on out-of-memory. */
-static char **s_rank_env(int n_threads)
+ * buffers every step; a GPU rank (`gpu` not NULL) sees only its GPU, as
+ * CUDA device 0: CUDA_VISIBLE_DEVICES names it by UUID (the same GPU
+ * whatever CUDA_DEVICE_ORDER says; its NVML index, which is PCI bus order,
+ * where NVML gave no UUID). NULL on out-of-memory. */
+static char **s_rank_env(int n_threads, const gpu_info_t *gpu)
 {
 	int n = 0;
 	while (environ[n])
@@ -370,6 +395,16 @@ static char **s_rank_env(int n_threads)
 	    s_env_set(env, &m, "MALLOC_MMAP_MAX_", "0") < 0 ||
 	    s_env_set(env, &m, "MALLOC_TRIM_THRESHOLD_", "100000000000") < 0)
 		goto fail;
+	if (gpu) {
+		char visible[GPUS_UUID_BYTES];
+		if (gpu->uuid[0])
+			snprintf(visible, sizeof visible, "%s", gpu->uuid);
+		else
+			snprintf(visible, sizeof visible, "%d", gpu->index);
+		if (s_env_set(env, &m, "CUDA_DEVICE_ORDER", "PCI_BUS_ID") < 0 ||
+		    s_env_set(env, &m, "CUDA_VISIBLE_DEVICES", visible) < 0)
+			goto fail;
+	}
 	return env;
 fail:
 	s_strv_free(env);
@@ -413,13 +448,23 @@ static void s_spawn(agent_t *a, const json_t *p)
 		s_refuse_spawn(a, job, attempt, rank, "job id too long or contains '/'");
 		return;
 	}
-	if (!kind || strcmp(kind, "cpu") != 0 || index < 0 || index >= a->n_slots) {
-		snprintf(why, sizeof why, "no device %s:%lld on node %s (it has cpu:0..cpu:%d)",
-		         kind ? kind : "?", (long long)index, a->node, a->n_slots - 1);
+	int slot_i = -1;
+	if (kind && strcmp(kind, "cpu") == 0 && index >= 0 && index < a->n_cpu)
+		slot_i = (int)index;
+	else if (kind && strcmp(kind, "cuda") == 0 && index >= 0 && index < a->n_gpus)
+		slot_i = a->n_cpu + (int)index;
+	if (slot_i < 0) {
+		char gpus[48] = "no GPU";
+		if (a->n_gpus > 0)
+			snprintf(gpus, sizeof gpus, "cuda:0..cuda:%d", a->n_gpus - 1);
+		snprintf(why, sizeof why, "no device %s:%lld on node %s (it has cpu:0..cpu:%d and %s)",
+		         kind ? kind : "?", (long long)index, a->node, a->n_cpu - 1, gpus);
 		s_refuse_spawn(a, job, attempt, rank, why);
 		return;
 	}
-	slot_t *s = &a->slots[index];
+	char dev_name[32];
+	s_slot_label(a, slot_i, dev_name, sizeof dev_name);
+	slot_t *s = &a->slots[slot_i];
 	/* A survivor of the failed attempt `adopt`, parked in its process on
 	 * this device, becomes this attempt's rank (the coordinator sends it
 	 * REJOIN); if it is gone meanwhile, a new process is spawned. */
@@ -437,8 +482,8 @@ static void s_spawn(agent_t *a, const json_t *p)
 	}
 	if (s->busy) {
 		if (s->pending) {
-			snprintf(why, sizeof why, "device cpu:%lld is busy with rank %s/%d/%d and rank %s/%lld/%lld waits for it",
-			         (long long)index, s->job, s->attempt, s->rank,
+			snprintf(why, sizeof why, "device %s is busy with rank %s/%d/%d and rank %s/%lld/%lld waits for it",
+			         dev_name, s->job, s->attempt, s->rank,
 			         json_string_value(json_object_get(s->pending, "job")),
 			         (long long)json_integer_value(json_object_get(s->pending, "attempt")),
 			         (long long)json_integer_value(json_object_get(s->pending, "rank")));
@@ -448,13 +493,16 @@ static void s_spawn(agent_t *a, const json_t *p)
 		/* The coordinator placed it here, so it holds the old rank finished. */
 		s->pending = json_incref((json_t *)p);
 		s->pending_term_at_us = fabric_now_us() + (int64_t)PENDING_GRACE_MS * 1000;
-		s_log(a, "rank %s/%d/%d waits for cpu:%lld, still held by rank %s/%d/%d (pid %d)", job,
-		      attempt, rank, (long long)index, s->job, s->attempt, s->rank, (int)s->pid);
+		s_log(a, "rank %s/%d/%d waits for %s, still held by rank %s/%d/%d (pid %d)", job,
+		      attempt, rank, dev_name, s->job, s->attempt, s->rank, (int)s->pid);
 		return;
 	}
 
 	cpu_set_t cpus;
-	int n_threads = agent_cpu_share(&a->avail, (int)index, a->n_slots, &cpus);
+	/* A GPU rank's CPUs: the node's CPUs split between its GPUs. */
+	const gpu_info_t *gpu = slot_i >= a->n_cpu ? &a->gpus[slot_i - a->n_cpu] : NULL;
+	int n_threads = gpu ? agent_cpu_share(&a->avail, slot_i - a->n_cpu, a->n_gpus, &cpus)
+	                    : agent_cpu_share(&a->avail, slot_i, a->n_cpu, &cpus);
 	if (n_threads < 1)
 		n_threads = 1;
 	char s_attempt[16], s_rank[16], s_world[16], s_timeout[16];
@@ -498,7 +546,7 @@ static void s_spawn(agent_t *a, const json_t *p)
 	}
 	argv[k] = NULL;
 
-	char **env = s_rank_env(n_threads);
+	char **env = s_rank_env(n_threads, gpu);
 	int pipefd[2] = {-1, -1};
 	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (!env || null_fd < 0 || pipe2(pipefd, O_CLOEXEC) < 0) {
@@ -544,8 +592,8 @@ static void s_spawn(agent_t *a, const json_t *p)
 	for (int i = 0; i < CPU_SETSIZE && off < sizeof list - 8; i++)
 		if (CPU_ISSET(i, &cpus))
 			off += (size_t)snprintf(list + off, sizeof list - off, "%s%d", off ? "," : "", i);
-	s_log(a, "spawned rank %s/%d/%d of %d on cpu:%lld, pid %d, cpus %s, %d threads", job,
-	      attempt, rank, world, (long long)index, (int)pid, list, n_threads);
+	s_log(a, "spawned rank %s/%d/%d of %d on %s%s%s, pid %d, cpus %s, %d threads", job,
+	      attempt, rank, world, dev_name, gpu ? " " : "", gpu ? gpu->uuid : "", (int)pid, list, n_threads);
 	return;
 fail:
 	if (pipefd[0] >= 0) {
@@ -655,8 +703,8 @@ static void s_on_message(agent_t *a, wire_type_t type, json_t *p)
 		a->heartbeat_ms = hb > 0 ? hb : 1000;
 		a->dead_after = da > 0 ? da : 3;
 		if (!a->registered)
-			s_log(a, "registered with %s (%d cpu slots, advertise %s; heartbeat %d ms, dead after %d)",
-			      fabric_endpoint(a->fab), a->n_slots, a->advertise, a->heartbeat_ms,
+			s_log(a, "registered with %s (%d cpu slots, %d GPU(s), advertise %s; heartbeat %d ms, dead after %d)",
+			      fabric_endpoint(a->fab), a->n_cpu, a->n_gpus, a->advertise, a->heartbeat_ms,
 			      a->dead_after);
 		a->registered = true;
 		fabric_backoff_reset(a->fab);
@@ -741,8 +789,10 @@ static void s_timers(agent_t *a)
 	for (int i = 0; i < a->n_slots; i++) {
 		slot_t *s = &a->slots[i];
 		if (s->busy && s->pending && now >= s->pending_term_at_us && !s->kill_at_us) {
-			s_log(a, "rank %s/%d/%d (pid %d) still holds cpu:%d %d ms after its device was given to another rank; SIGTERM",
-			      s->job, s->attempt, s->rank, (int)s->pid, i, PENDING_GRACE_MS);
+			char dev[32];
+			s_slot_label(a, i, dev, sizeof dev);
+			s_log(a, "rank %s/%d/%d (pid %d) still holds %s %d ms after its device was given to another rank; SIGTERM",
+			      s->job, s->attempt, s->rank, (int)s->pid, dev, PENDING_GRACE_MS);
 			s_term(a, s);
 		}
 		if (s->busy && s->kill_at_us && now >= s->kill_at_us) {
@@ -796,6 +846,46 @@ static void s_on_signals(agent_t *a)
 		s_reap(a);
 }
 
+/* The GPUs to advertise, as --gpus says (agent.h). -ENODEV (with a line
+ * on the log) when --gpus N asks for more than there are. */
+static int s_find_gpus(agent_t *a, const agent_options_t *opt)
+{
+	a->n_gpus = 0;
+	if (opt->gpus == AGENT_GPUS_NONE) {
+		snprintf(a->gpu_note, sizeof a->gpu_note, "--gpus none");
+		return 0;
+	}
+	char err[256];
+	int n = gpus_discover(a->gpus, GPUS_MAX, err, sizeof err);
+	if (n < 0) {
+		if (opt->gpus > 0) {
+			fprintf(a->log, "ringworker agent: error: --gpus %d: GPU discovery failed: %s\n", opt->gpus,
+			        err);
+			return -ENODEV;
+		}
+		snprintf(a->gpu_note, sizeof a->gpu_note, "GPU discovery failed: %.200s", err);
+		return 0;
+	}
+	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+	int found = n;
+	n = gpus_filter_visible(a->gpus, n, visible);
+	if (n == 0)
+		snprintf(a->gpu_note, sizeof a->gpu_note, "%s", err[0] ? err : "");
+	if (n == 0 && found > 0)
+		snprintf(a->gpu_note, sizeof a->gpu_note, "CUDA_VISIBLE_DEVICES=%.120s names none of the %d GPU(s) found",
+		         visible, found);
+	if (opt->gpus > 0) {
+		if (n < opt->gpus) {
+			fprintf(a->log, "ringworker agent: error: --gpus %d, but this node has %d usable GPU(s)%s%s\n",
+			        opt->gpus, n, n == 0 ? ": " : "", n == 0 ? a->gpu_note : "");
+			return -ENODEV;
+		}
+		n = opt->gpus;
+	}
+	a->n_gpus = n;
+	return 0;
+}
+
 static int s_setup(agent_t *a, const agent_options_t *opt)
 {
 	char err[256];
@@ -824,6 +914,15 @@ static int s_setup(agent_t *a, const agent_options_t *opt)
 	if (a->n_slots > AGENT_MAX_DEVICES) {
 		fprintf(a->log, "ringworker agent: error: --devices cpu:%d is more than %d\n", a->n_slots,
 		        AGENT_MAX_DEVICES);
+		return -EINVAL;
+	}
+	a->n_cpu = a->n_slots;
+	if (s_find_gpus(a, opt) < 0)
+		return -ENODEV;
+	a->n_slots = a->n_cpu + a->n_gpus;
+	if (a->n_slots > AGENT_MAX_DEVICES) {
+		fprintf(a->log, "ringworker agent: error: --devices cpu:%d and %d GPU(s) are more than %d devices\n",
+		        a->n_cpu, a->n_gpus, AGENT_MAX_DEVICES);
 		return -EINVAL;
 	}
 	a->slots = calloc((size_t)a->n_slots, sizeof *a->slots);
@@ -900,8 +999,14 @@ int agent_run(const agent_options_t *opt)
 		s_teardown(&a);
 		return 1;
 	}
-	s_log(&a, "starting: coordinator %s, %d cpu slots over %d cpus, advertise %s, ranks run %s",
-	      opt->coordinator, a.n_slots, CPU_COUNT(&a.avail), a.advertise, a.exe);
+	s_log(&a, "starting: coordinator %s, %d cpu slots over %d cpus, %d GPU(s), advertise %s, ranks run %s",
+	      opt->coordinator, a.n_cpu, CPU_COUNT(&a.avail), a.n_gpus, a.advertise, a.exe);
+	for (int g = 0; g < a.n_gpus; g++)
+		s_log(&a, "GPU cuda:%d: %s, %.1f GiB, %s (NVML index %d)", g, a.gpus[g].name,
+		      (double)a.gpus[g].memory_bytes / (1024.0 * 1024.0 * 1024.0), a.gpus[g].uuid,
+		      a.gpus[g].index);
+	if (a.n_gpus == 0)
+		s_log(&a, "no GPU advertised: %s", a.gpu_note[0] ? a.gpu_note : "none found");
 	s_send_register(&a);
 	a.retry_at_us = fabric_now_us() + (int64_t)FABRIC_BACKOFF_MIN_MS * 1000;
 

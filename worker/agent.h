@@ -2,11 +2,14 @@
  * agent: `ringworker agent`, the node agent. One runs on every node.
  *
  * It registers the node's devices with the coordinator (REGISTER over a
- * fabric_t with identity agent/<node>), heartbeats while idle, and reconnects
- * with backoff when the coordinator goes silent, registering again with the
- * ranks it still runs. On SPAWN it starts `ringworker rank ...` (its own
+ * fabric_t with identity agent/<node>): CPU slots, and the node's NVIDIA
+ * GPUs as found through NVML (worker/gpus.c) with their name and memory.
+ * It heartbeats while idle, and reconnects with backoff when the
+ * coordinator goes silent, registering again with the ranks it still runs. On SPAWN it starts `ringworker rank ...` (its own
  * binary) as a direct child, on the device slot named, pinned to that slot's
- * share of the node's CPUs with a matching OMP_NUM_THREADS; it captures the
+ * share of the node's CPUs with a matching OMP_NUM_THREADS (a GPU rank gets
+ * its GPU's share: the CPUs split between the GPUs, and sees only its GPU,
+ * as CUDA device 0, through CUDA_VISIBLE_DEVICES); it captures the
  * rank's stdout and stderr through one pipe (forwarded to its own log,
  * prefixed, and the last line that says "error" kept), reaps it through a signalfd without ever blocking the loop,
  * and reports RANK_EXITED at once. On KILL it sends SIGTERM, then SIGKILL
@@ -25,11 +28,17 @@
 
 #define AGENT_KILL_GRACE_MS 5000
 #define AGENT_MAX_DEVICES 4096
+#define AGENT_GPUS_AUTO 0
+#define AGENT_GPUS_NONE (-1)
 
 typedef struct {
 	const char *coordinator; /* tcp://HOST:PORT of ringmasterd's broker */
 	const char *node;        /* node name; NULL: the host name */
 	int n_devices;           /* cpu device slots; 0: the number of online cores */
+	int gpus;                /* cuda devices (--gpus): AGENT_GPUS_AUTO every GPU found (NVML,
+	                          * within the agent's CUDA_VISIBLE_DEVICES if set), AGENT_GPUS_NONE
+	                          * none, N > 0 the first N found (the agent refuses to start with
+	                          * fewer) */
 	const char *data_root;   /* handed to every rank (--data-root); NULL: none */
 	const char *checkpoint_root; /* handed to every rank (--checkpoint-root); NULL: no snapshots */
 	const char *advertise;   /* address ranks listen on for peers; NULL: agent_route_address() */

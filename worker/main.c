@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "gpus.h"
 #include "jobspec.h"
 #include "rank.h"
 #include "train.h"
@@ -25,9 +26,10 @@ static void s_usage(FILE *f)
 {
 	fputs("usage: ringworker train [--spec FILE] [--steps N] [--json] [--data-root DIR]\n"
 	      "                        [--checkpoint-dir DIR [--resume]]\n"
-	      "       ringworker agent --coordinator tcp://HOST:PORT [--devices cpu:N|auto] [--node NAME]\n"
+	      "       ringworker agent --coordinator tcp://HOST:PORT [--devices cpu:N|auto] [--gpus auto|none|N]\n"
+	      "                        [--node NAME]\n"
 	      "                        [--data-root DIR] [--checkpoint-root DIR] [--advertise ADDR]\n"
-	      "                        [--kill-grace-ms MS] [--comm-timeout-ms MS]\n"
+	      "                        [--kill-grace-ms MS] [--comm-timeout-ms MS] [--step-timeout-ms MS]\n"
 	      "       ringworker --help | --version\n"
 	      "\n"
 	      "train          train a GPT-2 model as the job spec says, in this process\n"
@@ -48,6 +50,9 @@ static void s_usage(FILE *f)
 	      "               runs the ranks it places here (one per device slot) until SIGTERM/SIGINT\n"
 	      "  --coordinator tcp://HOST:PORT  ringmasterd's broker endpoint (required)\n"
 	      "  --devices cpu:N|auto  device slots; auto: one per online core\n"
+	      "  --gpus auto|none|N  NVIDIA GPUs to offer as cuda devices (found through NVML):\n"
+	      "                   auto (default) every one found (within CUDA_VISIBLE_DEVICES if\n"
+	      "                   set), none, or the first N (refuses to start with fewer)\n"
 	      "  --node NAME      node name (default: the host name); identity agent/NAME\n"
 	      "  --data-root DIR  ranks resolve relative data paths against DIR\n"
 	      "  --checkpoint-root DIR  ranks write snapshots to DIR/<job>/step-<N>/ and resume from\n"
@@ -57,6 +62,9 @@ static void s_usage(FILE *f)
 	      "  --kill-grace-ms MS  SIGTERM to SIGKILL when stopping a rank (default 5000)\n"
 	      "  --comm-timeout-ms MS  how long a rank's collective waits for a hung peer before\n"
 	      "                   the rank fails and the job recovers (default 60000)\n"
+	      "  --step-timeout-ms MS  the ranks' watchdog: a step unfinished this long after the\n"
+	      "                   previous one fails the rank and the job recovers (default: the\n"
+	      "                   larger of twice the comm timeout and 10x the longest step so far)\n"
 	      "\n"
 	      "rank           one rank of a job; started by the agent (see docs/workers.md)\n",
 	      f);
@@ -154,6 +162,7 @@ static int s_cmd_agent(int argc, char **argv)
 	static const struct option opts[] = {
 		{"coordinator", required_argument, NULL, 'c'},
 		{"devices", required_argument, NULL, 'D'},
+		{"gpus", required_argument, NULL, 'G'},
 		{"node", required_argument, NULL, 'N'},
 		{"data-root", required_argument, NULL, 'd'},
 		{"checkpoint-root", required_argument, NULL, 'k'},
@@ -185,6 +194,23 @@ static int s_cmd_agent(int argc, char **argv)
 				fprintf(stderr, "ringworker agent: error: --devices wants cpu:N or auto, got '%s'\n",
 					optarg);
 				return TRAIN_EXIT_USAGE;
+			}
+			break;
+		case 'G':
+			if (strcmp(optarg, "auto") == 0) {
+				opt.gpus = AGENT_GPUS_AUTO;
+			} else if (strcmp(optarg, "none") == 0) {
+				opt.gpus = AGENT_GPUS_NONE;
+			} else {
+				char *end;
+				errno = 0;
+				long n = strtol(optarg, &end, 10);
+				if (errno || end == optarg || *end || n < 1 || n > GPUS_MAX) {
+					fprintf(stderr, "ringworker agent: error: --gpus wants auto, none or a count from 1 to %d, got '%s'\n",
+						GPUS_MAX, optarg);
+					return TRAIN_EXIT_USAGE;
+				}
+				opt.gpus = (int)n;
 			}
 			break;
 		case 'g':
@@ -265,7 +291,7 @@ static int s_cmd_rank(int argc, char **argv)
 		default:
 			fputs("usage: ringworker rank --coordinator EP --job J --attempt A --rank R --world-size W\n"
 			      "                       [--data-root DIR] [--host ADDR] [--comm-timeout-ms MS]\n"
-			      "                       [--checkpoint-root DIR]\n",
+			      "                       [--step-timeout-ms MS] [--checkpoint-root DIR]\n",
 			      stderr);
 			return TRAIN_EXIT_USAGE;
 		}

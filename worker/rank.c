@@ -751,6 +751,30 @@ static bool s_own_snapshot(const char *path, const char *job)
 	return end - n == len && memcmp(path + n, job, len) == 0;
 }
 
+/* Training thread, a step of the spec's profile range: its phases go to
+ * the coordinator as one TRACE (wire.h), which serves them as a Chrome
+ * trace (docs/profiling.md). A trace that cannot be sent is logged and
+ * training goes on. */
+static void s_on_trace(void *ctx, const trace_step_t *t)
+{
+	rank_t *r = ctx;
+	json_t *events = json_array();
+	for (int i = 0; events && i < t->n_events; i++) {
+		const trace_event_t *e = &t->events[i];
+		if (json_array_append_new(events, json_pack("{s:s, s:f, s:f}", "name", e->name, "ts_us",
+		                                            e->ts_us, "dur_us", e->dur_us)) < 0) {
+			json_decref(events);
+			events = NULL;
+		}
+	}
+	json_t *p = events ? json_pack("{s:I, s:I, s:f, s:o}", "step", (json_int_t)t->step,
+	                               "start_unix_us", (json_int_t)t->start_unix_us, "dur_us",
+	                               t->dur_us, "events", events)
+	                   : NULL;
+	if (!p)
+		s_err("the trace of step %lld is not sent: out of memory", (long long)t->step);
+	s_send(r, WIRE_TRACE, p);
+}
 
 /* JOIN and wait for JOINED; the spec goes to *ret_spec. 0 or an exit code. */
 static int s_join(rank_t *r, jobspec_t *ret_spec)
@@ -922,6 +946,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		.quiet = o->rank != 0,
 		.on_step = s_on_step,
 		.on_step_ctx = r,
+		.on_trace = s_on_trace, .on_trace_ctx = r, /* the spec's profile steps */
 	};
 	r->spec = spec;
 	if (o->checkpoint_root) {

@@ -8,7 +8,9 @@
  *   train_update_range    AdamW on [lo, hi) of the flat buffer
  *
  * kept apart so that ZeRO can put a reduce-scatter in the middle and update
- * only its own range. Every phase is timed with CLOCK_MONOTONIC.
+ * only its own range. Every phase is timed with CLOCK_MONOTONIC, and
+ * bracketed by trace_begin / trace_end (worker/trace.c: NVTX ranges, and on
+ * the spec's profile steps the events handed to opt->on_trace).
  *
  * Data parallelism (opt->comm set, W ranks): each rank computes gradients on
  * its interleaved slice of the global batch with every backward scaled by
@@ -128,6 +130,7 @@ typedef struct {
 	char skipped[1024];          /* snapshots passed over on resume */
 
 	train_times_t times;
+	trace_t trace; /* the phases of the current step: NVTX ranges, and times when profiled */
 } train_t;
 
 static double s_now_s(void)
@@ -364,18 +367,26 @@ static void s_teardown(train_t *t)
 static float train_compute_grads(train_t *t)
 {
 	double z = s_now_s();
+	trace_begin(&t->trace, TRACE_ZERO_GRAD);
 	gpt2_zero_grad(t->model);
 	if (t->zero)
 		shard_zero_grads(t->zero);
+	trace_end(&t->trace, TRACE_ZERO_GRAD);
 	t->times.backward_s += s_now_s() - z; /* zeroing counts as backward work */
 	double loss_sum = 0;
 	for (int k = 0; k < t->A; k++) {
 		double a = s_now_s();
+		trace_begin(&t->trace, TRACE_DATA);
 		data_loader_micro_batch(&t->loader, k, t->inputs, t->targets);
+		trace_end(&t->trace, TRACE_DATA);
 		double b = s_now_s();
+		trace_begin(&t->trace, TRACE_FORWARD);
 		float loss = gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+		trace_end(&t->trace, TRACE_FORWARD);
 		double c = s_now_s();
+		trace_begin(&t->trace, TRACE_BACKWARD);
 		gpt2_backward(t->model, 1.0f / (float)(t->A * t->W));
+		trace_end(&t->trace, TRACE_BACKWARD);
 		double d = s_now_s();
 		loss_sum += loss;
 		t->times.data_s += b - a;
@@ -433,6 +444,7 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 	if (!t->comm)
 		return TRAIN_EXIT_OK;
 	double a = s_now_s();
+	trace_begin(&t->trace, TRACE_GRAD_REDUCE); /* an error return leaves it to the next phase */
 	if (t->zero) {
 		/* zero2/3: reduced range by range during backward; wait for the last */
 		if (shard_sync(t->zero) < 0)
@@ -448,6 +460,7 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 	if (s_mean_over_ranks(t, loss, 1, &mean) < 0)
 		return s_comm_error(t, "all-reduce of the loss", step);
 	*loss = (float)mean;
+	trace_end(&t->trace, TRACE_GRAD_REDUCE);
 	t->times.comm_s += s_now_s() - a;
 	return TRAIN_EXIT_OK;
 }
@@ -516,10 +529,12 @@ static int train_gather_params(train_t *t, int64_t step)
 	if (!t->sharded)
 		return TRAIN_EXIT_OK;
 	double a = s_now_s();
+	trace_begin(&t->trace, TRACE_PARAM_GATHER);
 	if (t->sharding == JOBSPEC_SHARDING_ZERO3) {
 		/* The next forward gathers layer by layer; cached ranges are stale. */
 		if (shard_invalidate(t->zero) < 0)
 			return s_comm_error(t, "all-gather of the parameters", step);
+		trace_end(&t->trace, TRACE_PARAM_GATHER);
 		t->times.comm_s += s_now_s() - a;
 		return TRAIN_EXIT_OK;
 	}
@@ -528,6 +543,7 @@ static int train_gather_params(train_t *t, int64_t step)
 	const float *mine = t->shard_count ? p + t->shard_lo : p;
 	if (comm_allgather_f32(t->comm, mine, p, t->shard_counts) < 0)
 		return s_comm_error(t, "all-gather of the parameters", step);
+	trace_end(&t->trace, TRACE_PARAM_GATHER);
 	t->times.comm_s += s_now_s() - a;
 	return TRAIN_EXIT_OK;
 }
@@ -1084,6 +1100,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		.W = opt->comm ? comm_world_size(opt->comm) : 1,
 		.rank = opt->comm ? comm_rank(opt->comm) : 0,
 	};
+	trace_init(&t.trace);
 	int rc = s_setup(&t);
 	if (rc == TRAIN_EXIT_OK)
 		rc = s_snapshot_setup(&t);
@@ -1110,6 +1127,9 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	const int64_t every = spec->checkpoint.every_steps;
 	for (int64_t step = t.start_step; step <= n_steps; step++) {
 		s_snapshot_poll(&t, false);
+		trace_step_begin(&t.trace, step, opt->on_trace && spec->profile.start_step > 0 &&
+						 step >= spec->profile.start_step &&
+						 step <= spec->profile.end_step);
 		double t0 = s_now_s();
 		loss = train_compute_grads(&t);
 		rc = train_reduce_grads(&t, step, &loss);
@@ -1117,15 +1137,19 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 			break;
 		double t1 = s_now_s(), comm_before = t.times.comm_s;
 		double norm = NAN;
+		trace_begin(&t.trace, TRACE_CLIP);
 		rc = train_clip_grads(&t, step, &norm);
 		if (rc != TRAIN_EXIT_OK)
 			break;
+		trace_end(&t.trace, TRACE_CLIP);
 		/* Past train.steps (--steps longer than the spec) the lr stays at its last value. */
 		int64_t sched_step = step - 1 < total ? step - 1 : total - 1;
 		double lr = optim_lr_at(sched_step, total, spec->train.warmup_steps, spec->train.lr,
 					spec->train.min_lr,
 					spec->train.lr_schedule == JOBSPEC_SCHEDULE_COSINE);
+		trace_begin(&t.trace, TRACE_OPTIMIZER);
 		train_update_range(&t, t.shard_lo, t.shard_lo + t.shard_count, lr, step);
+		trace_end(&t.trace, TRACE_OPTIMIZER);
 		rc = train_gather_params(&t, step);
 		if (rc != TRAIN_EXIT_OK)
 			break;
@@ -1138,9 +1162,11 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		bool has_val = do_eval && (step % spec->train.eval_every == 0 || step == n_steps);
 		float val_loss = NAN;
 		if (has_val) {
+			trace_begin(&t.trace, TRACE_EVAL);
 			rc = train_eval(&t, step, &val_loss);
 			if (rc != TRAIN_EXIT_OK)
 				break;
+			trace_end(&t.trace, TRACE_EVAL);
 		}
 		if (has_val && val_loss < best_val) {
 			best_val = val_loss;
@@ -1150,8 +1176,14 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 			s_print_step(&t, step, n_steps, loss, lr, norm, tokens_per_step / step_s,
 				     step_s * 1e3, has_val, val_loss);
 		if (opt->checkpoint_dir && every > 0 && isfinite(loss) &&
-		    (step % every == 0 || step == n_steps))
+		    (step % every == 0 || step == n_steps)) {
+			trace_begin(&t.trace, TRACE_SNAPSHOT);
 			s_snapshot_take(&t, step);
+			trace_end(&t.trace, TRACE_SNAPSHOT);
+		}
+		trace_step_t traced;
+		if (trace_step_end(&t.trace, &traced))
+			opt->on_trace(opt->on_trace_ctx, &traced);
 		/* The step is reported even when it diverged. */
 		bool stop = false;
 		if (opt->on_step && t.params_full) {
@@ -1194,6 +1226,8 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		}
 	}
 
+	trace_step_t unreported;
+	trace_step_end(&t.trace, &unreported); /* a step cut short: its NVTX ranges end */
 	if (rc == TRAIN_EXIT_OK)
 		s_snapshot_poll(&t, true); /* the last one, reported before returning */
 	double wall_s = s_now_s() - started;

@@ -26,6 +26,7 @@
 #include "comm.h"
 #include "jobspec.h"
 #include "snapshot.h"
+#include "trace.h"
 
 /* Exit statuses of `ringworker train` (documented in docs/training.md). */
 enum {
@@ -169,6 +170,16 @@ typedef struct {
 	 * cursor is a global sample index); the model must have as many
 	 * parameters (else TRAIN_EXIT_SPEC). NULL: none. */
 	const char *resume_dir;
+
+	/* Profiling (docs/profiling.md). Every step is an NVTX range with one
+	 * range per phase inside it (CUDA builds; see trace.h). For the steps
+	 * of the spec's profile range (start_step <= step <= end_step), the
+	 * phases are also timed and on_trace is called on the training thread
+	 * after the step's last phase (its snapshot copy or validation, if any)
+	 * and before on_step, with the step (borrowed, valid during the call).
+	 * NULL, or no profile in the spec: nothing is collected. */
+	void (*on_trace)(void *ctx, const trace_step_t *step);
+	void *on_trace_ctx;
 } train_options_t;
 
 /*

@@ -131,7 +131,8 @@ static bool s_spec_equal(const jobspec_t *a, const jobspec_t *b)
 	       a->checkpoint.keep_every == b->checkpoint.keep_every &&
 	       a->restart.max_restarts == b->restart.max_restarts && a->priority == b->priority &&
 	       SAME_STR(a->resume_from.job, b->resume_from.job) &&
-	       a->resume_from.step == b->resume_from.step;
+	       a->resume_from.step == b->resume_from.step &&
+	       a->profile.start_step == b->profile.start_step && a->profile.end_step == b->profile.end_step;
 #undef SAME_STR
 }
 
@@ -931,6 +932,74 @@ static void test_resume_from(void)
 			 "/resume_from/step", "train.steps (1000, the default)");
 }
 
+/* profile: optional (absent: both 0, not rendered); both fields required
+ * inside; integers >= 1; start_step <= end_step <= train.steps; at most
+ * JOBSPEC_MAX_PROFILE_STEPS steps; rendered only when given. */
+static void test_profile(void)
+{
+	jobspec_t s;
+	jobspec_error_t err;
+	CHECK(s_parse(MINIMAL, &s, &err) == 0);
+	CHECK(s.profile.start_step == 0 && s.profile.end_step == 0);
+	json_t *j = jobspec_to_json(&s);
+	CHECK(json_object_get(j, "profile") == NULL);
+	json_decref(j);
+	jobspec_free(&s);
+
+	const char *doc = "{\"data\": {\"train\": \"t\"}, \"train\": {\"steps\": 20, \"warmup_steps\": 2},"
+			  " \"profile\": {\"end_step\": 4, \"start_step\": 2}}";
+	CHECK(s_parse(doc, &s, &err) == 0);
+	CHECK(s.profile.start_step == 2 && s.profile.end_step == 4);
+	j = jobspec_to_json(&s);
+	json_t *pr = json_object_get(j, "profile");
+	CHECK(json_object_size(pr) == 2);
+	CHECK(json_integer_value(json_object_get(pr, "start_step")) == 2);
+	CHECK(json_integer_value(json_object_get(pr, "end_step")) == 4);
+	json_decref(j);
+	s_check_round_trip(&s);
+	jobspec_free(&s);
+
+	/* the edges: one step, the last step, exactly the cap */
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 1, \"end_step\": 1}}");
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 1000, \"end_step\": 1000}}");
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 1, \"end_step\": 1000}}");
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"train\": {\"steps\": 5000},"
+			  " \"profile\": {\"start_step\": 4001, \"end_step\": 5000}}");
+
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 2}}",
+			 "/profile/end_step", "profile.end_step is required");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"end_step\": 2}}",
+			 "/profile/start_step", "profile.start_step is required");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {}}",
+			 "/profile/start_step", "profile.start_step is required");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 2, \"end_step\": 4,"
+			 " \"ranks\": [0]}}",
+			 "/profile/ranks", "unknown field \"ranks\" in profile; allowed fields: start_step, end_step");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 0, \"end_step\": 4}}",
+			 "/profile/start_step", "profile.start_step must be an integer between 1 and");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 2, \"end_step\": -4}}",
+			 "/profile/end_step", "profile.end_step must be an integer between 1 and");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 2.0, \"end_step\": 4}}",
+			 "/profile/start_step", "a real number");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 2, \"end_step\": \"4\"}}",
+			 "/profile/end_step", "profile.end_step must be an integer");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": null}",
+			 "/profile", "profile must be an object (got null)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": [2, 4]}",
+			 "/profile", "profile must be an object (got an array)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 5, \"end_step\": 4}}",
+			 "/profile/start_step", "profile.start_step (5) must be at most profile.end_step (4)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"train\": {\"steps\": 20, \"warmup_steps\": 2},"
+			 " \"profile\": {\"start_step\": 2, \"end_step\": 21}}",
+			 "/profile/end_step", "profile.end_step (21) must be at most train.steps (20)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"profile\": {\"start_step\": 999, \"end_step\": 1001}}",
+			 "/profile/end_step", "train.steps (1000, the default)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"train\": {\"steps\": 5000},"
+			 " \"profile\": {\"start_step\": 10, \"end_step\": 1010}}",
+			 "/profile/end_step",
+			 "profile.end_step (1010) must be at most 1009: a profile covers at most 1000 steps (got 1001");
+}
+
 static void test_load_file(void)
 {
 	char path[] = "/tmp/test_jobspec_XXXXXX";
@@ -997,6 +1066,7 @@ int main(void)
 	s_run("round_trip_awkward_reals", test_round_trip_awkward_reals);
 	s_run("free_is_idempotent", test_free_is_idempotent);
 	s_run("resume_from", test_resume_from);
+	s_run("profile", test_profile);
 	s_run("load_file", test_load_file);
 	s_run("enum_names", test_enum_names);
 

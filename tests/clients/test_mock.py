@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 import urllib.parse
@@ -58,6 +59,20 @@ def metrics_page(job, since, visible):
     rows = [r for r in rows if r["step"] >= since]
     page, rest = rows[:2], rows[2:]  # pages of two rows
     return {"metrics": page, "next_since_step": page[-1]["step"] + 1 if rest else None}
+
+
+def chrome_trace(ranks, steps):
+    """A Chrome trace shaped like GET /v1/jobs/{id}/trace's."""
+    events = []
+    for r in ranks:
+        for s in steps:
+            t0 = 1748779200000000 + 1000 * s
+            events.append({"name": "step %d" % s, "cat": "step", "ph": "X", "ts": t0, "dur": 900.5,
+                           "pid": r, "tid": 0, "args": {"step": s, "attempt": 1}})
+            events.append({"name": "forward", "cat": "phase", "ph": "X", "ts": t0 + 1.25, "dur": 300,
+                           "pid": r, "tid": 0, "args": {"step": s, "attempt": 1}})
+        events.append({"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": "rank %d" % r}})
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"job": "j1"}}
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -124,6 +139,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             since = int(q.get("since_step", ["0"])[0])
             visible = {"run": 1 + FOLLOW["reads"], "bad": 2, "j1": 5}[url.path.split("/")[3]]
             return self.reply(200, metrics_page(url.path, since, visible))
+        if url.path == "/v1/jobs/j1/trace":
+            ranks = [int(q["rank"][0])] if "rank" in q else [0, 1]
+            # a body as the server writes it: compact, no newline at the end
+            return self.reply(200, json.dumps(chrome_trace(ranks, [2, 3]), separators=(",", ":")).encode())
+        if url.path == "/v1/jobs/j2/trace":
+            return self.problem(404, "Not Found", "job j2 has no trace: its spec asks for none; set profile: "
+                                "{start_step, end_step} in the job spec to record the phases of those steps")
         if url.path == "/v1/workers":
             return self.reply(200, {"workers": [
                 {"id": "node-a", "state": "ready", "devices": [{"kind": "cuda"}, {"kind": "cuda"}],
@@ -350,6 +372,52 @@ class MockTest(unittest.TestCase):
         r = self.ctl("metrics")
         self.assertEqual(r.returncode, 64)
         self.assertIn("missing argument", r.stderr)
+
+    def test_trace_to_file_is_the_servers_body(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "t.json")
+            r = self.ctl("trace", "j1", "-o", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout, "wrote %s: 4 phases of steps 2 to 3 on 2 rank(s); open it in "
+                                       "https://ui.perfetto.dev\n" % out)
+            with open(out, "rb") as f:
+                data = f.read()
+            self.assertEqual(data, json.dumps(chrome_trace([0, 1], [2, 3]), separators=(",", ":")).encode() + b"\n")
+            self.assertEqual(os.listdir(d), ["t.json"])  # no temporary file left
+            # an existing file is replaced
+            r = self.ctl("trace", "--output", out, "--rank", "1", "j1")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                self.assertEqual(json.load(f), chrome_trace([1], [2, 3]))
+        self.assertEqual(Handler.requests[-1]["path"], "/v1/jobs/j1/trace?rank=1")
+
+    def test_trace_to_stdout_with_filters(self):
+        r = self.ctl("trace", "--attempt", "2", "--rank", "0", "j1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), chrome_trace([0], [2, 3]))
+        self.assertEqual(Handler.requests[-1]["path"], "/v1/jobs/j1/trace?attempt=2&rank=0")
+        r = self.ctl("trace", "-o", "-", "j1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout), chrome_trace([0, 1], [2, 3]))
+
+    def test_trace_errors(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "t.json")
+            r = self.ctl("trace", "j2", "-o", out)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("404 Not Found: job j2 has no trace", r.stderr)
+            self.assertIn("set profile: {start_step, end_step}", r.stderr)
+            self.assertEqual(os.listdir(d), [])
+            r = self.ctl("trace", "j1", "-o", os.path.join(d, "missing", "t.json"))
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("cannot write %s" % os.path.join(d, "missing", "t.json"), r.stderr)
+        for args, msg in ((["--rank", "-1", "j1"], "--rank needs an integer >= 0"),
+                          (["--attempt", "0", "j1"], "--attempt needs an integer >= 1"),
+                          (["--rank", "x", "j1"], "--rank needs an integer >= 0"),
+                          ([], "missing argument"), (["j1", "-o"], "needs a value")):
+            r = self.ctl("trace", *args)
+            self.assertEqual(r.returncode, 64, (args, r.stderr))
+            self.assertIn(msg, r.stderr)
 
     def test_workers(self):
         r = self.ctl("workers")

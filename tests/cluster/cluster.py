@@ -238,6 +238,10 @@ class Agent:
                  extra_args=(), prefix=()):
         self.args = list(prefix) + [binary, "agent", "--coordinator", coordinator, "--node", node,
                                     "--devices", devices] + list(extra_args)
+        # CPU slots only unless the test says otherwise, so that a test means
+        # the same on a machine with GPUs (the agent's default is --gpus auto).
+        if "--gpus" not in extra_args:
+            self.args += ["--gpus", "none"]
         if data_root:
             self.args += ["--data-root", data_root]
         self.node = node

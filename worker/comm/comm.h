@@ -1,18 +1,24 @@
 /*
  * comm: collectives between the ranks of one job attempt, behind one C
- * interface. The CPU backend is Gloo (worker/comm/comm_gloo.cc, a small C++
- * shim over Debian's libgloo with its TCP transport); the NCCL backend comes
- * with the CUDA work behind the same functions.
+ * interface with two backends: Gloo on CPUs (worker/comm/comm_gloo.cc, a
+ * small C++ shim over Debian's libgloo with its TCP transport) and NCCL on
+ * CUDA GPUs (worker/comm/comm_nccl.c, built when meson finds CUDA; see
+ * docs/gpu-comm.md). A comm_t is a small object with its backend's table of
+ * operations (comm_impl.h); comm.c dispatches the functions below, so
+ * callers (train.c, shard.c, rank.c, the tests and benchmarks) do not care
+ * which backend they hold.
  *
  * Rendezvous goes through a key-value store given as a comm_kv_t: in a rank
  * process it is the coordinator's KV (KV_SET / KV_GET over the wire), in
  * tests and benchmarks a directory (comm_kv_dir.h). Gloo's rendezvous::Store
- * is implemented over it.
+ * is implemented over it; NCCL's unique id travels through it.
  *
  * Every collective is blocking and must be called by all ranks in the same
  * order. Reductions are sums in an order fixed by the world size and the
  * counts alone, so a run repeated with the same world size gives bitwise
- * identical results, and every rank receives the same bits.
+ * identical results, and every rank receives the same bits (with NCCL: on
+ * the same machines, since NCCL picks its algorithm from the topology and
+ * the size; pinning NCCL_ALGO and NCCL_PROTO makes that choice explicit).
  * Errors: a negative errno-style code (-ETIMEDOUT when a peer does not answer
  * within the timeout, -ECONNRESET when a peer went away, -ECANCELED after
  * comm_abort, -EINVAL for a bad argument), with one line retrievable by
@@ -20,6 +26,18 @@
  * collective may leave messages in flight, so every later collective on the
  * same comm fails at once with the same code; free it and build a new one
  * (the next attempt) to go on.
+ *
+ * Buffers: with Gloo, the float and void buffers are host memory. With
+ * NCCL they are device memory of the comm's GPU (cudaMalloc'ed; host
+ * pointers are a programmer error that NCCL reports as -EINVAL or a CUDA
+ * fault), and the `counts` arrays stay in host memory. Every NCCL
+ * collective is enqueued on the comm's own CUDA stream (comm_nccl_stream)
+ * and the call then waits for that stream, polling, for at most the
+ * timeout, so it is synchronous with respect to the host exactly like
+ * Gloo's: when it returns 0 the results are in place and the buffers may be
+ * reused. Work the caller enqueued on other streams is not ordered against
+ * it: synchronize it (or make the comm's stream wait on an event) before
+ * the call.
  */
 #ifndef RINGMASTER_WORKER_COMM_H
 #define RINGMASTER_WORKER_COMM_H
@@ -61,6 +79,42 @@ typedef struct comm comm_t;
 comm_t *comm_gloo_new(const comm_kv_t *kv, int rank, int world_size, const char *host,
                       int timeout_ms, char *err, size_t errlen);
 
+/* comm_nccl_available and comm_nccl_new exist only in builds with CUDA:
+ * meson adds -DRINGMASTER_HAVE_NCCL to comm's dependency then, so nothing
+ * in a CPU-only build can call them. */
+#ifdef RINGMASTER_HAVE_NCCL
+/*
+ * Whether this process can use a CUDA GPU for the NCCL backend: 0 when the
+ * CUDA driver answers and at least one device is visible, else a negative
+ * errno (-ENODEV) with one line in `err` naming the CUDA error (e.g. "CUDA
+ * driver not usable: CUDA driver version is insufficient for CUDA runtime
+ * version"). Tests use it to skip where there is no GPU.
+ */
+int comm_nccl_available(char *err, size_t errlen);
+
+/*
+ * Join the NCCL group of `world_size` ranks as `rank` on CUDA device
+ * `device` (an index as this process sees devices: with the agent's
+ * CUDA_VISIBLE_DEVICES, 0). Rank 0 makes NCCL's unique id and stores it in
+ * `kv` under "nccl/id" (128 binary bytes); the others wait for it there up
+ * to `timeout_ms`. `kv` is borrowed and used only during this call, and
+ * must be fresh for each group, as for Gloo. The communicator is
+ * non-blocking, so its set-up and every later collective are bounded by
+ * the timeout (comm_set_timeout changes it): a rank that never joins, or a
+ * collective a peer never calls, ends in ncclCommAbort and -ETIMEDOUT.
+ * Creates the comm's CUDA stream (non-blocking, with respect to the legacy
+ * default stream) on `device`. Returns NULL with one line in `err` on
+ * failure (the NCCL or CUDA error string included).
+ */
+comm_t *comm_nccl_new(const comm_kv_t *kv, int rank, int world_size, int device, int timeout_ms,
+                      char *err, size_t errlen);
+#endif
+
+/* The NCCL comm's CUDA stream (a cudaStream_t) as void *, so that an
+ * engine can order its kernels against the collectives; NULL for Gloo.
+ * Borrowed: valid until comm_free. */
+void *comm_nccl_stream(const comm_t *c);
+
 int comm_rank(const comm_t *c);
 int comm_world_size(const comm_t *c);
 
@@ -80,7 +134,9 @@ int comm_allreduce_sum_f32(comm_t *c, float *buf, size_t n);
 int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const size_t *counts);
 
 /* Each rank gives its part `in` (counts[rank] floats); `out` (sum of counts)
- * receives every rank's part in rank order. */
+ * receives every rank's part in rank order. `in` is either outside `out` or
+ * exactly at its own place in it (out + the sum of counts[0..rank)), the
+ * in-place case; any other overlap is undefined. */
 int comm_allgather_f32(comm_t *c, const float *in, float *out, const size_t *counts);
 
 /* `bytes` bytes of buf from `root` to every rank. */

@@ -31,7 +31,7 @@
  * message may still arrive for a slot), so the first failure is sticky: every
  * later collective fails at once with the same code.
  */
-#include "comm.h"
+#include "comm_impl.h"
 
 #include <algorithm>
 #include <atomic>
@@ -179,9 +179,8 @@ void sum_f32(void *c, const void *a, const void *b, size_t n)
 		out[i] = x[i] + y[i];
 }
 
-} // namespace
-
-struct comm {
+/* The backend's state (comm_impl.h's `impl`). */
+struct GlooComm {
 	int rank = 0;
 	int size = 1;
 	std::chrono::milliseconds timeout{30000};
@@ -193,11 +192,9 @@ struct comm {
 	std::vector<float> scratch; /* reduce-scatter: two chunks */
 };
 
-namespace {
-
 /* Record a failure of `op` ("op: why", why made one line) and return its
  * code. Never throws: out of memory leaves the message empty. */
-int fail(comm_t *c, const char *op, int code, const char *why) noexcept
+int fail(GlooComm *c, const char *op, int code, const char *why) noexcept
 {
 	c->failed = code;
 	try {
@@ -210,7 +207,7 @@ int fail(comm_t *c, const char *op, int code, const char *why) noexcept
 
 /* A failure from an exception's text: -ETIMEDOUT when Gloo says it timed
  * out, `code` otherwise. */
-int fail_from(comm_t *c, const char *op, int code, const char *what) noexcept
+int fail_from(GlooComm *c, const char *op, int code, const char *what) noexcept
 {
 	if (c->aborted.load())
 		return fail(c, op, -ECANCELED, "the communicator was aborted");
@@ -224,7 +221,7 @@ int fail_from(comm_t *c, const char *op, int code, const char *what) noexcept
 
 /* Run one collective: the sticky-failure and abort checks, then `body`,
  * with every exception turned into a code and a line. */
-template <typename F> int run(comm_t *c, const char *op, F body)
+template <typename F> int run(GlooComm *c, const char *op, F body)
 {
 	if (c->aborted.load())
 		return fail(c, op, -ECANCELED, "the communicator was aborted");
@@ -263,83 +260,16 @@ void wait_send(gloo::transport::UnboundBuffer &b, std::chrono::milliseconds time
 		throw gloo::IoException("send aborted");
 }
 
-} // namespace
-
-extern "C" {
-
-comm_t *comm_gloo_new(const comm_kv_t *kv, int rank, int world_size, const char *host,
-                      int timeout_ms, char *err, size_t errlen)
+void gloo_set_timeout(void *impl, int timeout_ms)
 {
-	if (errlen)
-		err[0] = '\0';
-	if (!kv || !kv->set || !kv->get || world_size < 1 || rank < 0 || rank >= world_size ||
-	    !host || !host[0] || timeout_ms <= 0) {
-		std::snprintf(err, errlen,
-			      "comm: bad arguments (rank %d of world size %d, host '%s', timeout %d ms)", rank,
-			      world_size, host ? host : "(null)", timeout_ms);
-		return nullptr;
-	}
-	/* A peer that dies makes our next write fail with EPIPE; that must be an
-	 * error code, not a signal that kills the rank. */
-	struct sigaction sa;
-	if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL)
-		std::signal(SIGPIPE, SIG_IGN);
-
-	comm_t *c = nullptr;
-	try {
-		c = new comm();
-		c->rank = rank;
-		c->size = world_size;
-		c->timeout = std::chrono::milliseconds(timeout_ms);
-		gloo::transport::tcp::attr attr;
-		attr.hostname = host;
-		auto dev = gloo::transport::tcp::CreateDevice(attr);
-		auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
-		ctx->setTimeout(c->timeout);
-		KvStore store(kv, c->timeout);
-		ctx->connectFullMesh(store, dev);
-		c->ctx = std::move(ctx);
-		/* connectFullMesh can return on one rank while a peer is still
-		 * finishing its side; a rank that then exits at once would make
-		 * that peer's join fail. Meeting once here means that when any
-		 * rank returns, every rank has connected. */
-		if (world_size > 1) {
-			gloo::BarrierOptions opts(c->ctx);
-			opts.setTag(c->tag++);
-			opts.setTimeout(c->timeout);
-			gloo::barrier(opts);
-		}
-		return c;
-	} catch (const std::bad_alloc &) {
-		std::snprintf(err, errlen, "comm: out of memory while connecting %d ranks", world_size);
-	} catch (const std::exception &e) {
-		std::snprintf(err, errlen, "comm: rank %d of %d on %s could not connect to its peers: %s", rank,
-			      world_size, host, one_line(e.what()).c_str());
-	} catch (...) {
-		std::snprintf(err, errlen, "comm: unknown C++ exception while connecting");
-	}
-	delete c;
-	return nullptr;
-}
-
-int comm_rank(const comm_t *c)
-{
-	return c->rank;
-}
-
-int comm_world_size(const comm_t *c)
-{
-	return c->size;
-}
-
-void comm_set_timeout(comm_t *c, int timeout_ms)
-{
+	GlooComm *c = static_cast<GlooComm *>(impl);
 	if (timeout_ms > 0)
 		c->timeout = std::chrono::milliseconds(timeout_ms);
 }
 
-int comm_allreduce_sum_f32(comm_t *c, float *buf, size_t n)
+int gloo_allreduce_sum_f32(void *impl, float *buf, size_t n)
 {
+	GlooComm *c = static_cast<GlooComm *>(impl);
 	return run(c, "all-reduce", [&] {
 		uint32_t tag = c->tag++;
 		if (c->size == 1 || n == 0)
@@ -355,8 +285,9 @@ int comm_allreduce_sum_f32(comm_t *c, float *buf, size_t n)
 	});
 }
 
-int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const size_t *counts)
+int gloo_reduce_scatter_sum_f32(void *impl, const float *in, float *out, const size_t *counts)
 {
+	GlooComm *c = static_cast<GlooComm *>(impl);
 	return run(c, "reduce-scatter", [&] {
 		uint32_t tag = c->tag++;
 		const int W = c->size, r = c->rank;
@@ -403,8 +334,9 @@ int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const si
 	});
 }
 
-int comm_allgather_f32(comm_t *c, const float *in, float *out, const size_t *counts)
+int gloo_allgather_f32(void *impl, const float *in, float *out, const size_t *counts)
 {
+	GlooComm *c = static_cast<GlooComm *>(impl);
 	return run(c, "all-gather", [&] {
 		uint32_t tag = c->tag++;
 		const int W = c->size, r = c->rank;
@@ -435,8 +367,9 @@ int comm_allgather_f32(comm_t *c, const float *in, float *out, const size_t *cou
 	});
 }
 
-int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root)
+int gloo_broadcast(void *impl, void *buf, size_t bytes, int root)
 {
+	GlooComm *c = static_cast<GlooComm *>(impl);
 	if (root < 0 || root >= c->size) {
 		char why[128];
 		std::snprintf(why, sizeof why, "broadcast: root %d is not a rank of world size %d", root,
@@ -460,8 +393,9 @@ int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root)
 	});
 }
 
-int comm_barrier(comm_t *c)
+int gloo_barrier(void *impl)
 {
+	GlooComm *c = static_cast<GlooComm *>(impl);
 	return run(c, "barrier", [&] {
 		uint32_t tag = c->tag++;
 		if (c->size == 1)
@@ -473,9 +407,10 @@ int comm_barrier(comm_t *c)
 	});
 }
 
-void comm_abort(comm_t *c)
+void gloo_abort(void *impl)
 {
-	if (!c || c->aborted.exchange(true))
+	GlooComm *c = static_cast<GlooComm *>(impl);
+	if (c->aborted.exchange(true))
 		return;
 	/* Closing our ends makes peers blocked in a collective with us fail at
 	 * once instead of waiting out their timeout. */
@@ -486,19 +421,95 @@ void comm_abort(comm_t *c)
 	}
 }
 
-const char *comm_last_error(const comm_t *c)
+const char *gloo_last_error(const void *impl)
 {
-	return c->err.c_str();
+	return static_cast<const GlooComm *>(impl)->err.c_str();
 }
 
-void comm_free(comm_t *c)
+void gloo_free(void *impl)
 {
+	GlooComm *c = static_cast<GlooComm *>(impl);
 	if (!c)
 		return;
 	try {
 		delete c;
 	} catch (...) {
 	}
+}
+
+const comm_ops_t kGlooOps = {
+	gloo_allreduce_sum_f32,
+	gloo_reduce_scatter_sum_f32,
+	gloo_allgather_f32,
+	gloo_broadcast,
+	gloo_barrier,
+	gloo_set_timeout,
+	gloo_abort,
+	gloo_last_error,
+	nullptr, /* no stream */
+	gloo_free,
+};
+
+} // namespace
+
+extern "C" {
+
+comm_t *comm_gloo_new(const comm_kv_t *kv, int rank, int world_size, const char *host,
+                      int timeout_ms, char *err, size_t errlen)
+{
+	if (errlen)
+		err[0] = '\0';
+	if (!kv || !kv->set || !kv->get || world_size < 1 || rank < 0 || rank >= world_size ||
+	    !host || !host[0] || timeout_ms <= 0) {
+		std::snprintf(err, errlen,
+			      "comm: bad arguments (rank %d of world size %d, host '%s', timeout %d ms)", rank,
+			      world_size, host ? host : "(null)", timeout_ms);
+		return nullptr;
+	}
+	/* A peer that dies makes our next write fail with EPIPE; that must be an
+	 * error code, not a signal that kills the rank. */
+	struct sigaction sa;
+	if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL)
+		std::signal(SIGPIPE, SIG_IGN);
+
+	GlooComm *c = nullptr;
+	try {
+		c = new GlooComm();
+		c->rank = rank;
+		c->size = world_size;
+		c->timeout = std::chrono::milliseconds(timeout_ms);
+		gloo::transport::tcp::attr attr;
+		attr.hostname = host;
+		auto dev = gloo::transport::tcp::CreateDevice(attr);
+		auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
+		ctx->setTimeout(c->timeout);
+		KvStore store(kv, c->timeout);
+		ctx->connectFullMesh(store, dev);
+		c->ctx = std::move(ctx);
+		/* connectFullMesh can return on one rank while a peer is still
+		 * finishing its side; a rank that then exits at once would make
+		 * that peer's join fail. Meeting once here means that when any
+		 * rank returns, every rank has connected. */
+		if (world_size > 1) {
+			gloo::BarrierOptions opts(c->ctx);
+			opts.setTag(c->tag++);
+			opts.setTimeout(c->timeout);
+			gloo::barrier(opts);
+		}
+		comm_t *wrapped = comm_make(&kGlooOps, c, rank, world_size);
+		if (!wrapped)
+			throw std::bad_alloc();
+		return wrapped;
+	} catch (const std::bad_alloc &) {
+		std::snprintf(err, errlen, "comm: out of memory while connecting %d ranks", world_size);
+	} catch (const std::exception &e) {
+		std::snprintf(err, errlen, "comm: rank %d of %d on %s could not connect to its peers: %s", rank,
+			      world_size, host, one_line(e.what()).c_str());
+	} catch (...) {
+		std::snprintf(err, errlen, "comm: unknown C++ exception while connecting");
+	}
+	delete c;
+	return nullptr;
 }
 
 } // extern "C"

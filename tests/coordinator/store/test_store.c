@@ -6,8 +6,10 @@
  * byte-for-byte unchanged; a reader refuses an unmigrated file), job and
  * event CRUD, list filters and paging, idempotency keys, group commit and
  * rollback, strings stored exactly as sent, readers running on their own
- * connections while the writer commits, ranks' memory, and committed
- * checkpoints (commit, re-commit, delete, list newest first, latest).
+ * connections while the writer commits, ranks' memory, committed
+ * checkpoints (commit, re-commit, delete, list newest first, latest), and
+ * traces (insert, the first of a repeated step kept, the per-job row and
+ * byte caps with their refusal count, filters by attempt and rank, order).
  */
 #include <errno.h>
 #include <math.h>
@@ -693,6 +695,126 @@ static void test_memory_and_checkpoints(void)
 	}
 }
 
+typedef struct {
+	int n;
+	char text[1024];
+} trace_seen_t;
+
+static int see_trace(const store_trace_t *t, void *userdata)
+{
+	trace_seen_t *ts = userdata;
+	size_t len = strlen(ts->text);
+	snprintf(ts->text + len, sizeof ts->text - len, "%d/%d/%lld:%lld+%g%s ", t->attempt, t->rank,
+	         (long long)t->step, (long long)t->start_unix_us, t->dur_us, t->events_json);
+	ts->n++;
+	return 0;
+}
+
+static int stop_trace_walk(const store_trace_t *t, void *userdata)
+{
+	(*(int *)userdata)++;
+	return 42;
+}
+
+static store_trace_t trace_row(const char *job, int attempt, int rank, int64_t step, const char *events)
+{
+	store_trace_t t = {.attempt = attempt, .rank = rank, .step = step, .start_unix_us = 1000 * step + rank,
+	                   .dur_us = 12.5, .events_json = events, .received_at_us = 5};
+	snprintf(t.job_id, sizeof t.job_id, "%s", job);
+	return t;
+}
+
+static void test_traces(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "traces.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+	const char *ev = "[{\"name\":\"forward\",\"ts_us\":1.5,\"dur_us\":2}]";
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(insert_job(st, "j-tr", "tr", 0) == 0 && insert_job(st, "j-cap", "cap", 0) == 0 &&
+	          insert_job(st, "j-none", "none", 0) == 0,
+	      "jobs");
+	/* inserted out of order: listed by attempt, rank, step */
+	int64_t refused = -1;
+	store_trace_t rows[] = {trace_row("j-tr", 1, 1, 3, ev), trace_row("j-tr", 1, 0, 3, ev),
+	                        trace_row("j-tr", 1, 0, 2, ev), trace_row("j-tr", 2, 0, 3, "[]")};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+		CHECK(store_trace_insert(st, &rows[i], 100, 1 << 20, &refused) == 0, "insert %zu", i);
+	CHECK(refused == -1, "refused written without a refusal");
+	/* the same (job, attempt, rank, step) again: the first is kept */
+	store_trace_t dup = trace_row("j-tr", 1, 0, 3, "[]");
+	dup.dur_us = 99;
+	CHECK(store_trace_insert(st, &dup, 100, 1 << 20, NULL) == -EEXIST, "repeated step");
+	store_trace_t t = trace_row("j-nope", 1, 0, 1, ev);
+	CHECK(store_trace_insert(st, &t, 100, 1 << 20, NULL) == -ENOENT, "unknown job");
+	t = trace_row("j-tr", 1, 0, 0, ev);
+	CHECK(store_trace_insert(st, &t, 100, 1 << 20, NULL) == -EINVAL, "step 0");
+	t = trace_row("j-tr", -1, 0, 1, ev);
+	CHECK(store_trace_insert(st, &t, 100, 1 << 20, NULL) == -EINVAL, "attempt -1");
+	t = trace_row("j-tr", 1, 0, 1, ev);
+	t.dur_us = NAN;
+	CHECK(store_trace_insert(st, &t, 100, 1 << 20, NULL) == -EINVAL, "NaN duration");
+	t = trace_row("j-tr", 1, 0, 1, NULL);
+	CHECK(store_trace_insert(st, &t, 100, 1 << 20, NULL) == -EINVAL, "no events");
+
+	/* the caps: 2 rows, then (another job) the bytes */
+	for (int64_t s2 = 1; s2 <= 2; s2++) {
+		t = trace_row("j-cap", 1, 0, s2, ev);
+		CHECK(store_trace_insert(st, &t, 2, 1 << 20, &refused) == 0, "cap job step %lld", (long long)s2);
+	}
+	for (int64_t s2 = 3; s2 <= 5; s2++) {
+		t = trace_row("j-cap", 1, 0, s2, ev);
+		CHECK(store_trace_insert(st, &t, 2, 1 << 20, &refused) == -ENOSPC && refused == s2 - 2,
+		      "step %lld past the row cap: refused %lld", (long long)s2, (long long)refused);
+	}
+	const int64_t len = (int64_t)strlen(ev);
+	t = trace_row("j-none", 1, 0, 1, ev);
+	CHECK(store_trace_insert(st, &t, 100, 2 * len, &refused) == 0, "bytes 1");
+	t = trace_row("j-none", 1, 0, 2, ev);
+	CHECK(store_trace_insert(st, &t, 100, 2 * len, &refused) == 0, "bytes 2: exactly the cap");
+	t = trace_row("j-none", 1, 0, 3, "[]");
+	CHECK(store_trace_insert(st, &t, 100, 2 * len, &refused) == -ENOSPC && refused == 1, "past the byte cap");
+	CHECK(store_commit(st) == 0, "commit");
+
+	store_trace_usage_t u;
+	CHECK(store_trace_usage(st, "j-tr", &u) == 0 && u.n_rows == 4 && u.n_refused == 0 &&
+	          u.n_bytes == 3 * len + 2,
+	      "usage of j-tr: %lld rows %lld bytes %lld refused", (long long)u.n_rows, (long long)u.n_bytes,
+	      (long long)u.n_refused);
+	CHECK(store_trace_usage(st, "j-cap", &u) == 0 && u.n_rows == 2 && u.n_refused == 3, "usage of j-cap");
+	CHECK(store_trace_usage(st, "j-nope", &u) == -ENOENT, "usage of an unknown job");
+
+	trace_seen_t seen = {0};
+	CHECK(store_trace_list(st, "j-tr", -1, -1, see_trace, &seen) == 0 && seen.n == 4, "all rows: %d", seen.n);
+	char want[1024];
+	snprintf(want, sizeof want, "1/0/2:2000+12.5%s 1/0/3:3000+12.5%s 1/1/3:3001+12.5%s 2/0/3:3000+12.5[] ", ev, ev,
+	         ev);
+	CHECK(strcmp(seen.text, want) == 0, "order and contents:\n  %s\nwant\n  %s", seen.text, want);
+	memset(&seen, 0, sizeof seen);
+	CHECK(store_trace_list(st, "j-tr", 1, -1, see_trace, &seen) == 0 && seen.n == 3, "attempt 1: %d", seen.n);
+	memset(&seen, 0, sizeof seen);
+	CHECK(store_trace_list(st, "j-tr", -1, 0, see_trace, &seen) == 0 && seen.n == 3, "rank 0: %d", seen.n);
+	memset(&seen, 0, sizeof seen);
+	CHECK(store_trace_list(st, "j-tr", 2, 1, see_trace, &seen) == 0 && seen.n == 0, "attempt 2 rank 1: %d",
+	      seen.n);
+	CHECK(store_trace_list(st, "j-nope", -1, -1, see_trace, &seen) == -ENOENT, "list of an unknown job");
+	int calls = 0;
+	CHECK(store_trace_list(st, "j-tr", -1, -1, stop_trace_walk, &calls) == 42 && calls == 1, "walk stopped");
+	store_close(st);
+
+	/* a reader of the reopened file sees them */
+	char err[512] = "";
+	store_t *rd = store_open(path, STORE_OPEN_READER, err, sizeof err);
+	CHECK(rd != NULL, "reader: %s", err);
+	if (rd) {
+		memset(&seen, 0, sizeof seen);
+		CHECK(store_trace_list(rd, "j-cap", -1, -1, see_trace, &seen) == 0 && seen.n == 2, "reader: %d", seen.n);
+		store_close(rd);
+	}
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/test-store-XXXXXX");
@@ -707,6 +829,7 @@ int main(void)
 	test_readers_during_writes();
 	test_cluster_tables();
 	test_memory_and_checkpoints();
+	test_traces();
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)

@@ -45,6 +45,23 @@
  *                          a rank dying under zero1 and under zero3 makes the
  *                          other fail (TRAIN_EXIT_COMM) naming the collective.
  *
+ *   test_ddp profile       a job spec's profile (steps 3 to 6) with on_trace
+ *                          set, under sharding none and zero2 at W = 2 with
+ *                          2 micro-steps, and alone with 20 micro-steps:
+ *                          every step's loss, grad norm, validation loss and
+ *                          the final parameters are the bits of the same run
+ *                          without profile; on_trace comes on every rank for
+ *                          exactly steps 3..6, in order, each with the
+ *                          phases of a step (zero_grad, data/forward/backward
+ *                          per micro-step, grad_reduce, clip, optimizer,
+ *                          param_gather under zero2, eval at step 4) in start
+ *                          order, inside the step, never overlapping, the
+ *                          busy ones lasting > 0; consecutive steps start
+ *                          after the previous one's end on the wall clock;
+ *                          past 17 micro-steps the micro-batch phases merge
+ *                          into one "micro_batches" event and the events
+ *                          stay within TRACE_MAX_EVENTS.
+ *
  * The tolerance is what float sums in a different order give over 8 steps;
  * docs/training.md states it. The largest difference seen is printed.
  */
@@ -98,6 +115,7 @@ typedef struct {
 	int die_rank, die_step; /* this rank _exits in on_step at this step; die_step 0: never */
 	const char *sharding;  /* parallel.sharding; NULL: the default (none) */
 	int n_layer;           /* 0: 2 */
+	int profile_lo, profile_hi; /* the spec's profile and on_trace set; 0: none */
 } run_cfg_t;
 
 typedef struct {
@@ -152,9 +170,14 @@ static int s_load_spec(const run_cfg_t *cfg, jobspec_t *spec)
 		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":0.003,"
 		 "\"warmup_steps\":2,\"lr_schedule\":\"cosine\",\"min_lr\":0.0003,\"weight_decay\":0.1,"
 		 "\"grad_clip\":0.5,\"seed\":7,\"eval_every\":4,\"eval_batches\":2},"
-		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"}}",
+		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"}%s}",
 		 cfg->n_layer ? cfg->n_layer : 2, STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W,
-		 cfg->sharding ? cfg->sharding : "none");
+		 cfg->sharding ? cfg->sharding : "none", "");
+	if (cfg->profile_lo) {
+		size_t n = strlen(json) - 1; /* over the closing brace */
+		snprintf(json + n, sizeof json - n, ",\"profile\":{\"start_step\":%d,\"end_step\":%d}}",
+			 cfg->profile_lo, cfg->profile_hi);
+	}
 	jobspec_error_t err;
 	if (jobspec_parse(json, strlen(json), spec, &err) < 0) {
 		fprintf(stderr, "spec: %s: %s\n", err.pointer, err.message);
@@ -168,7 +191,20 @@ typedef struct {
 	int rank;
 	FILE *rec;
 	const char *params_path; /* the final parameters go here */
+	FILE *trace;             /* on_trace's steps, one line each */
 } step_ctx_t;
+
+/* One line per traced step: "step start_unix_us dur_us n name ts dur ...". */
+static void s_on_trace(void *ctx, const trace_step_t *t)
+{
+	step_ctx_t *c = ctx;
+	fprintf(c->trace, "%lld %lld %.3f %d", (long long)t->step, (long long)t->start_unix_us, t->dur_us,
+		t->n_events);
+	for (int i = 0; i < t->n_events; i++)
+		fprintf(c->trace, " %s %.3f %.3f", t->events[i].name, t->events[i].ts_us, t->events[i].dur_us);
+	fputc('\n', c->trace);
+	fflush(c->trace);
+}
 
 static int s_on_step(void *ctx, const train_report_t *r)
 {
@@ -222,9 +258,12 @@ static int s_rank_main(const run_cfg_t *cfg, int rank, const char *tag, const ch
 			return 102;
 		}
 	}
-	char params_path[4200];
+	char params_path[4200], trace_path[4200];
 	s_params_path(rank, tag, params_path, sizeof params_path);
-	step_ctx_t ctx = {cfg, rank, rec, params_path};
+	snprintf(trace_path, sizeof trace_path, "%s/%s-rank%d.trace", s_dir, tag, rank);
+	step_ctx_t ctx = {cfg, rank, rec, params_path, NULL};
+	if (cfg->profile_lo && !(ctx.trace = fopen(trace_path, "w")))
+		return 103;
 	train_options_t opt = {
 		.data_root = s_dir,
 		.out = out,
@@ -236,8 +275,12 @@ static int s_rank_main(const run_cfg_t *cfg, int rank, const char *tag, const ch
 		.on_step = s_on_step,
 		.on_step_ctx = &ctx,
 		.report_params = true,
+		.on_trace = cfg->profile_lo ? s_on_trace : NULL,
+		.on_trace_ctx = &ctx,
 	};
 	int rc = train_run(&spec, &opt);
+	if (ctx.trace)
+		fclose(ctx.trace);
 	comm_free(comm);
 	jobspec_free(&spec);
 	fclose(rec);
@@ -612,12 +655,116 @@ static void s_errors(void)
 	s_dump_log(&res, 0);
 }
 
+/* The trace file of one rank: every line checked, the steps it names
+ * returned in *ret_steps (at most MAX_STEPS). */
+static int s_check_trace_file(const run_cfg_t *cfg, const char *tag, int rank, int *ret_steps)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s-rank%d.trace", s_dir, tag, rank);
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	if (!f)
+		return 0;
+	char line[16384];
+	int n_steps = 0;
+	long long prev_end_us = 0;
+	time_t now = time(NULL);
+	while (fgets(line, sizeof line, f) && n_steps < MAX_STEPS) {
+		long long step, start;
+		double dur;
+		int n, used;
+		char *p = line;
+		CHECK(sscanf(p, "%lld %lld %lf %d%n", &step, &start, &dur, &n, &used) == 4);
+		p += used;
+		ret_steps[n_steps++] = (int)step;
+		CHECK(n >= 1 && n <= TRACE_MAX_EVENTS);
+		CHECK(start / 1000000 > now - 3600 && start / 1000000 <= now + 1); /* the wall clock */
+		CHECK(start >= prev_end_us);                                      /* after the step before */
+		prev_end_us = start + (long long)dur;
+		int n_micro = 0, n_merged = 0;
+		bool seen[TRACE_N_PHASES] = {false};
+		double end = 0;
+		for (int i = 0; i < n; i++) {
+			char name[64];
+			double ts, d;
+			CHECK(sscanf(p, " %63s %lf %lf%n", name, &ts, &d, &used) == 3);
+			p += used;
+			CHECK(ts >= end - 0.0015 && d >= 0 && ts + d <= dur + 0.0015); /* in order, inside the step */
+			end = ts + d;
+			int k;
+			for (k = 0; k < TRACE_N_PHASES; k++)
+				if (strcmp(name, trace_phase_name((trace_phase_t)k)) == 0)
+					break;
+			if (strcmp(name, TRACE_MERGED_NAME) == 0) {
+				n_merged++;
+				continue;
+			}
+			CHECK(k < TRACE_N_PHASES);
+			if (k == TRACE_N_PHASES)
+				continue;
+			if (k == TRACE_DATA || k == TRACE_FORWARD || k == TRACE_BACKWARD)
+				n_micro++;
+			else
+				CHECK(!seen[k]); /* one of each other phase */
+			seen[k] = true;
+			if (k == TRACE_FORWARD || k == TRACE_BACKWARD || k == TRACE_OPTIMIZER || k == TRACE_EVAL)
+				CHECK(d > 0);
+		}
+		const bool many = 3 * cfg->A > TRACE_MAX_EVENTS - TRACE_N_PHASES;
+		CHECK(many ? n_merged == 1 && n_micro == TRACE_MAX_EVENTS - TRACE_N_PHASES - 1
+			   : n_merged == 0 && n_micro == 3 * cfg->A);
+		CHECK(seen[TRACE_ZERO_GRAD] && seen[TRACE_DATA] && seen[TRACE_FORWARD] && seen[TRACE_BACKWARD] &&
+		      seen[TRACE_CLIP] && seen[TRACE_OPTIMIZER]);
+		CHECK(seen[TRACE_GRAD_REDUCE] == cfg->use_comm);
+		CHECK(seen[TRACE_PARAM_GATHER] == (cfg->sharding && strcmp(cfg->sharding, "none") != 0));
+		CHECK(seen[TRACE_EVAL] == (step % 4 == 0)); /* eval_every 4 */
+		CHECK(!seen[TRACE_SNAPSHOT]);               /* no checkpoint_dir */
+	}
+	fclose(f);
+	return n_steps;
+}
+
+static void s_profile(void)
+{
+	static run_result_t off, on;
+	const run_cfg_t cfgs[] = {
+		{.W = 2, .B = 2, .A = 2, .use_comm = true, .sharding = "none"},
+		{.W = 2, .B = 2, .A = 2, .use_comm = true, .sharding = "zero2"},
+		{.W = 1, .B = 1, .A = 20, .use_comm = false},
+	};
+	for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+		run_cfg_t cfg = cfgs[i];
+		char tag[32];
+		snprintf(tag, sizeof tag, "prof%zu-off", i);
+		s_run(&cfg, tag, &off);
+		s_check_clean(&cfg, &off, tag);
+		cfg.profile_lo = 3;
+		cfg.profile_hi = 6;
+		snprintf(tag, sizeof tag, "prof%zu-on", i);
+		s_run(&cfg, tag, &on);
+		s_check_clean(&cfg, &on, tag);
+		/* not one bit changed by tracing */
+		for (int r = 0; r < cfg.W; r++)
+			CHECK(memcmp(on.steps[r], off.steps[r], sizeof on.steps[r]) == 0);
+		CHECK(on.params && off.params && on.n_params == off.n_params &&
+		      memcmp(on.params, off.params, on.n_params * sizeof(float)) == 0);
+		for (int r = 0; r < cfg.W; r++) {
+			int steps[MAX_STEPS];
+			int n = s_check_trace_file(&cfg, tag, r, steps);
+			CHECK(n == 4 && steps[0] == 3 && steps[1] == 4 && steps[2] == 5 && steps[3] == 6);
+		}
+	}
+	free(on.params);
+	free(off.params);
+}
+
 int main(int argc, char **argv)
 {
 	int zero_w = argc == 3 && strcmp(argv[1], "zero") == 0 ? atoi(argv[2]) : 0;
-	if (!(argc == 2 && (!strcmp(argv[1], "equivalence") || !strcmp(argv[1], "errors"))) &&
+	if (!(argc == 2 && (!strcmp(argv[1], "equivalence") || !strcmp(argv[1], "errors") ||
+			    !strcmp(argv[1], "profile"))) &&
 	    !(zero_w >= 2 && zero_w <= MAX_RANKS)) {
-		fprintf(stderr, "usage: test_ddp equivalence | errors | zero 2|3|4\n");
+		fprintf(stderr, "usage: test_ddp equivalence | errors | profile | zero 2|3|4\n");
 		return 2;
 	}
 	if (!mkdtemp(s_dir)) {
@@ -634,6 +781,8 @@ int main(int argc, char **argv)
 		s_zero(zero_w);
 	else if (strcmp(argv[1], "equivalence") == 0)
 		s_equivalence();
+	else if (strcmp(argv[1], "profile") == 0)
+		s_profile();
 	else
 		s_errors();
 

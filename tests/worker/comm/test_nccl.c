@@ -1,0 +1,450 @@
+/*
+ * test_nccl: the NCCL backend of worker/comm (comm_nccl.c) on real GPUs.
+ * Built only where meson found CUDA; registered as gpu-nccl-*, so
+ * `meson test --suite worker` runs it and it skips (exit 77, one line
+ * "no CUDA GPU: <reason>; skipping") where no GPU is usable.
+ *
+ *   test_nccl collectives W   W forked ranks, rank r on CUDA device r, meet
+ *                             through a directory KV (worker/comm/
+ *                             comm_kv_dir.c); every collective on device
+ *                             buffers checked exactly against sums computed
+ *                             on the host (inputs are small integers held in
+ *                             floats, so every sum is exact whatever its
+ *                             order): all-reduce, reduce-scatter and
+ *                             all-gather with equal, uneven (W > 1) and all-0
+ *                             counts, all-gather in place, broadcast of an
+ *                             odd byte count from every root, barrier, a bad
+ *                             root (-EINVAL, the comm still usable), then
+ *                             comm_abort: -ECANCELED and a line saying so.
+ *                             Skips when fewer than W GPUs are visible.
+ *   test_nccl join-timeout    one GPU: rank 1 of 2 alone times out waiting
+ *                             for NCCL's id in the KV; rank 0 of 2 alone
+ *                             gets NULL from the non-blocking set-up within
+ *                             its timeout (aborted), not a hang.
+ *
+ * The ranks are child processes: CUDA must not be initialized before a
+ * fork, so the parent never touches it. The parent waits with a deadline
+ * and kills the children if it passes; each child also has an alarm.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "comm.h"
+#include "comm_kv_dir.h"
+
+#define MAX_RANKS 8
+#define EXIT_SKIP 77
+#define TIMEOUT_MS 20000
+
+static int s_failures;
+static int s_rank;
+
+#define CHECK(cond)                                                                              \
+	do {                                                                                     \
+		if (!(cond)) {                                                                   \
+			fprintf(stderr, "rank %d: FAIL %s:%d: %s\n", s_rank, __FILE__, __LINE__, \
+			        #cond);                                                          \
+			s_failures++;                                                            \
+		}                                                                                \
+	} while (0)
+
+#define CHECK_RC(c, expr)                                                                        \
+	do {                                                                                     \
+		int rc_ = (expr);                                                                \
+		if (rc_ != 0) {                                                                  \
+			fprintf(stderr, "rank %d: FAIL %s:%d: %s = %d (%s)\n", s_rank, __FILE__,  \
+			        __LINE__, #expr, rc_, comm_last_error(c));                       \
+			s_failures++;                                                            \
+		}                                                                                \
+	} while (0)
+
+/* A CUDA call the test itself makes: a failure ends the rank. */
+#define CUDA_OK(expr)                                                                            \
+	do {                                                                                     \
+		cudaError_t e_ = (expr);                                                         \
+		if (e_ != cudaSuccess) {                                                         \
+			fprintf(stderr, "rank %d: FAIL %s:%d: %s: %s\n", s_rank, __FILE__,        \
+			        __LINE__, #expr, cudaGetErrorString(e_));                        \
+			exit(1);                                                                 \
+		}                                                                                \
+	} while (0)
+
+static double s_now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Device copies of host data and back. n may be 0 (one float is
+ * allocated so that the pointer is a real device pointer). */
+static float *s_to_device(const float *h, size_t n)
+{
+	float *d = NULL;
+	CUDA_OK(cudaMalloc((void **)&d, (n ? n : 1) * sizeof(float)));
+	if (n)
+		CUDA_OK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+	return d;
+}
+
+static void s_to_host(float *h, const float *d, size_t n)
+{
+	if (n)
+		CUDA_OK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+static size_t s_sum(const size_t *counts, int W)
+{
+	size_t n = 0;
+	for (int i = 0; i < W; i++)
+		n += counts[i];
+	return n;
+}
+
+/* ---- collectives -------------------------------------------------------- */
+
+static void s_check_allreduce(comm_t *c, size_t n)
+{
+	int W = comm_world_size(c), r = comm_rank(c);
+	float *h = malloc((n ? n : 1) * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		h[i] = (float)((i % 1000) * (size_t)(r + 1)) - 500.0f;
+	float *d = s_to_device(h, n);
+	CHECK_RC(c, comm_allreduce_sum_f32(c, d, n));
+	s_to_host(h, d, n);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		double want = (double)(i % 1000) * W * (W + 1) / 2 - 500.0 * W;
+		if (h[i] != (float)want && bad++ < 3)
+			fprintf(stderr, "rank %d: all-reduce n=%zu: [%zu] = %g, want %g\n", r, n, i,
+			        (double)h[i], want);
+	}
+	CHECK(bad == 0);
+	CUDA_OK(cudaFree(d));
+	free(h);
+}
+
+static void s_check_reduce_scatter(comm_t *c, const size_t *counts)
+{
+	int W = comm_world_size(c), r = comm_rank(c);
+	size_t n = s_sum(counts, W), off = 0;
+	for (int i = 0; i < r; i++)
+		off += counts[i];
+	float *h_in = malloc((n ? n : 1) * sizeof(float));
+	float *h_out = malloc((counts[r] ? counts[r] : 1) * sizeof(float));
+	for (size_t j = 0; j < n; j++)
+		h_in[j] = (float)((j % 100000) * (size_t)(r + 1));
+	for (size_t j = 0; j < counts[r]; j++)
+		h_out[j] = -1;
+	float *d_in = s_to_device(h_in, n), *d_out = s_to_device(h_out, counts[r]);
+	CHECK_RC(c, comm_reduce_scatter_sum_f32(c, d_in, d_out, counts));
+	s_to_host(h_out, d_out, counts[r]);
+	size_t bad = 0;
+	for (size_t j = 0; j < counts[r]; j++) {
+		double want = (double)((off + j) % 100000) * W * (W + 1) / 2;
+		if (h_out[j] != (float)want && bad++ < 3)
+			fprintf(stderr, "rank %d: reduce-scatter: out[%zu] = %g, want %g\n", r, j,
+			        (double)h_out[j], want);
+	}
+	CHECK(bad == 0);
+	/* The input is left as it was. */
+	float *h_back = malloc((n ? n : 1) * sizeof(float));
+	s_to_host(h_back, d_in, n);
+	CHECK(n == 0 || memcmp(h_back, h_in, n * sizeof(float)) == 0);
+	free(h_back);
+	CUDA_OK(cudaFree(d_in));
+	CUDA_OK(cudaFree(d_out));
+	free(h_in);
+	free(h_out);
+}
+
+/* in_place: `in` is this rank's own place inside `out`. */
+static void s_check_allgather(comm_t *c, const size_t *counts, bool in_place)
+{
+	int W = comm_world_size(c), r = comm_rank(c);
+	size_t n = s_sum(counts, W), off = 0;
+	for (int i = 0; i < r; i++)
+		off += counts[i];
+	float *h_in = malloc((counts[r] ? counts[r] : 1) * sizeof(float));
+	float *h_out = malloc((n ? n : 1) * sizeof(float));
+	for (size_t j = 0; j < counts[r]; j++)
+		h_in[j] = (float)(r * 1000000 + (int)(j % 500000));
+	for (size_t j = 0; j < n; j++)
+		h_out[j] = -1;
+	if (in_place)
+		memcpy(h_out + off, h_in, counts[r] * sizeof(float));
+	float *d_out = s_to_device(h_out, n);
+	float *d_in = in_place ? NULL : s_to_device(h_in, counts[r]);
+	CHECK_RC(c, comm_allgather_f32(c, in_place ? d_out + off : d_in, d_out, counts));
+	s_to_host(h_out, d_out, n);
+	size_t bad = 0, k = 0;
+	for (int i = 0; i < W; i++)
+		for (size_t j = 0; j < counts[i]; j++, k++) {
+			float want = (float)(i * 1000000 + (int)(j % 500000));
+			if (h_out[k] != want && bad++ < 3)
+				fprintf(stderr, "rank %d: all-gather%s: out[%zu] = %g, want %g\n", r,
+				        in_place ? " in place" : "", k, (double)h_out[k], (double)want);
+		}
+	CHECK(bad == 0);
+	if (d_in)
+		CUDA_OK(cudaFree(d_in));
+	CUDA_OK(cudaFree(d_out));
+	free(h_in);
+	free(h_out);
+}
+
+static void s_check_broadcast(comm_t *c, size_t bytes, int root)
+{
+	int r = comm_rank(c);
+	unsigned char *h = malloc(bytes ? bytes : 1);
+	for (size_t i = 0; i < bytes; i++)
+		h[i] = r == root ? (unsigned char)(i * 7 + (size_t)root) : 0xee;
+	void *d = NULL;
+	CUDA_OK(cudaMalloc(&d, bytes ? bytes : 1));
+	CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+	CHECK_RC(c, comm_broadcast(c, d, bytes, root));
+	memset(h, 0, bytes);
+	CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+	size_t bad = 0;
+	for (size_t i = 0; i < bytes; i++)
+		bad += h[i] != (unsigned char)(i * 7 + (size_t)root);
+	CHECK(bad == 0);
+	CUDA_OK(cudaFree(d));
+	free(h);
+}
+
+static int s_rank_collectives(const char *dir, int rank, int W)
+{
+	s_rank = rank;
+	char why[512];
+	if (comm_nccl_available(why, sizeof why) < 0) {
+		if (rank == 0)
+			printf("no CUDA GPU: %s; skipping\n", why);
+		return EXIT_SKIP;
+	}
+	int n_gpus = 0;
+	CUDA_OK(cudaGetDeviceCount(&n_gpus));
+	if (n_gpus < W) {
+		if (rank == 0)
+			printf("no CUDA GPU for every rank: %d rank(s), %d GPU(s) visible (NCCL runs one rank "
+			       "per GPU); skipping\n",
+			       W, n_gpus);
+		return EXIT_SKIP;
+	}
+	comm_kv_t kv = comm_kv_dir_make(dir);
+	char err[512];
+	double t0 = s_now_s();
+	comm_t *c = comm_nccl_new(&kv, rank, W, rank, TIMEOUT_MS, err, sizeof err);
+	if (!c) {
+		fprintf(stderr, "rank %d: FAIL: comm_nccl_new: %s\n", rank, err);
+		return 1;
+	}
+	fprintf(stderr, "rank %d: NCCL comm of %d on device %d in %.2f s\n", rank, W, rank, s_now_s() - t0);
+	CHECK(comm_rank(c) == rank);
+	CHECK(comm_world_size(c) == W);
+	CHECK(comm_nccl_stream(c) != NULL);
+	CHECK(strcmp(comm_last_error(c), "") == 0);
+
+	s_check_allreduce(c, 0);
+	s_check_allreduce(c, 1);
+	s_check_allreduce(c, 4099);
+	s_check_allreduce(c, (size_t)3 << 20); /* 12 MiB: several NCCL chunks */
+
+	size_t equal[MAX_RANKS], uneven[MAX_RANKS], zeros[MAX_RANKS], one_zero[MAX_RANKS];
+	for (int i = 0; i < W; i++) {
+		equal[i] = 1537;
+		uneven[i] = (size_t)(3 * i + 5) * 1000 + (size_t)i;
+		zeros[i] = 0;
+		one_zero[i] = i == W - 1 ? 0 : 777 + (size_t)i;
+	}
+	if (W == 1)
+		one_zero[0] = 0; /* W = 1: the only count is 0 */
+	const size_t *sets[] = {equal, uneven, zeros, one_zero};
+	for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+		s_check_reduce_scatter(c, sets[s]);
+		s_check_allgather(c, sets[s], false);
+		s_check_allgather(c, sets[s], true);
+	}
+	for (int root = 0; root < W; root++) {
+		s_check_broadcast(c, 1001, root);
+		s_check_broadcast(c, 0, root);
+	}
+	CHECK_RC(c, comm_barrier(c));
+
+	/* A bad root is refused before anything is sent: -EINVAL, not sticky. */
+	unsigned char byte = 0, *d_byte = NULL;
+	CUDA_OK(cudaMalloc((void **)&d_byte, 1));
+	CHECK(comm_broadcast(c, d_byte, 1, W) == -EINVAL);
+	CHECK(strstr(comm_last_error(c), "root") != NULL);
+	CUDA_OK(cudaMemcpy(d_byte, &byte, 1, cudaMemcpyHostToDevice));
+	CHECK_RC(c, comm_broadcast(c, d_byte, 1, 0));
+	CHECK_RC(c, comm_barrier(c));
+	CUDA_OK(cudaFree(d_byte));
+
+	/* Abort: every later call fails at once with -ECANCELED. Every rank
+	 * is past its last collective with the others here. */
+	comm_abort(c);
+	comm_abort(c); /* twice is harmless */
+	float *d = s_to_device((const float[]){1.0f}, 1);
+	double a = s_now_s();
+	CHECK(comm_allreduce_sum_f32(c, d, 1) == -ECANCELED);
+	CHECK(comm_barrier(c) == -ECANCELED);
+	CHECK(comm_allgather_f32(c, d, d, (const size_t[MAX_RANKS]){1}) == -ECANCELED);
+	CHECK(s_now_s() - a < 1.0);
+	CHECK(strstr(comm_last_error(c), "aborted") != NULL);
+	fprintf(stderr, "rank %d: after abort: %s\n", rank, comm_last_error(c));
+	CUDA_OK(cudaFree(d));
+	comm_free(c);
+	return s_failures ? 1 : 0;
+}
+
+/* One GPU: a group whose other rank never comes. */
+static int s_rank_join_timeout(const char *dir)
+{
+	s_rank = 0;
+	char why[512];
+	if (comm_nccl_available(why, sizeof why) < 0) {
+		printf("no CUDA GPU: %s; skipping\n", why);
+		return EXIT_SKIP;
+	}
+	comm_kv_t kv = comm_kv_dir_make(dir);
+	char err[512];
+	/* Rank 1 alone: rank 0 never publishes the id. */
+	double t0 = s_now_s();
+	comm_t *c = comm_nccl_new(&kv, 1, 2, 0, 1500, err, sizeof err);
+	double took = s_now_s() - t0;
+	CHECK(c == NULL);
+	CHECK(strstr(err, "nccl/id") != NULL && strstr(err, "rank 0") != NULL);
+	CHECK(took >= 1.4 && took < 10);
+	fprintf(stderr, "rank 1 of 2 alone, after %.2f s: %s\n", took, err);
+	comm_free(c);
+
+	/* Rank 0 alone: the id is published, the set-up waits for rank 1. */
+	t0 = s_now_s();
+	c = comm_nccl_new(&kv, 0, 2, 0, 3000, err, sizeof err);
+	took = s_now_s() - t0;
+	CHECK(c == NULL);
+	CHECK(strstr(err, "within 3000 ms") != NULL);
+	CHECK(took >= 2.9 && took < 20);
+	fprintf(stderr, "rank 0 of 2 alone, after %.2f s: %s\n", took, err);
+	comm_free(c);
+
+	/* The process can still make a working comm afterwards. */
+	char dir2[4096];
+	snprintf(dir2, sizeof dir2, "%s/again", dir);
+	CHECK(mkdir(dir2, 0700) == 0);
+	comm_kv_t kv2 = comm_kv_dir_make(dir2);
+	c = comm_nccl_new(&kv2, 0, 1, 0, TIMEOUT_MS, err, sizeof err);
+	CHECK(c != NULL);
+	if (c) {
+		s_check_allreduce(c, 100);
+		comm_free(c);
+	} else {
+		fprintf(stderr, "FAIL: comm_nccl_new after the timeouts: %s\n", err);
+	}
+	return s_failures ? 1 : 0;
+}
+
+/* ---- the parent ---------------------------------------------------------- */
+
+static void s_rm_rf(const char *dir)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		execlp("rm", "rm", "-rf", dir, (char *)NULL);
+		_exit(127);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+}
+
+/* Run `n` children (rank i runs fn(dir, i, n)), wait up to `limit_s`.
+ * Returns 0 (all passed), 77 (any skipped, none failed) or 1. */
+static int s_run(int n, int (*fn)(const char *, int, int), int limit_s)
+{
+	char dir[] = "/tmp/test_nccl.XXXXXX";
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	fflush(NULL);
+	pid_t pids[MAX_RANKS];
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			alarm((unsigned)limit_s + 5);
+			int rc = fn(dir, i, n);
+			fflush(NULL);
+			_exit(rc);
+		}
+	}
+	int failed = 0, skipped = 0, left = n;
+	double deadline = s_now_s() + limit_s;
+	while (left > 0 && s_now_s() < deadline) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+		if (pid <= 0) {
+			struct timespec ts = {0, 20000000};
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		left--;
+		int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+		if (code == EXIT_SKIP)
+			skipped++;
+		else if (code != 0) {
+			fprintf(stderr, "FAIL: a rank ended with status %d\n", code);
+			failed++;
+		}
+	}
+	if (left > 0) {
+		fprintf(stderr, "FAIL: %d rank(s) still running after %d s; killed\n", left, limit_s);
+		for (int i = 0; i < n; i++)
+			kill(pids[i], SIGKILL);
+		while (waitpid(-1, NULL, 0) > 0)
+			;
+		failed++;
+	}
+	s_rm_rf(dir);
+	return failed ? 1 : skipped ? EXIT_SKIP : 0;
+}
+
+static int s_join_timeout_child(const char *dir, int rank, int n)
+{
+	(void)rank;
+	(void)n;
+	return s_rank_join_timeout(dir);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int rc;
+	if (argc == 3 && strcmp(argv[1], "collectives") == 0) {
+		int W = atoi(argv[2]);
+		if (W < 1 || W > MAX_RANKS) {
+			fprintf(stderr, "usage: test_nccl collectives W (1..%d)\n", MAX_RANKS);
+			return 2;
+		}
+		rc = s_run(W, s_rank_collectives, 90);
+	} else if (argc == 2 && strcmp(argv[1], "join-timeout") == 0) {
+		rc = s_run(1, s_join_timeout_child, 90);
+	} else {
+		fprintf(stderr, "usage: test_nccl collectives W | join-timeout\n");
+		return 2;
+	}
+	if (rc == 0)
+		printf("test_nccl %s: ok\n", argv[1]);
+	return rc;
+}

@@ -1,0 +1,81 @@
+/*
+ * comm: the public functions of comm.h, dispatched to the backend a comm_t
+ * was built with (comm_impl.h). Gloo's constructor lives in comm_gloo.cc,
+ * NCCL's in comm_nccl.c; this file knows neither.
+ */
+#include "comm_impl.h"
+
+#include <stdlib.h>
+
+comm_t *comm_make(const comm_ops_t *ops, void *impl, int rank, int world_size)
+{
+	comm_t *c = malloc(sizeof *c);
+	if (!c)
+		return NULL;
+	*c = (comm_t){.ops = ops, .impl = impl, .rank = rank, .world_size = world_size};
+	return c;
+}
+
+int comm_rank(const comm_t *c)
+{
+	return c->rank;
+}
+
+int comm_world_size(const comm_t *c)
+{
+	return c->world_size;
+}
+
+void *comm_nccl_stream(const comm_t *c)
+{
+	return c && c->ops->stream ? c->ops->stream(c->impl) : NULL;
+}
+
+void comm_set_timeout(comm_t *c, int timeout_ms)
+{
+	c->ops->set_timeout(c->impl, timeout_ms);
+}
+
+int comm_allreduce_sum_f32(comm_t *c, float *buf, size_t n)
+{
+	return c->ops->allreduce_sum_f32(c->impl, buf, n);
+}
+
+int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const size_t *counts)
+{
+	return c->ops->reduce_scatter_sum_f32(c->impl, in, out, counts);
+}
+
+int comm_allgather_f32(comm_t *c, const float *in, float *out, const size_t *counts)
+{
+	return c->ops->allgather_f32(c->impl, in, out, counts);
+}
+
+int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root)
+{
+	return c->ops->broadcast(c->impl, buf, bytes, root);
+}
+
+int comm_barrier(comm_t *c)
+{
+	return c->ops->barrier(c->impl);
+}
+
+void comm_abort(comm_t *c)
+{
+	if (c)
+		c->ops->abort(c->impl);
+}
+
+const char *comm_last_error(const comm_t *c)
+{
+	return c->ops->last_error(c->impl);
+}
+
+void comm_free(comm_t *c)
+{
+	if (!c)
+		return;
+	c->ops->free(c->impl);
+	free(c);
+}

@@ -1,0 +1,52 @@
+/*
+ * comm_impl: what a backend of comm.h provides, private to worker/comm/.
+ * A comm_t is the backend's operations table, the rank and world size (which
+ * never change), and the backend's own state; comm.c's public functions
+ * check nothing and dispatch, so each backend keeps comm.h's contract
+ * (sticky first failure, -ECANCELED after abort, one-line errors) itself.
+ */
+#ifndef RINGMASTER_WORKER_COMM_IMPL_H
+#define RINGMASTER_WORKER_COMM_IMPL_H
+
+#include "comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One backend's operations; `impl` is the state its constructor gave
+ * comm_make. Each has the contract of the comm.h function of the same name.
+ * `stream` may be NULL (no stream: comm_nccl_stream says NULL). */
+typedef struct {
+	int (*allreduce_sum_f32)(void *impl, float *buf, size_t n);
+	int (*reduce_scatter_sum_f32)(void *impl, const float *in, float *out, const size_t *counts);
+	int (*allgather_f32)(void *impl, const float *in, float *out, const size_t *counts);
+	int (*broadcast)(void *impl, void *buf, size_t bytes, int root);
+	int (*barrier)(void *impl);
+	void (*set_timeout)(void *impl, int timeout_ms);
+	void (*abort)(void *impl);
+	const char *(*last_error)(const void *impl);
+	void *(*stream)(const void *impl);
+	/* Free the state (after closing or aborting what it holds). */
+	void (*free)(void *impl);
+} comm_ops_t;
+
+struct comm {
+	const comm_ops_t *ops; /* static, borrowed */
+	void *impl;            /* owned: ops->free frees it */
+	int rank;
+	int world_size;
+};
+
+/*
+ * A comm_t for a backend's state `impl`. Returns NULL when out of memory;
+ * `impl` stays the caller's then (free it), otherwise the comm_t owns it
+ * and comm_free hands it to ops->free.
+ */
+comm_t *comm_make(const comm_ops_t *ops, void *impl, int rank, int world_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
