@@ -296,6 +296,28 @@ static int s_check_positive(const char *field, int v, char *err, size_t errlen)
 	return -1;
 }
 
+int gpt2_config_check(const gpt2_config_t *cfg, int max_B, int max_T, char *err, size_t errlen)
+{
+	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
+	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
+	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
+	    s_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
+	    s_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
+	    s_check_positive("train.batch_size", max_B, err, errlen))
+		return -1;
+	if (cfg->n_embd % cfg->n_head != 0) {
+		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
+			 cfg->n_embd, cfg->n_head);
+		return -1;
+	}
+	if (max_T < 1 || max_T > cfg->seq_len) {
+		snprintf(err, errlen, "the sequence length (%d) must be between 1 and model.seq_len (%d)",
+			 max_T, cfg->seq_len);
+		return -1;
+	}
+	return 0;
+}
+
 gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
                     char *err, size_t errlen)
 {
@@ -372,23 +394,8 @@ gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
 		snprintf(err, errlen, "internal error: a streamed model needs its stream functions");
 		return NULL;
 	}
-	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
-	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
-	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
-	    s_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
-	    s_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
-	    s_check_positive("train.batch_size", max_B, err, errlen))
+	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
 		return NULL;
-	if (cfg->n_embd % cfg->n_head != 0) {
-		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
-			 cfg->n_embd, cfg->n_head);
-		return NULL;
-	}
-	if (max_T < 1 || max_T > cfg->seq_len) {
-		snprintf(err, errlen, "the sequence length (%d) must be between 1 and model.seq_len (%d)",
-			 max_T, cfg->seq_len);
-		return NULL;
-	}
 	bool bf16 = precision == GPT2_PRECISION_BF16;
 	double C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
 	double n_params = V * C + (double)cfg->seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;

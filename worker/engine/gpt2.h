@@ -26,6 +26,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* the GPU engine (.cu) calls gpt2_config_check */
+#endif
+
 typedef struct {
 	int n_layer;
 	int n_head;
@@ -97,6 +101,14 @@ typedef struct {
 	float *(*grad_begin)(void *ctx, gpt2_range_t r);
 	void (*grad_end)(void *ctx, float *g, gpt2_range_t r);
 } gpt2_stream_t;
+
+/*
+ * Check a configuration for batches of up to max_B sequences of up to max_T
+ * tokens (every size positive, n_embd divisible by n_head, 1 <= max_T <=
+ * seq_len): 0, or -1 with one line in `err` naming the field. gpt2_create
+ * and the GPU engine's create run it first.
+ */
+int gpt2_config_check(const gpt2_config_t *cfg, int max_B, int max_T, char *err, size_t errlen);
 
 /*
  * Create a model for batches of up to max_B sequences of up to max_T tokens
@@ -178,5 +190,9 @@ void gpt2_backward(gpt2_t *m, float loss_scale);
 
 /* Training FLOPs per token, 6N + 6*L*C*T (the llm.c convention), for MFU. */
 double gpt2_flops_per_token(const gpt2_t *m, int T);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -226,36 +226,13 @@ static double s_arena_bound(const gpt2_config_t *cfg, double B, double T)
 
 /* ---- create and free ---- */
 
-static int s_check_positive(const char *field, int v, char *err, size_t errlen)
-{
-	if (v > 0)
-		return 0;
-	snprintf(err, errlen, "%s (%d) must be positive", field, v);
-	return -1;
-}
-
 static const double GIB = 1073741824.0;
 
 extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, char *err,
                                          size_t errlen)
 {
-	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
-	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
-	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
-	    s_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
-	    s_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
-	    s_check_positive("train.batch_size", max_B, err, errlen))
+	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
 		return NULL;
-	if (cfg->n_embd % cfg->n_head != 0) {
-		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
-			 cfg->n_embd, cfg->n_head);
-		return NULL;
-	}
-	if (max_T < 1 || max_T > cfg->seq_len) {
-		snprintf(err, errlen, "the sequence length (%d) must be between 1 and model.seq_len (%d)",
-			 max_T, cfg->seq_len);
-		return NULL;
-	}
 	int n_dev = 0;
 	cudaError_t rc = cudaGetDeviceCount(&n_dev);
 	if (rc != cudaSuccess || n_dev == 0) {
