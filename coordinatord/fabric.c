@@ -106,6 +106,7 @@ typedef struct {
 	bool joined, done, exited;
 	bool rejoin;    /* failed attempt: asked to park and rejoin the next one in its process */
 	bool parked;    /* ... and it answered PARKED */
+	int adopted_from; /* a survivor of that attempt kept as this rank (0: a new process) */
 	bool reported;  /* scratch for REGISTER reconciliation */
 	int64_t clean_exit_deadline_us; /* exited with status 0 before DONE: wait for it until then */
 	int64_t failed_deadline_us;     /* sent FAILED without exit_code: wait for its exit status until then */
@@ -1680,6 +1681,13 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 		return;
 	}
 	if (att != at->attempt) {
+		if (att < at->attempt && rank < at->world_size && at->ranks[rank].adopted_from == att) {
+			/* a kept survivor still finishing its step in the attempt it
+			 * leaves: dropped (an ABORT would end the process kept) */
+			log_debug("job %s: rank %d's %s of attempt %d, which it is leaving: dropped", job, rank,
+			          wire_type_name(type), att);
+			return;
+		}
 		snprintf(detail, sizeof detail, "attempt %d of job %s is stale: the live attempt is %d", att, job,
 		         at->attempt);
 		send_to(f, ident, WIRE_ABORT, json_pack("{s:s, s:i, s:s}", "job", job, "attempt", att, "reason", detail));
@@ -1973,6 +1981,7 @@ static void place(fabric_t *f, const queued_t *q, int kind, json_t *spec, agent_
 		if (prev && r < prev->world_size && rank_kept(&prev->ranks[r])) {
 			/* the agent hands the process over; the rank hears REJOIN */
 			char ident[WIRE_MAX_IDENTITY_BYTES + 1];
+			ranks[r].adopted_from = prev->attempt;
 			json_object_set_new(sp, "adopt", json_integer(prev->attempt));
 			send_to(f, ranks[r].agent->ident, WIRE_SPAWN, sp);
 			rank_ident(ident, prev->job_id, prev->attempt, r);

@@ -93,7 +93,9 @@ typedef struct {
 	/* rejoin: set by the watcher on ABORT {rejoin: true}; the next step's
 	 * report then stops training, and the rank parks for REJOIN */
 	atomic_bool rejoin_asked;
-	int next_attempt;       /* REJOIN's attempt once parked; 0: exit */
+	atomic_bool parked_sent;    /* PARKED went out (the watcher answers the ask at once) */
+	_Atomic int rejoin_attempt; /* REJOIN's attempt, heard by the watcher or s_park; 0: none */
+	int next_attempt;       /* the attempt to rejoin once training stopped; 0: exit */
 	/* the watchdog (watcher thread): when the last step ended (0: not
 	 * armed: before the first step, after the last) and the longest step */
 	_Atomic int64_t step_end_us;
@@ -135,6 +137,8 @@ static void s_send(rank_t *r, wire_type_t type, json_t *payload)
 	json_decref(payload);
 }
 
+static void s_note_rejoin(rank_t *r, const json_t *p);
+
 /* Whether an ABORT asks the rank to park and rejoin the next attempt. */
 static bool s_abort_rejoins(const json_t *p)
 {
@@ -169,6 +173,8 @@ static void s_send_final(rank_t *r, wire_type_t type, json_t *payload)
 			continue;
 		if (rc == 0 && got == WIRE_ABORT && s_abort_rejoins(p))
 			atomic_store(&r->rejoin_asked, true);
+		if (rc == 0 && got == WIRE_REJOIN)
+			s_note_rejoin(r, p);
 		json_decref(p);
 		if (rc < 0 || got == WIRE_KV_VALUE || got == WIRE_ERROR || got == WIRE_ABORT)
 			return;
@@ -531,8 +537,15 @@ static void s_watchdog(rank_t *r)
 	         (double)limit_us / 1e6, (double)longest / 1e6);
 	fprintf(stderr, "%s\n", reason);
 	fflush(stderr);
-	/* FAILED and its flush (s_send_final's), holding the socket for good */
-	pthread_mutex_lock(&r->lock);
+	/* FAILED and its flush (s_send_final's), holding the socket for good.
+	 * The stuck thread may hold the socket's lock (frozen inside a send):
+	 * then the exit status and the line above (the agent passes it on in
+	 * RANK_EXITED) tell the coordinator instead. */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	if (pthread_mutex_timedlock(&r->lock, &until) != 0)
+		_exit(RANK_EXIT_WATCHDOG);
 	json_t *p = json_pack("{s:s, s:i}", "reason", reason, "exit_code", RANK_EXIT_WATCHDOG);
 	json_t *q = json_pack("{s:s, s:i}", "key", "ringworker/flush", "timeout_ms", 0);
 	if (p && q && fabric_send(r->fab, WIRE_FAILED, p) == 0 && fabric_send(r->fab, WIRE_KV_GET, q) == 0) {
@@ -553,6 +566,28 @@ static void s_watchdog(rank_t *r)
 	_exit(RANK_EXIT_WATCHDOG);
 }
 
+/* REJOIN {attempt}: the attempt this rank becomes once training stopped. */
+static void s_note_rejoin(rank_t *r, const json_t *p)
+{
+	json_int_t a = json_integer_value(json_object_get(p, "attempt"));
+	if (a > r->opt->attempt && a < INT_MAX)
+		atomic_store(&r->rejoin_attempt, (int)a);
+}
+
+/* Once asked to rejoin, answer PARKED (once): the coordinator then places
+ * the next attempt without waiting for this rank's step to end, and this
+ * process is kept for it (it stops training at the step's end, or when its
+ * collective fails because a peer died). Any thread not holding the lock. */
+static void s_send_parked(rank_t *r)
+{
+	if (!atomic_load(&r->rejoin_asked) || atomic_exchange(&r->parked_sent, true))
+		return;
+	int64_t step = atomic_load(&r->watched_step);
+	s_send(r, WIRE_PARKED, json_pack("{s:I}", "step", (json_int_t)step));
+	fprintf(stderr, "ringworker rank: parking after step %lld, to rejoin the next attempt\n", (long long)step);
+	fflush(stderr);
+}
+
 static void *s_watch(void *arg)
 {
 	rank_t *r = arg;
@@ -560,7 +595,23 @@ static void *s_watch(void *arg)
 		s_watchdog(r);
 		json_t *commit = NULL;
 		int64_t resend_from = -1, resend_to = -1;
-		pthread_mutex_lock(&r->lock);
+		/* the training thread holds the lock while it sends; if it is stuck
+		 * there, the watchdog must still run */
+		bool locked = false;
+		while (!locked && !atomic_load(&r->stop_watch)) {
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_nsec += WATCH_INTERVAL_MS * 1000000L;
+			if (until.tv_nsec >= 1000000000L) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000L;
+			}
+			locked = pthread_mutex_timedlock(&r->lock, &until) == 0;
+			if (!locked)
+				s_watchdog(r);
+		}
+		if (!locked)
+			break;
 		for (;;) {
 			wire_type_t type;
 			json_t *p = NULL;
@@ -582,6 +633,8 @@ static void *s_watch(void *arg)
 				        json_string_value(json_object_get(p, "detail")));
 			if (type == WIRE_SNAPSHOT_COMMIT && !commit)
 				commit = json_incref(p);
+			if (type == WIRE_REJOIN)
+				s_note_rejoin(r, p);
 			if (type == WIRE_METRICS_RESEND) {
 				resend_from = json_integer_value(json_object_get(p, "from_step"));
 				resend_to = json_integer_value(json_object_get(p, "to_step"));
@@ -591,6 +644,7 @@ static void *s_watch(void *arg)
 				break; /* one commit at a time: a second one stays queued for the next pass */
 		}
 		pthread_mutex_unlock(&r->lock);
+		s_send_parked(r); /* sends, so outside the socket's lock */
 		if (resend_from >= 0)
 			s_resend(r, resend_from, resend_to); /* sends, so outside the socket's lock */
 		if (commit) {
@@ -843,31 +897,36 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 /*
  * After training stopped on a failed collective (rc TRAIN_EXIT_COMM) or on
  * ABORT {rejoin: true}: keep the process for the next attempt. Waits (up to
- * PARK_ASK_MS) to be asked to rejoin unless it was already, answers PARKED,
- * and waits (up to PARK_TIMEOUT_MS) for REJOIN. Returns the attempt to
- * rejoin, or 0 to exit (a plain ABORT: the job failed or this rank is not
- * kept; no answer in time). Main thread, watcher stopped, communicator freed.
+ * PARK_ASK_MS) to be asked to rejoin unless it was already, answers PARKED
+ * unless the watcher did, and waits (up to PARK_TIMEOUT_MS) for REJOIN
+ * unless it came already. Returns the attempt to rejoin, or 0 to exit (a
+ * plain ABORT: the job failed or this rank is not kept; no answer in time).
+ * Main thread, watcher stopped, communicator freed.
  */
 static int s_park(rank_t *r)
 {
 	const rank_options_t *o = r->opt;
 	int64_t t0 = fabric_now_us();
 	int64_t deadline = t0 + (int64_t)PARK_ASK_MS * 1000;
-	bool parked = false;
+	bool waiting_rejoin = false;
 	for (;;) {
-		if (!parked && atomic_load(&r->rejoin_asked)) {
-			s_send(r, WIRE_PARKED, json_pack("{s:I}", "step", (json_int_t)r->done_step));
-			fprintf(stderr, "ringworker rank: parked after step %lld, waiting to rejoin\n",
-			        (long long)r->done_step);
-			fflush(stderr);
-			parked = true;
+		s_send_parked(r);
+		if (!waiting_rejoin && atomic_load(&r->parked_sent)) {
+			waiting_rejoin = true;
 			deadline = fabric_now_us() + (int64_t)PARK_TIMEOUT_MS * 1000;
+		}
+		int next = atomic_load(&r->rejoin_attempt);
+		if (waiting_rejoin && next > o->attempt) {
+			fprintf(stderr, "ringworker rank: rejoining job %s as rank %d of attempt %d, %.0f ms after "
+			        "training stopped\n", o->job, o->rank, next, (double)(fabric_now_us() - t0) / 1e3);
+			fflush(stderr);
+			return next;
 		}
 		int64_t left_us = deadline - fabric_now_us();
 		if (left_us <= 0) {
 			fprintf(stderr, "ringworker rank: %s within %d s: exiting\n",
-			        parked ? "no REJOIN from the coordinator" : "not asked to rejoin",
-			        (parked ? PARK_TIMEOUT_MS : PARK_ASK_MS) / 1000);
+			        waiting_rejoin ? "no REJOIN from the coordinator" : "not asked to rejoin",
+			        (waiting_rejoin ? PARK_TIMEOUT_MS : PARK_ASK_MS) / 1000);
 			return 0;
 		}
 		wire_type_t type;
@@ -884,7 +943,6 @@ static int s_park(rank_t *r)
 			s_err("parked: receive failed: %s", zmq_strerror(-rc));
 			return 0;
 		}
-		int next = 0;
 		if (type == WIRE_ABORT && !s_abort_rejoins(p)) {
 			fprintf(stderr, "ringworker rank: aborted by the coordinator: %s\n",
 			        json_string_value(json_object_get(p, "reason")));
@@ -894,14 +952,8 @@ static int s_park(rank_t *r)
 		if (type == WIRE_ABORT)
 			atomic_store(&r->rejoin_asked, true);
 		if (type == WIRE_REJOIN)
-			next = (int)json_integer_value(json_object_get(p, "attempt"));
+			s_note_rejoin(r, p);
 		json_decref(p);
-		if (type == WIRE_REJOIN && next > o->attempt && next < INT_MAX) {
-			fprintf(stderr, "ringworker rank: rejoining job %s as rank %d of attempt %d, %.0f ms after "
-			        "training stopped\n", o->job, o->rank, next, (double)(fabric_now_us() - t0) / 1e3);
-			fflush(stderr);
-			return next;
-		}
 	}
 }
 
@@ -1037,6 +1089,8 @@ static int s_attempt(const rank_options_t *opt, void *zctx, int *ret_next)
 	r->zctx = zctx;
 	r->metrics_every = 1;
 	atomic_init(&r->rejoin_asked, false);
+	atomic_init(&r->parked_sent, false);
+	atomic_init(&r->rejoin_attempt, 0);
 	atomic_init(&r->stop_watch, false);
 	char identity[WIRE_MAX_IDENTITY_BYTES + 1], err[256];
 	int n = snprintf(identity, sizeof identity, "rank/%s/%d/%d", opt->job, opt->attempt, opt->rank);

@@ -8,7 +8,7 @@ fake agents and ranks (wire_shell.c):
   nothing changes; once it answers PARKED, attempt 2 is placed on the same
   devices: the agent gets SPAWN {adopt: 1} for the parked rank and a plain
   SPAWN for the dead one, and the parked rank REJOIN {attempt: 2} on its old
-  identity; attempt 2's JOINED carries resume {step, path} of the checkpoint
+  identity (its late messages of attempt 1 are dropped); attempt 2's JOINED carries resume {step, path} of the checkpoint
   committed by attempt 1 (null in attempt 1's); rank 0's first METRICS gives
   a `recovered` event with the time split; DONE from both ranks ->
   succeeded; restarts shows in REST and /metrics;
@@ -198,8 +198,10 @@ def signal_with_snapshot(d, sh):
     check([(p["rank"], p["device"]["index"]) for p in sp2] == [(0, 0), (1, 1)], "same devices %r" % sp2)
     check(sp2[0].get("adopt") == 1 and "adopt" not in sp2[1], "rank 0 adopted, rank 1 spawned: %r" % sp2)
     check(sh.expect(r0, "REJOIN") == {"job": jid, "attempt": 2}, "REJOIN to the parked rank")
+    # the kept rank may still be finishing its step in attempt 1: its late
+    # messages are dropped, never answered with an ABORT that would end it
     sh.send(r0, "METRICS", metrics_row(14))
-    check(sh.expect(r0, "ABORT")["attempt"] == 1, "the parked identity is stale now")
+    sh.silent(r0, 300, "a kept rank's late METRICS of the attempt it leaves")
     doc = wait_state(d, jid, "scheduled")
     check(doc["attempt"] == 2 and doc["restarts"] == 1 and "restart 1 of 2 after " + cause in doc["state_reason"]
           and "1 rank(s) rejoin in their process" in doc["state_reason"], "attempt 2 placed %r" % doc)
