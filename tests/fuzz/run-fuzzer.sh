@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build one libFuzzer harness with clang (outside meson) and run it.
 #
-#   tests/fuzz/run-fuzzer.sh [jobspec|wire] [SECONDS] [extra libFuzzer flags...]
+#   tests/fuzz/run-fuzzer.sh [jobspec|wire|snapshot] [SECONDS] [extra libFuzzer flags...]
 #
 # The seed corpus tests/fuzz/corpus/NAME/ is only read: new inputs go to
 # build-fuzz/corpus-NAME/, crashes to build-fuzz/. To keep an interesting
@@ -19,7 +19,8 @@ mkdir -p "$out/corpus-$name"
 case $name in
   jobspec) srcs=(tests/fuzz/fuzz_jobspec.c api/jobspec.c); libs="jansson"; dict=(-dict=tests/fuzz/jobspec.dict) ;;
   wire) srcs=(tests/fuzz/fuzz_wire.c api/wire.c); libs="jansson libzmq"; dict=(-dict=tests/fuzz/wire.dict) ;;
-  *) echo "run-fuzzer: unknown harness '$name' (jobspec or wire)" >&2; exit 2 ;;
+  snapshot) srcs=(tests/fuzz/fuzz_snapshot.c api/snapshot.c); libs="jansson libxxhash"; dict=() ;;
+  *) echo "run-fuzzer: unknown harness '$name' (jobspec, wire or snapshot)" >&2; exit 2 ;;
 esac
 
 clang -g -O1 -std=gnu11 -D_GNU_SOURCE \
