@@ -93,7 +93,8 @@
  *                rank 0 only, after SNAPSHOT_COMMIT: the manifest is written and
  *                step-N.tmp renamed to step-N and fsync'ed
  *   PARKED       step:uint (the last step it completed; 0: none)
- *                after an ABORT with rejoin: true, the rank has dropped its
+ *                the answer to an ABORT with rejoin: true, at once: the rank
+ *                stops training at the end of its step, drops its
  *                communicator and training state and waits in its process
  *                for REJOIN (see Recovery below)
  *   TRACE        step:uint, start_unix_us:uint, dur_us:real >= 0,
@@ -118,12 +119,13 @@
  *                Without rejoin (or false) the rank exits at once. When the
  *                attempt failed and the job is being restarted, the reason
  *                starts with "recovering: " and names the cause; with
- *                rejoin: true the rank drops its communicator, answers
- *                PARKED and waits for REJOIN instead of exiting
+ *                rejoin: true the rank answers PARKED, drops its
+ *                communicator and waits for REJOIN instead of exiting
  *   REJOIN       job:str, attempt:int (the new attempt)
  *                to a PARKED rank, on its old identity: it is rank `rank` of
- *                `attempt` now, on the same device; it reconnects as
- *                rank/<job>/<attempt>/<rank> and JOINs
+ *                `attempt` now, on the same device; once its training has
+ *                stopped it reconnects as rank/<job>/<attempt>/<rank> and
+ *                JOINs. Its late messages on the old identity are dropped
  *   SNAPSHOT_COMMIT  job:str, attempt:int, step:uint,
  *                files:[{rank:int, file:str, bytes:uint, xxh3:hex16}] (by rank)
  *                to rank 0 only, once every rank of the attempt has reported
@@ -174,8 +176,9 @@
  * fails (RANK_EXITED with a signal or a status other than 0, 2, 3, 5; FAILED;
  * its agent declared dead) and the job has restarts left, the attempt is
  * stale from then on (snapshot reports get ERROR 409). Its surviving ranks
- * (connected, agent alive, not exited) get ABORT {rejoin: true}: each drops
- * its communicator and training state and answers PARKED; their other
+ * (connected, agent alive, not exited) get ABORT {rejoin: true}: each answers
+ * PARKED at once and drops its communicator and training state at the end
+ * of its step; their other
  * messages are answered with the same ABORT. Ranks on dead agents get a plain
  * ABORT; ranks that never connected are KILLed. Once every rank is gone or
  * parked (a rank neither by the grace is KILLed and not kept), the next
