@@ -1681,7 +1681,7 @@ static void on_rank(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 		return;
 	}
 	if (att != at->attempt) {
-		if (att < at->attempt && rank < at->world_size && at->ranks[rank].adopted_from == att) {
+		if (att > 0 && att < at->attempt && rank < at->world_size && at->ranks[rank].adopted_from == att) {
 			/* a kept survivor still finishing its step in the attempt it
 			 * leaves: dropped (an ABORT would end the process kept) */
 			log_debug("job %s: rank %d's %s of attempt %d, which it is leaving: dropped", job, rank,
