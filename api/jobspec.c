@@ -619,6 +619,19 @@ static int s_check_cross(const json_t *doc, const jobspec_t *s, jobspec_error_t 
 			      s->train.steps);
 	}
 
+	/* the GPU engine (docs/gpu.md): bf16 matrix products, data parallelism only */
+	if (s->parallel.device == JOBSPEC_DEVICE_CUDA && s->train.precision != JOBSPEC_PRECISION_BF16)
+		return s_fail(err, "/train/precision",
+			      "train.precision \"fp32\" is not available with parallel.device \"cuda\": the GPU"
+			      " engine computes its matrix products in bf16 (fp32 accumulation, fp32 master"
+			      " weights and AdamW); leave train.precision out (bf16 is the default on cuda) or"
+			      " set it to \"bf16\"");
+	if (s->parallel.device == JOBSPEC_DEVICE_CUDA && s->parallel.sharding != JOBSPEC_SHARDING_NONE)
+		return s_fail(err, "/parallel/sharding",
+			      "parallel.sharding \"%s\" is not available with parallel.device \"cuda\" yet:"
+			      " use \"none\" (data parallelism) on cuda, or run the ZeRO modes on cpu",
+			      jobspec_sharding_name(s->parallel.sharding));
+
 	if (json_object_get(doc, "resume_from") && s->resume_from.step >= s->train.steps)
 		return s_fail(err, "/resume_from/step",
 			      "resume_from.step (%" PRId64 ") must be less than train.steps (%" PRId64
@@ -671,8 +684,12 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	if ((rc = s_read_model(doc, &s, err)) < 0 || (rc = s_read_data(doc, &s, &str, err)) < 0 ||
 	    (rc = s_read_train(doc, &s, err)) < 0 || (rc = s_read_rest(doc, &s, err)) < 0 ||
 	    (rc = s_read_resume_from(doc, &s, &str, err)) < 0 ||
-	    (rc = s_read_profile(doc, &s, err)) < 0 ||
-	    (rc = s_check_cross(doc, &s, err)) < 0)
+	    (rc = s_read_profile(doc, &s, err)) < 0)
+		return rc;
+	/* precision's default depends on the device: bf16 on cuda */
+	if (s.parallel.device == JOBSPEC_DEVICE_CUDA && !s_has(doc, "train", "precision"))
+		s.train.precision = JOBSPEC_PRECISION_BF16;
+	if ((rc = s_check_cross(doc, &s, err)) < 0)
 		return rc;
 
 	/* Strings are copied last so that no failure above has anything to free. */

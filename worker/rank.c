@@ -964,8 +964,23 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	int timeout_ms = o->comm_timeout_ms > 0 ? o->comm_timeout_ms : RANK_COMM_TIMEOUT_MS;
 	comm_kv_t kv = {.ctx = r, .set = s_kv_set, .get = s_kv_get};
 	char err[512];
+	/* A cuda rank on a node without a usable GPU fails before the rendezvous. */
+	int usable = train_check_device(spec, err, sizeof err);
+	if (usable != TRAIN_EXIT_OK) {
+		char reason[700];
+		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: %s", o->rank, err);
+		fprintf(stderr, "%s\n", reason);
+		s_send_failed(r, reason, usable);
+		return usable;
+	}
 	double t0 = s_unix_now();
-	comm_t *comm = comm_gloo_new(&kv, o->rank, o->world_size, host, timeout_ms, err, sizeof err);
+	comm_t *comm;
+#ifdef RINGMASTER_HAVE_NCCL
+	if (spec->parallel.device == JOBSPEC_DEVICE_CUDA) /* device 0: the agent's CUDA_VISIBLE_DEVICES */
+		comm = comm_nccl_new(&kv, o->rank, o->world_size, 0, timeout_ms, err, sizeof err);
+	else
+#endif
+		comm = comm_gloo_new(&kv, o->rank, o->world_size, host, timeout_ms, err, sizeof err);
 	if (!comm) {
 		char reason[700];
 		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: rendezvous failed: %s",

@@ -50,6 +50,15 @@
  * master shard and all-gathers each range just before the engine uses it,
  * AdamW updates that shard, and train_gather_params only forgets the
  * gathered ranges. docs/training.md has the details and the memory figures.
+ *
+ * parallel.device cuda (builds with CUDA, RINGMASTER_HAVE_CUDA_ENGINE): the
+ * same loop, with the engine's work done on the GPU by train_cuda.c (the
+ * "engine" helpers below pick the device): forward, backward, the norm,
+ * clipping and AdamW there, the gradient all-reduce on device memory over
+ * an NCCL comm. t->model is then only the host side of the GPU's state (its
+ * tensor table and flat parameter buffer, never run), through which
+ * initialisation, resume and snapshots go exactly as on the CPU. Sharding
+ * is not supported there yet (train_check_device refuses it).
  */
 #include "train.h"
 
@@ -60,6 +69,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sysexits.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -70,6 +80,9 @@
 #include "optim.h"
 #include "shard.h"
 #include "snapw.h"
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+#include "train_cuda.h"
+#endif
 
 #define ADAM_BETA1 0.9
 #define ADAM_BETA2 0.95
@@ -92,7 +105,8 @@ typedef struct {
 	int W, rank;
 	float *rank_vals; /* (max(W, W * eval_batches)): one slot per rank or validation batch */
 
-	gpt2_t *model;
+	gpt2_t *model; /* on cuda: the host side of the GPU's state, never run (see above) */
+	struct train_cuda *gpu; /* parallel.device cuda: the GPU side; else NULL */
 	size_t n_params;
 	float *adam_m; /* (n_params), or (shard_len) when sharded */
 	float *adam_v; /* (n_params), or (shard_len) when sharded */
@@ -232,11 +246,109 @@ static float *s_master(train_t *t)
 	return gpt2_params(t->model) + t->shard_lo;
 }
 
+/* The CPU model for the spec (parallel.device cpu). */
+static int s_create_cpu(train_t *t, const gpt2_config_t *cfg)
+{
+	const jobspec_t *spec = t->spec;
+	char err[512] = "";
+	gpt2_precision_t precision = spec->train.precision == JOBSPEC_PRECISION_BF16
+		? GPT2_PRECISION_BF16 : GPT2_PRECISION_FP32;
+	gpt2_streaming_t mode = t->sharding == JOBSPEC_SHARDING_ZERO2 ? GPT2_STREAM_GRADS
+		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? GPT2_STREAM_ALL : GPT2_DENSE;
+	gpt2_stream_t stream = {t, s_stream_fetch, s_stream_release, s_stream_grad_begin,
+				s_stream_grad_end};
+	t->model = gpt2_create_streamed(cfg, t->B, t->T, precision, mode, &stream, err, sizeof err);
+	if (!t->model) {
+		/* The spec was validated, so what is left is mostly memory. */
+		bool memory = strstr(err, "memory") || strstr(err, "fit");
+		return s_error(t, memory ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
+			       err[0] ? err : "cannot create the model");
+	}
+	return TRAIN_EXIT_OK;
+}
+
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+/* The gradient hooks of the GPU path's host model, which never runs
+ * backward: reaching them is a programming error. */
+static float *s_host_model_grad_begin(void *ctx, gpt2_range_t r)
+{
+	(void)ctx;
+	(void)r;
+	fprintf(stderr, "ringworker: fatal: internal error: the host side of a GPU model ran backward\n");
+	exit(EX_SOFTWARE);
+}
+
+static void s_host_model_grad_end(void *ctx, float *g, gpt2_range_t r)
+{
+	(void)g;
+	s_host_model_grad_begin(ctx, r);
+}
+
+/* parallel.device cuda: the GPU model (train_cuda.h), and as t->model the
+ * host side of its state: the CPU model's tensor table (manifests), flat
+ * parameter buffer (initialisation, resume, snapshots, reports) and FLOP
+ * count, made for 1 x 1 tokens without a gradient buffer (GPT2_STREAM_GRADS)
+ * and never run. n_vals: the most host values a collective sends. */
+static int s_create_gpu(train_t *t, const gpt2_config_t *cfg, size_t n_vals)
+{
+	char err[512] = "";
+	int code = TRAIN_EXIT_USAGE;
+	t->gpu = train_cuda_new(cfg, t->B, t->T, n_vals, &code, err, sizeof err);
+	if (!t->gpu)
+		return s_error(t, code, "%s", err);
+	gpt2_stream_t never = {t, NULL, NULL, s_host_model_grad_begin, s_host_model_grad_end};
+	t->model = gpt2_create_streamed(cfg, 1, 1, GPT2_PRECISION_FP32, GPT2_STREAM_GRADS, &never, err,
+					sizeof err);
+	if (!t->model)
+		return s_error(t, strstr(err, "memory") ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
+			       err[0] ? err : "cannot create the model");
+	return TRAIN_EXIT_OK;
+}
+#endif
+
+int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
+{
+	if (spec->parallel.device != JOBSPEC_DEVICE_CUDA)
+		return TRAIN_EXIT_OK;
+	if (spec->parallel.sharding != JOBSPEC_SHARDING_NONE) {
+		snprintf(err, errlen,
+			 "parallel.sharding is %s but parallel.device cuda supports only \"none\" so far"
+			 " (plain data parallelism): set parallel.sharding to \"none\", or run on cpu",
+			 jobspec_sharding_name(spec->parallel.sharding));
+		return TRAIN_EXIT_SPEC;
+	}
+	if (spec->train.precision != JOBSPEC_PRECISION_BF16) {
+		snprintf(err, errlen,
+			 "train.precision is %s but parallel.device cuda computes its matrix products in"
+			 " bf16 (fp32 accumulation, master weights and AdamW): set train.precision to"
+			 " \"bf16\"",
+			 jobspec_precision_name(spec->train.precision));
+		return TRAIN_EXIT_SPEC;
+	}
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	return train_cuda_probe(err, errlen);
+#else
+	/* Not a spec error: the same spec runs on a worker built with CUDA. */
+	snprintf(err, errlen,
+		 "parallel.device is cuda but this worker was built without CUDA (nvcc was not found"
+		 " or -Dcuda=disabled at configure time; docs/gpu.md)");
+	return TRAIN_EXIT_USAGE;
+#endif
+}
+
 static int s_setup(train_t *t)
 {
 	const jobspec_t *spec = t->spec;
 	char err[512] = "";
 
+	int rc = train_check_device(spec, err, sizeof err);
+	if (rc != TRAIN_EXIT_OK)
+		return s_error(t, rc, "%s", err);
+	const bool cuda = spec->parallel.device == JOBSPEC_DEVICE_CUDA;
+	if (t->comm && cuda != (comm_nccl_stream(t->comm) != NULL))
+		return s_error(t, TRAIN_EXIT_USAGE,
+			       "internal error: parallel.device is %s but the communicator is %s's",
+			       jobspec_device_name(spec->parallel.device), cuda ? "Gloo" : "NCCL");
 	if (t->comm) {
 		if (spec->parallel.world_size != t->W)
 			return s_error(t, TRAIN_EXIT_SPEC,
@@ -250,8 +362,8 @@ static int s_setup(train_t *t)
 				       "internal error: rank %d was given but the communicator says %d",
 				       t->opt->rank, t->rank);
 	}
-	int rc = s_open_data(t, "data.train", spec->data.train, spec->train.seed, &t->train_src,
-			     &t->loader.sampler);
+	rc = s_open_data(t, "data.train", spec->data.train, spec->train.seed, &t->train_src,
+			 &t->loader.sampler);
 	if (rc != TRAIN_EXIT_OK)
 		return rc;
 	data_layout_t layout = {.batch_size = t->B, .grad_accum = t->A, .world_size = t->W,
@@ -271,20 +383,18 @@ static int s_setup(train_t *t)
 		.vocab_size = spec->model.vocab_size,
 		.seq_len = spec->model.seq_len,
 	};
-	gpt2_precision_t precision = spec->train.precision == JOBSPEC_PRECISION_BF16
-		? GPT2_PRECISION_BF16 : GPT2_PRECISION_FP32;
+	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 1 ? spec->train.eval_batches : 1);
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (cuda)
+		rc = s_create_gpu(t, &cfg, n_vals);
+	else
+#endif
+		rc = s_create_cpu(t, &cfg);
+	if (rc != TRAIN_EXIT_OK)
+		return rc;
+	t->n_params = gpt2_num_params(t->model);
 	gpt2_streaming_t mode = t->sharding == JOBSPEC_SHARDING_ZERO2 ? GPT2_STREAM_GRADS
 		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? GPT2_STREAM_ALL : GPT2_DENSE;
-	gpt2_stream_t stream = {t, s_stream_fetch, s_stream_release, s_stream_grad_begin,
-				s_stream_grad_end};
-	t->model = gpt2_create_streamed(&cfg, t->B, t->T, precision, mode, &stream, err, sizeof err);
-	if (!t->model) {
-		/* The spec was validated, so what is left is mostly memory. */
-		bool memory = strstr(err, "memory") || strstr(err, "fit");
-		return s_error(t, memory ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
-			       err[0] ? err : "cannot create the model");
-	}
-	t->n_params = gpt2_num_params(t->model);
 
 	t->shard_len = t->n_params;
 	t->shard_lo = 0;
@@ -329,7 +439,6 @@ static int s_setup(train_t *t)
 	size_t bt = (size_t)t->B * (size_t)t->T;
 	t->inputs = malloc(bt * sizeof(int32_t));
 	t->targets = malloc(bt * sizeof(int32_t));
-	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 1 ? spec->train.eval_batches : 1);
 	t->rank_vals = calloc(n_vals, sizeof(float));
 	if (!t->adam_m || !t->adam_v || !t->inputs || !t->targets || !t->rank_vals)
 		return s_error(t, TRAIN_EXIT_NOMEM,
@@ -355,8 +464,119 @@ static void s_teardown(train_t *t)
 	free(t->snap_tensors);
 	shard_free(t->zero);
 	gpt2_free(t->model);
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	train_cuda_free(t->gpu);
+#endif
 	data_source_free(t->val_src);
 	data_source_free(t->train_src);
+}
+
+/* ---- the engine: the CPU model, or on parallel.device cuda the GPU ---- */
+
+static void s_zero_grad(train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		train_cuda_zero_grad(t->gpu);
+		return;
+	}
+#endif
+	gpt2_zero_grad(t->model);
+}
+
+/* Forward of t->inputs and t->targets (B, T); the mean loss. */
+static float s_forward(train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		return train_cuda_forward(t->gpu, t->inputs, t->targets, t->B, t->T);
+#endif
+	return gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+}
+
+static void s_backward(train_t *t, float loss_scale)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		train_cuda_backward(t->gpu, loss_scale);
+		return;
+	}
+#endif
+	gpt2_backward(t->model, loss_scale);
+}
+
+/* The flat gradient buffer the all-reduce takes: host memory, or on the GPU
+ * device memory (the comm is then NCCL's). */
+static float *s_grads(train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		return train_cuda_grads(t->gpu);
+#endif
+	return gpt2_grads(t->model);
+}
+
+/* In place: n host floats summed over ranks (through device memory for an
+ * NCCL comm). 0 or the comm's error. */
+static int s_allreduce_host(train_t *t, float *buf, size_t n)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		return train_cuda_allreduce_host(t->gpu, t->comm, buf, n);
+#endif
+	return comm_allreduce_sum_f32(t->comm, buf, n);
+}
+
+/* GPU: the whole state from the host buffers, after initialisation or
+ * resume (the moments are zero when starting fresh). */
+static void s_state_to_device(train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		train_cuda_upload(t->gpu, gpt2_params(t->model), t->adam_m, t->adam_v);
+#else
+	(void)t;
+#endif
+}
+
+/* GPU: the whole state into the host buffers, for a snapshot. */
+static void s_state_to_host(train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		train_cuda_download(t->gpu, gpt2_params(t->model), t->adam_m, t->adam_v);
+#else
+	(void)t;
+#endif
+}
+
+/* report->params: the replica after this step (zero3's gathered copy, or
+ * the model's buffer); on the GPU a copy made each step only when
+ * opt->report_params asks for it, else NULL. */
+static const float *s_report_params(train_t *t)
+{
+	if (t->params_full)
+		return t->params_full;
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		if (!t->opt->report_params)
+			return NULL;
+		train_cuda_download(t->gpu, gpt2_params(t->model), NULL, NULL);
+	}
+#endif
+	return gpt2_params(t->model);
+}
+
+static size_t s_activation_bytes(const train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		size_t p, g, o, a;
+		train_cuda_memory(t->gpu, &p, &g, &o, &a);
+		return a;
+	}
+#endif
+	return gpt2_activation_bytes(t->model);
 }
 
 /*
@@ -368,7 +588,7 @@ static float train_compute_grads(train_t *t)
 {
 	double z = s_now_s();
 	trace_begin(&t->trace, TRACE_ZERO_GRAD);
-	gpt2_zero_grad(t->model);
+	s_zero_grad(t);
 	if (t->zero)
 		shard_zero_grads(t->zero);
 	trace_end(&t->trace, TRACE_ZERO_GRAD);
@@ -381,11 +601,11 @@ static float train_compute_grads(train_t *t)
 		trace_end(&t->trace, TRACE_DATA);
 		double b = s_now_s();
 		trace_begin(&t->trace, TRACE_FORWARD);
-		float loss = gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+		float loss = s_forward(t);
 		trace_end(&t->trace, TRACE_FORWARD);
 		double c = s_now_s();
 		trace_begin(&t->trace, TRACE_BACKWARD);
-		gpt2_backward(t->model, 1.0f / (float)(t->A * t->W));
+		s_backward(t, 1.0f / (float)(t->A * t->W));
 		trace_end(&t->trace, TRACE_BACKWARD);
 		double d = s_now_s();
 		loss_sum += loss;
@@ -410,7 +630,7 @@ static int s_mean_over_ranks(train_t *t, const float *vals, int n, double *ret_m
 	memset(t->rank_vals, 0, total * sizeof(float));
 	memcpy(t->rank_vals + (size_t)t->rank * (size_t)n, vals, (size_t)n * sizeof(float));
 	if (t->comm) {
-		int rc = comm_allreduce_sum_f32(t->comm, t->rank_vals, total);
+		int rc = s_allreduce_host(t, t->rank_vals, total);
 		if (rc < 0)
 			return rc;
 	}
@@ -453,7 +673,7 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 		if (comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
 						t->shard_counts) < 0)
 			return s_comm_error(t, "reduce-scatter of the gradients", step);
-	} else if (comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params) < 0) {
+	} else if (comm_allreduce_sum_f32(t->comm, s_grads(t), t->n_params) < 0) {
 		return s_comm_error(t, "all-reduce of the gradients", step);
 	}
 	double mean;
@@ -476,6 +696,12 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 static int train_clip_grads(train_t *t, int64_t step, double *ret_norm)
 {
 	double clip = t->spec->train.grad_clip;
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		*ret_norm = train_cuda_clip(t->gpu, clip); /* the clipping is folded into AdamW */
+		return TRAIN_EXIT_OK;
+	}
+#endif
 	if (!t->sharded) {
 		float *g = gpt2_grads(t->model);
 		double norm = sqrt(optim_sum_squares(g, t->n_params));
@@ -513,6 +739,12 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 		.weight_decay = t->spec->train.weight_decay,
 		.t = step,
 	};
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		train_cuda_update(t->gpu, &hp); /* always the whole buffer: no sharding on cuda */
+		return;
+	}
+#endif
 	if (!t->sharded)
 		optim_adamw_update(t->model, gpt2_params(t->model), gpt2_grads(t->model), t->adam_m,
 				   t->adam_v, lo, hi, &hp);
@@ -552,6 +784,13 @@ static int train_gather_params(train_t *t, int64_t step)
  * model's own buffers, the shard_t's, and zero1's reduced gradient. */
 static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
 {
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		size_t act;
+		train_cuda_memory(t->gpu, ret_params, ret_grads, ret_optim, &act);
+		return;
+	}
+#endif
 	*ret_params = gpt2_param_bytes(t->model) + (t->zero ? shard_param_bytes(t->zero) : 0);
 	*ret_grads = gpt2_grad_bytes(t->model) + (t->zero ? shard_grad_bytes(t->zero) : 0) +
 		     (t->grad_own ? t->shard_len * sizeof(float) : 0);
@@ -583,7 +822,7 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 		double sum = 0;
 		for (int k = 0; k < n; k++) {
 			data_val_batch(&t->val_sampler, n, t->B, k, t->inputs, t->targets);
-			sum += gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+			sum += s_forward(t);
 		}
 		*ret_loss = (float)(sum / n);
 		return TRAIN_EXIT_OK;
@@ -594,7 +833,7 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 		return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
 	for (int k = 0; k < n; k++) {
 		data_val_batch(&t->val_sampler, n * t->W, t->B, k * t->W + t->rank, t->inputs, t->targets);
-		losses[k] = gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+		losses[k] = s_forward(t);
 	}
 	double a = s_now_s();
 	double mean;
@@ -656,6 +895,17 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		s->name ? s->name : "job", t->opt->spec_name ? t->opt->spec_name : "spec",
 		s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
 		(double)t->n_params / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		size_t pb, gb, ob, ab;
+		train_cuda_memory(t->gpu, &pb, &gb, &ob, &ab);
+		fprintf(f,
+			"parallel.device cuda: %s | bf16 matrix products, fp32 master weights and AdamW"
+			" | GPU memory: state %.2f MiB, activations %.2f MiB\n",
+			train_cuda_device_name(t->gpu), (double)(pb + gb + ob) / 1048576.0,
+			(double)ab / 1048576.0);
+	}
+#endif
 	fprintf(f, "data.train: %" PRIu64 " tokens in %zu file(s), %" PRIu64 " windows of %d",
 		data_source_num_tokens(t->train_src), data_source_num_files(t->train_src),
 		t->loader.sampler.n_windows, t->T + 1);
@@ -906,6 +1156,7 @@ static void s_snapshot_take(train_t *t, int64_t step)
 		s_snapshot_failed(t, step, "cannot create %s: %s", tmp, strerror(-rc));
 		return;
 	}
+	s_state_to_host(t);
 	int64_t lo, count;
 	s_snap_range(t, &lo, &count);
 	const float *p = NULL, *m = NULL, *v = NULL;
@@ -1108,6 +1359,8 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		rc = s_resume(&t);
 	if (rc == TRAIN_EXIT_OK && t.start_step == 1)
 		s_init_params(&t);
+	if (rc == TRAIN_EXIT_OK)
+		s_state_to_device(&t);
 	if (rc != TRAIN_EXIT_OK) {
 		s_teardown(&t);
 		return rc;
@@ -1200,7 +1453,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				.tokens_per_s = tokens_per_step / step_s,
 				.ms = step_s * 1e3,
 				.val_loss = val_loss,
-				.params = t.params_full ? t.params_full : gpt2_params(t.model),
+				.params = s_report_params(&t),
 				.n_params = t.n_params,
 				.n_params_padded = t.shard_len * (size_t)(t.sharded ? t.W : 1),
 				.snapshot_skipped = t.skipped,
@@ -1210,7 +1463,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				report.load_ms = t.load_ms;
 			}
 			s_memory(&t, &report.params_bytes, &report.grads_bytes, &report.optim_bytes);
-			report.activations_bytes = gpt2_activation_bytes(t.model);
+			report.activations_bytes = s_activation_bytes(&t);
 			stop = opt->on_step(opt->on_step_ctx, &report) != 0;
 		}
 		if (!isfinite(loss)) {

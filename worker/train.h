@@ -14,7 +14,8 @@
  * docs/training.md).
  * It prints one line per step and a summary; see docs/training.md for the
  * output formats, the exit codes below, and how results compare across
- * world sizes.
+ * world sizes. With parallel.device "cuda" the same loop runs the engine
+ * on the process's CUDA device 0 (docs/gpu.md, "Training on a GPU").
  */
 #ifndef RINGMASTER_WORKER_TRAIN_H
 #define RINGMASTER_WORKER_TRAIN_H
@@ -62,8 +63,9 @@ typedef struct {
 	size_t optim_bytes;
 	size_t activations_bytes; /* the engine's activation arena */
 	/* The flat parameter buffer after this step (borrowed, valid only during
-	 * on_step; every rank holds the same bits) and its length; n_params_padded
-	 * is it rounded up to a multiple of the world size when sharded. */
+	 * on_step; every rank holds the same bits; NULL under zero3 and on cuda
+	 * unless opt->report_params) and its length; n_params_padded is it
+	 * rounded up to a multiple of the world size when sharded. */
 	const float *params;
 	size_t n_params;
 	size_t n_params_padded;
@@ -108,7 +110,9 @@ typedef struct {
 	 * each rank keeps AdamW state for and updates only its 1/W shard, and
 	 * the parameters are all-gathered (zero3: range by range before each
 	 * use, never as a whole).
-	 * Without a comm, parallel.sharding is ignored. After a failed collective
+	 * Without a comm, parallel.sharding is ignored. With parallel.device
+	 * cuda the comm must be an NCCL comm on device 0 (comm_nccl_new), else
+	 * a Gloo comm. After a failed collective
 	 * train_run calls comm_abort(comm), so that the other ranks fail at once,
 	 * and returns TRAIN_EXIT_COMM. */
 	comm_t *comm;
@@ -123,8 +127,8 @@ typedef struct {
 	int (*on_step)(void *ctx, const train_report_t *report);
 	void *on_step_ctx;
 	/* Give on_step the whole parameter replica under zero3 too (gathered
-	 * from the shards each step, for tests); otherwise report->params is
-	 * NULL under zero3. */
+	 * from the shards each step, for tests) and on cuda (copied from the
+	 * GPU each step); otherwise report->params is NULL there. */
 	bool report_params;
 
 	/* Snapshots. checkpoint_dir: the job's folder; every
@@ -192,6 +196,19 @@ typedef struct {
  */
 int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
                              int64_t *ret_deleted, int max_deleted, char *err, size_t errlen);
+
+/*
+ * Whether this worker can run `spec` on the device it names, before any
+ * rendezvous: TRAIN_EXIT_OK on cpu. On cuda: TRAIN_EXIT_SPEC when the spec
+ * asks for what the GPU path does not do (parallel.sharding other than
+ * "none", train.precision other than "bf16"); TRAIN_EXIT_USAGE, retried by
+ * the coordinator like any node fault (docs/gpu.md says why), when this
+ * process has no usable CUDA GPU ("parallel.device is cuda but this worker
+ * has no usable CUDA GPU: <CUDA's reason>") or was built without CUDA.
+ * One line in err, without the "ringworker: error: " prefix. train_run
+ * makes the same check first.
+ */
+int train_check_device(const jobspec_t *spec, char *err, size_t errlen);
 
 /*
  * Train as `spec` says (borrowed). Returns one of the TRAIN_EXIT_* codes;

@@ -213,7 +213,7 @@ static const char *const s_full =
 	"            \"warmup_steps\": 700, \"lr_schedule\": \"constant\", \"min_lr\": 0,"
 	"            \"weight_decay\": 0, \"grad_clip\": 0, \"seed\": 9007199254740991,"
 	"            \"eval_every\": 0, \"eval_batches\": 20, \"precision\": \"bf16\"},"
-	" \"parallel\": {\"world_size\": 8, \"device\": \"cuda\", \"sharding\": \"zero2\"},"
+	" \"parallel\": {\"world_size\": 8, \"device\": \"cuda\", \"sharding\": \"none\"},"
 	" \"checkpoint\": {\"every_steps\": 0, \"keep_last\": 1, \"keep_every\": 5000},"
 	" \"restart\": {\"max_restarts\": 0},"
 	" \"priority\": -1000}";
@@ -242,7 +242,7 @@ static void test_full_spec(void)
 	CHECK(s.train.eval_every == 0 && s.train.eval_batches == 20);
 	CHECK(s.train.precision == JOBSPEC_PRECISION_BF16);
 	CHECK(s.parallel.world_size == 8 && s.parallel.device == JOBSPEC_DEVICE_CUDA);
-	CHECK(s.parallel.sharding == JOBSPEC_SHARDING_ZERO2);
+	CHECK(s.parallel.sharding == JOBSPEC_SHARDING_NONE);
 	CHECK(s.checkpoint.every_steps == 0 && s.checkpoint.keep_last == 1);
 	CHECK(s.checkpoint.keep_every == 5000);
 	CHECK(s.restart.max_restarts == 0);
@@ -618,6 +618,22 @@ static void test_cross_field_rules(void)
 
 	/* eval without val is allowed (the evaluation is skipped). */
 	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"train\": {\"eval_every\": 10}}");
+
+	/* cuda: bf16 only (its default there), data parallelism only */
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"train\": {\"precision\": \"fp32\"},"
+			 " \"parallel\": {\"device\": \"cuda\"}}",
+			 "/train/precision", "train.precision \"fp32\" is not available with parallel.device \"cuda\"");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\", \"sharding\": \"zero3\"}}",
+			 "/parallel/sharding", "parallel.sharding \"zero3\" is not available with parallel.device \"cuda\" yet");
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\"}}");
+	jobspec_t s;
+	jobspec_error_t err;
+	CHECK(s_parse("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\"}}", &s, &err) == 0);
+	CHECK(s.train.precision == JOBSPEC_PRECISION_BF16); /* the default on cuda */
+	jobspec_free(&s);
+	CHECK(s_parse("{\"data\": {\"train\": \"t\"}}", &s, &err) == 0);
+	CHECK(s.train.precision == JOBSPEC_PRECISION_FP32); /* and on cpu */
+	jobspec_free(&s);
 }
 
 static void test_document_level_errors(void)

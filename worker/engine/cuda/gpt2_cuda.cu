@@ -638,12 +638,28 @@ extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)
 	return sqrt(ss);
 }
 
+extern "C" float *gpt2_cuda_grads(gpt2_cuda_t *m)
+{
+	return m->grads;
+}
+
+extern "C" void gpt2_cuda_sync(gpt2_cuda_t *m)
+{
+	CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
 extern "C" double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double grad_clip)
 {
 	double norm = gpt2_cuda_grad_norm(m);
 	float grad_scale = 1.0f;
 	if (grad_clip > 0 && isfinite(norm) && norm > grad_clip)
 		grad_scale = (float)(grad_clip / norm);
+	gpt2_cuda_adamw(m, hp, grad_scale);
+	return norm;
+}
+
+extern "C" void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
+{
 	/* optim.c's constants, computed the same way */
 	const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
 	const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->t)));
@@ -656,5 +672,4 @@ extern "C" double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double
 			   m->mom2 + sg->lo, sg->hi - sg->lo, b1, b2, step, inv_sqrt_bc2, eps,
 			   sg->decay ? keep_decay : 1.0f, grad_scale, m->stream);
 	}
-	return norm;
 }

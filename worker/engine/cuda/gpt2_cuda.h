@@ -111,6 +111,24 @@ void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale);
 /* sqrt of the sum of squares of all gradients (in double; waits). */
 double gpt2_cuda_grad_norm(gpt2_cuda_t *m);
 
+/* The flat gradient buffer: num_params floats of device memory in gpt2.h's
+ * layout (borrowed, valid until gpt2_cuda_free), for an all-reduce in place
+ * (worker/train.c). Work on the model's stream that writes it must be
+ * finished first (gpt2_cuda_sync). */
+float *gpt2_cuda_grads(gpt2_cuda_t *m);
+
+/* Wait until all work enqueued on the model's stream is done. */
+void gpt2_cuda_sync(gpt2_cuda_t *m);
+
+/*
+ * AdamW over all parameters with hp (decay on the tensors gpt2.h marks),
+ * each gradient multiplied by grad_scale first (1: none; the clipping
+ * factor folded in), then the bf16 copy refreshed. Enqueued; returns at
+ * once. gpt2_cuda_step is gpt2_cuda_grad_norm, the clipping factor, and
+ * this.
+ */
+void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale);
+
 /*
  * The optimizer step of `ringworker train` on one rank: the global gradient
  * norm (returned, before clipping), gradients scaled to grad_clip when it is

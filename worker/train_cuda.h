@@ -1,0 +1,113 @@
+/*
+ * train_cuda: the GPU side of the training loop, for job specs with
+ * parallel.device "cuda" (docs/gpu.md, "Training on a GPU"). Private to
+ * worker/: train.c calls it, and it exists only in builds with CUDA
+ * (RINGMASTER_HAVE_CUDA_ENGINE, set by worker/meson.build when cuda_enabled).
+ *
+ * train.c keeps the one training loop for both devices: the data loader and
+ * its sample order, micro-batches, the lr schedule, validation, the step
+ * reports, snapshots and resume. On cuda it hands the engine's work to this
+ * module instead of the CPU model: forward and backward on the GPU
+ * (worker/engine/cuda/gpt2_cuda.h), the gradient norm, clipping and AdamW on
+ * the GPU, and the moves of the whole state between the GPU and host
+ * buffers laid out like the CPU model's (gpt2.h's flat buffer), which is
+ * what initialisation, snapshots and resume read and write. So a snapshot
+ * taken on a GPU is the same files as one taken on CPUs, and resumes on
+ * either.
+ *
+ * The GPU used is device 0 as this process sees devices: a rank started by
+ * the agent sees only its own GPU (CUDA_VISIBLE_DEVICES), and `ringworker
+ * train` uses the first visible one.
+ *
+ * Errors: train_cuda_probe and train_cuda_new return a TRAIN_EXIT_* code
+ * with one line; afterwards CUDA failures are fatal in the engine (one line
+ * on stderr, exit status 71, gpt2_cuda.h).
+ */
+#ifndef RINGMASTER_WORKER_TRAIN_CUDA_H
+#define RINGMASTER_WORKER_TRAIN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "gpt2.h"
+#include "optim.h"
+
+typedef struct train_cuda train_cuda_t;
+
+/*
+ * Whether this process can train on a CUDA GPU, and makes device 0
+ * current. TRAIN_EXIT_OK, or TRAIN_EXIT_USAGE with "parallel.device is cuda
+ * but this worker has no usable CUDA GPU: <CUDA's reason>" in err (docs/gpu.md
+ * says why that status).
+ */
+int train_cuda_probe(char *err, size_t errlen);
+
+/*
+ * The GPU model for batches of B sequences of T tokens on device 0, with
+ * parameters, gradients and AdamW moments at zero, and a device buffer of
+ * n_vals floats through which train_cuda_allreduce_host sends host values.
+ * Returns NULL with one line in err and the exit status in *ret_exit:
+ * TRAIN_EXIT_USAGE (no usable GPU, as train_cuda_probe), TRAIN_EXIT_NOMEM
+ * (out of GPU memory, naming the sizes), TRAIN_EXIT_SPEC (a model the GPU
+ * engine refuses).
+ */
+train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals, int *ret_exit,
+                             char *err, size_t errlen);
+
+/* Free everything; accepts NULL. */
+void train_cuda_free(train_cuda_t *g);
+
+/* The GPU's name ("NVIDIA H100 80GB HBM3"; borrowed). */
+const char *train_cuda_device_name(const train_cuda_t *g);
+
+/* Device bytes, as train_report_t counts them: parameters with their bf16
+ * copy, gradients, AdamW's m and v, and the activation arena. */
+void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
+                       size_t *ret_optim, size_t *ret_activations);
+
+/* The whole state from host buffers of num_params floats each (the CPU
+ * model's layout): parameters (the bf16 copy refreshed) and AdamW's m and
+ * v. Waits. */
+void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m,
+                       const float *adam_v);
+
+/* The parameters, and unless adam_m and adam_v are NULL the moments, into
+ * host buffers of num_params floats each. Waits. */
+void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
+                         float *ret_adam_v);
+
+void train_cuda_zero_grad(train_cuda_t *g);
+
+/* Forward of inputs and targets (B, T) (host token ids); returns the mean
+ * loss (waits for it). */
+float train_cuda_forward(train_cuda_t *g, const int32_t *inputs, const int32_t *targets, int B,
+                         int T);
+
+/* Backward of the last forward: adds d(scale * loss)/d(params) to the
+ * gradients. Waits, so that the gradients may go to a collective and the
+ * phase's time is the GPU's. */
+void train_cuda_backward(train_cuda_t *g, float scale);
+
+/* The gradient buffer (device memory, num_params floats; borrowed), for the
+ * all-reduce over an NCCL comm. */
+float *train_cuda_grads(train_cuda_t *g);
+
+/* The global gradient norm (before clipping; waits), and the clipping
+ * factor the next train_cuda_update applies: grad_clip / norm when
+ * grad_clip > 0, the norm is finite and above it, else 1 (train.c's rule on
+ * the CPU). */
+double train_cuda_clip(train_cuda_t *g, double grad_clip);
+
+/* AdamW over all parameters with hp and the factor of the last
+ * train_cuda_clip; enqueued (the next forward or copy waits for it). */
+void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp);
+
+/*
+ * comm_allreduce_sum_f32 of n host floats (n <= the n_vals of
+ * train_cuda_new) over an NCCL comm, through the device buffer: the
+ * per-rank losses, in place. 0 or the comm's negative errno.
+ */
+int train_cuda_allreduce_host(train_cuda_t *g, comm_t *comm, float *buf, size_t n);
+
+#endif
