@@ -322,6 +322,18 @@ def rank_pid(job_id, rank):
     return None
 
 
+def wait_until(what, fn, timeout):
+    """Poll fn() every 20 ms until it returns something true (returned), or
+    fail naming `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise Failure("%s: not within %s s" % (what, timeout))
+
+
 def wait_no_ranks(job_id, timeout):
     """Wait until no rank process of the job is alive; return that time."""
     deadline = time.time() + timeout

@@ -15,9 +15,8 @@ one) and succeeds, every loss bitwise the uninterrupted run's. Needs root
 import os
 import signal
 import subprocess
-import time
 
-from cluster import Failure, Skip, check, log, rank_pid, run, tiny_spec, wait_workers
+from cluster import Skip, check, log, rank_pid, run, tiny_spec, wait_until, wait_workers
 
 STEPS = 60
 TMPFS_KIB = 2048
@@ -30,16 +29,6 @@ def spec(name):
     s["model"] = {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "seq_len": 64}
     s["checkpoint"] = {"every_steps": 10, "keep_last": 1}
     return s
-
-
-def wait_until(what, fn, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise Failure("%s: not within %s s" % (what, timeout))
 
 
 def last_step(d, job_id):

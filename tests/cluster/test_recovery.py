@@ -28,7 +28,7 @@ import random
 import signal
 import time
 
-from cluster import Failure, check, log, rank_pid, rank_processes, run, tiny_spec, wait_workers
+from cluster import Failure, check, log, rank_pid, run, tiny_spec, wait_until, wait_workers
 
 STEPS = 80
 EVERY = 10
@@ -55,16 +55,6 @@ def last_step(d, job_id):
 
 def recovered_events(d, job_id):
     return [e for e in d.events(job_id) if e.get("type") == "recovered"]
-
-
-def wait_until(what, fn, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise Failure("%s: not within %s s" % (what, timeout))
 
 
 def kill_at(d, job_id, step, rank):

@@ -17,7 +17,7 @@ import ctypes
 import os
 import time
 
-from cluster import Failure, Skip, check, log, rank_pid, run, tiny_spec, wait_workers
+from cluster import Failure, Skip, check, log, rank_pid, run, tiny_spec, wait_until, wait_workers
 
 STEPS = 60
 PTRACE_SEIZE = 0x4206
@@ -30,16 +30,6 @@ def spec(name):
     # a step takes a few tens of milliseconds: the freeze lands mid-run
     s["model"] = {"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 256, "seq_len": 64}
     return s
-
-
-def wait_until(what, fn, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise Failure("%s: not within %s s" % (what, timeout))
 
 
 def freeze_main_thread(pid):
