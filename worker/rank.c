@@ -70,8 +70,8 @@ typedef struct {
 	atomic_bool stop_watch;
 	int metrics_every;
 	int64_t last_step; /* train.steps */
-	int64_t done_step; /* the latest step reported, and its loss (for DONE) */
-	double done_loss;
+	_Atomic int64_t done_step; /* the latest step reported (the watcher reads it too), */
+	double done_loss;          /* and its loss (for DONE) */
 	char last_error[ERROR_MAX_BYTES]; /* last line on the trainer's log saying "error" */
 	char line[1024];                  /* the trainer's log line being written */
 	size_t line_len;
@@ -100,7 +100,6 @@ typedef struct {
 	 * armed: before the first step, after the last) and the longest step */
 	_Atomic int64_t step_end_us;
 	_Atomic int64_t longest_step_us;
-	_Atomic int64_t watched_step; /* the last step reported */
 } rank_t;
 
 static void s_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -502,6 +501,18 @@ static void s_wait_last_commit(rank_t *r)
 	        (long long)r->last_reported, SNAP_FINAL_COMMIT_MS / 1000);
 }
 
+/* *ts = now + ms on CLOCK_REALTIME (pthread_mutex_timedlock's clock). */
+static void s_deadline(struct timespec *ts, long ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 /*
  * The step-time watchdog, on the watcher thread: a step that has not ended
  * opt->step_timeout_ms (automatic: the larger of twice the comm timeout and
@@ -529,40 +540,24 @@ static void s_watchdog(rank_t *r)
 	int64_t now = fabric_now_us();
 	if (now - end <= limit_us)
 		return;
+	int64_t step = atomic_load(&r->done_step);
 	char reason[ERROR_MAX_BYTES];
 	snprintf(reason, sizeof reason,
 	         "ringworker rank: error: watchdog: step %lld of rank %d has not ended %.1f s after step %lld "
 	         "(the bound is %.1f s; the longest step so far took %.2f s): the training thread is stuck",
-	         (long long)r->watched_step + 1, o->rank, (double)(now - end) / 1e6, (long long)r->watched_step,
+	         (long long)step + 1, o->rank, (double)(now - end) / 1e6, (long long)step,
 	         (double)limit_us / 1e6, (double)longest / 1e6);
 	fprintf(stderr, "%s\n", reason);
 	fflush(stderr);
-	/* FAILED and its flush (s_send_final's), holding the socket for good.
-	 * The stuck thread may hold the socket's lock (frozen inside a send):
-	 * then the exit status and the line above (the agent passes it on in
-	 * RANK_EXITED) tell the coordinator instead. */
+	/* FAILED, unless the stuck thread holds the socket's lock (frozen inside
+	 * a send): then the exit status and the line above (the agent passes it
+	 * on in RANK_EXITED) tell the coordinator instead. */
 	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 1;
+	s_deadline(&until, 200); /* a send holds it for microseconds */
 	if (pthread_mutex_timedlock(&r->lock, &until) != 0)
 		_exit(RANK_EXIT_WATCHDOG);
-	json_t *p = json_pack("{s:s, s:i}", "reason", reason, "exit_code", RANK_EXIT_WATCHDOG);
-	json_t *q = json_pack("{s:s, s:i}", "key", "ringworker/flush", "timeout_ms", 0);
-	if (p && q && fabric_send(r->fab, WIRE_FAILED, p) == 0 && fabric_send(r->fab, WIRE_KV_GET, q) == 0) {
-		wire_type_t got;
-		json_t *a = NULL;
-		char why[256];
-		int64_t deadline = fabric_now_us() + (int64_t)FLUSH_TIMEOUT_MS * 1000;
-		while (fabric_now_us() < deadline) {
-			int rc = fabric_recv(r->fab, 100, &got, &a, why, sizeof why);
-			json_decref(a);
-			a = NULL;
-			if (rc == 0 && (got == WIRE_KV_VALUE || got == WIRE_ERROR || got == WIRE_ABORT))
-				break;
-		}
-	}
-	json_decref(p);
-	json_decref(q);
+	pthread_mutex_unlock(&r->lock);
+	s_send_failed(r, reason, RANK_EXIT_WATCHDOG);
 	_exit(RANK_EXIT_WATCHDOG);
 }
 
@@ -582,7 +577,7 @@ static void s_send_parked(rank_t *r)
 {
 	if (!atomic_load(&r->rejoin_asked) || atomic_exchange(&r->parked_sent, true))
 		return;
-	int64_t step = atomic_load(&r->watched_step);
+	int64_t step = atomic_load(&r->done_step);
 	s_send(r, WIRE_PARKED, json_pack("{s:I}", "step", (json_int_t)step));
 	fprintf(stderr, "ringworker rank: parking after step %lld, to rejoin the next attempt\n", (long long)step);
 	fflush(stderr);
@@ -600,12 +595,7 @@ static void *s_watch(void *arg)
 		bool locked = false;
 		while (!locked && !atomic_load(&r->stop_watch)) {
 			struct timespec until;
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_nsec += WATCH_INTERVAL_MS * 1000000L;
-			if (until.tv_nsec >= 1000000000L) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000L;
-			}
+			s_deadline(&until, WATCH_INTERVAL_MS);
 			locked = pthread_mutex_timedlock(&r->lock, &until) == 0;
 			if (!locked)
 				s_watchdog(r);
@@ -737,7 +727,6 @@ static int s_on_step(void *ctx, const train_report_t *t)
 	int64_t len = prev ? now - prev : (int64_t)(t->ms * 1e3);
 	if (len > atomic_load(&r->longest_step_us))
 		atomic_store(&r->longest_step_us, len);
-	r->watched_step = t->step;
 	atomic_store(&r->step_end_us, t->step >= r->last_step ? 0 : now);
 	bool val = !isnan(t->val_loss);
 	bool first = r->done_step == 0; /* steps are 1-based: no step reported yet */
