@@ -288,6 +288,7 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 			break;
 		}
 	gemm_entry_t fresh;
+	memset(&fresh, 0, sizeof fresh); /* use_cublas is read whichever way fresh is filled */
 	bool have_fresh = false;
 
 	cublasLtMatmulDesc_t op = NULL;

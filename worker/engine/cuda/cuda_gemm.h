@@ -60,10 +60,12 @@ typedef struct {
 } cuda_gemm_args_t;
 
 /*
- * C = alpha * op(A) @ op(B) [+ bias] [+ C], enqueued on the stream. Exits
- * through CUDA_EXIT_DEVICE with "cuBLASLt matmul failed: <status>" when
- * cuBLASLt fails or has no algorithm for the problem (a programming or
- * device error; every shape the engine uses has one).
+ * C = alpha * op(A) @ op(B) [+ bias] [+ C], enqueued on the stream. When
+ * cuBLASLt has no algorithm with the bias epilogue the bias is added by a
+ * kernel after the product; with none at all the product goes to cuBLAS's
+ * cublasGemmStridedBatchedEx (cuda_gemm.cu). Exits through
+ * CUDA_EXIT_DEVICE with "cuBLASLt matmul failed: <status>" (or cuBLAS's)
+ * when the library fails (a programming or device error).
  */
 void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a);
 
