@@ -23,7 +23,11 @@ train.precision bf16, on generated English-like text. Checked:
 The tolerances are gpu-step's (docs/gpu.md, "Error bounds"): 5e-3 on the
 loss is about 2.5 bf16 roundoffs of it and 20 times the CPU's own fp32/bf16
 drift over 20 steps; 5e-2 on the norm is gpu-step's bound on the step-0
-gradient. Where no GPU is usable the test prints "gpu-train: no CUDA GPU:
+gradient. A step whose values move more than that between the CPU's own
+fp32 and bf16 runs gets twice that spread instead: step 14 of this job has
+a gradient spike (norm 7.2 in fp32, 7.8 in bf16, 1.4-1.6 around it), and
+no bf16 engine can be held closer to the CPU there than the CPU is to
+itself (seen on cudaemu, tests/cudaemu: 6.6% against the CPU's 8.4%). Where no GPU is usable the test prints "gpu-train: no CUDA GPU:
 <reason>; skipping" and exits 77 (meson's skip).
 """
 import argparse
@@ -96,8 +100,11 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
-def compare(what, got, want, steps, worst):
-    """Loss and validation loss within LOSS_REL_TOL, grad norm within NORM_REL_TOL."""
+def compare(what, got, want, steps, worst, spread=None):
+    """Loss and validation loss within LOSS_REL_TOL, grad norm within
+    NORM_REL_TOL, or within twice the spread of that value between the CPU's
+    fp32 and bf16 runs at that step where that is larger (spread: step ->
+    key -> relative difference)."""
     assert sorted(got) == list(steps), "%s: steps %s, want %s" % (what, sorted(got), list(steps))
     for s in steps:
         g, w = got[s], want[s]
@@ -105,10 +112,19 @@ def compare(what, got, want, steps, worst):
             if key not in w:
                 assert key not in g, "%s step %d: %s only on one side" % (what, s, key)
                 continue
+            if spread and key in spread.get(s, {}):
+                tol = max(tol, 2 * spread[s][key])
             e = rel(g[key], w[key])
             worst[key] = max(worst.get(key, 0.0), e)
-            assert e <= tol, "%s step %d: %s %.9g vs %.9g (relative %.2e > %.0e)" % (
+            assert e <= tol, "%s step %d: %s %.9g vs %.9g (relative %.2e > %.1e)" % (
                 what, s, key, g[key], w[key], e, tol)
+
+
+def precision_spread(c_bf16, c_fp32):
+    """step -> key -> the relative difference between the CPU's bf16 and fp32
+    runs: how sensitive that step's value is to bf16 rounding at all."""
+    return {s: {k: rel(c_bf16[s][k], c_fp32[s][k]) for k in ("loss", "grad_norm", "val_loss")
+                if k in c_bf16[s] and k in c_fp32[s]} for s in c_bf16 if s in c_fp32}
 
 
 def bits(steps):
@@ -146,7 +162,11 @@ def main():
         _, g_again = rn.train(gpu, "gpu")
         assert bits(g_full) == bits(g_again), "two GPU runs differ:\n%s\n%s" % (g_full, g_again)
         _, c_full = rn.train(cpu, "cpu")
-        compare("gpu vs cpu", g_full, c_full, range(1, 21), worst)
+        spread = None
+        if cpu["train"]["precision"] == "bf16":
+            _, c_fp32 = rn.train(spec("cpu", "fp32"), "cpu-fp32")
+            spread = precision_spread(c_full, c_fp32)
+        compare("gpu vs cpu", g_full, c_full, range(1, 21), worst, spread)
         fell = g_full[1]["loss"] - g_full[20]["loss"]
         assert fell > 0.3, "the GPU loss fell by only %.3f (%.4f -> %.4f)" % (
             fell, g_full[1]["loss"], g_full[20]["loss"])
@@ -166,8 +186,8 @@ def main():
             bits(g_rest), want)
         r, c_rest = rn.train(cpu, "cpu", "--checkpoint-dir", ck_copy, "--resume")
         assert "(step 10, 1 ranks, none)" in r.stderr, r.stderr
-        compare("GPU snapshot resumed on the CPU vs the CPU run", c_rest, c_full, range(11, 21), worst)
-        compare("GPU snapshot resumed on the CPU vs the GPU run", c_rest, g_full, range(11, 21), worst)
+        compare("GPU snapshot resumed on the CPU vs the CPU run", c_rest, c_full, range(11, 21), worst, spread)
+        compare("GPU snapshot resumed on the CPU vs the GPU run", c_rest, g_full, range(11, 21), worst, spread)
 
         # a CPU snapshot of step 10, resumed on the GPU
         ck_cpu = os.path.join(tmp, "ck-cpu")
@@ -175,7 +195,7 @@ def main():
         r, g_from_cpu = rn.train(gpu, "gpu", "--checkpoint-dir", ck_cpu, "--resume")
         assert "(step 10, 1 ranks, none)" in r.stderr, r.stderr
         compare("CPU snapshot resumed on the GPU vs the GPU run", g_from_cpu, g_full, range(11, 21),
-                worst)
+                worst, spread)
 
         print("gpu-train: ok; largest relative differences: %s" % ", ".join(
             "%s %.2e" % kv for kv in sorted(worst.items())))
