@@ -16,9 +16,10 @@
  * its interleaved slice of the global batch with every backward scaled by
  * 1/(grad_accum * W), so the all-reduce sum is already the mean gradient of
  * the global batch; every rank then clips and applies AdamW to the same
- * bits, and the parameters stay identical without ever being sent. The
- * all-reduce is one fused call after the last micro-step, not buckets
- * overlapped with backward (docs/training.md says why). Losses are gathered
+ * bits, and the parameters stay identical without ever being sent. On the
+ * CPU the all-reduce is one fused call after the last micro-step, not
+ * buckets overlapped with backward (docs/training.md says why; on the GPU
+ * it is overlapped, below). Losses are gathered
  * as one value per rank (an all-reduce of a W-vector that is zero except at
  * the rank's own slot) and summed in rank order, so every rank reports the
  * same loss and one rank reports exactly what the single-process path does.
@@ -55,7 +56,11 @@
  * same loop, with the engine's work done on the GPU by train_cuda.c (the
  * "engine" helpers below pick the device): forward, backward, the norm,
  * clipping and AdamW there, the gradient all-reduce on device memory over
- * an NCCL comm. t->model is then only the host side of the GPU's state (its
+ * an NCCL comm, overlapped with backward: the last micro-step's backward
+ * starts an all-reduce of each layer's gradients as soon as they are final
+ * (ln_f, the layers from the last, then the embeddings), on the comm's
+ * stream behind an event on the model's, and train_reduce_grads only waits
+ * for them. t->model is then only the host side of the GPU's state (its
  * tensor table and flat parameter buffer, never run), through which
  * initialisation, resume and snapshots go exactly as on the CPU. Sharding
  * is not supported there yet (train_check_device refuses it).
@@ -494,14 +499,18 @@ static float s_forward(train_t *t)
 	return gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
 }
 
-static void s_backward(train_t *t, float loss_scale)
+/* Backward of the last forward. On the GPU with a comm, the last
+ * micro-step's backward also starts the gradient all-reduce layer by layer
+ * (train_reduce_grads waits for it). */
+static void s_backward(train_t *t, float loss_scale, bool last)
 {
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (t->gpu) {
-		train_cuda_backward(t->gpu, loss_scale);
+		train_cuda_backward(t->gpu, loss_scale, last ? t->comm : NULL);
 		return;
 	}
 #endif
+	(void)last;
 	gpt2_backward(t->model, loss_scale);
 }
 
@@ -605,7 +614,7 @@ static float train_compute_grads(train_t *t)
 		trace_end(&t->trace, TRACE_FORWARD);
 		double c = s_now_s();
 		trace_begin(&t->trace, TRACE_BACKWARD);
-		s_backward(t, 1.0f / (float)(t->A * t->W));
+		s_backward(t, 1.0f / (float)(t->A * t->W), k == t->A - 1);
 		trace_end(&t->trace, TRACE_BACKWARD);
 		double d = s_now_s();
 		loss_sum += loss;
@@ -653,6 +662,17 @@ static int s_comm_error(train_t *t, const char *what, int64_t step)
 	return rc;
 }
 
+/* The all-reduce of the whole gradient buffer: on the GPU, waiting for the
+ * one the last backward started range by range; on the CPU, one call. */
+static int s_reduce_grads_flat(train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		return train_cuda_reduce_wait(t->gpu);
+#endif
+	return comm_allreduce_sum_f32(t->comm, s_grads(t), t->n_params);
+}
+
 /*
  * Across ranks: the sum (already the mean, see train_compute_grads) of the
  * gradients by one all-reduce of the flat buffer, or when sharded by one
@@ -673,7 +693,7 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 		if (comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
 						t->shard_counts) < 0)
 			return s_comm_error(t, "reduce-scatter of the gradients", step);
-	} else if (comm_allreduce_sum_f32(t->comm, s_grads(t), t->n_params) < 0) {
+	} else if (s_reduce_grads_flat(t) < 0) {
 		return s_comm_error(t, "all-reduce of the gradients", step);
 	}
 	double mean;

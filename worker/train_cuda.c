@@ -27,6 +27,8 @@ struct train_cuda {
 	float *vals;    /* device: (n_vals) host values on their way to a collective */
 	size_t n_vals;
 	float grad_scale; /* the clipping factor of the last train_cuda_clip */
+	comm_t *reduce;   /* the overlapped all-reduce of the last backward, if any */
+	int reduce_rc;    /* its first error */
 	char name[256];
 };
 
@@ -176,10 +178,35 @@ float train_cuda_forward(train_cuda_t *g, const int32_t *inputs, const int32_t *
 	return gpt2_cuda_loss(g->model);
 }
 
-void train_cuda_backward(train_cuda_t *g, float scale)
+/* gpt2_cuda's callback: a range of gradients is final, reduce it behind
+ * the event. After a failure the rest is not started (comm_wait reports). */
+static void s_grads_ready(void *ctx, size_t offset, size_t n, cudaEvent_t ready)
 {
+	train_cuda_t *g = ctx;
+	if (g->reduce_rc < 0)
+		return;
+	int rc = comm_allreduce_sum_f32_async(g->reduce, gpt2_cuda_grads(g->model) + offset, n, ready);
+	if (rc < 0)
+		g->reduce_rc = rc;
+}
+
+void train_cuda_backward(train_cuda_t *g, float scale, comm_t *reduce)
+{
+	g->reduce = reduce;
+	g->reduce_rc = 0;
+	gpt2_cuda_set_grads_ready(g->model, reduce ? s_grads_ready : NULL, g);
 	gpt2_cuda_backward(g->model, scale);
+	gpt2_cuda_set_grads_ready(g->model, NULL, NULL);
 	gpt2_cuda_sync(g->model);
+}
+
+int train_cuda_reduce_wait(train_cuda_t *g)
+{
+	if (!g->reduce)
+		return 0;
+	int rc = g->reduce_rc < 0 ? g->reduce_rc : comm_wait(g->reduce);
+	g->reduce = NULL;
+	return rc;
 }
 
 float *train_cuda_grads(train_cuda_t *g)

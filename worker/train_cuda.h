@@ -86,8 +86,15 @@ float train_cuda_forward(train_cuda_t *g, const int32_t *inputs, const int32_t *
 
 /* Backward of the last forward: adds d(scale * loss)/d(params) to the
  * gradients. Waits, so that the gradients may go to a collective and the
- * phase's time is the GPU's. */
-void train_cuda_backward(train_cuda_t *g, float scale);
+ * phase's time is the GPU's. With `reduce` (an NCCL comm; NULL: none), the
+ * gradients are also all-reduced over it as backward makes each layer's
+ * final (comm_allreduce_sum_f32_async, overlapped with the rest of
+ * backward); train_cuda_reduce_wait finishes that. */
+void train_cuda_backward(train_cuda_t *g, float scale, comm_t *reduce);
+
+/* Wait for the all-reduce the last train_cuda_backward started; 0 (also
+ * when it started none) or the comm's error. */
+int train_cuda_reduce_wait(train_cuda_t *g);
 
 /* The gradient buffer (device memory, num_params floats; borrowed), for the
  * all-reduce over an NCCL comm. */

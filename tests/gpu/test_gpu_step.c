@@ -27,7 +27,11 @@
  *     by ~lr per step);
  *   - the GPU loss falls (last 3-step mean below the first by > 0.3);
  *   - determinism: a second GPU run from the same start gives bitwise the
- *     same 20 losses and final parameters.
+ *     same 20 losses and final parameters;
+ *   - the gradients-ready callback (the overlapped all-reduce's hook): at
+ *     step 0 it announces ln_f, h.1, h.0, then wte and wpe, every parameter
+ *     exactly once, and each range, copied out as soon as its event
+ *     completes, already holds the final gradients.
  *
  * Skips (exit 77) with "no CUDA GPU: ...; skipping" where there is no GPU.
  */
@@ -65,6 +69,31 @@ static void expect(int ok, const char *fmt, double a, double b)
 }
 
 /* The batches of every step, the same for both engines. */
+/* What gpt2_cuda_set_grads_ready's callback saw during one backward: each
+ * range copied out as soon as its event completed, how often each float
+ * was announced, and the ranges in order. */
+typedef struct {
+	gpt2_cuda_t *gpu;
+	float *snap;
+	unsigned char *seen;
+	int calls;
+	size_t offs[16];
+} ready_log_t;
+
+static void on_ready(void *ctx, size_t offset, size_t n, cudaEvent_t ready)
+{
+	ready_log_t *r = ctx;
+	gpu_must(cudaEventSynchronize(ready), "waiting for a gradients-ready event");
+	gpu_must(cudaMemcpy(r->snap + offset, gpt2_cuda_grads(r->gpu) + offset, n * sizeof(float),
+			    cudaMemcpyDeviceToHost),
+		 "copying a ready range");
+	for (size_t i = offset; i < offset + n; i++)
+		r->seen[i]++;
+	if (r->calls < 16)
+		r->offs[r->calls] = offset;
+	r->calls++;
+}
+
 static void make_batches(int32_t *in, int32_t *tg)
 {
 	for (int s = 0; s < STEPS; s++)
@@ -153,8 +182,27 @@ int main(void)
 	gpt2_cuda_zero_grad(gpu);
 	gpt2_cuda_forward(gpu, in, tg, B, T);
 	gpt2_cuda_get_logits(gpu, lg_gpu);
+	ready_log_t rl = {.gpu = gpu, .snap = calloc(n, sizeof(float)), .seen = calloc(n, 1)};
+	gpt2_cuda_set_grads_ready(gpu, on_ready, &rl);
 	gpt2_cuda_backward(gpu, 1.0f);
+	gpt2_cuda_set_grads_ready(gpu, NULL, NULL);
 	gpt2_cuda_get_grads(gpu, g_gpu);
+	size_t once = 0;
+	for (size_t i = 0; i < n; i++)
+		once += rl.seen[i] == 1;
+	expect(rl.calls == CFG.n_layer + 2 && once == n,
+	       "gradients-ready ranges: %.0f calls, %.0f floats announced exactly once", rl.calls,
+	       (double)once);
+	const gpt2_tensor_t *lnf = gpt2_tensor_by_name(cpu, "ln_f.weight");
+	const gpt2_tensor_t *h1 = gpt2_tensor_by_name(cpu, "h.1.ln_1.weight");
+	const gpt2_tensor_t *h0 = gpt2_tensor_by_name(cpu, "h.0.ln_1.weight");
+	expect(rl.calls == 4 && rl.offs[0] == lnf->offset && rl.offs[1] == h1->offset &&
+		       rl.offs[2] == h0->offset && rl.offs[3] == 0,
+	       "gradients-ready order: ln_f, h.1, h.0, then wte and wpe (%g, %g)", 0, 0);
+	expect(memcmp(rl.snap, g_gpu, n * sizeof(float)) == 0,
+	       "each range's gradients were final when its event completed (%g, %g)", 0, 0);
+	free(rl.snap);
+	free(rl.seen);
 	expect(rel_err(lg_gpu, lg_cpu, nl) <= LOGITS_BOUND, "step 0 logits: rel err %.3g (bound %.3g)",
 	       rel_err(lg_gpu, lg_cpu, nl), LOGITS_BOUND);
 	const float *g_cpu = gpt2_grads(cpu);

@@ -41,6 +41,18 @@ int comm_allreduce_sum_f32(comm_t *c, float *buf, size_t n)
 	return c->ops->allreduce_sum_f32(c->impl, buf, n);
 }
 
+int comm_allreduce_sum_f32_async(comm_t *c, float *buf, size_t n, void *after_event)
+{
+	if (!c->ops->allreduce_sum_f32_async)
+		return c->ops->allreduce_sum_f32(c->impl, buf, n);
+	return c->ops->allreduce_sum_f32_async(c->impl, buf, n, after_event);
+}
+
+int comm_wait(comm_t *c)
+{
+	return c->ops->wait ? c->ops->wait(c->impl) : 0;
+}
+
 int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const size_t *counts)
 {
 	return c->ops->reduce_scatter_sum_f32(c->impl, in, out, counts);

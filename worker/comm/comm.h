@@ -126,6 +126,24 @@ void comm_set_timeout(comm_t *c, int timeout_ms);
 /* In place: buf (n floats) becomes the element-wise sum over ranks. */
 int comm_allreduce_sum_f32(comm_t *c, float *buf, size_t n);
 
+/*
+ * The all-reduce above, started and not waited for, so that the caller can
+ * go on computing (the GPU trainer reduces each layer's gradients while
+ * backward goes on to the next). NCCL: the collective is enqueued on the
+ * comm's stream behind `after_event` (a cudaEvent_t recorded on the
+ * caller's stream once buf is written; NULL: no wait) and the call returns;
+ * buf must not be touched until comm_wait returned 0. Gloo (no stream): it
+ * runs the synchronous all-reduce and ignores the event. Started
+ * collectives are in the same order on every rank, like all the others.
+ * 0 or the error, as the synchronous call.
+ */
+int comm_allreduce_sum_f32_async(comm_t *c, float *buf, size_t n, void *after_event);
+
+/* Wait for every collective started with an _async call, bounded by the
+ * comm's timeout; 0 when their results are in place, else the error (the
+ * comm then failed, as after a failed synchronous call). */
+int comm_wait(comm_t *c);
+
 /* `in` (n floats, the same n on every rank) is summed over ranks; this rank
  * receives its part: elements [offset, offset + counts[rank]) where offset is
  * the sum of counts[0..rank), into `out` (counts[rank] floats, not inside

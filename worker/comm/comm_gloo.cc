@@ -448,6 +448,8 @@ const comm_ops_t kGlooOps = {
 	gloo_last_error,
 	nullptr, /* no stream */
 	gloo_free,
+	nullptr, /* no async all-reduce: comm.c runs the synchronous one */
+	nullptr, /* nothing to wait for */
 };
 
 } // namespace

@@ -29,6 +29,10 @@ typedef struct {
 	void *(*stream)(const void *impl);
 	/* Free the state (after closing or aborting what it holds). */
 	void (*free)(void *impl);
+	/* comm_allreduce_sum_f32_async and comm_wait; NULL where every
+	 * collective is synchronous (Gloo): comm.c then runs the plain one. */
+	int (*allreduce_sum_f32_async)(void *impl, float *buf, size_t n, void *after_event);
+	int (*wait)(void *impl);
 } comm_ops_t;
 
 struct comm {

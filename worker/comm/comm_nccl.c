@@ -27,7 +27,9 @@
  *                   its own place in `out`). Uneven: one ncclBroadcast per
  *                   rank with a non-empty part, rooted at it, in one group,
  *                   each straight into its place in `out`; same reasons.
- *   all-reduce      ncclAllReduce in place.
+ *   all-reduce      ncclAllReduce in place. The _async form enqueues it
+ *                   behind the caller's event and returns; nccl_wait then
+ *                   waits for the stream like every other call does.
  *   broadcast       ncclBroadcast in place, as bytes.
  *   barrier         an all-reduce of one float in a device scratch word.
  *
@@ -271,6 +273,33 @@ static int nccl_allreduce_sum_f32(void *impl, float *buf, size_t n)
 	return s_finish(c, op, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream), deadline);
 }
 
+/* Enqueued behind after_event and not waited for: nccl_wait finishes it. */
+static int nccl_allreduce_sum_f32_async(void *impl, float *buf, size_t n, void *after_event)
+{
+	nccl_comm_t *c = impl;
+	const char *op = "all-reduce";
+	int rc = s_begin(c, op);
+	if (rc < 0 || n == 0)
+		return rc;
+	if (after_event) {
+		cudaError_t e = cudaStreamWaitEvent(c->stream, (cudaEvent_t)after_event, 0);
+		if (e != cudaSuccess)
+			return s_fail_cuda(c, op, e, "cudaStreamWaitEvent");
+	}
+	int64_t deadline = s_now_ms() + c->timeout_ms;
+	return s_settle(c, op, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream), deadline);
+}
+
+static int nccl_wait(void *impl)
+{
+	nccl_comm_t *c = impl;
+	const char *op = "all-reduce";
+	int rc = s_begin(c, op);
+	if (rc < 0)
+		return rc;
+	return s_wait_stream(c, op, s_now_ms() + c->timeout_ms);
+}
+
 static int nccl_reduce_scatter_sum_f32(void *impl, const float *in, float *out, const size_t *counts)
 {
 	nccl_comm_t *c = impl;
@@ -445,6 +474,8 @@ static const comm_ops_t s_nccl_ops = {
 	.last_error = nccl_last_error,
 	.stream = nccl_stream,
 	.free = nccl_free,
+	.allreduce_sum_f32_async = nccl_allreduce_sum_f32_async,
+	.wait = nccl_wait,
 };
 
 /* ---- construction ---- */

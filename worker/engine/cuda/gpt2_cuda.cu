@@ -93,6 +93,9 @@ struct gpt2_cuda {
 	cudaStream_t stream;
 	cuda_gemm_t *gemm;
 	cudaEvent_t staged; /* the last upload of token ids has been read */
+	cudaEvent_t *ready; /* n_layer + 2: gradient ranges final (gpt2_cuda_set_grads_ready) */
+	gpt2_cuda_grads_ready_fn ready_fn;
+	void *ready_ctx;
 
 	void *state;                 /* one allocation: params, grads, m, v (f32), params16 */
 	float *params, *grads, *mom1, *mom2;
@@ -325,10 +328,17 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		goto fail_cuda;
 	}
 	m->host_counts = (int32_t *)calloc((size_t)cfg->vocab_size + 1, sizeof(int32_t));
-	if (!m->host_counts) {
+	m->ready = (cudaEvent_t *)calloc((size_t)cfg->n_layer + 2, sizeof *m->ready);
+	if (!m->host_counts || !m->ready) {
 		snprintf(err, errlen, "out of host memory");
 		goto fail;
 	}
+	for (int i = 0; i < cfg->n_layer + 2; i++)
+		if ((rc = cudaEventCreateWithFlags(&m->ready[i], cudaEventDisableTiming)) != cudaSuccess) {
+			m->ready[i] = NULL;
+			snprintf(err, errlen, "cannot create CUDA events: %s", cudaGetErrorString(rc));
+			goto fail_cuda;
+		}
 	return m;
 
 fail_cuda:
@@ -355,9 +365,30 @@ extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)
 		cudaEventDestroy(m->staged);
 	if (m->stream)
 		cudaStreamDestroy(m->stream);
+	if (m->ready)
+		for (int i = 0; i < m->cfg.n_layer + 2; i++)
+			if (m->ready[i])
+				cudaEventDestroy(m->ready[i]);
+	free(m->ready);
 	free(m->host_counts);
 	free(m->segs);
 	free(m);
+}
+
+extern "C" void gpt2_cuda_set_grads_ready(gpt2_cuda_t *m, gpt2_cuda_grads_ready_fn fn, void *ctx)
+{
+	m->ready_fn = fn;
+	m->ready_ctx = ctx;
+}
+
+/* Gradients [offset, offset + n) are final once the enqueued work is done:
+ * record event k and tell the callback. */
+static void s_grads_ready(gpt2_cuda_t *m, int k, size_t offset, size_t n)
+{
+	if (!m->ready_fn)
+		return;
+	CUDA_CHECK(cudaEventRecord(m->ready[k], m->stream));
+	m->ready_fn(m->ready_ctx, offset, n, m->ready[k]);
 }
 
 extern "C" const gpt2_config_t *gpt2_cuda_config(const gpt2_cuda_t *m)
@@ -587,6 +618,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 					LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd, w, N, C,
 					a->colsum, s);
 	}
+	s_grads_ready(m, 0, m->off_lnf, 2 * (size_t)C);
 	for (int l = L - 1; l >= 0; l--) {
 		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
@@ -625,9 +657,12 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 #undef P
 #undef P16
 #undef G
+		s_grads_ready(m, L - l, m->off_wpe + (size_t)m->cfg.seq_len * C + (size_t)l * m->layer_floats,
+			      m->layer_floats);
 	}
 	cuda_embed_positions_backward(m->grads + m->off_wpe, a->dres, B, T, C, s);
 	cuda_embed_tokens_backward(m->grads, a->dres, d_uniq, d_starts, d_rows, m->n_unique, C, s);
+	s_grads_ready(m, L + 1, 0, m->off_wpe + (size_t)m->cfg.seq_len * C); /* wte, wpe */
 }
 
 extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)

@@ -108,6 +108,21 @@ void gpt2_cuda_zero_grad(gpt2_cuda_t *m);
  * d(loss_scale * loss)/d(params) into the gradients. */
 void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale);
 
+/*
+ * Gradients ready, for a reduction overlapped with backward (worker/train.c):
+ * with fn set, gpt2_cuda_backward calls fn(ctx, offset, n, ready) on the
+ * calling thread each time the gradients of floats [offset, offset + n) of
+ * the flat buffer are final for that backward: every kernel that writes
+ * them is enqueued on the model's stream and `ready` (an event the model
+ * owns) is recorded on it after them. In backward's order: ln_f, layers
+ * L-1 .. 0 (one whole layer each), then wte and wpe together ([0, first
+ * layer)); the ranges cover the buffer once. The event is recorded again by
+ * the next backward: wait on it (cudaStreamWaitEvent) before fn returns.
+ * fn NULL (the default): none.
+ */
+typedef void (*gpt2_cuda_grads_ready_fn)(void *ctx, size_t offset, size_t n, cudaEvent_t ready);
+void gpt2_cuda_set_grads_ready(gpt2_cuda_t *m, gpt2_cuda_grads_ready_fn fn, void *ctx);
+
 /* sqrt of the sum of squares of all gradients (in double; waits). */
 double gpt2_cuda_grad_norm(gpt2_cuda_t *m);
 
