@@ -452,26 +452,52 @@ const char *cudaGetErrorName(cudaError_t e)
 	return cudaGetErrorString(e);
 }
 
+/* The emulated GPUs: CUDAEMU_DEVICES of them (default 1), or as many as
+ * CUDA_VISIBLE_DEVICES lists when that is set (each rank of a multi-GPU
+ * test sees its own). They share the host's memory. */
+static int s_device_count(void)
+{
+	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+	if (visible) {
+		int n = 0;
+		for (const char *p = visible; *p;) {
+			size_t len = strcspn(p, ",");
+			n += len > 0;
+			p += len;
+			if (*p == ',')
+				p++;
+		}
+		return n;
+	}
+	const char *e = getenv("CUDAEMU_DEVICES");
+	return e && atoi(e) > 0 ? atoi(e) : 1;
+}
+
+static int s_device;
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
-	*count = 1;
-	return cudaSuccess;
+	*count = s_device_count();
+	return *count ? cudaSuccess : s_set(cudaErrorNoDevice);
 }
 
 cudaError_t cudaGetDevice(int *device)
 {
-	*device = 0;
+	*device = s_device;
 	return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device)
 {
-	return s_set(device == 0 ? cudaSuccess : cudaErrorInvalidDevice);
+	if (device < 0 || device >= s_device_count())
+		return s_set(cudaErrorInvalidDevice);
+	s_device = device;
+	return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
-	if (device != 0)
+	if (device < 0 || device >= s_device_count())
 		return s_set(cudaErrorInvalidDevice);
 	memset(prop, 0, sizeof *prop);
 	snprintf(prop->name, sizeof prop->name, "cudaemu (the CPU)");
