@@ -93,6 +93,7 @@ typedef struct {
 	/* rejoin: set by the watcher on ABORT {rejoin: true}; the next step's
 	 * report then stops training, and the rank parks for REJOIN */
 	atomic_bool rejoin_asked;
+	comm_t *comm; /* while the watcher runs: cancelled when asked to rejoin */
 	atomic_bool parked_sent;    /* PARKED went out (the watcher answers the ask at once) */
 	_Atomic int rejoin_attempt; /* REJOIN's attempt, heard by the watcher or s_park; 0: none */
 	int next_attempt;       /* the attempt to rejoin once training stopped; 0: exit */
@@ -200,6 +201,9 @@ static void s_check_abort(rank_t *r, wire_type_t type, const json_t *p)
 			fprintf(stderr, "ringworker rank: asked to rejoin the next attempt: %s\n",
 			        json_string_value(json_object_get(p, "reason")));
 			fflush(stderr);
+			/* A collective with the failed peer may never end on its own
+			 * (NCCL): end it now; the step is lost either way. */
+			comm_cancel(r->comm);
 		}
 		return;
 	}
@@ -1025,6 +1029,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	pthread_mutex_init(&r->snap_lock, NULL);
 	pthread_mutex_init(&r->sent_lock, NULL);
 	atomic_store(&r->stop_watch, false);
+	r->comm = comm; /* the watcher may cancel it; cleared once it is joined */
 	if (pthread_create(&r->watcher, NULL, s_watch, r) == 0)
 		r->watching = true;
 	else
@@ -1041,6 +1046,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		pthread_join(r->watcher, NULL);
 		r->watching = false;
 	}
+	r->comm = NULL;
 	bool asked = atomic_load(&r->rejoin_asked);
 	if (rc == TRAIN_EXIT_COMM || (rc == TRAIN_EXIT_ABORTED && asked)) {
 		/* Drop the communicator first: peers still blocked with this rank

@@ -7,22 +7,23 @@
  * memory is host memory.
  *
  * A communicator is a shared file in /dev/shm named by the unique id: a
- * header (ranks joined, a barrier) and one slot of SLOT_BYTES per rank. A
- * collective runs when it is called, whatever the stream: each rank copies
- * its input into its slot, all meet at the barrier, each computes its
- * output from the slots (sums in rank order, in fp32), and all meet again
- * before a slot is reused. Calls inside ncclGroupStart/End run one by one
- * in the order made, which every rank shares. So results are exact
- * functions of the inputs, but sums are in rank order, not NCCL's ring
- * order.
+ * header (ranks joined, a barrier) and one slot of SLOT_BYTES per rank.
+ * Collectives are asynchronous, as on a GPU: a call queues the operation
+ * on its communicator and returns; it makes progress whenever the caller
+ * polls (ncclCommGetAsyncError, cudaStreamQuery or cudaStreamSynchronize on
+ * any stream, through cudaemu_nccl_busy), one operation at a time in the
+ * order made: the rank copies its input into its slot and arrives at the
+ * barrier; once all have arrived it computes its output from the slots
+ * (sums in rank order, in fp32) and arrives again; once all have, the slot
+ * is free for the next. So the caller's own timeout and cancellation work
+ * as with real NCCL (a peer that died leaves the operation pending, it is
+ * not an error), and results are exact functions of the inputs, summed in
+ * rank order rather than NCCL's ring order. Calls inside
+ * ncclGroupStart/End queue in the order made, which every rank shares.
  *
  * Non-blocking communicators (config->blocking == 0) report ncclInProgress
  * from init and from ncclCommGetAsyncError until every rank has joined, as
- * real NCCL does, so the caller's timeout applies. A collective waits for
- * its peers up to CUDAEMU_NCCL_TIMEOUT_MS (default 30000), then fails with
- * ncclSystemError and a last error saying which collective (real NCCL would
- * leave the stream pending and the caller's timeout would abort it; the
- * caller sees a failure either way). Only float sums and byte broadcasts are
+ * real NCCL does. Only float sums and byte or float broadcasts are
  * emulated: what comm_nccl.c uses.
  */
 #include <nccl.h>
@@ -38,6 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <deque>
+#include <mutex>
 #include <vector>
 
 namespace {
@@ -54,6 +57,22 @@ struct shared_hdr {
 
 } /* namespace */
 
+enum op_kind { OP_ALLREDUCE, OP_REDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST };
+
+/* A queued collective: phase 0 not started, 1 deposited and waiting at the
+ * first barrier (generation gen), 2 output written, waiting at the second. */
+struct pending_op {
+	op_kind kind;
+	const void *send;
+	void *recv;
+	size_t count; /* elements: the per-rank part for reduce-scatter and all-gather */
+	size_t unit;  /* bytes per element */
+	int root;
+	cudaStream_t stream;
+	int phase;
+	int gen;
+};
+
 struct ncclComm {
 	char name[NCCL_UNIQUE_ID_BYTES + 1];
 	int rank, nranks;
@@ -62,6 +81,7 @@ struct ncclComm {
 	size_t map_bytes;
 	bool unlinked;
 	bool finalized;
+	std::deque<pending_op> *queue;
 };
 
 namespace {
@@ -81,15 +101,12 @@ int64_t s_now_ms()
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t s_timeout_ms()
-{
-	const char *e = getenv("CUDAEMU_NCCL_TIMEOUT_MS");
-	return e && atoi(e) > 0 ? atoi(e) : 30000;
-}
+std::mutex s_lock; /* the live communicators and their queues */
+std::vector<ncclComm_t> s_live;
 
 void s_nap()
 {
-	struct timespec ts = {0, 100000}; /* 0.1 ms */
+	struct timespec ts = {0, 50000}; /* 50 us */
 	nanosleep(&ts, NULL);
 }
 
@@ -103,31 +120,21 @@ void s_unlink_when_complete(ncclComm_t c)
 	}
 }
 
-/* All ranks of c meet; false when a peer did not come in time. */
-bool s_barrier(ncclComm_t c, const char *op)
+/* Arrive at the barrier; returns the generation to wait past. */
+int s_arrive(ncclComm_t c)
 {
 	shared_hdr *h = c->hdr;
 	int gen = __atomic_load_n(&h->generation, __ATOMIC_SEQ_CST);
 	if (__atomic_add_fetch(&h->arrived, 1, __ATOMIC_SEQ_CST) == c->nranks) {
 		__atomic_store_n(&h->arrived, 0, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&h->generation, 1, __ATOMIC_SEQ_CST);
-		return true;
 	}
-	int64_t deadline = s_now_ms() + s_timeout_ms();
-	unsigned spins = 0;
-	while (__atomic_load_n(&h->generation, __ATOMIC_SEQ_CST) == gen) {
-		if (s_now_ms() > deadline) {
-			snprintf(s_last, sizeof s_last,
-				 "cudaemu: %s: rank %d of %d waited %lld ms for its peers", op, c->rank,
-				 c->nranks, (long long)s_timeout_ms());
-			return false;
-		}
-		if (++spins < 1000)
-			sched_yield();
-		else
-			s_nap();
-	}
-	return true;
+	return gen;
+}
+
+bool s_passed(ncclComm_t c, int gen)
+{
+	return __atomic_load_n(&c->hdr->generation, __ATOMIC_SEQ_CST) != gen;
 }
 
 char *s_slot(ncclComm_t c, int r)
@@ -170,14 +177,83 @@ void s_sum_slots(ncclComm_t c, float *out, size_t first, size_t count)
 	memcpy(out, acc.data(), count * sizeof(float));
 }
 
-ncclResult_t s_fail_peers()
+/* Write op's output from the slots (every rank has deposited). */
+void s_compute(ncclComm_t c, const pending_op &op)
 {
-	return ncclSystemError;
+	size_t bytes = op.count * op.unit;
+	switch (op.kind) {
+	case OP_ALLREDUCE:
+		s_sum_slots(c, (float *)op.recv, 0, op.count);
+		break;
+	case OP_REDUCE:
+		if (c->rank == op.root)
+			s_sum_slots(c, (float *)op.recv, 0, op.count);
+		break;
+	case OP_REDUCE_SCATTER:
+		s_sum_slots(c, (float *)op.recv, (size_t)c->rank * op.count, op.count);
+		break;
+	case OP_ALLGATHER:
+		for (int k = 0; k < c->nranks; k++)
+			memcpy((char *)op.recv + (size_t)k * bytes, s_slot(c, k), bytes);
+		break;
+	case OP_BROADCAST:
+		if (c->rank != op.root || op.recv != op.send)
+			memcpy(op.recv, s_slot(c, op.root), bytes);
+		break;
+	}
+}
+
+/* Advance c's queue as far as it goes without waiting (s_lock held). */
+void s_progress(ncclComm_t c)
+{
+	while (!c->queue->empty()) {
+		pending_op &op = c->queue->front();
+		if (op.phase == 0) {
+			size_t in_bytes = op.count * op.unit *
+					  (op.kind == OP_REDUCE_SCATTER ? (size_t)c->nranks : 1);
+			if (op.kind != OP_BROADCAST || c->rank == op.root)
+				memcpy(s_slot(c, op.kind == OP_BROADCAST ? op.root : c->rank), op.send, in_bytes);
+			op.gen = s_arrive(c);
+			op.phase = 1;
+		}
+		if (op.phase == 1) {
+			if (!s_passed(c, op.gen))
+				return;
+			s_compute(c, op);
+			op.gen = s_arrive(c);
+			op.phase = 2;
+		}
+		if (!s_passed(c, op.gen))
+			return;
+		c->queue->pop_front();
+	}
+}
+
+ncclResult_t s_enqueue(ncclComm_t c, const pending_op &op)
+{
+	std::lock_guard<std::mutex> g(s_lock);
+	c->queue->push_back(op);
+	s_progress(c);
+	return ncclSuccess;
 }
 
 } /* namespace */
 
 extern "C" {
+
+/* cudaemu_rt.cc's hook: advance every communicator; whether an operation
+ * queued on `stream` (any stream when NULL) is still pending. */
+bool cudaemu_nccl_busy(cudaStream_t stream)
+{
+	std::lock_guard<std::mutex> g(s_lock);
+	bool busy = false;
+	for (ncclComm_t c : s_live) {
+		s_progress(c);
+		for (const pending_op &op : *c->queue)
+			busy = busy || !stream || op.stream == stream;
+	}
+	return busy;
+}
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
@@ -209,6 +285,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
 	ncclComm_t c = (ncclComm_t)calloc(1, sizeof *c);
 	if (!c)
 		return ncclSystemError;
+	c->queue = new std::deque<pending_op>();
 	snprintf(c->name, sizeof c->name, "%s", id.internal);
 	c->rank = rank;
 	c->nranks = nranks;
@@ -219,6 +296,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
 			 strerror(errno));
 		if (fd >= 0)
 			close(fd);
+		delete c->queue;
 		free(c);
 		return ncclSystemError;
 	}
@@ -226,18 +304,23 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
 	close(fd);
 	if (p == MAP_FAILED) {
 		snprintf(s_last, sizeof s_last, "cudaemu: mmap %s: %s", c->name, strerror(errno));
+		delete c->queue;
 		free(c);
 		return ncclSystemError;
 	}
 	c->hdr = (shared_hdr *)p;
 	c->slots = (char *)p + 4096;
 	__atomic_add_fetch(&c->hdr->joined, 1, __ATOMIC_SEQ_CST);
+	{
+		std::lock_guard<std::mutex> g(s_lock);
+		s_live.push_back(c);
+	}
 	*comm = c;
 	if (config && config->blocking == 0) {
 		s_unlink_when_complete(c);
 		return c->unlinked ? ncclSuccess : ncclInProgress;
 	}
-	int64_t deadline = s_now_ms() + s_timeout_ms();
+	int64_t deadline = s_now_ms() + 30000;
 	while (__atomic_load_n(&c->hdr->joined, __ATOMIC_SEQ_CST) < nranks) {
 		if (s_now_ms() > deadline) {
 			snprintf(s_last, sizeof s_last, "cudaemu: init: rank %d waited for its peers", rank);
@@ -259,6 +342,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
 	if (!comm)
 		return s_usage("%s: NULL communicator", "ncclCommGetAsyncError");
 	s_unlink_when_complete(comm);
+	{
+		std::lock_guard<std::mutex> g(s_lock);
+		s_progress(comm);
+	}
 	*async_error = __atomic_load_n(&comm->hdr->joined, __ATOMIC_SEQ_CST) < comm->nranks
 			       ? ncclInProgress
 			       : ncclSuccess;
@@ -295,7 +382,16 @@ static void s_release(ncclComm_t comm)
 		return;
 	if (!comm->unlinked && comm->rank == 0)
 		shm_unlink(comm->name); /* never completed: nobody else needs the name */
+	{
+		std::lock_guard<std::mutex> g(s_lock);
+		for (size_t i = 0; i < s_live.size(); i++)
+			if (s_live[i] == comm) {
+				s_live.erase(s_live.begin() + (long)i);
+				break;
+			}
+	}
 	munmap(comm->hdr, comm->map_bytes);
+	delete comm->queue;
 	free(comm);
 }
 
@@ -348,24 +444,18 @@ ncclResult_t ncclGroupEnd(void)
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
 			   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	const char *what = "ncclAllReduce";
 	ncclResult_t r = s_check(comm, what, count * sizeof(float));
 	if (r == ncclSuccess)
 		r = s_sum_type(t, op, what);
 	if (r != ncclSuccess)
 		return r;
-	memcpy(s_slot(comm, comm->rank), send, count * sizeof(float));
-	if (!s_barrier(comm, what))
-		return s_fail_peers();
-	s_sum_slots(comm, (float *)recv, 0, count);
-	return s_barrier(comm, what) ? ncclSuccess : s_fail_peers();
+	return s_enqueue(comm, {OP_ALLREDUCE, send, recv, count, sizeof(float), 0, stream, 0, 0});
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
 			int root, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	const char *what = "ncclReduce";
 	ncclResult_t r = s_check(comm, what, count * sizeof(float));
 	if (r == ncclSuccess)
@@ -374,71 +464,46 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType
 		r = s_usage("%s: root out of range", what);
 	if (r != ncclSuccess)
 		return r;
-	memcpy(s_slot(comm, comm->rank), send, count * sizeof(float));
-	if (!s_barrier(comm, what))
-		return s_fail_peers();
-	if (comm->rank == root)
-		s_sum_slots(comm, (float *)recv, 0, count);
-	return s_barrier(comm, what) ? ncclSuccess : s_fail_peers();
+	return s_enqueue(comm, {OP_REDUCE, send, recv, count, sizeof(float), root, stream, 0, 0});
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t t,
 			       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	const char *what = "ncclReduceScatter";
 	ncclResult_t r = s_check(comm, what, recvcount * (size_t)(comm ? comm->nranks : 1) * sizeof(float));
 	if (r == ncclSuccess)
 		r = s_sum_type(t, op, what);
 	if (r != ncclSuccess)
 		return r;
-	memcpy(s_slot(comm, comm->rank), send, recvcount * (size_t)comm->nranks * sizeof(float));
-	if (!s_barrier(comm, what))
-		return s_fail_peers();
-	s_sum_slots(comm, (float *)recv, (size_t)comm->rank * recvcount, recvcount);
-	return s_barrier(comm, what) ? ncclSuccess : s_fail_peers();
+	return s_enqueue(comm, {OP_REDUCE_SCATTER, send, recv, recvcount, sizeof(float), 0, stream, 0, 0});
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t t,
 			   ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	const char *what = "ncclAllGather";
 	if (t != ncclFloat32)
 		return s_usage("%s: cudaemu emulates floats only", what);
-	size_t bytes = sendcount * sizeof(float);
-	ncclResult_t r = s_check(comm, what, bytes);
+	ncclResult_t r = s_check(comm, what, sendcount * sizeof(float));
 	if (r != ncclSuccess)
 		return r;
-	memcpy(s_slot(comm, comm->rank), send, bytes);
-	if (!s_barrier(comm, what))
-		return s_fail_peers();
-	for (int k = 0; k < comm->nranks; k++)
-		memcpy((char *)recv + (size_t)k * bytes, s_slot(comm, k), bytes);
-	return s_barrier(comm, what) ? ncclSuccess : s_fail_peers();
+	return s_enqueue(comm, {OP_ALLGATHER, send, recv, sendcount, sizeof(float), 0, stream, 0, 0});
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
 			   ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	const char *what = "ncclBroadcast";
 	size_t unit = t == ncclUint8 || t == ncclInt8 ? 1 : t == ncclFloat32 ? 4 : 0;
 	if (!unit)
 		return s_usage("%s: cudaemu emulates bytes and floats only", what);
-	size_t bytes = count * unit;
-	ncclResult_t r = s_check(comm, what, bytes);
+	ncclResult_t r = s_check(comm, what, count * unit);
 	if (r == ncclSuccess && (root < 0 || root >= comm->nranks))
 		r = s_usage("%s: root out of range", what);
 	if (r != ncclSuccess)
 		return r;
-	if (comm->rank == root)
-		memcpy(s_slot(comm, root), send, bytes);
-	if (!s_barrier(comm, what))
-		return s_fail_peers();
-	if (comm->rank != root || recv != send)
-		memcpy(recv, s_slot(comm, root), bytes);
-	return s_barrier(comm, what) ? ncclSuccess : s_fail_peers();
+	return s_enqueue(comm, {OP_BROADCAST, send, recv, count, unit, root, stream, 0, 0});
 }
 
 } /* extern "C" */

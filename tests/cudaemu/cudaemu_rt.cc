@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 
 /* AddressSanitizer follows the switches between stacks through its fiber
@@ -615,8 +616,20 @@ cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t str
 	return cudaMemset(ptr, value, bytes);
 }
 
+/* cudaemu_nccl.cc's: advance the emulated NCCL operations; whether one on
+ * `stream` (any, when NULL) is still pending. Absent (weak) without it. */
+extern "C" bool cudaemu_nccl_busy(cudaStream_t stream) __attribute__((weak));
+
+static void s_nap_us(long us)
+{
+	struct timespec ts = {0, us * 1000};
+	nanosleep(&ts, NULL);
+}
+
 cudaError_t cudaDeviceSynchronize(void)
 {
+	while (cudaemu_nccl_busy && cudaemu_nccl_busy(NULL))
+		s_nap_us(50);
 	return cudaSuccess;
 }
 
@@ -649,14 +662,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-	(void)stream;
+	while (cudaemu_nccl_busy && cudaemu_nccl_busy(stream))
+		s_nap_us(50);
 	return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-	(void)stream;
-	return cudaSuccess;
+	return cudaemu_nccl_busy && cudaemu_nccl_busy(stream) ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)

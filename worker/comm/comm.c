@@ -79,6 +79,12 @@ void comm_abort(comm_t *c)
 		c->ops->abort(c->impl);
 }
 
+void comm_cancel(comm_t *c)
+{
+	if (c && c->ops->cancel)
+		c->ops->cancel(c->impl);
+}
+
 const char *comm_last_error(const comm_t *c)
 {
 	return c->ops->last_error(c->impl);

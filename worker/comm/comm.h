@@ -168,6 +168,14 @@ int comm_barrier(comm_t *c);
  * the thread that runs the collectives (not thread- or signal-safe). */
 void comm_abort(comm_t *c);
 
+/* From any thread, while another may be inside a collective on c: make
+ * that collective, and every later one, fail with -ECANCELED within
+ * milliseconds (NCCL: the communicator is aborted by the collective's own
+ * thread). A rank asked to rejoin the next attempt calls it, so that it
+ * does not wait out the timeout for a peer that is gone. Gloo: a no-op (its
+ * collectives fail at once when a peer's connection closes). */
+void comm_cancel(comm_t *c);
+
 /* The last error's one-line description ("" if none); borrowed. */
 const char *comm_last_error(const comm_t *c);
 

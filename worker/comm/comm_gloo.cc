@@ -450,6 +450,7 @@ const comm_ops_t kGlooOps = {
 	gloo_free,
 	nullptr, /* no async all-reduce: comm.c runs the synchronous one */
 	nullptr, /* nothing to wait for */
+	nullptr, /* no cancel: a peer's closed connection fails the collective */
 };
 
 } // namespace

@@ -33,6 +33,8 @@ typedef struct {
 	 * collective is synchronous (Gloo): comm.c then runs the plain one. */
 	int (*allreduce_sum_f32_async)(void *impl, float *buf, size_t n, void *after_event);
 	int (*wait)(void *impl);
+	/* comm_cancel; NULL: not supported (a no-op) */
+	void (*cancel)(void *impl);
 } comm_ops_t;
 
 struct comm {

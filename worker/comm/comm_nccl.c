@@ -33,6 +33,11 @@
  *   broadcast       ncclBroadcast in place, as bytes.
  *   barrier         an all-reduce of one float in a device scratch word.
  *
+ * comm_cancel (any thread) sets a flag that the poll loops of the
+ * collective in progress check: it aborts the communicator from its own
+ * thread and fails with -ECANCELED, so a rank asked to rejoin does not wait
+ * out the timeout for a peer that died (NCCL itself may never notice).
+ *
  * Failures follow comm.h: the first one is sticky (the communicator is
  * aborted when NCCL or CUDA reports an error, since NCCL's state is then
  * unknown), comm_abort makes every later call -ECANCELED, and every error
@@ -44,6 +49,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,6 +84,7 @@ typedef struct {
 	float *word;           /* device: one float, the barrier's all-reduce */
 	int failed;            /* the first failure's code, sticky */
 	bool aborted;          /* comm_abort ran */
+	atomic_bool cancel;    /* comm_cancel asked, from any thread: the poll loops end it */
 	char first_err[ERR_BYTES];
 	char err[ERR_BYTES];
 } nccl_comm_t;
@@ -171,6 +178,15 @@ static int s_fail_timeout(nccl_comm_t *c, const char *op)
 	              c->timeout_ms);
 }
 
+/* comm_cancel was asked: abort (on this, the collectives' thread) and fail. */
+static int s_cancelled(nccl_comm_t *c, const char *op)
+{
+	s_abort_nccl(c);
+	return s_fail(c, op, -ECANCELED,
+	              "cancelled: the rank was asked to stop its step (comm_cancel); the NCCL "
+	              "communicator was aborted");
+}
+
 /* The checks every collective starts with; 0 to go on. */
 static int s_begin(nccl_comm_t *c, const char *op)
 {
@@ -210,6 +226,8 @@ static int s_settle(nccl_comm_t *c, const char *op, ncclResult_t r, int64_t dead
 		if (q != ncclSuccess)
 			return s_fail_nccl(c, op, q);
 		if (st == ncclInProgress) {
+			if (atomic_load(&c->cancel))
+				return s_cancelled(c, op);
 			if (s_now_ms() >= deadline_ms)
 				return s_fail_timeout(c, op);
 			s_nap(&polls);
@@ -234,6 +252,8 @@ static int s_wait_stream(nccl_comm_t *c, const char *op, int64_t deadline_ms)
 			return s_fail_nccl(c, op, q);
 		if (st != ncclSuccess && st != ncclInProgress)
 			return s_fail_nccl(c, op, st);
+		if (atomic_load(&c->cancel))
+			return s_cancelled(c, op);
 		if (s_now_ms() >= deadline_ms)
 			return s_fail_timeout(c, op);
 		s_nap(&polls);
@@ -288,6 +308,12 @@ static int nccl_allreduce_sum_f32_async(void *impl, float *buf, size_t n, void *
 	}
 	int64_t deadline = s_now_ms() + c->timeout_ms;
 	return s_settle(c, op, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream), deadline);
+}
+
+static void nccl_cancel(void *impl)
+{
+	nccl_comm_t *c = impl;
+	atomic_store(&c->cancel, true);
 }
 
 static int nccl_wait(void *impl)
@@ -476,6 +502,7 @@ static const comm_ops_t s_nccl_ops = {
 	.free = nccl_free,
 	.allreduce_sum_f32_async = nccl_allreduce_sum_f32_async,
 	.wait = nccl_wait,
+	.cancel = nccl_cancel,
 };
 
 /* ---- construction ---- */

@@ -17,6 +17,11 @@
  *                             root (-EINVAL, the comm still usable), then
  *                             comm_abort: -ECANCELED and a line saying so.
  *                             Skips when fewer than W GPUs are visible.
+ *   test_nccl cancel          two GPUs: rank 1 stops taking part after one
+ *                             all-reduce; rank 0's next one, cancelled from
+ *                             another thread after 0.5 s (comm_cancel, what
+ *                             a rank asked to rejoin does), fails with
+ *                             -ECANCELED within a second, not the timeout.
  *   test_nccl join-timeout    one GPU: rank 1 of 2 alone times out waiting
  *                             for NCCL's id in the KV; rank 0 of 2 alone
  *                             gets NULL from the non-blocking set-up within
@@ -27,6 +32,7 @@
  * and kills the children if it passes; each child also has an alarm.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -356,6 +362,74 @@ static int s_rank_join_timeout(const char *dir)
 	return s_failures ? 1 : 0;
 }
 
+/* comm_cancel from another thread: the all-reduce in progress ends. */
+typedef struct {
+	comm_t *c;
+	int delay_ms;
+} cancel_arg_t;
+
+static void *s_cancel_later(void *p)
+{
+	cancel_arg_t *a = p;
+	struct timespec ts = {a->delay_ms / 1000, (long)(a->delay_ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+	comm_cancel(a->c);
+	return NULL;
+}
+
+/* Two ranks: both all-reduce once; then rank 1 stops taking part (as a
+ * rank that died), and rank 0's next all-reduce, which would wait for the
+ * whole timeout, ends within a second of comm_cancel from another thread,
+ * with -ECANCELED and a line saying so; later calls fail the same way. */
+static int s_rank_cancel(const char *dir, int rank, int W)
+{
+	s_rank = rank;
+	char why[512];
+	if (comm_nccl_available(why, sizeof why) < 0) {
+		if (rank == 0)
+			printf("no CUDA GPU: %s; skipping\n", why);
+		return EXIT_SKIP;
+	}
+	int n_gpus = 0;
+	CUDA_OK(cudaGetDeviceCount(&n_gpus));
+	if (n_gpus < W) {
+		if (rank == 0)
+			printf("no CUDA GPU for every rank: %d rank(s), %d GPU(s) visible; skipping\n", W, n_gpus);
+		return EXIT_SKIP;
+	}
+	comm_kv_t kv = comm_kv_dir_make(dir);
+	char err[512];
+	comm_t *c = comm_nccl_new(&kv, rank, W, rank, 60000, err, sizeof err);
+	if (!c) {
+		fprintf(stderr, "rank %d: FAIL: comm_nccl_new: %s\n", rank, err);
+		return 1;
+	}
+	s_check_allreduce(c, 1000);
+	if (rank == 1) {
+		sleep(5); /* gone, as far as rank 0 can tell; then leaves */
+		comm_free(c);
+		return s_failures ? 1 : 0;
+	}
+	float *buf = NULL;
+	CUDA_OK(cudaMalloc((void **)&buf, 1000 * sizeof(float)));
+	pthread_t th;
+	cancel_arg_t a = {c, 500};
+	CHECK(pthread_create(&th, NULL, s_cancel_later, &a) == 0);
+	double t0 = s_now_s();
+	int rc = comm_allreduce_sum_f32(c, buf, 1000);
+	double took = s_now_s() - t0;
+	pthread_join(th, NULL);
+	fprintf(stderr, "rank 0: all-reduce with a gone peer, cancelled after 0.5 s: %d after %.2f s: %s\n", rc,
+	        took, comm_last_error(c));
+	CHECK(rc == -ECANCELED);
+	CHECK(took >= 0.4 && took < 3.0);
+	CHECK(strstr(comm_last_error(c), "cancelled") != NULL);
+	CHECK(comm_allreduce_sum_f32(c, buf, 1000) < 0);
+	cudaFree(buf);
+	comm_free(c);
+	return s_failures ? 1 : 0;
+}
+
 /* ---- the parent ---------------------------------------------------------- */
 
 static void s_rm_rf(const char *dir)
@@ -440,8 +514,10 @@ int main(int argc, char **argv)
 		rc = s_run(W, s_rank_collectives, 90);
 	} else if (argc == 2 && strcmp(argv[1], "join-timeout") == 0) {
 		rc = s_run(1, s_join_timeout_child, 90);
+	} else if (argc == 2 && strcmp(argv[1], "cancel") == 0) {
+		rc = s_run(2, s_rank_cancel, 90);
 	} else {
-		fprintf(stderr, "usage: test_nccl collectives W | join-timeout\n");
+		fprintf(stderr, "usage: test_nccl collectives W | join-timeout | cancel\n");
 		return 2;
 	}
 	if (rc == 0)

@@ -1,0 +1,111 @@
+"""A cuda job through the whole system, on cudaemu (tests/cudaemu): the real
+ringmasterd, one agent that is ringworker-cudaemu (the worker linked against
+the CUDA emulator) finding two GPUs through the test-only fake NVML
+(tests/worker/gpus), and the ranks it spawns, which train on the emulated
+GPUs and meet over emulated NCCL (shared memory between the rank
+processes). What a lent machine with one GPU cannot run: placement of a
+2-rank cuda job on two GPUs, the NCCL id through the coordinator's KV, the
+gradient all-reduce overlapped with backward at world size 2, snapshots of
+a GPU job, and recovery after a rank is killed.
+
+  1. the job, uninterrupted: placed on cuda:0 and cuda:1 (one rank each,
+     CUDA_VISIBLE_DEVICES naming that GPU), succeeds; the loss falls;
+     snapshots 10, 20, 30 are committed;
+  2. the same job with rank 1 killed -9 after step 12: a `recovered` event,
+     the survivor rejoins in its own process, the job succeeds, and every
+     loss of every attempt is bit for bit the uninterrupted run's (the
+     emulated GPU is deterministic, and so is the GPU engine: this is the
+     property the real GPUs must show too).
+"""
+import os
+import signal
+
+from cluster import check, log, rank_pid, run, tiny_spec, wait_until, wait_workers
+
+STEPS = 30
+EVERY = 10
+FAKE_GPUS = ("NVIDIA H100 80GB HBM3|85520809984|GPU-11111111-2222-3333-4444-555555555555;"
+             "NVIDIA H100 80GB HBM3|85520809984|GPU-22222222-3333-4444-5555-666666666666")
+
+
+def spec(name):
+    s = tiny_spec(name, world_size=2, batch_size=4, steps=STEPS, seed=5, max_restarts=2)
+    s["model"] = {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "seq_len": 32}
+    s["parallel"]["device"] = "cuda"
+    s["train"]["precision"] = "bf16"
+    s["checkpoint"] = {"every_steps": EVERY, "keep_last": 3}
+    return s
+
+
+def losses(d, job_id):
+    doc = d.json("GET", "/v1/jobs/%s/metrics?limit=1000" % job_id)
+    return [(int(r["step"]), r["loss"], r.get("attempt")) for r in doc["metrics"]
+            if r.get("loss") is not None]
+
+
+def last_step(d, job_id):
+    return max((s for s, _, _ in losses(d, job_id)), default=0)
+
+
+def main(c, args):
+    fake_dir = os.path.abspath(args[args.index("--fake-nvml") + 1])
+    d = c.start_daemon(["--heartbeat-ms", "200", "--restart-backoff-ms", "100"])
+    ck = os.path.join(c.workdir, "checkpoints")
+    saved = {k: os.environ.get(k) for k in ("LD_LIBRARY_PATH", "FAKE_NVML_GPUS", "CUDA_VISIBLE_DEVICES")}
+    os.environ["LD_LIBRARY_PATH"] = fake_dir + (":" + saved["LD_LIBRARY_PATH"] if saved["LD_LIBRARY_PATH"] else "")
+    os.environ["FAKE_NVML_GPUS"] = FAKE_GPUS
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    try:
+        agent = c.start_agent("gpu1", devices="cpu:1",
+                              extra_args=["--gpus", "auto", "--checkpoint-root", ck,
+                                          "--comm-timeout-ms", "20000"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    workers = {w["node"]: w for w in wait_workers(d, ["gpu1"])}
+    devs = sorted((dev["kind"], dev["index"]) for dev in workers["gpu1"]["devices"])
+    check(devs == [("cpu", 0), ("cuda", 0), ("cuda", 1)], "gpu1 advertises %r" % workers["gpu1"]["devices"])
+
+    # 1. uninterrupted
+    ref = d.submit(spec("cudaemu-reference"))["id"]
+    d.wait_state(ref, {"succeeded"}, timeout=400)
+    placed = [e["reason"] for e in d.events(ref) if e["type"] == "state" and e.get("to") == "scheduled"]
+    check(len(placed) == 1 and "cuda0" in placed[0] and "cuda1" in placed[0], "placement %r" % placed)
+    log("placed: %s" % placed[0])
+    text = agent.logtext(200000)
+    for r, uuid in ((0, "GPU-11111111"), (1, "GPU-22222222")):
+        check("spawned rank %s/1/%d of 2 on cuda:%d %s" % (ref, r, r, uuid) in text,
+              "agent log does not show rank %d on cuda:%d" % (r, r))
+    want = {}
+    for s, loss, _ in losses(d, ref):
+        want[s] = loss
+    check(sorted(want) == list(range(1, STEPS + 1)), "reference steps %s" % sorted(want))
+    check(want[STEPS] < want[1] - 0.3, "loss %.4f -> %.4f: not learning" % (want[1], want[STEPS]))
+    log("uninterrupted: loss %.4f at step 1, %.4f at step %d" % (want[1], want[STEPS], STEPS))
+    listed = [cp["step"] for cp in d.json("GET", "/v1/jobs/%s/checkpoints" % ref)["checkpoints"]]
+    check(listed[:3] == [30, 20, 10], "checkpoints %r" % listed)
+
+    # 2. rank 1 killed after step 12
+    job = d.submit(spec("cudaemu-chaos"))["id"]
+    wait_until("step 12", lambda: last_step(d, job) >= 12, 300)
+    victim = wait_until("rank 1", lambda: rank_pid(job, 1), 30)
+    survivor = rank_pid(job, 0)
+    os.kill(victim, signal.SIGKILL)
+    log("killed rank 1 (pid %d) at reported step %d" % (victim, last_step(d, job)))
+    wait_until("recovery", lambda: any(e.get("type") == "recovered" for e in d.events(job)), 120)
+    check(survivor is not None and rank_pid(job, 0) == survivor,
+          "rank 0 was pid %r, %r after the recovery: not kept in its process" % (survivor, rank_pid(job, 0)))
+    final = d.wait_state(job, {"succeeded"}, timeout=400)
+    check(final.get("restarts") == 1, "restarts %r" % final.get("restarts"))
+    rows = losses(d, job)
+    check({s for s, _, _ in rows} == set(range(1, STEPS + 1)), "steps %s" % sorted({s for s, _, _ in rows}))
+    for s, loss, attempt in rows:
+        check(loss == want[s], "step %d (attempt %s): loss %r, uninterrupted %r" % (s, attempt, loss, want[s]))
+    log("%d loss rows, all bitwise the uninterrupted run's; rank 0 kept pid %d" % (len(rows), survivor))
+
+
+if __name__ == "__main__":
+    run(main)
