@@ -691,10 +691,34 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 	return cudaEventCreate(event);
 }
 
+/* When each event was recorded (host time: the work before it is done). */
+static double s_event_ms[4096];
+
+static double *s_event_slot(cudaEvent_t event)
+{
+	ptrdiff_t i = (int *)(void *)event - s_handles;
+	return i >= 0 && i < 4096 ? &s_event_ms[i] : nullptr;
+}
+
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
 	(void)stream;
-	return event ? cudaSuccess : s_set(cudaErrorInvalidResourceHandle);
+	double *slot = event ? s_event_slot(event) : nullptr;
+	if (!slot)
+		return s_set(cudaErrorInvalidResourceHandle);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	*slot = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+	double *a = start ? s_event_slot(start) : nullptr, *b = end ? s_event_slot(end) : nullptr;
+	if (!a || !b)
+		return s_set(cudaErrorInvalidResourceHandle);
+	*ms = (float)(*b - *a);
+	return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
