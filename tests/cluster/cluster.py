@@ -4,6 +4,7 @@ namespaces, test_netns.py). Standard library only; runs with /usr/bin/python3.
 
 The daemon part follows tests/coordinator/daemon/rmtest.py (copied, not
 imported, so the two suites can change independently)."""
+import contextlib
 import http.client
 import json
 import os
@@ -320,6 +321,26 @@ def rank_pid(job_id, rank):
         if argv[i + 1] == str(rank).encode():
             return pid
     return None
+
+
+@contextlib.contextmanager
+def fake_gpus(fake_dir, gpus):
+    """While in the block (an agent started there keeps them): the test-only
+    fake NVML (tests/worker/gpus, built into fake_dir) on LD_LIBRARY_PATH,
+    offering `gpus` (FAKE_NVML_GPUS: "name|bytes|uuid;..."), and no
+    CUDA_VISIBLE_DEVICES."""
+    saved = {k: os.environ.get(k) for k in ("LD_LIBRARY_PATH", "FAKE_NVML_GPUS", "CUDA_VISIBLE_DEVICES")}
+    os.environ["LD_LIBRARY_PATH"] = fake_dir + (":" + saved["LD_LIBRARY_PATH"] if saved["LD_LIBRARY_PATH"] else "")
+    os.environ["FAKE_NVML_GPUS"] = gpus
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def wait_until(what, fn, timeout):

@@ -23,7 +23,7 @@ import os
 import subprocess
 import time
 
-from cluster import Failure, check, log, run, tiny_spec, wait_no_ranks, wait_workers
+from cluster import Failure, check, fake_gpus, log, run, tiny_spec, wait_no_ranks, wait_workers
 
 FAKE_H100 = "NVIDIA H100 80GB HBM3|85520809984|GPU-11111111-2222-3333-4444-555555555555"
 FAKE_A100 = "NVIDIA A100-SXM4-40GB|42949672960|GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
@@ -86,18 +86,8 @@ def cpu_only(c, d):
 
 
 def with_fake_gpus(c, d, fake_dir, job_id):
-    saved = {k: os.environ.get(k) for k in ("LD_LIBRARY_PATH", "FAKE_NVML_GPUS", "CUDA_VISIBLE_DEVICES")}
-    os.environ["LD_LIBRARY_PATH"] = fake_dir + (":" + saved["LD_LIBRARY_PATH"] if saved["LD_LIBRARY_PATH"] else "")
-    os.environ["FAKE_NVML_GPUS"] = FAKE_H100 + ";" + FAKE_A100
-    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    try:
+    with fake_gpus(fake_dir, FAKE_H100 + ";" + FAKE_A100):
         agent = c.start_agent("gpu1", devices="cpu:1", extra_args=["--gpus", "auto"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     workers = {w["node"]: w for w in wait_workers(d, ["cpu1", "gpu1"])}
     devs = sorted((dev["kind"], dev["index"]) for dev in workers["gpu1"]["devices"])
     check(devs == [("cpu", 0), ("cuda", 0), ("cuda", 1)], "gpu1 advertises %r" % workers["gpu1"]["devices"])

@@ -20,7 +20,7 @@ a GPU job, and recovery after a rank is killed.
 import os
 import signal
 
-from cluster import check, log, rank_pid, run, tiny_spec, wait_until, wait_workers
+from cluster import check, fake_gpus, log, rank_pid, run, tiny_spec, wait_until, wait_workers
 
 STEPS = 30
 EVERY = 10
@@ -51,20 +51,10 @@ def main(c, args):
     fake_dir = os.path.abspath(args[args.index("--fake-nvml") + 1])
     d = c.start_daemon(["--heartbeat-ms", "200", "--restart-backoff-ms", "100"])
     ck = os.path.join(c.workdir, "checkpoints")
-    saved = {k: os.environ.get(k) for k in ("LD_LIBRARY_PATH", "FAKE_NVML_GPUS", "CUDA_VISIBLE_DEVICES")}
-    os.environ["LD_LIBRARY_PATH"] = fake_dir + (":" + saved["LD_LIBRARY_PATH"] if saved["LD_LIBRARY_PATH"] else "")
-    os.environ["FAKE_NVML_GPUS"] = FAKE_GPUS
-    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    try:
+    with fake_gpus(fake_dir, FAKE_GPUS):
         agent = c.start_agent("gpu1", devices="cpu:1",
                               extra_args=["--gpus", "auto", "--checkpoint-root", ck,
                                           "--comm-timeout-ms", "20000"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     workers = {w["node"]: w for w in wait_workers(d, ["gpu1"])}
     devs = sorted((dev["kind"], dev["index"]) for dev in workers["gpu1"]["devices"])
     check(devs == [("cpu", 0), ("cuda", 0), ("cuda", 1)], "gpu1 advertises %r" % workers["gpu1"]["devices"])

@@ -230,9 +230,10 @@ static void s_check_broadcast(comm_t *c, size_t bytes, int root)
 	free(h);
 }
 
-static int s_rank_collectives(const char *dir, int rank, int W)
+/* 0 when this process sees a GPU for each of the W ranks; else EXIT_SKIP
+ * (rank 0 says why: NCCL runs one rank per GPU). */
+static int s_gpus_or_skip(int rank, int W)
 {
-	s_rank = rank;
 	char why[512];
 	if (comm_nccl_available(why, sizeof why) < 0) {
 		if (rank == 0)
@@ -248,6 +249,14 @@ static int s_rank_collectives(const char *dir, int rank, int W)
 			       W, n_gpus);
 		return EXIT_SKIP;
 	}
+	return 0;
+}
+
+static int s_rank_collectives(const char *dir, int rank, int W)
+{
+	s_rank = rank;
+	if (s_gpus_or_skip(rank, W))
+		return EXIT_SKIP;
 	comm_kv_t kv = comm_kv_dir_make(dir);
 	char err[512];
 	double t0 = s_now_s();
@@ -384,19 +393,8 @@ static void *s_cancel_later(void *p)
 static int s_rank_cancel(const char *dir, int rank, int W)
 {
 	s_rank = rank;
-	char why[512];
-	if (comm_nccl_available(why, sizeof why) < 0) {
-		if (rank == 0)
-			printf("no CUDA GPU: %s; skipping\n", why);
+	if (s_gpus_or_skip(rank, W))
 		return EXIT_SKIP;
-	}
-	int n_gpus = 0;
-	CUDA_OK(cudaGetDeviceCount(&n_gpus));
-	if (n_gpus < W) {
-		if (rank == 0)
-			printf("no CUDA GPU for every rank: %d rank(s), %d GPU(s) visible; skipping\n", W, n_gpus);
-		return EXIT_SKIP;
-	}
 	comm_kv_t kv = comm_kv_dir_make(dir);
 	char err[512];
 	comm_t *c = comm_nccl_new(&kv, rank, W, rank, 60000, err, sizeof err);
