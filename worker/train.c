@@ -514,17 +514,6 @@ static void s_backward(train_t *t, float loss_scale, bool last)
 	gpt2_backward(t->model, loss_scale);
 }
 
-/* The flat gradient buffer the all-reduce takes: host memory, or on the GPU
- * device memory (the comm is then NCCL's). */
-static float *s_grads(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_grads(t->gpu);
-#endif
-	return gpt2_grads(t->model);
-}
-
 /* In place: n host floats summed over ranks (through device memory for an
  * NCCL comm). 0 or the comm's error. */
 static int s_allreduce_host(train_t *t, float *buf, size_t n)
@@ -670,7 +659,7 @@ static int s_reduce_grads_flat(train_t *t)
 	if (t->gpu)
 		return train_cuda_reduce_wait(t->gpu);
 #endif
-	return comm_allreduce_sum_f32(t->comm, s_grads(t), t->n_params);
+	return comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params);
 }
 
 /*

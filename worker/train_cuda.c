@@ -209,11 +209,6 @@ int train_cuda_reduce_wait(train_cuda_t *g)
 	return rc;
 }
 
-float *train_cuda_grads(train_cuda_t *g)
-{
-	return gpt2_cuda_grads(g->model);
-}
-
 double train_cuda_clip(train_cuda_t *g, double grad_clip)
 {
 	double norm = gpt2_cuda_grad_norm(g->model);

@@ -96,10 +96,6 @@ void train_cuda_backward(train_cuda_t *g, float scale, comm_t *reduce);
  * when it started none) or the comm's error. */
 int train_cuda_reduce_wait(train_cuda_t *g);
 
-/* The gradient buffer (device memory, num_params floats; borrowed), for the
- * all-reduce over an NCCL comm. */
-float *train_cuda_grads(train_cuda_t *g);
-
 /* The global gradient norm (before clipping; waits), and the clipping
  * factor the next train_cuda_update applies: grad_clip / norm when
  * grad_clip > 0, the norm is finite and above it, else 1 (train.c's rule on

@@ -282,22 +282,13 @@ static bool s_counts(const nccl_comm_t *c, const size_t *counts, size_t *ret_n)
 
 /* ---- the operations ---- */
 
-static int nccl_allreduce_sum_f32(void *impl, float *buf, size_t n)
+/* The all-reduce enqueued on the comm's stream, behind after_event when it
+ * is not NULL; *ret_deadline is the bound it started under. 0 or the error. */
+static int s_allreduce_enqueue(nccl_comm_t *c, float *buf, size_t n, void *after_event,
+                               int64_t *ret_deadline)
 {
-	nccl_comm_t *c = impl;
 	const char *op = "all-reduce";
-	int rc = s_begin(c, op);
-	if (rc < 0 || n == 0)
-		return rc;
-	int64_t deadline = s_now_ms() + c->timeout_ms;
-	return s_finish(c, op, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream), deadline);
-}
-
-/* Enqueued behind after_event and not waited for: nccl_wait finishes it. */
-static int nccl_allreduce_sum_f32_async(void *impl, float *buf, size_t n, void *after_event)
-{
-	nccl_comm_t *c = impl;
-	const char *op = "all-reduce";
+	*ret_deadline = s_now_ms() + c->timeout_ms;
 	int rc = s_begin(c, op);
 	if (rc < 0 || n == 0)
 		return rc;
@@ -306,8 +297,23 @@ static int nccl_allreduce_sum_f32_async(void *impl, float *buf, size_t n, void *
 		if (e != cudaSuccess)
 			return s_fail_cuda(c, op, e, "cudaStreamWaitEvent");
 	}
-	int64_t deadline = s_now_ms() + c->timeout_ms;
-	return s_settle(c, op, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream), deadline);
+	return s_settle(c, op, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream),
+	                *ret_deadline);
+}
+
+static int nccl_allreduce_sum_f32(void *impl, float *buf, size_t n)
+{
+	nccl_comm_t *c = impl;
+	int64_t deadline;
+	int rc = s_allreduce_enqueue(c, buf, n, NULL, &deadline);
+	return rc < 0 || n == 0 ? rc : s_wait_stream(c, "all-reduce", deadline);
+}
+
+/* Enqueued behind after_event and not waited for: nccl_wait finishes it. */
+static int nccl_allreduce_sum_f32_async(void *impl, float *buf, size_t n, void *after_event)
+{
+	int64_t deadline;
+	return s_allreduce_enqueue(impl, buf, n, after_event, &deadline);
 }
 
 static void nccl_cancel(void *impl)

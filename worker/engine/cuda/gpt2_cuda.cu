@@ -619,6 +619,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 					a->colsum, s);
 	}
 	s_grads_ready(m, 0, m->off_lnf, 2 * (size_t)C);
+	const size_t first_layer = m->off_wpe + (size_t)m->cfg.seq_len * C; /* after wte and wpe */
 	for (int l = L - 1; l >= 0; l--) {
 		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
@@ -657,12 +658,11 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 #undef P
 #undef P16
 #undef G
-		s_grads_ready(m, L - l, m->off_wpe + (size_t)m->cfg.seq_len * C + (size_t)l * m->layer_floats,
-			      m->layer_floats);
+		s_grads_ready(m, L - l, first_layer + (size_t)l * m->layer_floats, m->layer_floats);
 	}
 	cuda_embed_positions_backward(m->grads + m->off_wpe, a->dres, B, T, C, s);
 	cuda_embed_tokens_backward(m->grads, a->dres, d_uniq, d_starts, d_rows, m->n_unique, C, s);
-	s_grads_ready(m, L + 1, 0, m->off_wpe + (size_t)m->cfg.seq_len * C); /* wte, wpe */
+	s_grads_ready(m, L + 1, 0, first_layer); /* wte, wpe */
 }
 
 extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)
