@@ -619,17 +619,20 @@ static int s_check_cross(const json_t *doc, const jobspec_t *s, jobspec_error_t 
 			      s->train.steps);
 	}
 
-	/* the GPU engine (docs/gpu.md): bf16 matrix products, data parallelism only */
+	/* the GPU engine (docs/gpu.md): bf16 matrix products; data parallelism, plain or zero1 */
 	if (s->parallel.device == JOBSPEC_DEVICE_CUDA && s->train.precision != JOBSPEC_PRECISION_BF16)
 		return s_fail(err, "/train/precision",
 			      "train.precision \"fp32\" is not available with parallel.device \"cuda\": the GPU"
 			      " engine computes its matrix products in bf16 (fp32 accumulation, fp32 master"
 			      " weights and AdamW); leave train.precision out (bf16 is the default on cuda) or"
 			      " set it to \"bf16\"");
-	if (s->parallel.device == JOBSPEC_DEVICE_CUDA && s->parallel.sharding != JOBSPEC_SHARDING_NONE)
+	if (s->parallel.device == JOBSPEC_DEVICE_CUDA && s->parallel.sharding != JOBSPEC_SHARDING_NONE &&
+	    s->parallel.sharding != JOBSPEC_SHARDING_ZERO1)
 		return s_fail(err, "/parallel/sharding",
 			      "parallel.sharding \"%s\" is not available with parallel.device \"cuda\" yet:"
-			      " use \"none\" (data parallelism) on cuda, or run the ZeRO modes on cpu",
+			      " use \"zero1\" (optimizer state sharded) or \"none\" on cuda, or run %s on"
+			      " cpu",
+			      jobspec_sharding_name(s->parallel.sharding),
 			      jobspec_sharding_name(s->parallel.sharding));
 
 	if (json_object_get(doc, "resume_from") && s->resume_from.step >= s->train.steps)

@@ -62,8 +62,14 @@
  * stream behind an event on the model's, and train_reduce_grads only waits
  * for them. t->model is then only the host side of the GPU's state (its
  * tensor table and flat parameter buffer, never run), through which
- * initialisation, resume and snapshots go exactly as on the CPU. Sharding
- * is not supported there yet (train_check_device refuses it).
+ * initialisation, resume and snapshots go exactly as on the CPU. zero1
+ * works there too, the same steps on device memory (train_cuda.h): the
+ * last backward is not overlapped; the reduce-scatter fills train_cuda's
+ * shard buffer, the norm's partial sum comes from it and the pairs go
+ * through device memory, AdamW steps the shard's range with the shard's
+ * m and v (the GPU model holds no moments), and the all-gather writes the
+ * model's parameters in place before their bf16 copy is refreshed.
+ * zero2 and zero3 are refused on cuda (train_check_device).
  */
 #include "train.h"
 
@@ -289,18 +295,14 @@ static void s_host_model_grad_end(void *ctx, float *g, gpt2_range_t r)
 	s_host_model_grad_begin(ctx, r);
 }
 
-/* parallel.device cuda: the GPU model (train_cuda.h), and as t->model the
- * host side of its state: the CPU model's tensor table (manifests), flat
- * parameter buffer (initialisation, resume, snapshots, reports) and FLOP
- * count, made for 1 x 1 tokens without a gradient buffer (GPT2_STREAM_GRADS)
- * and never run. n_vals: the most host values a collective sends. */
-static int s_create_gpu(train_t *t, const gpt2_config_t *cfg, size_t n_vals)
+/* parallel.device cuda, before the GPU model: as t->model the host side of
+ * its state: the CPU model's tensor table (manifests), flat parameter
+ * buffer (initialisation, resume, snapshots, reports) and FLOP count, made
+ * for 1 x 1 tokens without a gradient buffer (GPT2_STREAM_GRADS) and never
+ * run. */
+static int s_create_host_model(train_t *t, const gpt2_config_t *cfg)
 {
 	char err[512] = "";
-	int code = TRAIN_EXIT_USAGE;
-	t->gpu = train_cuda_new(cfg, t->B, t->T, n_vals, &code, err, sizeof err);
-	if (!t->gpu)
-		return s_error(t, code, "%s", err);
 	gpt2_stream_t never = {t, NULL, NULL, s_host_model_grad_begin, s_host_model_grad_end};
 	t->model = gpt2_create_streamed(cfg, 1, 1, GPT2_PRECISION_FP32, GPT2_STREAM_GRADS, &never, err,
 					sizeof err);
@@ -309,16 +311,33 @@ static int s_create_gpu(train_t *t, const gpt2_config_t *cfg, size_t n_vals)
 			       err[0] ? err : "cannot create the model");
 	return TRAIN_EXIT_OK;
 }
+
+/* The GPU model (train_cuda.h), once the shard layout is known (zero1: the
+ * GPU holds its shard's moments only). n_vals: the most host values a
+ * collective sends. */
+static int s_create_gpu(train_t *t, const gpt2_config_t *cfg, size_t n_vals)
+{
+	char err[512] = "";
+	int code = TRAIN_EXIT_USAGE;
+	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts};
+	t->gpu = train_cuda_new(cfg, t->B, t->T, n_vals, t->sharded ? &shard : NULL, &code, err,
+				sizeof err);
+	if (!t->gpu)
+		return s_error(t, code, "%s", err);
+	return TRAIN_EXIT_OK;
+}
 #endif
 
 int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 {
 	if (spec->parallel.device != JOBSPEC_DEVICE_CUDA)
 		return TRAIN_EXIT_OK;
-	if (spec->parallel.sharding != JOBSPEC_SHARDING_NONE) {
+	if (spec->parallel.sharding != JOBSPEC_SHARDING_NONE &&
+	    spec->parallel.sharding != JOBSPEC_SHARDING_ZERO1) {
 		snprintf(err, errlen,
-			 "parallel.sharding is %s but parallel.device cuda supports only \"none\" so far"
-			 " (plain data parallelism): set parallel.sharding to \"none\", or run on cpu",
+			 "parallel.sharding is %s but parallel.device cuda supports only \"none\" and"
+			 " \"zero1\" so far: set parallel.sharding to one of them, or run %s on cpu",
+			 jobspec_sharding_name(spec->parallel.sharding),
 			 jobspec_sharding_name(spec->parallel.sharding));
 		return TRAIN_EXIT_SPEC;
 	}
@@ -388,10 +407,11 @@ static int s_setup(train_t *t)
 		.vocab_size = spec->model.vocab_size,
 		.seq_len = spec->model.seq_len,
 	};
-	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 1 ? spec->train.eval_batches : 1);
+	/* a value per rank and validation batch, or the norm's pair per rank */
+	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 2 ? spec->train.eval_batches : 2);
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (cuda)
-		rc = s_create_gpu(t, &cfg, n_vals);
+		rc = s_create_host_model(t, &cfg);
 	else
 #endif
 		rc = s_create_cpu(t, &cfg);
@@ -411,10 +431,11 @@ static int s_setup(train_t *t)
 		t->shard_counts = calloc(W, sizeof(size_t));
 		t->norm_parts = calloc(2 * W, sizeof(float));
 		t->norm_counts = calloc(W, sizeof(size_t));
-		if (t->sharding == JOBSPEC_SHARDING_ZERO1)
+		/* zero1's reduced gradient: on the GPU, train_cuda's */
+		const bool own = t->sharding == JOBSPEC_SHARDING_ZERO1 && !cuda;
+		if (own)
 			t->grad_own = calloc(t->shard_len, sizeof(float));
-		if (!t->shard_counts || !t->norm_parts || !t->norm_counts ||
-		    (t->sharding == JOBSPEC_SHARDING_ZERO1 && !t->grad_own))
+		if (!t->shard_counts || !t->norm_parts || !t->norm_counts || (own && !t->grad_own))
 			return s_error(t, TRAIN_EXIT_NOMEM,
 				       "the gradient shard of %.1f MiB does not fit in memory",
 				       (double)t->shard_len * 4 / 1048576.0);
@@ -439,6 +460,10 @@ static int s_setup(train_t *t)
 				return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
 		}
 	}
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (cuda && (rc = s_create_gpu(t, &cfg, n_vals)) != TRAIN_EXIT_OK)
+		return rc;
+#endif
 	t->adam_m = calloc(t->shard_len, sizeof(float));
 	t->adam_v = calloc(t->shard_len, sizeof(float));
 	size_t bt = (size_t)t->B * (size_t)t->T;
@@ -499,14 +524,14 @@ static float s_forward(train_t *t)
 	return gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
 }
 
-/* Backward of the last forward. On the GPU with a comm, the last
- * micro-step's backward also starts the gradient all-reduce layer by layer
- * (train_reduce_grads waits for it). */
+/* Backward of the last forward. On the GPU with a comm and no sharding,
+ * the last micro-step's backward also starts the gradient all-reduce layer
+ * by layer (train_reduce_grads waits for it). */
 static void s_backward(train_t *t, float loss_scale, bool last)
 {
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (t->gpu) {
-		train_cuda_backward(t->gpu, loss_scale, last ? t->comm : NULL);
+		train_cuda_backward(t->gpu, loss_scale, last && !t->sharded ? t->comm : NULL);
 		return;
 	}
 #endif
@@ -523,6 +548,17 @@ static int s_allreduce_host(train_t *t, float *buf, size_t n)
 		return train_cuda_allreduce_host(t->gpu, t->comm, buf, n);
 #endif
 	return comm_allreduce_sum_f32(t->comm, buf, n);
+}
+
+/* comm_allgather_f32 of host floats (through device memory for an NCCL
+ * comm). 0 or the comm's error. */
+static int s_allgather_host(train_t *t, const float *in, float *out, const size_t *counts)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		return train_cuda_allgather_host(t->gpu, t->comm, in, out, counts);
+#endif
+	return comm_allgather_f32(t->comm, in, out, counts);
 }
 
 /* GPU: the whole state from the host buffers, after initialisation or
@@ -662,6 +698,18 @@ static int s_reduce_grads_flat(train_t *t)
 	return comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params);
 }
 
+/* zero1: the reduce-scatter of the gradients into this rank's shard (on
+ * the GPU, train_cuda's shard buffer). */
+static int s_reduce_scatter_grads(train_t *t)
+{
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		return train_cuda_reduce_scatter(t->gpu, t->comm);
+#endif
+	return comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
+					   t->shard_counts);
+}
+
 /*
  * Across ranks: the sum (already the mean, see train_compute_grads) of the
  * gradients by one all-reduce of the flat buffer, or when sharded by one
@@ -679,8 +727,7 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 		if (shard_sync(t->zero) < 0)
 			return s_comm_error(t, "ZeRO gathers and reduce-scatters", step);
 	} else if (t->sharded) {
-		if (comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
-						t->shard_counts) < 0)
+		if (s_reduce_scatter_grads(t) < 0)
 			return s_comm_error(t, "reduce-scatter of the gradients", step);
 	} else if (s_reduce_grads_flat(t) < 0) {
 		return s_comm_error(t, "all-reduce of the gradients", step);
@@ -706,7 +753,7 @@ static int train_clip_grads(train_t *t, int64_t step, double *ret_norm)
 {
 	double clip = t->spec->train.grad_clip;
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
+	if (t->gpu && !t->sharded) {
 		*ret_norm = train_cuda_clip(t->gpu, clip); /* the clipping is folded into AdamW */
 		return TRAIN_EXIT_OK;
 	}
@@ -719,20 +766,32 @@ static int train_clip_grads(train_t *t, int64_t step, double *ret_norm)
 		*ret_norm = norm;
 		return TRAIN_EXIT_OK;
 	}
-	double part = optim_sum_squares(t->grad_shard, t->shard_count);
+	double part;
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		part = train_cuda_shard_sum_squares(t->gpu);
+	else
+#endif
+		part = optim_sum_squares(t->grad_shard, t->shard_count);
 	float mine[2];
 	mine[0] = (float)part;
 	mine[1] = (float)(part - (double)mine[0]);
 	double a = s_now_s();
-	if (comm_allgather_f32(t->comm, mine, t->norm_parts, t->norm_counts) < 0)
+	if (s_allgather_host(t, mine, t->norm_parts, t->norm_counts) < 0)
 		return s_comm_error(t, "all-gather of the gradient norm", step);
 	t->times.comm_s += s_now_s() - a;
 	double sum = 0;
 	for (size_t r = 0; r < (size_t)t->W; r++)
 		sum += (double)t->norm_parts[2 * r] + (double)t->norm_parts[2 * r + 1];
 	double norm = sqrt(sum);
-	if (clip > 0 && isfinite(norm) && norm > clip)
-		optim_scale(t->grad_shard, t->shard_count, (float)(clip / norm));
+	float factor = clip > 0 && isfinite(norm) && norm > clip ? (float)(clip / norm) : 1.0f;
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu)
+		train_cuda_set_clip(t->gpu, factor); /* folded into AdamW */
+	else
+#endif
+	if (factor != 1.0f)
+		optim_scale(t->grad_shard, t->shard_count, factor);
 	*ret_norm = norm;
 	return TRAIN_EXIT_OK;
 }
@@ -750,7 +809,7 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 	};
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (t->gpu) {
-		train_cuda_update(t->gpu, &hp); /* always the whole buffer: no sharding on cuda */
+		train_cuda_update(t->gpu, &hp); /* the whole buffer, or the shard [lo, hi) */
 		return;
 	}
 #endif
@@ -779,10 +838,19 @@ static int train_gather_params(train_t *t, int64_t step)
 		t->times.comm_s += s_now_s() - a;
 		return TRAIN_EXIT_OK;
 	}
-	float *p = gpt2_params(t->model);
-	/* An empty last shard may start past the end of the buffer. */
-	const float *mine = t->shard_count ? p + t->shard_lo : p;
-	if (comm_allgather_f32(t->comm, mine, p, t->shard_counts) < 0)
+	int rc;
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		rc = train_cuda_gather_params(t->gpu, t->comm);
+	} else
+#endif
+	{
+		float *p = gpt2_params(t->model);
+		/* An empty last shard may start past the end of the buffer. */
+		const float *mine = t->shard_count ? p + t->shard_lo : p;
+		rc = comm_allgather_f32(t->comm, mine, p, t->shard_counts);
+	}
+	if (rc < 0)
 		return s_comm_error(t, "all-gather of the parameters", step);
 	trace_end(&t->trace, TRACE_PARAM_GATHER);
 	t->times.comm_s += s_now_s() - a;

@@ -9,6 +9,7 @@
 #include "train_cuda.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,10 @@ struct train_cuda {
 	gpt2_cuda_t *model;
 	float *vals;    /* device: (n_vals) host values on their way to a collective */
 	size_t n_vals;
-	float grad_scale; /* the clipping factor of the last train_cuda_clip */
+	bool sharded;
+	train_cuda_shard_t shard;
+	float *shard_state; /* device, sharded: grads, m, v of shard.len floats each */
+	float grad_scale; /* the clipping factor of the last train_cuda_clip or _set_clip */
 	comm_t *reduce;   /* the overlapped all-reduce of the last backward, if any */
 	int reduce_rc;    /* its first error */
 	char name[256];
@@ -75,8 +79,9 @@ int train_cuda_probe(char *err, size_t errlen)
 	return TRAIN_EXIT_OK;
 }
 
-train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals, int *ret_exit,
-                             char *err, size_t errlen)
+train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals,
+                             const train_cuda_shard_t *shard, int *ret_exit, char *err,
+                             size_t errlen)
 {
 	int rc = train_cuda_probe(err, errlen);
 	if (rc != TRAIN_EXIT_OK) {
@@ -97,7 +102,7 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 	(void)cudaGetLastError();
 
 	char why[512] = "";
-	g->model = gpt2_cuda_create(cfg, B, T, why, sizeof why);
+	g->model = gpt2_cuda_create(cfg, B, T, !shard, why, sizeof why);
 	if (!g->model) {
 		if (strncmp(why, "no CUDA GPU: ", 13) == 0) {
 			*ret_exit = s_no_gpu(why + 13, err, errlen);
@@ -117,6 +122,23 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 		*ret_exit = TRAIN_EXIT_NOMEM;
 		goto fail;
 	}
+	if (shard) {
+		g->sharded = true;
+		g->shard = *shard;
+		size_t bytes = 3 * (shard->len ? shard->len : 1) * sizeof(float);
+		crc = cudaMalloc((void **)&g->shard_state, bytes);
+		if (crc == cudaSuccess)
+			crc = cudaMemset(g->shard_state, 0, bytes);
+		if (crc != cudaSuccess) {
+			(void)cudaGetLastError();
+			snprintf(err, errlen,
+				 "out of GPU memory: %.1f MiB for the ZeRO-1 shard's gradients and AdamW"
+				 " state: %s",
+				 (double)bytes / 1048576.0, cudaGetErrorString(crc));
+			*ret_exit = TRAIN_EXIT_NOMEM;
+			goto fail;
+		}
+	}
 	g->grad_scale = 1.0f;
 	return g;
 
@@ -132,6 +154,8 @@ void train_cuda_free(train_cuda_t *g)
 	gpt2_cuda_free(g->model);
 	if (g->vals)
 		cudaFree(g->vals);
+	if (g->shard_state)
+		cudaFree(g->shard_state);
 	free(g);
 }
 
@@ -144,26 +168,70 @@ void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_gr
                        size_t *ret_optim, size_t *ret_activations)
 {
 	size_t n = gpt2_cuda_num_params(g->model);
-	size_t state = gpt2_cuda_state_bytes(g->model); /* params, grads, m, v (fp32) and the bf16 copy */
-	*ret_grads = n * sizeof(float);
-	*ret_optim = 2 * n * sizeof(float);
-	*ret_params = state - *ret_grads - *ret_optim;
+	/* the model's: params, grads, m and v unless sharded (fp32), and the bf16 copy */
+	size_t state = gpt2_cuda_state_bytes(g->model);
+	size_t model_optim = g->sharded ? 0 : 2 * n * sizeof(float);
+	*ret_params = state - n * sizeof(float) - model_optim;
+	*ret_grads = (n + (g->sharded ? g->shard.len : 0)) * sizeof(float);
+	*ret_optim = g->sharded ? 2 * g->shard.len * sizeof(float) : model_optim;
 	*ret_activations = gpt2_cuda_activation_bytes(g->model);
+}
+
+/* Sharded: the shard's reduced gradients, m and v (len floats each). */
+static float *s_shard_grads(train_cuda_t *g)
+{
+	return g->shard_state;
+}
+
+static float *s_shard_m(train_cuda_t *g)
+{
+	return g->shard_state + g->shard.len;
+}
+
+static float *s_shard_v(train_cuda_t *g)
+{
+	return g->shard_state + 2 * g->shard.len;
+}
+
+/* n floats between host and device on the model's stream, finished before
+ * it returns (a plain cudaMemcpy from pageable memory may return before
+ * its DMA lands, and the comm's stream is not ordered against the model's). */
+static void s_copy(train_cuda_t *g, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+		   const char *what)
+{
+	cudaStream_t s = gpt2_cuda_stream(g->model);
+	s_check(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, s), what);
+	s_check(cudaStreamSynchronize(s), what);
 }
 
 void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m,
                        const float *adam_v)
 {
 	gpt2_cuda_set_params(g->model, params);
-	gpt2_cuda_set_moments(g->model, adam_m, adam_v);
+	if (!g->sharded) {
+		gpt2_cuda_set_moments(g->model, adam_m, adam_v);
+		return;
+	}
+	s_copy(g, s_shard_m(g), adam_m, g->shard.len, cudaMemcpyHostToDevice,
+	       "copying AdamW's m of the shard to the GPU");
+	s_copy(g, s_shard_v(g), adam_v, g->shard.len, cudaMemcpyHostToDevice,
+	       "copying AdamW's v of the shard to the GPU");
 }
 
 void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
                          float *ret_adam_v)
 {
 	gpt2_cuda_get_params(g->model, ret_params);
-	if (ret_adam_m && ret_adam_v)
+	if (!ret_adam_m || !ret_adam_v)
+		return;
+	if (!g->sharded) {
 		gpt2_cuda_get_moments(g->model, ret_adam_m, ret_adam_v);
+		return;
+	}
+	s_copy(g, ret_adam_m, s_shard_m(g), g->shard.len, cudaMemcpyDeviceToHost,
+	       "copying AdamW's m of the shard from the GPU");
+	s_copy(g, ret_adam_v, s_shard_v(g), g->shard.len, cudaMemcpyDeviceToHost,
+	       "copying AdamW's v of the shard from the GPU");
 }
 
 void train_cuda_zero_grad(train_cuda_t *g)
@@ -218,30 +286,82 @@ double train_cuda_clip(train_cuda_t *g, double grad_clip)
 	return norm;
 }
 
+int train_cuda_reduce_scatter(train_cuda_t *g, comm_t *comm)
+{
+	gpt2_cuda_sync(g->model); /* backward has written the gradients */
+	return comm_reduce_scatter_sum_f32(comm, gpt2_cuda_grads(g->model), s_shard_grads(g),
+					   g->shard.counts);
+}
+
+double train_cuda_shard_sum_squares(train_cuda_t *g)
+{
+	return gpt2_cuda_sum_squares(g->model, s_shard_grads(g), g->shard.count);
+}
+
+void train_cuda_set_clip(train_cuda_t *g, float factor)
+{
+	g->grad_scale = factor;
+}
+
 void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp)
 {
-	gpt2_cuda_adamw(g->model, hp, g->grad_scale);
+	if (!g->sharded)
+		gpt2_cuda_adamw(g->model, hp, g->grad_scale);
+	else if (g->shard.count)
+		gpt2_cuda_adamw_range(g->model, g->shard.lo, g->shard.count, s_shard_grads(g),
+				      s_shard_m(g), s_shard_v(g), hp, g->grad_scale);
+}
+
+int train_cuda_gather_params(train_cuda_t *g, comm_t *comm)
+{
+	gpt2_cuda_sync(g->model); /* AdamW has written this rank's range */
+	float *p = gpt2_cuda_params(g->model);
+	/* An empty last shard may start past the end of the buffer. */
+	const float *mine = g->shard.count ? p + g->shard.lo : p;
+	int rc = comm_allgather_f32(comm, mine, p, g->shard.counts);
+	if (rc < 0)
+		return rc;
+	gpt2_cuda_params_written(g->model);
+	return 0;
+}
+
+/* More host values than train_cuda_new made room for: a programming error. */
+static void s_room(const char *what, size_t n, size_t room)
+{
+	if (n <= room)
+		return;
+	fprintf(stderr, "ringworker: fatal: %s: %zu values, room for %zu\n", what, n, room);
+	exit(EX_SOFTWARE);
 }
 
 int train_cuda_allreduce_host(train_cuda_t *g, comm_t *comm, float *buf, size_t n)
 {
-	if (n > g->n_vals) {
-		fprintf(stderr, "ringworker: fatal: train_cuda_allreduce_host: %zu values, room for %zu\n",
-			n, g->n_vals);
-		exit(EX_SOFTWARE);
-	}
-	/* The comm's stream is not ordered against the model's: each copy is
-	 * finished (its stream synchronized; a plain cudaMemcpy from pageable
-	 * memory may return before its DMA lands) before the next step reads it. */
-	cudaStream_t s = gpt2_cuda_stream(g->model);
-	s_check(cudaMemcpyAsync(g->vals, buf, n * sizeof(float), cudaMemcpyHostToDevice, s),
-		"copying the per-rank values to the GPU");
-	s_check(cudaStreamSynchronize(s), "copying the per-rank values to the GPU");
+	s_room("train_cuda_allreduce_host", n, g->n_vals);
+	s_copy(g, g->vals, buf, n, cudaMemcpyHostToDevice, "copying the per-rank values to the GPU");
 	int rc = comm_allreduce_sum_f32(comm, g->vals, n);
 	if (rc < 0)
 		return rc;
-	s_check(cudaMemcpyAsync(buf, g->vals, n * sizeof(float), cudaMemcpyDeviceToHost, s),
-		"copying the reduced values back");
-	s_check(cudaStreamSynchronize(s), "copying the reduced values back");
+	s_copy(g, buf, g->vals, n, cudaMemcpyDeviceToHost, "copying the reduced values back");
+	return 0;
+}
+
+int train_cuda_allgather_host(train_cuda_t *g, comm_t *comm, const float *in, float *out,
+                              const size_t *counts)
+{
+	int W = comm_world_size(comm), rank = comm_rank(comm);
+	size_t total = 0, at = 0;
+	for (int r = 0; r < W; r++) {
+		if (r == rank)
+			at = total;
+		total += counts[r];
+	}
+	s_room("train_cuda_allgather_host", total, g->n_vals);
+	/* in place: this rank's values already at their place in the output */
+	s_copy(g, g->vals + at, in, counts[rank], cudaMemcpyHostToDevice,
+	       "copying the per-rank values to the GPU");
+	int rc = comm_allgather_f32(comm, g->vals + at, g->vals, counts);
+	if (rc < 0)
+		return rc;
+	s_copy(g, out, g->vals, total, cudaMemcpyDeviceToHost, "copying the gathered values back");
 	return 0;
 }

@@ -44,16 +44,32 @@ typedef struct train_cuda train_cuda_t;
 int train_cuda_probe(char *err, size_t errlen);
 
 /*
+ * ZeRO-1 on the GPU (parallel.sharding zero1; train.c's layout): this rank
+ * owns parameters [lo, lo + count) and keeps their reduced gradients and
+ * AdamW moments in S = len device floats each (count <= len; the rest is
+ * zero padding); counts (W entries, borrowed for the trainer's life) are
+ * every rank's count, for the reduce-scatter and the all-gather.
+ */
+typedef struct {
+	size_t lo, len, count;
+	const size_t *counts;
+} train_cuda_shard_t;
+
+/*
  * The GPU model for batches of B sequences of T tokens on device 0, with
  * parameters, gradients and AdamW moments at zero, and a device buffer of
- * n_vals floats through which train_cuda_allreduce_host sends host values.
- * Returns NULL with one line in err and the exit status in *ret_exit:
- * TRAIN_EXIT_USAGE (no usable GPU, as train_cuda_probe), TRAIN_EXIT_NOMEM
- * (out of GPU memory, naming the sizes), TRAIN_EXIT_SPEC (a model the GPU
- * engine refuses).
+ * n_vals floats through which train_cuda_allreduce_host and
+ * train_cuda_allgather_host send host values. With `shard` (NULL: none)
+ * the moments are the shard's only, and the model's gradients are
+ * reduce-scattered into a shard buffer (train_cuda_reduce_scatter) which
+ * train_cuda_update steps. Returns NULL with one line in err and the exit
+ * status in *ret_exit: TRAIN_EXIT_USAGE (no usable GPU, as
+ * train_cuda_probe), TRAIN_EXIT_NOMEM (out of GPU memory, naming the
+ * sizes), TRAIN_EXIT_SPEC (a model the GPU engine refuses).
  */
-train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals, int *ret_exit,
-                             char *err, size_t errlen);
+train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals,
+                             const train_cuda_shard_t *shard, int *ret_exit, char *err,
+                             size_t errlen);
 
 /* Free everything; accepts NULL. */
 void train_cuda_free(train_cuda_t *g);
@@ -62,18 +78,19 @@ void train_cuda_free(train_cuda_t *g);
 const char *train_cuda_device_name(const train_cuda_t *g);
 
 /* Device bytes, as train_report_t counts them: parameters with their bf16
- * copy, gradients, AdamW's m and v, and the activation arena. */
+ * copy, gradients (with a shard's reduced ones), AdamW's m and v (the
+ * shard's when sharded), and the activation arena. */
 void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
                        size_t *ret_optim, size_t *ret_activations);
 
-/* The whole state from host buffers of num_params floats each (the CPU
- * model's layout): parameters (the bf16 copy refreshed) and AdamW's m and
- * v. Waits. */
+/* The whole state from host buffers in the CPU model's layout: num_params
+ * floats of parameters (the bf16 copy refreshed) and AdamW's m and v, of
+ * num_params floats each or, sharded, the shard's len. Waits. */
 void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m,
                        const float *adam_v);
 
 /* The parameters, and unless adam_m and adam_v are NULL the moments, into
- * host buffers of num_params floats each. Waits. */
+ * host buffers sized as train_cuda_upload's. Waits. */
 void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
                          float *ret_adam_v);
 
@@ -99,12 +116,29 @@ int train_cuda_reduce_wait(train_cuda_t *g);
 /* The global gradient norm (before clipping; waits), and the clipping
  * factor the next train_cuda_update applies: grad_clip / norm when
  * grad_clip > 0, the norm is finite and above it, else 1 (train.c's rule on
- * the CPU). */
+ * the CPU). Unsharded only. */
 double train_cuda_clip(train_cuda_t *g, double grad_clip);
 
-/* AdamW over all parameters with hp and the factor of the last
- * train_cuda_clip; enqueued (the next forward or copy waits for it). */
+/* Sharded: the reduce-scatter (sum) over comm of the model's gradients
+ * into the shard's (waits). 0 or the comm's error. */
+int train_cuda_reduce_scatter(train_cuda_t *g, comm_t *comm);
+
+/* Sharded: the sum of squares of the shard's reduced gradients (double;
+ * waits), and the clipping factor the next train_cuda_update applies
+ * (train.c works it out from every rank's sum). */
+double train_cuda_shard_sum_squares(train_cuda_t *g);
+void train_cuda_set_clip(train_cuda_t *g, float factor);
+
+/* AdamW with hp and the clipping factor of the last train_cuda_clip or
+ * train_cuda_set_clip: over all parameters, or sharded over the shard's
+ * range with its gradients and moments; enqueued (the next forward or copy
+ * waits for it). */
 void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp);
+
+/* Sharded: every rank's updated range into every rank's parameters, an
+ * all-gather over comm in place, and the bf16 copy refreshed. 0 or the
+ * comm's error. */
+int train_cuda_gather_params(train_cuda_t *g, comm_t *comm);
 
 /*
  * comm_allreduce_sum_f32 of n host floats (n <= the n_vals of
@@ -112,5 +146,10 @@ void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp);
  * per-rank losses, in place. 0 or the comm's negative errno.
  */
 int train_cuda_allreduce_host(train_cuda_t *g, comm_t *comm, float *buf, size_t n);
+
+/* comm_allgather_f32 of host floats the same way: this rank's
+ * counts[rank] floats `in` into `out` (the sum of counts, at most n_vals). */
+int train_cuda_allgather_host(train_cuda_t *g, comm_t *comm, const float *in, float *out,
+                              const size_t *counts);
 
 #endif

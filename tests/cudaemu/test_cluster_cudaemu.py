@@ -16,6 +16,10 @@ a GPU job, and recovery after a rank is killed.
      loss of every attempt is bit for bit the uninterrupted run's (the
      emulated GPU is deterministic, and so is the GPU engine: this is the
      property the real GPUs must show too).
+
+With `--sharding zero1` both jobs shard AdamW's state over the two ranks
+(train_cuda.h): the snapshots hold each rank's shard of the moments, and the
+recovered job must still repeat the uninterrupted one bit for bit.
 """
 import os
 import signal
@@ -28,10 +32,11 @@ FAKE_GPUS = ("NVIDIA H100 80GB HBM3|85520809984|GPU-11111111-2222-3333-4444-5555
              "NVIDIA H100 80GB HBM3|85520809984|GPU-22222222-3333-4444-5555-666666666666")
 
 
-def spec(name):
+def spec(name, sharding):
     s = tiny_spec(name, world_size=2, batch_size=4, steps=STEPS, seed=5, max_restarts=2)
     s["model"] = {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "seq_len": 32}
     s["parallel"]["device"] = "cuda"
+    s["parallel"]["sharding"] = sharding
     s["train"]["precision"] = "bf16"
     s["checkpoint"] = {"every_steps": EVERY, "keep_last": 3}
     return s
@@ -49,6 +54,7 @@ def last_step(d, job_id):
 
 def main(c, args):
     fake_dir = os.path.abspath(args[args.index("--fake-nvml") + 1])
+    sharding = args[args.index("--sharding") + 1] if "--sharding" in args else "none"
     d = c.start_daemon(["--heartbeat-ms", "200", "--restart-backoff-ms", "100"])
     ck = os.path.join(c.workdir, "checkpoints")
     with fake_gpus(fake_dir, FAKE_GPUS):
@@ -60,7 +66,7 @@ def main(c, args):
     check(devs == [("cpu", 0), ("cuda", 0), ("cuda", 1)], "gpu1 advertises %r" % workers["gpu1"]["devices"])
 
     # 1. uninterrupted
-    ref = d.submit(spec("cudaemu-reference"))["id"]
+    ref = d.submit(spec("cudaemu-reference", sharding))["id"]
     d.wait_state(ref, {"succeeded"}, timeout=400)
     placed = [e["reason"] for e in d.events(ref) if e["type"] == "state" and e.get("to") == "scheduled"]
     check(len(placed) == 1 and "cuda0" in placed[0] and "cuda1" in placed[0], "placement %r" % placed)
@@ -74,12 +80,13 @@ def main(c, args):
         want[s] = loss
     check(sorted(want) == list(range(1, STEPS + 1)), "reference steps %s" % sorted(want))
     check(want[STEPS] < want[1] - 0.3, "loss %.4f -> %.4f: not learning" % (want[1], want[STEPS]))
-    log("uninterrupted: loss %.4f at step 1, %.4f at step %d" % (want[1], want[STEPS], STEPS))
+    log("uninterrupted (sharding %s): loss %.4f at step 1, %.4f at step %d"
+        % (sharding, want[1], want[STEPS], STEPS))
     listed = [cp["step"] for cp in d.json("GET", "/v1/jobs/%s/checkpoints" % ref)["checkpoints"]]
     check(listed[:3] == [30, 20, 10], "checkpoints %r" % listed)
 
     # 2. rank 1 killed after step 12
-    job = d.submit(spec("cudaemu-chaos"))["id"]
+    job = d.submit(spec("cudaemu-chaos", sharding))["id"]
     wait_until("step 12", lambda: last_step(d, job) >= 12, 300)
     victim = wait_until("rank 1", lambda: rank_pid(job, 1), 30)
     survivor = rank_pid(job, 0)

@@ -17,7 +17,14 @@
  *     GPU this part says so and is not run (NCCL runs one rank per GPU);
  *   - the memory figures come from the GPU engine: parameters 6 bytes per
  *     parameter (fp32 and bf16, rounded up), gradients 4, AdamW 8, and a
- *     non-zero activation arena.
+ *     non-zero activation arena;
+ *   - parallel.sharding zero1 (the shard's gradients and moments on the
+ *     GPU, train_cuda.h) at world 1 against no comm, and with two GPUs at
+ *     world 2 against world 2 unsharded: every step within ZERO1_REL_TOL
+ *     (only the norm's sum runs in another order: per shard, then over
+ *     ranks), both ranks the same bits and parameters, and the memory
+ *     figures of a shard: AdamW 8 bytes per parameter of the shard
+ *     (S = ceil(N / W)), gradients 4 per parameter plus 4 per shard slot.
  *
  * The model is gpu-step's (2 layers, 4 heads, 64 channels, bytes, seq_len
  * 32), 8 steps, 2 micro-steps, validation every 4. The tolerances are
@@ -50,6 +57,7 @@
 #define MAX_RANKS 2
 #define LOSS_REL_TOL 5e-3
 #define NORM_REL_TOL 5e-2
+#define ZERO1_REL_TOL 1e-4
 
 static int s_failures;
 
@@ -69,6 +77,7 @@ typedef struct {
 typedef struct {
 	int W, B;
 	bool use_comm;
+	const char *sharding; /* NULL: none */
 } run_cfg_t;
 
 typedef struct {
@@ -103,7 +112,7 @@ static void s_write_text(const char *path, uint64_t seed, size_t n)
 
 static int s_load_spec(const run_cfg_t *cfg, jobspec_t *spec)
 {
-	char json[1024];
+	char json[1200];
 	snprintf(json, sizeof json,
 		 "{\"name\":\"gpu-ddp\","
 		 "\"model\":{\"n_layer\":2,\"n_head\":4,\"n_embd\":64,\"vocab_size\":256,\"seq_len\":32},"
@@ -111,8 +120,8 @@ static int s_load_spec(const run_cfg_t *cfg, jobspec_t *spec)
 		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"grad_accum\":2,\"lr\":0.003,"
 		 "\"warmup_steps\":2,\"min_lr\":0.0003,\"grad_clip\":1.0,\"seed\":1234,"
 		 "\"eval_every\":4,\"eval_batches\":2,\"precision\":\"bf16\"},"
-		 "\"parallel\":{\"world_size\":%d,\"device\":\"cuda\"}}",
-		 STEPS, cfg->B, cfg->W);
+		 "\"parallel\":{\"world_size\":%d,\"device\":\"cuda\",\"sharding\":\"%s\"}}",
+		 STEPS, cfg->B, cfg->W, cfg->sharding ? cfg->sharding : "none");
 	jobspec_error_t err;
 	if (jobspec_parse(json, strlen(json), spec, &err) < 0) {
 		fprintf(stderr, "spec: %s: %s\n", err.pointer, err.message);
@@ -327,6 +336,44 @@ static int s_probe(char *why, size_t n)
 	return count;
 }
 
+/* Run b (zero1) against a (unsharded, the same world): both within
+ * ZERO1_REL_TOL at every step, b's ranks the same bits and parameters, and
+ * b's memory figures those of a shard of S = ceil(N / W) slots. */
+static void s_check_zero1(const run_result_t *a, const run_result_t *b, int W, const char *what)
+{
+	double worst = 0;
+	for (int r = 0; r < W; r++) {
+		CHECK(b->rc[r] == TRAIN_EXIT_OK && b->n_steps[r] == STEPS);
+		CHECK(b->params[r] && b->n_params == a->n_params);
+		if (r > 0 && b->params[0] && b->params[r])
+			CHECK(memcmp(b->params[0], b->params[r], b->n_params * sizeof(float)) == 0);
+	}
+	for (int s = 0; s < STEPS && s < a->n_steps[0] && s < b->n_steps[0]; s++) {
+		const step_rec_t *x = &a->steps[0][s], *y = &b->steps[0][s];
+		for (int r = 1; r < W && s < b->n_steps[r]; r++)
+			CHECK(s_same_bits(y, &b->steps[r][s]));
+		double e = fmax(s_rel(y->loss, x->loss), s_rel(y->grad_norm, x->grad_norm));
+		if (!isnan(x->val_loss))
+			e = fmax(e, s_rel(y->val_loss, x->val_loss));
+		worst = fmax(worst, e);
+		if (e > ZERO1_REL_TOL) {
+			fprintf(stderr, "step %d: %s zero1 loss %.9g norm %.9g val %.9g, none %.9g %.9g %.9g\n",
+				s + 1, what, y->loss, y->grad_norm, y->val_loss, x->loss, x->grad_norm,
+				x->val_loss);
+			s_failures++;
+		}
+		size_t n = y->n_params, S = (n + (size_t)W - 1) / (size_t)W;
+		CHECK(n > 0 && y->params_bytes >= 6 * n && y->params_bytes < 6 * n + 256);
+		CHECK(y->grads_bytes == 4 * n + 4 * S && y->optim_bytes == 8 * S);
+	}
+	size_t differ = 0;
+	for (size_t i = 0; a->params[0] && b->params[0] && i < a->n_params && i < b->n_params; i++)
+		differ += memcmp(&a->params[0][i], &b->params[0][i], sizeof(float)) != 0;
+	printf("gpu-ddp: %s zero1 against unsharded: largest relative difference %.2e;"
+	       " %zu of %zu final parameters differ in their bits\n",
+	       what, worst, differ, a->n_params);
+}
+
 int main(void)
 {
 	char why[600];
@@ -368,6 +415,12 @@ int main(void)
 	      memcmp(alone.params[0], w1.params[0], alone.n_params * sizeof(float)) == 0);
 	printf("gpu-ddp: NCCL world 1 gives the bits of one process over %d steps\n", STEPS);
 
+	run_cfg_t z1_cfg = {.W = 1, .B = 4, .use_comm = true, .sharding = "zero1"};
+	run_result_t z1;
+	s_run(&z1_cfg, "zero1-w1", &z1);
+	s_check_zero1(&alone, &z1, 1, "NCCL world 1");
+	s_free(&z1);
+
 	if (n_gpus < 2) {
 		printf("gpu-ddp: 1 GPU visible: world 2 not run (NCCL needs a GPU per rank)\n");
 	} else {
@@ -396,6 +449,11 @@ int main(void)
 		      memcmp(w2.params[0], w2.params[1], w2.n_params * sizeof(float)) == 0);
 		printf("gpu-ddp: NCCL world 2 against world 1: largest relative difference %.2e (loss),"
 		       " %.2e (grad norm)\n", worst_loss, worst_norm);
+		run_cfg_t z2_cfg = {.W = 2, .B = 2, .use_comm = true, .sharding = "zero1"};
+		run_result_t z2;
+		s_run(&z2_cfg, "zero1-w2", &z2);
+		s_check_zero1(&w2, &z2, 2, "NCCL world 2");
+		s_free(&z2);
 		s_free(&w2);
 	}
 	s_free(&alone);

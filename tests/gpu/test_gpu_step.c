@@ -150,7 +150,7 @@ int main(void)
 		printf("FAIL gpt2_create: %s\n", err);
 		return 1;
 	}
-	gpt2_cuda_t *gpu = gpt2_cuda_create(&CFG, B, T, err, sizeof err);
+	gpt2_cuda_t *gpu = gpt2_cuda_create(&CFG, B, T, true, err, sizeof err);
 	if (!gpu) {
 		printf("FAIL gpt2_cuda_create: %s\n", err);
 		return 1;

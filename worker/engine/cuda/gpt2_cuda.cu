@@ -231,8 +231,8 @@ static double s_arena_bound(const gpt2_config_t *cfg, double B, double T)
 
 static const double GIB = 1073741824.0;
 
-extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, char *err,
-                                         size_t errlen)
+extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T,
+                                         bool moments, char *err, size_t errlen)
 {
 	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
 		return NULL;
@@ -245,7 +245,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		return NULL;
 	}
 	double n_params = (double)s_num_params(cfg);
-	double state = n_params * 18.0;
+	double state = n_params * (moments ? 18.0 : 10.0);
 	if (s_arena_bound(cfg, max_B, max_T) > 1e17 || (double)max_B * max_T > 2147483647.0 / 8) {
 		snprintf(err, errlen,
 			 "out of GPU memory: train.batch_size %d x model.seq_len %d tokens is far beyond "
@@ -280,6 +280,8 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	m->max_B = max_B;
 	m->max_T = max_T;
 	size_t N = (size_t)max_B * (size_t)max_T;
+	/* state: params and grads, the moments when asked for, then the bf16 copy */
+	const size_t n_f32 = s_num_params(cfg) * (moments ? 4 : 2);
 	if (!s_build_table(m)) {
 		snprintf(err, errlen, "out of host memory");
 		goto fail;
@@ -292,7 +294,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	m->gemm = cuda_gemm_create(m->stream, err, errlen);
 	if (!m->gemm)
 		goto fail;
-	m->state_bytes = m->n_params * 16 + (m->n_params * 2 + 255) / 256 * 256;
+	m->state_bytes = n_f32 * sizeof(float) + (m->n_params * 2 + 255) / 256 * 256;
 	if ((rc = cudaMalloc(&m->state, m->state_bytes)) != cudaSuccess) {
 		m->state = NULL;
 		snprintf(err, errlen,
@@ -303,9 +305,11 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	}
 	m->params = (float *)m->state;
 	m->grads = m->params + m->n_params;
-	m->mom1 = m->grads + m->n_params;
-	m->mom2 = m->mom1 + m->n_params;
-	m->params16 = (uint16_t *)(m->mom2 + m->n_params);
+	if (moments) {
+		m->mom1 = m->grads + m->n_params;
+		m->mom2 = m->mom1 + m->n_params;
+	}
+	m->params16 = (uint16_t *)(m->params + n_f32);
 	if ((rc = cudaMemset(m->state, 0, m->state_bytes)) != cudaSuccess) {
 		snprintf(err, errlen, "CUDA error clearing the parameters: %s", cudaGetErrorString(rc));
 		goto fail_cuda;
@@ -421,6 +425,13 @@ extern "C" double gpt2_cuda_flops_per_token(const gpt2_cuda_t *m, int T)
 	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
 }
 
+/* A call the contract rules out: one line, exit 70 (gpt2_cuda.h). */
+static void s_misuse(const char *what)
+{
+	fprintf(stderr, "ringworker: fatal: %s\n", what);
+	exit(CUDA_EXIT_MISUSE);
+}
+
 /* ---- host copies ---- */
 
 static void s_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
@@ -448,12 +459,16 @@ extern "C" void gpt2_cuda_get_grads(gpt2_cuda_t *m, float *ret_grads)
 
 extern "C" void gpt2_cuda_set_moments(gpt2_cuda_t *m, const float *mom1, const float *mom2)
 {
+	if (!m->mom1)
+		s_misuse("gpt2_cuda_set_moments on a model created without AdamW moments");
 	s_copy(m->mom1, mom1, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 	s_copy(m->mom2, mom2, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 }
 
 extern "C" void gpt2_cuda_get_moments(gpt2_cuda_t *m, float *ret_mom1, float *ret_mom2)
 {
+	if (!m->mom1)
+		s_misuse("gpt2_cuda_get_moments on a model created without AdamW moments");
 	s_copy(ret_mom1, m->mom1, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 	s_copy(ret_mom2, m->mom2, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
@@ -465,12 +480,6 @@ extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
 }
 
 /* ---- forward and backward ---- */
-
-static void s_misuse(const char *what)
-{
-	fprintf(stderr, "ringworker: fatal: %s\n", what);
-	exit(CUDA_EXIT_MISUSE);
-}
 
 /* Parameter pointers of layer l: fp32 master and bf16 copy. */
 static inline float *s_p(const gpt2_cuda_t *m, float *base, int l, int which)
@@ -665,12 +674,27 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 	s_grads_ready(m, L + 1, 0, first_layer); /* wte, wpe */
 }
 
-extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)
+extern "C" double gpt2_cuda_sum_squares(gpt2_cuda_t *m, const float *x, size_t n)
 {
-	cuda_sum_squares(m->a.sumsq, m->grads, m->n_params, m->a.sumsq_scratch, m->stream);
+	cuda_sum_squares(m->a.sumsq, x, n, m->a.sumsq_scratch, m->stream);
 	double ss = 0.0;
 	s_copy(&ss, m->a.sumsq, sizeof ss, cudaMemcpyDeviceToHost, m->stream);
-	return sqrt(ss);
+	return ss;
+}
+
+extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)
+{
+	return sqrt(gpt2_cuda_sum_squares(m, m->grads, m->n_params));
+}
+
+extern "C" float *gpt2_cuda_params(gpt2_cuda_t *m)
+{
+	return m->params;
+}
+
+extern "C" void gpt2_cuda_params_written(gpt2_cuda_t *m)
+{
+	cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
 }
 
 extern "C" float *gpt2_cuda_grads(gpt2_cuda_t *m)
@@ -695,16 +719,32 @@ extern "C" double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double
 
 extern "C" void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
 {
+	if (!m->mom1)
+		s_misuse("gpt2_cuda_adamw on a model created without AdamW moments");
+	gpt2_cuda_adamw_range(m, 0, m->n_params, m->grads, m->mom1, m->mom2, hp, grad_scale);
+}
+
+extern "C" void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, const float *grads,
+                                      float *mom1, float *mom2, const optim_adamw_t *hp,
+                                      float grad_scale)
+{
+	if (lo > m->n_params || n > m->n_params - lo)
+		s_misuse("gpt2_cuda_adamw_range past the end of the parameters");
 	/* optim.c's constants, computed the same way */
 	const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
 	const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->t)));
 	const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)hp->t)));
 	const float eps = (float)hp->eps;
 	const float keep_decay = (float)(1.0 - hp->lr * hp->weight_decay);
+	const size_t hi = lo + n;
 	for (int i = 0; i < m->n_segs; i++) {
+		/* the part of segment i inside [lo, hi); k indexes the caller's arrays */
 		const segment_t *sg = &m->segs[i];
-		cuda_adamw(m->params + sg->lo, m->params16 + sg->lo, m->grads + sg->lo, m->mom1 + sg->lo,
-			   m->mom2 + sg->lo, sg->hi - sg->lo, b1, b2, step, inv_sqrt_bc2, eps,
-			   sg->decay ? keep_decay : 1.0f, grad_scale, m->stream);
+		size_t a = sg->lo > lo ? sg->lo : lo, b = sg->hi < hi ? sg->hi : hi;
+		if (a >= b)
+			continue;
+		size_t k = a - lo;
+		cuda_adamw(m->params + a, m->params16 + a, grads + k, mom1 + k, mom2 + k, b - a, b1, b2,
+			   step, inv_sqrt_bc2, eps, sg->decay ? keep_decay : 1.0f, grad_scale, m->stream);
 	}
 }

@@ -41,6 +41,7 @@
 #ifndef RINGMASTER_ENGINE_GPT2_CUDA_H
 #define RINGMASTER_ENGINE_GPT2_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,19 +59,23 @@ typedef struct gpt2_cuda gpt2_cuda_t;
 /*
  * A model for batches of up to max_B sequences of up to max_T tokens
  * (max_T <= cfg->seq_len) on the current CUDA device. Allocates everything
- * once; parameters, gradients and moments start at zero. Returns NULL with
- * one line in err: a config error named like gpt2_create's, "no CUDA GPU:
- * <reason>", or "out of GPU memory: need X GiB for activations ...".
+ * once; parameters, gradients and moments start at zero. Without `moments`
+ * the model holds no AdamW state: the caller keeps m and v for the range
+ * it updates (a ZeRO-1 shard) and steps with gpt2_cuda_adamw_range only.
+ * Returns NULL with one line in err: a config error named like
+ * gpt2_create's, "no CUDA GPU: <reason>", or "out of GPU memory: need X GiB
+ * for activations ...".
  */
-gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, char *err,
-                              size_t errlen);
+gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, bool moments,
+                              char *err, size_t errlen);
 
 /* Free everything; accepts NULL. */
 void gpt2_cuda_free(gpt2_cuda_t *m);
 
 const gpt2_config_t *gpt2_cuda_config(const gpt2_cuda_t *m);
 size_t gpt2_cuda_num_params(const gpt2_cuda_t *m);
-/* Device bytes: parameters with their bf16 copy, gradients and moments; the
+/* Device bytes: parameters with their bf16 copy, gradients and moments (when
+ * created with them); the
  * activation arena (with scratch and the cuBLASLt workspace). */
 size_t gpt2_cuda_state_bytes(const gpt2_cuda_t *m);
 size_t gpt2_cuda_activation_bytes(const gpt2_cuda_t *m);
@@ -79,7 +84,8 @@ cudaStream_t gpt2_cuda_stream(const gpt2_cuda_t *m);
 
 /* Copy num_params floats of parameters from the host (and refresh the bf16
  * copy) / to the host; gradients to the host; the AdamW moments to and
- * from the host (m, v: num_params floats each). Wait for the copy. */
+ * from the host (m, v: num_params floats each; only on a model created with
+ * moments). Wait for the copy. */
 void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params);
 void gpt2_cuda_get_params(gpt2_cuda_t *m, float *ret_params);
 void gpt2_cuda_get_grads(gpt2_cuda_t *m, float *ret_grads);
@@ -126,6 +132,18 @@ void gpt2_cuda_set_grads_ready(gpt2_cuda_t *m, gpt2_cuda_grads_ready_fn fn, void
 /* sqrt of the sum of squares of all gradients (in double; waits). */
 double gpt2_cuda_grad_norm(gpt2_cuda_t *m);
 
+/* The sum of squares of n floats of device memory x, in double, in an
+ * order fixed by n alone (waits). x is read on the model's stream. */
+double gpt2_cuda_sum_squares(gpt2_cuda_t *m, const float *x, size_t n);
+
+/* The flat fp32 parameters: num_params floats of device memory in gpt2.h's
+ * layout (borrowed), for the all-gather of ZeRO-1 shards in place
+ * (worker/train_cuda.c). Whoever writes them (on another stream, finished
+ * before) calls gpt2_cuda_params_written, which refreshes the bf16 copy the
+ * GEMMs read (enqueued). */
+float *gpt2_cuda_params(gpt2_cuda_t *m);
+void gpt2_cuda_params_written(gpt2_cuda_t *m);
+
 /* The flat gradient buffer: num_params floats of device memory in gpt2.h's
  * layout (borrowed, valid until gpt2_cuda_free), for an all-reduce in place
  * (worker/train.c). Work on the model's stream that writes it must be
@@ -140,9 +158,20 @@ void gpt2_cuda_sync(gpt2_cuda_t *m);
  * each gradient multiplied by grad_scale first (1: none; the clipping
  * factor folded in), then the bf16 copy refreshed. Enqueued; returns at
  * once. gpt2_cuda_step is gpt2_cuda_grad_norm, the clipping factor, and
- * this.
+ * this. Only on a model created with moments.
  */
 void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale);
+
+/*
+ * AdamW on parameters [lo, lo + n) only, with gradients and moments the
+ * caller holds: grads, mom1 and mom2 are device arrays of n floats whose
+ * element 0 belongs to parameter lo (a ZeRO-1 shard). The arithmetic, the
+ * decay per tensor and grad_scale as gpt2_cuda_adamw, which is this over
+ * [0, num_params) with the model's own buffers; the bf16 copy of the range
+ * is refreshed. Enqueued.
+ */
+void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, const float *grads, float *mom1,
+                           float *mom2, const optim_adamw_t *hp, float grad_scale);
 
 /*
  * The optimizer step of `ringworker train` on one rank: the global gradient
