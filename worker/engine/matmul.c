@@ -10,6 +10,15 @@
  * so fp32 GEMMs never drop to bf16 behind our back. Accumulation into C uses
  * the sum post-op (C = C + A @ B), which is an elementwise add after the
  * GEMM and keeps results deterministic.
+ *
+ * bf16 where oneDNN has no bf16 matmul (CPUs without AVX-512, or under
+ * ONEDNN_MAX_CPU_ISA=AVX2): the cache widens instead. Each run converts the
+ * bf16 operands to fp32 scratch buffers laid out with the same strides and
+ * runs an fp32 primitive on them. That is the same arithmetic: a product of
+ * two bf16 values (8-bit significands) is exact in fp32, and the sums are
+ * fp32 either way; only the order of the sums may differ, as it does
+ * between oneDNN's kernels for different CPUs anyway. The conversion costs
+ * O(MK + KN) against the GEMM's O(MNK).
  */
 #include "matmul.h"
 
@@ -19,6 +28,7 @@
 #include <sysexits.h>
 
 #include <dnnl.h>
+#include <omp.h>
 
 #if DNNL_VERSION_MAJOR != 2
 #error "worker/engine/matmul.c is written for the oneDNN 2.x C API (Debian 12: libdnnl-dev 2.6)"
@@ -34,6 +44,9 @@ typedef struct {
 
 struct matmul_cache {
 	bool bf16;
+	bool widen; /* bf16 operands run as fp32 (no bf16 matmul on this CPU) */
+	float *wide[2]; /* widen: A's and B's fp32 copies */
+	size_t wide_cap[2];
 	dnnl_engine_t engine;
 	dnnl_stream_t stream;
 	matmul_entry_t *entries;
@@ -87,12 +100,7 @@ matmul_cache_t *matmul_cache_create(bool bf16, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot create a oneDNN stream");
 		goto fail;
 	}
-	if (bf16 && !s_bf16_supported(c->engine)) {
-		snprintf(err, errlen,
-		         "train.precision \"bf16\" is not supported on this CPU (oneDNN has no bf16"
-		         " matmul for it; it needs AVX-512): use \"fp32\"");
-		goto fail;
-	}
+	c->widen = bf16 && !s_bf16_supported(c->engine);
 	return c;
 fail:
 	matmul_cache_free(c);
@@ -115,6 +123,8 @@ void matmul_cache_free(matmul_cache_t *c)
 	for (int i = 0; i < c->n_entries; i++)
 		s_entry_destroy(&c->entries[i]);
 	free(c->entries);
+	free(c->wide[0]);
+	free(c->wide[1]);
 	if (c->stream)
 		dnnl_stream_destroy(c->stream);
 	if (c->engine)
@@ -169,7 +179,7 @@ static matmul_entry_t *s_entry_create(matmul_cache_t *c, int M, int N, int K, in
 	e->has_bias = has_bias;
 	e->accumulate = accumulate;
 
-	dnnl_data_type_t in_dt = c->bf16 ? dnnl_bf16 : dnnl_f32;
+	dnnl_data_type_t in_dt = c->bf16 && !c->widen ? dnnl_bf16 : dnnl_f32;
 	dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
 	s_md(&src_md, M, K, trans_a, lda, in_dt);
 	s_md(&wei_md, K, N, trans_b, trans_b ? K : N, in_dt);
@@ -202,6 +212,30 @@ static matmul_entry_t *s_entry_create(matmul_cache_t *c, int M, int N, int K, in
 	return e;
 }
 
+/* widen: the stored span of a bf16 operand of `rows` stored rows of
+ * `cols` elements, `ld` apart, as fp32 in scratch buffer `which` (the same
+ * offsets, so the same strides describe it). */
+static const float *s_widen(matmul_cache_t *c, int which, const uint16_t *x, int64_t rows,
+                            int64_t cols, int64_t ld)
+{
+	size_t n = rows > 0 && cols > 0 ? (size_t)((rows - 1) * ld + cols) : 1;
+	if (n > c->wide_cap[which]) {
+		float *p = realloc(c->wide[which], n * sizeof(float));
+		if (!p) {
+			fprintf(stderr, "ringworker: fatal: out of memory for an fp32 copy of %zu bf16"
+			                " matrix elements\n", n);
+			exit(EX_SOFTWARE);
+		}
+		c->wide[which] = p;
+		c->wide_cap[which] = n;
+	}
+	uint32_t *w = (uint32_t *)c->wide[which];
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < n; i++)
+		w[i] = (uint32_t)x[i] << 16; /* bf16 is the top half of an fp32 */
+	return c->wide[which];
+}
+
 void matmul_run(matmul_cache_t *c, int M, int N, int K, const void *A, bool trans_a, const void *B,
                 bool trans_b, const float *bias, float *C, bool accumulate)
 {
@@ -230,6 +264,10 @@ void matmul_run_ld(matmul_cache_t *c, int M, int N, int K, const void *A, int64_
 	if (!e)
 		e = s_entry_create(c, M, N, K, lda, trans_a, trans_b, has_bias, ldc, accumulate);
 
+	if (c->widen) {
+		A = s_widen(c, 0, A, trans_a ? K : M, trans_a ? M : K, lda);
+		B = s_widen(c, 1, B, trans_b ? N : K, trans_b ? K : N, trans_b ? K : N);
+	}
 	/* oneDNN takes non-const handles; it does not write the inputs. */
 	DNNL_CHECK(dnnl_memory_set_data_handle(e->src, (void *)(uintptr_t)A));
 	DNNL_CHECK(dnnl_memory_set_data_handle(e->weights, (void *)(uintptr_t)B));

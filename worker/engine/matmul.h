@@ -19,8 +19,10 @@ typedef struct matmul_cache matmul_cache_t;
 /*
  * A cache of matmul primitives on the CPU engine. With `bf16`, the A and B
  * operands of matmul_run are bf16 (uint16_t bit patterns) and the output stays
- * fp32 (fp32 accumulation). Returns NULL and writes `err` when oneDNN cannot
- * be initialised.
+ * fp32 (fp32 accumulation); on a CPU where oneDNN has no bf16 matmul the
+ * operands are widened to fp32 copies first (matmul.c says why that is the
+ * same arithmetic). Returns NULL and writes `err` when oneDNN cannot be
+ * initialised.
  */
 matmul_cache_t *matmul_cache_create(bool bf16, char *err, size_t errlen);
 
