@@ -69,7 +69,10 @@
  * through device memory, AdamW steps the shard's range with the shard's
  * m and v (the GPU model holds no moments), and the all-gather writes the
  * model's parameters in place before their bf16 copy is refreshed.
- * zero2 and zero3 are refused on cuda (train_check_device).
+ * zero2 as well, with the shard_t on device memory (shard_mem_cuda): the
+ * GPU model has no gradient buffer and its backward streams each range's
+ * gradients to the shard_t, as the CPU engine's does. zero3 is refused on
+ * cuda (train_check_device).
  */
 #include "train.h"
 
@@ -92,6 +95,7 @@
 #include "shard.h"
 #include "snapw.h"
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
+#include "shard_mem_cuda.h"
 #include "train_cuda.h"
 #endif
 
@@ -319,7 +323,8 @@ static int s_create_gpu(train_t *t, const gpt2_config_t *cfg, size_t n_vals)
 {
 	char err[512] = "";
 	int code = TRAIN_EXIT_USAGE;
-	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts};
+	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts,
+				    t->zero, t->zero ? gpt2_max_range(t->model) : 0};
 	t->gpu = train_cuda_new(cfg, t->B, t->T, n_vals, t->sharded ? &shard : NULL, &code, err,
 				sizeof err);
 	if (!t->gpu)
@@ -332,13 +337,11 @@ int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 {
 	if (spec->parallel.device != JOBSPEC_DEVICE_CUDA)
 		return TRAIN_EXIT_OK;
-	if (spec->parallel.sharding != JOBSPEC_SHARDING_NONE &&
-	    spec->parallel.sharding != JOBSPEC_SHARDING_ZERO1) {
+	if (spec->parallel.sharding == JOBSPEC_SHARDING_ZERO3) {
 		snprintf(err, errlen,
-			 "parallel.sharding is %s but parallel.device cuda supports only \"none\" and"
-			 " \"zero1\" so far: set parallel.sharding to one of them, or run %s on cpu",
-			 jobspec_sharding_name(spec->parallel.sharding),
-			 jobspec_sharding_name(spec->parallel.sharding));
+			 "parallel.sharding is zero3 but parallel.device cuda supports only \"none\","
+			 " \"zero1\" and \"zero2\" so far: set parallel.sharding to one of them, or run"
+			 " zero3 on cpu");
 		return TRAIN_EXIT_SPEC;
 	}
 	if (spec->train.precision != JOBSPEC_PRECISION_BF16) {
@@ -448,8 +451,13 @@ static int s_setup(train_t *t)
 		t->shard_count = t->shard_counts[t->rank];
 		t->grad_shard = t->grad_own;
 		if (mode != GPT2_DENSE) {
+			const shard_mem_t *mem = &shard_mem_host;
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+			if (cuda) /* zero2's buffers next to the GPU's NCCL comm */
+				mem = &shard_mem_cuda;
+#endif
 			t->zero = shard_new(t->comm, t->n_params, gpt2_max_range(t->model),
-					    mode == GPT2_STREAM_ALL, &shard_mem_host, err, sizeof err);
+					    mode == GPT2_STREAM_ALL, mem, err, sizeof err);
 			if (!t->zero)
 				return s_error(t, TRAIN_EXIT_NOMEM, "%s", err);
 			t->grad_shard = shard_grads(t->zero);

@@ -29,7 +29,8 @@ struct train_cuda {
 	size_t n_vals;
 	bool sharded;
 	train_cuda_shard_t shard;
-	float *shard_state; /* device, sharded: grads, m, v of shard.len floats each */
+	float *shard_state; /* device, sharded: m, v (and zero1's grads) of shard.len floats each */
+	float *shard_grads, *shard_m, *shard_v; /* in shard_state, or zero2's shard_t's */
 	float grad_scale; /* the clipping factor of the last train_cuda_clip or _set_clip */
 	comm_t *reduce;   /* the overlapped all-reduce of the last backward, if any */
 	int reduce_rc;    /* its first error */
@@ -79,6 +80,21 @@ int train_cuda_probe(char *err, size_t errlen)
 	return TRAIN_EXIT_OK;
 }
 
+/* zero2: backward's gradient ranges go to the shard_t, each handed over
+ * once the kernels that write it are done. */
+static float *s_stream_begin(void *ctx, size_t lo, size_t hi)
+{
+	train_cuda_t *g = ctx;
+	return shard_grad_begin(g->shard.zero, lo, hi);
+}
+
+static void s_stream_end(void *ctx, float *grads, size_t lo, size_t hi, cudaEvent_t ready)
+{
+	train_cuda_t *g = ctx;
+	s_check(cudaEventSynchronize(ready), "waiting for a range of gradients");
+	shard_grad_end(g->shard.zero, grads, lo, hi);
+}
+
 train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals,
                              const train_cuda_shard_t *shard, int *ret_exit, char *err,
                              size_t errlen)
@@ -102,7 +118,10 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 	(void)cudaGetLastError();
 
 	char why[512] = "";
-	g->model = gpt2_cuda_create(cfg, B, T, !shard, why, sizeof why);
+	unsigned flags = shard ? GPT2_CUDA_NO_MOMENTS : 0;
+	if (shard && shard->zero)
+		flags |= GPT2_CUDA_NO_GRADS;
+	g->model = gpt2_cuda_create(cfg, B, T, flags, why, sizeof why);
 	if (!g->model) {
 		if (strncmp(why, "no CUDA GPU: ", 13) == 0) {
 			*ret_exit = s_no_gpu(why + 13, err, errlen);
@@ -125,7 +144,8 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 	if (shard) {
 		g->sharded = true;
 		g->shard = *shard;
-		size_t bytes = 3 * (shard->len ? shard->len : 1) * sizeof(float);
+		size_t len = shard->len ? shard->len : 1;
+		size_t bytes = (shard->zero ? 2 : 3) * len * sizeof(float);
 		crc = cudaMalloc((void **)&g->shard_state, bytes);
 		if (crc == cudaSuccess)
 			crc = cudaMemset(g->shard_state, 0, bytes);
@@ -138,6 +158,11 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 			*ret_exit = TRAIN_EXIT_NOMEM;
 			goto fail;
 		}
+		g->shard_m = g->shard_state;
+		g->shard_v = g->shard_state + len;
+		g->shard_grads = shard->zero ? shard_grads(shard->zero) : g->shard_state + 2 * len;
+		if (shard->zero)
+			gpt2_cuda_stream_grads(g->model, s_stream_begin, s_stream_end, g, shard->max_range);
 	}
 	g->grad_scale = 1.0f;
 	return g;
@@ -168,29 +193,18 @@ void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_gr
                        size_t *ret_optim, size_t *ret_activations)
 {
 	size_t n = gpt2_cuda_num_params(g->model);
-	/* the model's: params, grads, m and v unless sharded (fp32), and the bf16 copy */
+	/* the model's: params, grads unless streamed, m and v unless sharded
+	 * (fp32), and the bf16 copy */
 	size_t state = gpt2_cuda_state_bytes(g->model);
+	size_t model_grads = g->sharded && g->shard.zero ? 0 : n * sizeof(float);
 	size_t model_optim = g->sharded ? 0 : 2 * n * sizeof(float);
-	*ret_params = state - n * sizeof(float) - model_optim;
-	*ret_grads = (n + (g->sharded ? g->shard.len : 0)) * sizeof(float);
+	*ret_params = state - model_grads - model_optim;
+	*ret_grads = model_grads;
+	if (g->sharded)
+		*ret_grads += g->shard.zero ? shard_grad_bytes(g->shard.zero)
+					    : g->shard.len * sizeof(float);
 	*ret_optim = g->sharded ? 2 * g->shard.len * sizeof(float) : model_optim;
 	*ret_activations = gpt2_cuda_activation_bytes(g->model);
-}
-
-/* Sharded: the shard's reduced gradients, m and v (len floats each). */
-static float *s_shard_grads(train_cuda_t *g)
-{
-	return g->shard_state;
-}
-
-static float *s_shard_m(train_cuda_t *g)
-{
-	return g->shard_state + g->shard.len;
-}
-
-static float *s_shard_v(train_cuda_t *g)
-{
-	return g->shard_state + 2 * g->shard.len;
 }
 
 /* n floats between host and device on the model's stream, finished before
@@ -212,9 +226,9 @@ void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m
 		gpt2_cuda_set_moments(g->model, adam_m, adam_v);
 		return;
 	}
-	s_copy(g, s_shard_m(g), adam_m, g->shard.len, cudaMemcpyHostToDevice,
+	s_copy(g, g->shard_m, adam_m, g->shard.len, cudaMemcpyHostToDevice,
 	       "copying AdamW's m of the shard to the GPU");
-	s_copy(g, s_shard_v(g), adam_v, g->shard.len, cudaMemcpyHostToDevice,
+	s_copy(g, g->shard_v, adam_v, g->shard.len, cudaMemcpyHostToDevice,
 	       "copying AdamW's v of the shard to the GPU");
 }
 
@@ -228,9 +242,9 @@ void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
 		gpt2_cuda_get_moments(g->model, ret_adam_m, ret_adam_v);
 		return;
 	}
-	s_copy(g, ret_adam_m, s_shard_m(g), g->shard.len, cudaMemcpyDeviceToHost,
+	s_copy(g, ret_adam_m, g->shard_m, g->shard.len, cudaMemcpyDeviceToHost,
 	       "copying AdamW's m of the shard from the GPU");
-	s_copy(g, ret_adam_v, s_shard_v(g), g->shard.len, cudaMemcpyDeviceToHost,
+	s_copy(g, ret_adam_v, g->shard_v, g->shard.len, cudaMemcpyDeviceToHost,
 	       "copying AdamW's v of the shard from the GPU");
 }
 
@@ -289,13 +303,13 @@ double train_cuda_clip(train_cuda_t *g, double grad_clip)
 int train_cuda_reduce_scatter(train_cuda_t *g, comm_t *comm)
 {
 	gpt2_cuda_sync(g->model); /* backward has written the gradients */
-	return comm_reduce_scatter_sum_f32(comm, gpt2_cuda_grads(g->model), s_shard_grads(g),
+	return comm_reduce_scatter_sum_f32(comm, gpt2_cuda_grads(g->model), g->shard_grads,
 					   g->shard.counts);
 }
 
 double train_cuda_shard_sum_squares(train_cuda_t *g)
 {
-	return gpt2_cuda_sum_squares(g->model, s_shard_grads(g), g->shard.count);
+	return gpt2_cuda_sum_squares(g->model, g->shard_grads, g->shard.count);
 }
 
 void train_cuda_set_clip(train_cuda_t *g, float factor)
@@ -308,8 +322,8 @@ void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp)
 	if (!g->sharded)
 		gpt2_cuda_adamw(g->model, hp, g->grad_scale);
 	else if (g->shard.count)
-		gpt2_cuda_adamw_range(g->model, g->shard.lo, g->shard.count, s_shard_grads(g),
-				      s_shard_m(g), s_shard_v(g), hp, g->grad_scale);
+		gpt2_cuda_adamw_range(g->model, g->shard.lo, g->shard.count, g->shard_grads,
+				      g->shard_m, g->shard_v, hp, g->grad_scale);
 }
 
 int train_cuda_gather_params(train_cuda_t *g, comm_t *comm)

@@ -32,6 +32,7 @@
 #include "comm.h"
 #include "gpt2.h"
 #include "optim.h"
+#include "shard.h"
 
 typedef struct train_cuda train_cuda_t;
 
@@ -44,15 +45,23 @@ typedef struct train_cuda train_cuda_t;
 int train_cuda_probe(char *err, size_t errlen);
 
 /*
- * ZeRO-1 on the GPU (parallel.sharding zero1; train.c's layout): this rank
- * owns parameters [lo, lo + count) and keeps their reduced gradients and
- * AdamW moments in S = len device floats each (count <= len; the rest is
- * zero padding); counts (W entries, borrowed for the trainer's life) are
- * every rank's count, for the reduce-scatter and the all-gather.
+ * ZeRO on the GPU (parallel.sharding zero1 or zero2; train.c's layout):
+ * this rank owns parameters [lo, lo + count) and keeps their AdamW moments
+ * in S = len device floats each (count <= len; the rest is zero padding);
+ * counts (W entries, borrowed for the trainer's life) are every rank's
+ * count, for the reduce-scatter and the all-gather. The reduced gradients
+ * of the shard: zero1 (zero NULL), a device buffer of len floats of
+ * train_cuda's, filled by train_cuda_reduce_scatter from the model's full
+ * gradient buffer; zero2, the shard_grads of `zero` (borrowed; a shard_t on
+ * device memory, shard_mem_cuda, with buffers of max_range floats), to
+ * which backward streams its gradients range by range: the GPU model then
+ * has no gradient buffer at all.
  */
 typedef struct {
 	size_t lo, len, count;
 	const size_t *counts;
+	shard_t *zero;
+	size_t max_range;
 } train_cuda_shard_t;
 
 /*
@@ -102,8 +111,9 @@ float train_cuda_forward(train_cuda_t *g, const int32_t *inputs, const int32_t *
                          int T);
 
 /* Backward of the last forward: adds d(scale * loss)/d(params) to the
- * gradients. Waits, so that the gradients may go to a collective and the
- * phase's time is the GPU's. With `reduce` (an NCCL comm; NULL: none), the
+ * gradients (zero2: hands them to the shard_t range by range, whose
+ * reduce-scatters shard_sync waits for). Waits, so that the gradients may
+ * go to a collective and the phase's time is the GPU's. With `reduce` (an NCCL comm; NULL: none), the
  * gradients are also all-reduced over it as backward makes each layer's
  * final (comm_allreduce_sum_f32_async, overlapped with the rest of
  * backward); train_cuda_reduce_wait finishes that. */
@@ -119,7 +129,7 @@ int train_cuda_reduce_wait(train_cuda_t *g);
  * the CPU). Unsharded only. */
 double train_cuda_clip(train_cuda_t *g, double grad_clip);
 
-/* Sharded: the reduce-scatter (sum) over comm of the model's gradients
+/* zero1: the reduce-scatter (sum) over comm of the model's gradients
  * into the shard's (waits). 0 or the comm's error. */
 int train_cuda_reduce_scatter(train_cuda_t *g, comm_t *comm);
 

@@ -159,7 +159,7 @@ static gpt2_cuda_t *create_model(const options_t *o, int *ret_batch)
 {
 	char err[512];
 	if (o->batch > 0) {
-		gpt2_cuda_t *m = gpt2_cuda_create(&o->cfg, o->batch, o->seq, true, err, sizeof err);
+		gpt2_cuda_t *m = gpt2_cuda_create(&o->cfg, o->batch, o->seq, 0, err, sizeof err);
 		if (!m) {
 			fprintf(stderr, "bench_gpu_step: %s\n", err);
 			exit(1);
@@ -175,7 +175,7 @@ static gpt2_cuda_t *create_model(const options_t *o, int *ret_batch)
 	gpt2_cuda_t *m = NULL;
 	int b = MAX_AUTO_BATCH;
 	for (; b >= 1 && !m; b--) {
-		m = gpt2_cuda_create(&o->cfg, b, o->seq, true, err, sizeof err);
+		m = gpt2_cuda_create(&o->cfg, b, o->seq, 0, err, sizeof err);
 		if (!m && strncmp(err, "out of GPU memory", 17) != 0)
 			break; /* not a size problem: no GPU, bad config */
 	}

@@ -17,9 +17,10 @@ a GPU job, and recovery after a rank is killed.
      emulated GPU is deterministic, and so is the GPU engine: this is the
      property the real GPUs must show too).
 
-With `--sharding zero1` both jobs shard AdamW's state over the two ranks
-(train_cuda.h): the snapshots hold each rank's shard of the moments, and the
-recovered job must still repeat the uninterrupted one bit for bit.
+With `--sharding zero1` (or zero2) both jobs shard AdamW's state (and
+zero2's gradients) over the two ranks (train_cuda.h): the snapshots hold
+each rank's shard of the moments, and the recovered job must still repeat
+the uninterrupted one bit for bit.
 """
 import os
 import signal

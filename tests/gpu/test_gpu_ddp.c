@@ -18,13 +18,14 @@
  *   - the memory figures come from the GPU engine: parameters 6 bytes per
  *     parameter (fp32 and bf16, rounded up), gradients 4, AdamW 8, and a
  *     non-zero activation arena;
- *   - parallel.sharding zero1 (the shard's gradients and moments on the
- *     GPU, train_cuda.h) at world 1 against no comm, and with two GPUs at
- *     world 2 against world 2 unsharded: every step within ZERO1_REL_TOL
- *     (only the norm's sum runs in another order: per shard, then over
- *     ranks), both ranks the same bits and parameters, and the memory
- *     figures of a shard: AdamW 8 bytes per parameter of the shard
- *     (S = ceil(N / W)), gradients 4 per parameter plus 4 per shard slot.
+ *   - parallel.sharding zero1 and zero2 (the shard's gradients and moments
+ *     on the GPU, train_cuda.h) at world 1 against no comm, and with two
+ *     GPUs at world 2 against world 2 unsharded: every step within
+ *     ZERO1_REL_TOL or ZERO2_REL_TOL (below), both ranks the
+ *     same bits and parameters, and the memory figures of a shard: AdamW 8
+ *     bytes per parameter of the shard (S = ceil(N / W)); zero1's gradients
+ *     4 per parameter plus 4 per shard slot, zero2's no full buffer (the
+ *     parameters alone are 6 bytes per parameter: the model holds none).
  *
  * The model is gpu-step's (2 layers, 4 heads, 64 channels, bytes, seq_len
  * 32), 8 steps, 2 micro-steps, validation every 4. The tolerances are
@@ -57,7 +58,13 @@
 #define MAX_RANKS 2
 #define LOSS_REL_TOL 5e-3
 #define NORM_REL_TOL 5e-2
-#define ZERO1_REL_TOL 1e-4
+/* zero1 changes only the norm's order of summation (measured on cudaemu:
+ * 8.4e-16, the same parameter bits); zero2 reduces every micro-step's
+ * gradients apart and adds them in the shard, where unsharded accumulates
+ * them in the model's buffer first, and bf16 rounding of the parameters
+ * carries that on (measured: 2.3e-5 over 8 steps). */
+#define ZERO1_REL_TOL 1e-5
+#define ZERO2_REL_TOL 1e-3
 
 static int s_failures;
 
@@ -336,11 +343,14 @@ static int s_probe(char *why, size_t n)
 	return count;
 }
 
-/* Run b (zero1) against a (unsharded, the same world): both within
- * ZERO1_REL_TOL at every step, b's ranks the same bits and parameters, and
- * b's memory figures those of a shard of S = ceil(N / W) slots. */
-static void s_check_zero1(const run_result_t *a, const run_result_t *b, int W, const char *what)
+/* Run b (zero1 or zero2, `mode`) against a (unsharded, the same world):
+ * both within ZERO1_REL_TOL or ZERO2_REL_TOL at every step, b's ranks the same bits and
+ * parameters, and b's memory figures those of a shard of S = ceil(N / W)
+ * slots. */
+static void s_check_sharded(const run_result_t *a, const run_result_t *b, int W, const char *what,
+			    const char *mode)
 {
+	const bool zero2 = strcmp(mode, "zero2") == 0;
 	double worst = 0;
 	for (int r = 0; r < W; r++) {
 		CHECK(b->rc[r] == TRAIN_EXIT_OK && b->n_steps[r] == STEPS);
@@ -356,22 +366,23 @@ static void s_check_zero1(const run_result_t *a, const run_result_t *b, int W, c
 		if (!isnan(x->val_loss))
 			e = fmax(e, s_rel(y->val_loss, x->val_loss));
 		worst = fmax(worst, e);
-		if (e > ZERO1_REL_TOL) {
-			fprintf(stderr, "step %d: %s zero1 loss %.9g norm %.9g val %.9g, none %.9g %.9g %.9g\n",
-				s + 1, what, y->loss, y->grad_norm, y->val_loss, x->loss, x->grad_norm,
+		if (e > (zero2 ? ZERO2_REL_TOL : ZERO1_REL_TOL)) {
+			fprintf(stderr, "step %d: %s %s loss %.9g norm %.9g val %.9g, none %.9g %.9g %.9g\n",
+				s + 1, what, mode, y->loss, y->grad_norm, y->val_loss, x->loss, x->grad_norm,
 				x->val_loss);
 			s_failures++;
 		}
 		size_t n = y->n_params, S = (n + (size_t)W - 1) / (size_t)W;
 		CHECK(n > 0 && y->params_bytes >= 6 * n && y->params_bytes < 6 * n + 256);
-		CHECK(y->grads_bytes == 4 * n + 4 * S && y->optim_bytes == 8 * S);
+		CHECK(y->optim_bytes == 8 * S);
+		CHECK(zero2 ? y->grads_bytes > 4 * S : y->grads_bytes == 4 * n + 4 * S);
 	}
 	size_t differ = 0;
 	for (size_t i = 0; a->params[0] && b->params[0] && i < a->n_params && i < b->n_params; i++)
 		differ += memcmp(&a->params[0][i], &b->params[0][i], sizeof(float)) != 0;
-	printf("gpu-ddp: %s zero1 against unsharded: largest relative difference %.2e;"
+	printf("gpu-ddp: %s %s against unsharded: largest relative difference %.2e;"
 	       " %zu of %zu final parameters differ in their bits\n",
-	       what, worst, differ, a->n_params);
+	       what, mode, worst, differ, a->n_params);
 }
 
 int main(void)
@@ -415,11 +426,16 @@ int main(void)
 	      memcmp(alone.params[0], w1.params[0], alone.n_params * sizeof(float)) == 0);
 	printf("gpu-ddp: NCCL world 1 gives the bits of one process over %d steps\n", STEPS);
 
-	run_cfg_t z1_cfg = {.W = 1, .B = 4, .use_comm = true, .sharding = "zero1"};
-	run_result_t z1;
-	s_run(&z1_cfg, "zero1-w1", &z1);
-	s_check_zero1(&alone, &z1, 1, "NCCL world 1");
-	s_free(&z1);
+	static const char *const modes[] = {"zero1", "zero2"};
+	for (int i = 0; i < 2; i++) {
+		run_cfg_t z_cfg = {.W = 1, .B = 4, .use_comm = true, .sharding = modes[i]};
+		run_result_t z;
+		char tag[32];
+		snprintf(tag, sizeof tag, "%s-w1", modes[i]);
+		s_run(&z_cfg, tag, &z);
+		s_check_sharded(&alone, &z, 1, "NCCL world 1", modes[i]);
+		s_free(&z);
+	}
 
 	if (n_gpus < 2) {
 		printf("gpu-ddp: 1 GPU visible: world 2 not run (NCCL needs a GPU per rank)\n");
@@ -449,11 +465,15 @@ int main(void)
 		      memcmp(w2.params[0], w2.params[1], w2.n_params * sizeof(float)) == 0);
 		printf("gpu-ddp: NCCL world 2 against world 1: largest relative difference %.2e (loss),"
 		       " %.2e (grad norm)\n", worst_loss, worst_norm);
-		run_cfg_t z2_cfg = {.W = 2, .B = 2, .use_comm = true, .sharding = "zero1"};
-		run_result_t z2;
-		s_run(&z2_cfg, "zero1-w2", &z2);
-		s_check_zero1(&w2, &z2, 2, "NCCL world 2");
-		s_free(&z2);
+		for (int i = 0; i < 2; i++) {
+			run_cfg_t z_cfg = {.W = 2, .B = 2, .use_comm = true, .sharding = modes[i]};
+			run_result_t z;
+			char tag[32];
+			snprintf(tag, sizeof tag, "%s-w2", modes[i]);
+			s_run(&z_cfg, tag, &z);
+			s_check_sharded(&w2, &z, 2, "NCCL world 2", modes[i]);
+			s_free(&z);
+		}
 		s_free(&w2);
 	}
 	s_free(&alone);

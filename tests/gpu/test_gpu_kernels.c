@@ -120,10 +120,26 @@ static void test_embedding(void)
 	int nu = cuda_embed_index_build(in, N, V, uniq, starts, rows, counts);
 	int32_t *d_uniq = gpu_dup(uniq, (size_t)N * 4), *d_starts = gpu_dup(starts, (size_t)(N + 1) * 4),
 		*d_rows = gpu_dup(rows, (size_t)N * 4);
-	cuda_embed_tokens_backward(d_dwte, d_dout, d_uniq, d_starts, d_rows, nu, C, 0);
+	cuda_embed_tokens_backward(d_dwte, 0, d_dout, d_uniq, d_starts, d_rows, nu, C, 0);
 	float *g_wpe = download(d_dwpe, (size_t)T * C), *g_wte = download(d_dwte, (size_t)V * C);
 	expect("embedding backward, positions (exact)", rel_err(g_wpe, dwpe, (size_t)T * C), 0);
 	expect("embedding backward, tokens (exact)", rel_err(g_wte, dwte, (size_t)V * C), 0);
+	/* a block of wte rows [v0, v1) alone (streamed gradients): the sub-run of
+	 * the index inside it, into a buffer holding only those rows */
+	int v0 = V / 3, v1 = 2 * V / 3, k0 = 0, k1;
+	while (k0 < nu && uniq[k0] < v0)
+		k0++;
+	for (k1 = k0; k1 < nu && uniq[k1] < v1;)
+		k1++;
+	float *blk = rand_floats((size_t)(v1 - v0) * C, 1);
+	float *d_blk = gpu_dup(blk, F((size_t)(v1 - v0) * C));
+	kernel_embed_tokens_backward(blk, v0, v1, dout, in, N, C);
+	cuda_embed_tokens_backward(d_blk, v0, d_dout, d_uniq + k0, d_starts + k0, d_rows, k1 - k0, C, 0);
+	float *g_blk = download(d_blk, (size_t)(v1 - v0) * C);
+	expect("embedding backward, a block of token rows (exact)",
+	       rel_err(g_blk, blk, (size_t)(v1 - v0) * C), 0);
+	free(blk), free(g_blk);
+	cudaFree(d_blk);
 	free(wte), free(wpe), free(in), free(ref), free(out), free(dout), free(dwte), free(dwpe);
 	free(uniq), free(starts), free(rows), free(counts), free(g_wpe), free(g_wte);
 	cudaFree(d_wte), cudaFree(d_wpe), cudaFree(d_in), cudaFree(d_out), cudaFree(d_dout);

@@ -31,7 +31,15 @@
  *   - the gradients-ready callback (the overlapped all-reduce's hook): at
  *     step 0 it announces ln_f, h.1, h.0, then wte and wpe, every parameter
  *     exactly once, and each range, copied out as soon as its event
- *     completes, already holds the final gradients.
+ *     completes, already holds the final gradients;
+ *   - streamed gradients (ZeRO-2's hook, gpt2_cuda_stream_grads) on a model
+ *     whose wte (V 2000 x C 64) is larger than a layer, so that it streams
+ *     in 3 blocks: the ranges come in gpt2.h's order (the wte blocks, ln_f,
+ *     the layer, wpe, the wte blocks again), none larger than max_range,
+ *     wte's floats handed out twice and every other float once, and their
+ *     sum is the gradient of a model with a buffer: the same bits outside
+ *     wte, wte within STREAM_WTE_BOUND (its LM-head part is one GEMM per
+ *     block there, and its two parts are added apart).
  *
  * Skips (exit 77) with "no CUDA GPU: ...; skipping" where there is no GPU.
  */
@@ -54,6 +62,7 @@
 #define LOGITS_BOUND 2e-2
 #define GRAD_BOUND 5e-2
 #define LOSS_REL 5e-3
+#define STREAM_WTE_BOUND 1e-5
 
 static const gpt2_config_t CFG = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = T};
 
@@ -92,6 +101,105 @@ static void on_ready(void *ctx, size_t offset, size_t n, cudaEvent_t ready)
 	if (r->calls < 16)
 		r->offs[r->calls] = offset;
 	r->calls++;
+}
+
+/* What the gradient stream handed out during one backward: the ranges in
+ * order, how often each float came, and their sum (host). */
+typedef struct {
+	float *sum;
+	unsigned char *seen;
+	size_t max_range, biggest;
+	int calls;
+	size_t los[32];
+	float *host; /* (max_range) a bucket's copy */
+} stream_log_t;
+
+static float *on_begin(void *ctx, size_t lo, size_t hi)
+{
+	(void)ctx;
+	return gpu_dup(NULL, (hi - lo) * sizeof(float)); /* zeroed */
+}
+
+static void on_end(void *ctx, float *g, size_t lo, size_t hi, cudaEvent_t ready)
+{
+	stream_log_t *r = ctx;
+	gpu_must(cudaEventSynchronize(ready), "waiting for a streamed range");
+	gpu_must(cudaMemcpy(r->host, g, (hi - lo) * sizeof(float), cudaMemcpyDeviceToHost),
+		 "copying a streamed range");
+	for (size_t i = lo; i < hi; i++) {
+		r->sum[i] += r->host[i - lo];
+		r->seen[i]++;
+	}
+	if (hi - lo > r->biggest)
+		r->biggest = hi - lo;
+	if (r->calls < 32)
+		r->los[r->calls] = lo;
+	r->calls++;
+	cudaFree(g);
+}
+
+static void test_streamed_grads(void)
+{
+	const gpt2_config_t cfg = {.n_layer = 1, .n_head = 4, .n_embd = 64, .vocab_size = 2000, .seq_len = T};
+	const int b = 2, C = cfg.n_embd, V = cfg.vocab_size;
+	char err[256];
+	gpt2_t *host = gpt2_create(&cfg, 1, 1, GPT2_PRECISION_FP32, err, sizeof err);
+	gpt2_cuda_t *dense = gpt2_cuda_create(&cfg, b, T, 0, err, sizeof err);
+	gpt2_cuda_t *streamed = gpt2_cuda_create(&cfg, b, T, GPT2_CUDA_NO_GRADS | GPT2_CUDA_NO_MOMENTS,
+						 err, sizeof err);
+	if (!host || !dense || !streamed) {
+		printf("FAIL streamed-gradient models: %s\n", err);
+		n_failed++;
+		return;
+	}
+	const size_t n = gpt2_num_params(host), layer = 12 * (size_t)C * C + 13 * (size_t)C;
+	gpt2_init_params(host, 99);
+	gpt2_cuda_set_params(dense, gpt2_params(host));
+	gpt2_cuda_set_params(streamed, gpt2_params(host));
+	int32_t in[2 * T], tg[2 * T];
+	for (int i = 0; i < b * T; i++) {
+		in[i] = (int32_t)(rng_u32() % (uint32_t)V);
+		tg[i] = (int32_t)(rng_u32() % (uint32_t)V);
+	}
+	stream_log_t r = {.sum = calloc(n, sizeof(float)), .seen = calloc(n, 1), .max_range = layer,
+			  .host = malloc(layer * sizeof(float))};
+	gpt2_cuda_stream_grads(streamed, on_begin, on_end, &r, layer);
+	gpt2_cuda_zero_grad(dense);
+	gpt2_cuda_forward(dense, in, tg, b, T);
+	gpt2_cuda_backward(dense, 1.0f);
+	gpt2_cuda_forward(streamed, in, tg, b, T);
+	gpt2_cuda_backward(streamed, 1.0f);
+	gpt2_cuda_sync(streamed);
+	float *want = malloc(n * sizeof(float));
+	gpt2_cuda_get_grads(dense, want);
+
+	/* wte blocks of layer / C = 781 rows: 0, 781, 1562 */
+	const size_t rows = layer / (size_t)C, wte = (size_t)V * C;
+	const gpt2_tensor_t *lnf = gpt2_tensor_by_name(host, "ln_f.weight");
+	const gpt2_tensor_t *h0 = gpt2_tensor_by_name(host, "h.0.ln_1.weight");
+	const gpt2_tensor_t *wpe = gpt2_tensor_by_name(host, "wpe.weight");
+	const size_t order[] = {0, rows * C, 2 * rows * C, lnf->offset, h0->offset, wpe->offset,
+				0, rows * C, 2 * rows * C};
+	int in_order = r.calls == 9;
+	for (int i = 0; i < 9 && in_order; i++)
+		in_order = r.los[i] == order[i];
+	expect(in_order, "streamed ranges: %.0f, in gpt2.h's order (wte blocks, ln_f, h.0, wpe,"
+	       " wte blocks): %.0f", r.calls, in_order);
+	size_t right = 0;
+	for (size_t i = 0; i < n; i++)
+		right += r.seen[i] == (i < wte ? 2 : 1);
+	expect(right == n && r.biggest <= layer,
+	       "every float handed out as often as it should be (%.0f of them), none in a range over"
+	       " max_range (largest %.0f)", (double)right, (double)r.biggest);
+	expect(memcmp(r.sum + wte, want + wte, (n - wte) * sizeof(float)) == 0,
+	       "streamed gradients outside wte: the same bits as with a buffer (%g, %g)", 0, 0);
+	double e = rel_err(r.sum, want, wte);
+	expect(e <= STREAM_WTE_BOUND, "streamed wte gradient: rel err %.3g (bound %.3g)", e,
+	       STREAM_WTE_BOUND);
+	free(r.sum), free(r.seen), free(r.host), free(want);
+	gpt2_cuda_free(dense);
+	gpt2_cuda_free(streamed);
+	gpt2_free(host);
 }
 
 static void make_batches(int32_t *in, int32_t *tg)
@@ -144,7 +252,7 @@ int main(void)
 		printf("FAIL gpt2_create: %s\n", err);
 		return 1;
 	}
-	gpt2_cuda_t *gpu = gpt2_cuda_create(&CFG, B, T, true, err, sizeof err);
+	gpt2_cuda_t *gpu = gpt2_cuda_create(&CFG, B, T, 0, err, sizeof err);
 	if (!gpu) {
 		printf("FAIL gpt2_cuda_create: %s\n", err);
 		return 1;
@@ -197,6 +305,7 @@ int main(void)
 	       "each range's gradients were final when its event completed (%g, %g)", 0, 0);
 	free(rl.snap);
 	free(rl.seen);
+	test_streamed_grads();
 	expect(rel_err(lg_gpu, lg_cpu, nl) <= LOGITS_BOUND, "step 0 logits: rel err %.3g (bound %.3g)",
 	       rel_err(lg_gpu, lg_cpu, nl), LOGITS_BOUND);
 	const float *g_cpu = gpt2_grads(cpu);

@@ -123,11 +123,12 @@ extern "C" int cuda_embed_index_build(const int32_t *inputs, int N, int V, int32
 }
 
 /* one block per distinct token, threads over channels */
-__global__ void k_embed_tokens_backward(float *dwte, const float *dout, const int32_t *uniq,
-                                        const int32_t *starts, const int32_t *rows, int C)
+__global__ void k_embed_tokens_backward(float *dwte, int row0, const float *dout,
+                                        const int32_t *uniq, const int32_t *starts,
+                                        const int32_t *rows, int C)
 {
 	int k = blockIdx.x;
-	float *g = dwte + (size_t)uniq[k] * C;
+	float *g = dwte + (size_t)(uniq[k] - row0) * C;
 	int r0 = starts[k], r1 = starts[k + 1];
 	for (int c = threadIdx.x; c < C; c += blockDim.x) {
 		float acc = g[c];
@@ -137,13 +138,14 @@ __global__ void k_embed_tokens_backward(float *dwte, const float *dout, const in
 	}
 }
 
-extern "C" void cuda_embed_tokens_backward(float *dwte, const float *dout, const int32_t *uniq,
-                                           const int32_t *starts, const int32_t *rows, int n_unique,
-                                           int C, cudaStream_t stream)
+extern "C" void cuda_embed_tokens_backward(float *dwte, int row0, const float *dout,
+                                           const int32_t *uniq, const int32_t *starts,
+                                           const int32_t *rows, int n_unique, int C,
+                                           cudaStream_t stream)
 {
 	if (n_unique <= 0)
 		return;
-	k_embed_tokens_backward<<<n_unique, 256, 0, stream>>>(dwte, dout, uniq, starts, rows, C);
+	k_embed_tokens_backward<<<n_unique, 256, 0, stream>>>(dwte, row0, dout, uniq, starts, rows, C);
 	CUDA_CHECK_LAUNCH();
 }
 

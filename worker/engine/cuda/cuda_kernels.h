@@ -53,9 +53,12 @@ void cuda_embed_positions_backward(float *dwpe, const float *dout, int B, int T,
  */
 int cuda_embed_index_build(const int32_t *inputs, int N, int V, int32_t *uniq, int32_t *starts,
                            int32_t *rows, int32_t *counts);
-/* dwte[uniq[k]] (C) += dout rows of that token, in row order (so each
- * element gets the CPU's summation order); index arrays in device memory */
-void cuda_embed_tokens_backward(float *dwte, const float *dout, const int32_t *uniq,
+/* dwte[uniq[k] - row0] (C) += dout rows of that token, in row order (so
+ * each element gets the CPU's summation order): dwte holds the rows from
+ * token row0 on (0: all of wte; a block of rows for a streamed gradient),
+ * and uniq, starts may be a sub-run of the index's (starts[k] indexes rows
+ * as built); index arrays in device memory */
+void cuda_embed_tokens_backward(float *dwte, int row0, const float *dout, const int32_t *uniq,
                                 const int32_t *starts, const int32_t *rows, int n_unique, int C,
                                 cudaStream_t stream);
 

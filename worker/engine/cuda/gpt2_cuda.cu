@@ -96,9 +96,13 @@ struct gpt2_cuda {
 	cudaEvent_t *ready; /* n_layer + 2: gradient ranges final (gpt2_cuda_set_grads_ready) */
 	gpt2_cuda_grads_ready_fn ready_fn;
 	void *ready_ctx;
+	gpt2_cuda_grad_begin_fn stream_begin; /* gradients streamed (no grads buffer): */
+	gpt2_cuda_grad_end_fn stream_end;     /* gpt2_cuda_stream_grads */
+	void *stream_ctx;
+	int wte_rows;                         /* rows of wte per streamed block */
 
 	void *state;                 /* one allocation: params, grads, m, v (f32), params16 */
-	float *params, *grads, *mom1, *mom2;
+	float *params, *grads, *mom1, *mom2; /* grads, mom1, mom2 NULL when left out */
 	uint16_t *params16;
 	size_t state_bytes;
 
@@ -229,10 +233,18 @@ static double s_arena_bound(const gpt2_config_t *cfg, double B, double T)
 
 /* ---- create and free ---- */
 
+/* A call the contract rules out: one line, exit 70 (gpt2_cuda.h). */
+static void s_misuse(const char *what)
+{
+	fprintf(stderr, "ringworker: fatal: %s\n", what);
+	exit(CUDA_EXIT_MISUSE);
+}
+
+
 static const double GIB = 1073741824.0;
 
 extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T,
-                                         bool moments, char *err, size_t errlen)
+                                         unsigned flags, char *err, size_t errlen)
 {
 	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
 		return NULL;
@@ -245,7 +257,10 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		return NULL;
 	}
 	double n_params = (double)s_num_params(cfg);
-	double state = n_params * (moments ? 18.0 : 10.0);
+	const bool grads = !(flags & GPT2_CUDA_NO_GRADS), moments = !(flags & GPT2_CUDA_NO_MOMENTS);
+	/* fp32: params, and grads, m, v unless left out; the bf16 copy */
+	const size_t n_f32 = s_num_params(cfg) * (1 + (grads ? 1 : 0) + (moments ? 2 : 0));
+	double state = (double)n_f32 * 4.0 + n_params * 2.0;
 	if (s_arena_bound(cfg, max_B, max_T) > 1e17 || (double)max_B * max_T > 2147483647.0 / 8) {
 		snprintf(err, errlen,
 			 "out of GPU memory: train.batch_size %d x model.seq_len %d tokens is far beyond "
@@ -280,8 +295,6 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	m->max_B = max_B;
 	m->max_T = max_T;
 	size_t N = (size_t)max_B * (size_t)max_T;
-	/* state: params and grads, the moments when asked for, then the bf16 copy */
-	const size_t n_f32 = s_num_params(cfg) * (moments ? 4 : 2);
 	if (!s_build_table(m)) {
 		snprintf(err, errlen, "out of host memory");
 		goto fail;
@@ -304,10 +317,16 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		goto fail_cuda;
 	}
 	m->params = (float *)m->state;
-	m->grads = m->params + m->n_params;
-	if (moments) {
-		m->mom1 = m->grads + m->n_params;
-		m->mom2 = m->mom1 + m->n_params;
+	{
+		float *next = m->params + m->n_params;
+		if (grads) {
+			m->grads = next;
+			next += m->n_params;
+		}
+		if (moments) {
+			m->mom1 = next;
+			m->mom2 = next + m->n_params;
+		}
 	}
 	m->params16 = (uint16_t *)(m->params + n_f32);
 	if ((rc = cudaMemset(m->state, 0, m->state_bytes)) != cudaSuccess) {
@@ -381,8 +400,45 @@ extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)
 
 extern "C" void gpt2_cuda_set_grads_ready(gpt2_cuda_t *m, gpt2_cuda_grads_ready_fn fn, void *ctx)
 {
+	if (fn && !m->grads)
+		s_misuse("gpt2_cuda_set_grads_ready on a model without a gradient buffer");
 	m->ready_fn = fn;
 	m->ready_ctx = ctx;
+}
+
+extern "C" void gpt2_cuda_stream_grads(gpt2_cuda_t *m, gpt2_cuda_grad_begin_fn begin,
+                                       gpt2_cuda_grad_end_fn end, void *ctx, size_t max_range)
+{
+	const size_t C = (size_t)m->cfg.n_embd;
+	if (m->grads || !begin || !end)
+		s_misuse("gpt2_cuda_stream_grads needs a model created with GPT2_CUDA_NO_GRADS and both"
+			 " functions");
+	if (max_range < m->layer_floats || max_range < (size_t)m->cfg.seq_len * C || max_range < C)
+		s_misuse("gpt2_cuda_stream_grads: max_range holds less than a layer, wpe or a wte row");
+	m->stream_begin = begin;
+	m->stream_end = end;
+	m->stream_ctx = ctx;
+	size_t rows = max_range / C;
+	m->wte_rows = rows < (size_t)m->cfg.vocab_size ? (int)rows : m->cfg.vocab_size;
+}
+
+/* Where backward adds the gradients [lo, hi): the model's buffer, or a
+ * zeroed bucket of the gradient stream. */
+static float *s_grad_begin(gpt2_cuda_t *m, size_t lo, size_t hi)
+{
+	if (!m->stream_begin)
+		return m->grads + lo;
+	return m->stream_begin(m->stream_ctx, lo, hi);
+}
+
+/* The kernels that add into g are enqueued: hand a streamed bucket back
+ * behind an event (the callback waits for it before it returns). */
+static void s_grad_end(gpt2_cuda_t *m, float *g, size_t lo, size_t hi)
+{
+	if (!m->stream_end)
+		return;
+	CUDA_CHECK(cudaEventRecord(m->ready[0], m->stream));
+	m->stream_end(m->stream_ctx, g, lo, hi, m->ready[0]);
 }
 
 /* Gradients [offset, offset + n) are final once the enqueued work is done:
@@ -425,13 +481,6 @@ extern "C" double gpt2_cuda_flops_per_token(const gpt2_cuda_t *m, int T)
 	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
 }
 
-/* A call the contract rules out: one line, exit 70 (gpt2_cuda.h). */
-static void s_misuse(const char *what)
-{
-	fprintf(stderr, "ringworker: fatal: %s\n", what);
-	exit(CUDA_EXIT_MISUSE);
-}
-
 /* ---- host copies ---- */
 
 static void s_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
@@ -454,6 +503,8 @@ extern "C" void gpt2_cuda_get_params(gpt2_cuda_t *m, float *ret_params)
 
 extern "C" void gpt2_cuda_get_grads(gpt2_cuda_t *m, float *ret_grads)
 {
+	if (!m->grads)
+		s_misuse("gpt2_cuda_get_grads on a model created without a gradient buffer");
 	s_copy(ret_grads, m->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
@@ -599,7 +650,8 @@ extern "C" float gpt2_cuda_loss(gpt2_cuda_t *m)
 
 extern "C" void gpt2_cuda_zero_grad(gpt2_cuda_t *m)
 {
-	CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_params * sizeof(float), m->stream));
+	if (m->grads) /* streamed: every bucket comes zeroed */
+		CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_params * sizeof(float), m->stream));
 }
 
 extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
@@ -616,16 +668,38 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 
 	cuda_crossentropy_backward(a->dlogits, NULL, a->logits, a->lse, d_targets, N, V,
 				   loss_scale / (float)N, s);
-	/* dwte (V, C) += dlogits^T @ lnf (N, C); dlnf (N, C) = dlogits (N, V) @ wte (V, C) */
-	s_gemm(m, V, C, N, a->dlogits, true, a->lnf, false, NULL, m->grads, true);
+	/* dwte (V, C) += dlogits^T @ lnf (N, C): one GEMM, or one per block of
+	 * wte rows when streamed (dlogits' columns of the block, V apart) */
+	const int rows = m->stream_begin ? m->wte_rows : V;
+	for (int v0 = 0; v0 < V; v0 += rows) {
+		const int nv = rows < V - v0 ? rows : V - v0;
+		const size_t lo = (size_t)v0 * C, hi = lo + (size_t)nv * C;
+		float *g = s_grad_begin(m, lo, hi);
+		cuda_gemm_args_t ga;
+		memset(&ga, 0, sizeof ga);
+		ga.M = nv;
+		ga.N = C;
+		ga.K = N;
+		ga.A = a->dlogits + v0;
+		ga.lda = nv == V ? 0 : V;
+		ga.trans_a = true;
+		ga.B = a->lnf;
+		ga.C = g;
+		ga.alpha = 1.0f;
+		ga.accumulate = true;
+		cuda_gemm_run(m->gemm, &ga);
+		s_grad_end(m, g, lo, hi);
+	}
+	/* dlnf (N, C) = dlogits (N, V) @ wte (V, C) */
 	s_gemm(m, N, C, V, a->dlogits, false, m->params16, false, NULL, a->dsmall, false);
 	{
 		const float *w = m->params + m->off_lnf;
-		float *g = m->grads + m->off_lnf;
+		float *g = s_grad_begin(m, m->off_lnf, m->off_lnf + 2 * (size_t)C);
 		CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
 		cuda_layernorm_backward(a->dres, a->dres16, g, g + C, a->dsmall,
 					LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd, w, N, C,
 					a->colsum, s);
+		s_grad_end(m, g, m->off_lnf, m->off_lnf + 2 * (size_t)C);
 	}
 	s_grads_ready(m, 0, m->off_lnf, 2 * (size_t)C);
 	const size_t first_layer = m->off_wpe + (size_t)m->cfg.seq_len * C; /* after wte and wpe */
@@ -637,9 +711,11 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		uint16_t *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
+		const size_t lo = first_layer + (size_t)l * m->layer_floats, hi = lo + m->layer_floats;
+		float *lg = s_grad_begin(m, lo, hi); /* layer l's gradients, its first tensor's at 0 */
 #define P(which) s_p(m, m->params, l, (which))
 #define P16(which) s_p16(m, l, (which))
-#define G(which) s_p(m, m->grads, l, (which))
+#define G(which) (lg + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
 		s_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
 		cuda_bias_backward(G(T_FCPROJ_B), a->dres, N, C, a->colsum, s);
@@ -667,10 +743,31 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 #undef P
 #undef P16
 #undef G
-		s_grads_ready(m, L - l, first_layer + (size_t)l * m->layer_floats, m->layer_floats);
+		s_grad_end(m, lg, lo, hi);
+		s_grads_ready(m, L - l, lo, m->layer_floats);
 	}
-	cuda_embed_positions_backward(m->grads + m->off_wpe, a->dres, B, T, C, s);
-	cuda_embed_tokens_backward(m->grads, a->dres, d_uniq, d_starts, d_rows, m->n_unique, C, s);
+	{
+		const size_t lo = m->off_wpe, hi = lo + (size_t)m->cfg.seq_len * C;
+		float *g = s_grad_begin(m, lo, hi);
+		cuda_embed_positions_backward(g, a->dres, B, T, C, s);
+		s_grad_end(m, g, lo, hi);
+	}
+	/* the embedding's part of dwte, per block of rows as the LM head's: the
+	 * run of the (sorted) distinct tokens inside each */
+	const int32_t *h_uniq = m->host_ids + 2 * N;
+	int k0 = 0;
+	for (int v0 = 0; v0 < V; v0 += rows) {
+		const int v1 = rows < V - v0 ? v0 + rows : V;
+		int k1 = k0;
+		while (k1 < m->n_unique && h_uniq[k1] < v1)
+			k1++;
+		const size_t lo = (size_t)v0 * C, hi = (size_t)v1 * C;
+		float *g = s_grad_begin(m, lo, hi);
+		cuda_embed_tokens_backward(g, v0, a->dres, d_uniq + k0, d_starts + k0, d_rows, k1 - k0, C,
+					   s);
+		s_grad_end(m, g, lo, hi);
+		k0 = k1;
+	}
 	s_grads_ready(m, L + 1, 0, first_layer); /* wte, wpe */
 }
 
@@ -684,6 +781,8 @@ extern "C" double gpt2_cuda_sum_squares(gpt2_cuda_t *m, const float *x, size_t n
 
 extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)
 {
+	if (!m->grads)
+		s_misuse("gpt2_cuda_grad_norm on a model created without a gradient buffer");
 	return sqrt(gpt2_cuda_sum_squares(m, m->grads, m->n_params));
 }
 
@@ -719,8 +818,8 @@ extern "C" double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double
 
 extern "C" void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
 {
-	if (!m->mom1)
-		s_misuse("gpt2_cuda_adamw on a model created without AdamW moments");
+	if (!m->mom1 || !m->grads)
+		s_misuse("gpt2_cuda_adamw on a model created without AdamW moments or gradients");
 	gpt2_cuda_adamw_range(m, 0, m->n_params, m->grads, m->mom1, m->mom2, hp, grad_scale);
 }
 

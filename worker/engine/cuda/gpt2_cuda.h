@@ -10,9 +10,10 @@
  * gpt2_cuda_set_params / gpt2_cuda_get_params move a CPU model's
  * gpt2_params() buffer (or a snapshot) as is. A bf16 copy of the parameters
  * (same offsets) is what the GEMMs read; it is refreshed by every AdamW step
- * and by gpt2_cuda_set_params. Activations live in one arena allocated at
- * create time for (max_B, max_T); a smaller batch uses the front of each
- * slice.
+ * and by gpt2_cuda_set_params. Under ZeRO the moments (and for ZeRO-2 the
+ * gradients) may be left out (GPT2_CUDA_NO_*): the trainer then holds its
+ * shard's. Activations live in one arena allocated at create time for
+ * (max_B, max_T); a smaller batch uses the front of each slice.
  *
  * Precision: every GEMM (the linear layers, the LM head and the two
  * products of attention) takes bf16 operands and accumulates in fp32 on
@@ -56,17 +57,25 @@ extern "C" {
 
 typedef struct gpt2_cuda gpt2_cuda_t;
 
+/* What gpt2_cuda_create leaves out (ZeRO, worker/train_cuda.c). */
+enum {
+	/* no AdamW state: the caller keeps m and v for the range it updates
+	 * (a ZeRO shard) and steps with gpt2_cuda_adamw_range only */
+	GPT2_CUDA_NO_MOMENTS = 1u << 0,
+	/* no gradient buffer: backward streams its gradients range by range to
+	 * the caller (gpt2_cuda_stream_grads, ZeRO-2) */
+	GPT2_CUDA_NO_GRADS = 1u << 1,
+};
+
 /*
  * A model for batches of up to max_B sequences of up to max_T tokens
  * (max_T <= cfg->seq_len) on the current CUDA device. Allocates everything
- * once; parameters, gradients and moments start at zero. Without `moments`
- * the model holds no AdamW state: the caller keeps m and v for the range
- * it updates (a ZeRO-1 shard) and steps with gpt2_cuda_adamw_range only.
- * Returns NULL with one line in err: a config error named like
- * gpt2_create's, "no CUDA GPU: <reason>", or "out of GPU memory: need X GiB
- * for activations ...".
+ * once; parameters, gradients and moments start at zero. flags: 0, or
+ * GPT2_CUDA_NO_* of what to leave out. Returns NULL with one line in err: a
+ * config error named like gpt2_create's, "no CUDA GPU: <reason>", or "out
+ * of GPU memory: need X GiB for activations ...".
  */
-gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, bool moments,
+gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
                               char *err, size_t errlen);
 
 /* Free everything; accepts NULL. */
@@ -74,8 +83,8 @@ void gpt2_cuda_free(gpt2_cuda_t *m);
 
 const gpt2_config_t *gpt2_cuda_config(const gpt2_cuda_t *m);
 size_t gpt2_cuda_num_params(const gpt2_cuda_t *m);
-/* Device bytes: parameters with their bf16 copy, gradients and moments (when
- * created with them); the
+/* Device bytes: parameters with their bf16 copy, gradients and moments
+ * (unless left out); the
  * activation arena (with scratch and the cuBLASLt workspace). */
 size_t gpt2_cuda_state_bytes(const gpt2_cuda_t *m);
 size_t gpt2_cuda_activation_bytes(const gpt2_cuda_t *m);
@@ -84,8 +93,8 @@ cudaStream_t gpt2_cuda_stream(const gpt2_cuda_t *m);
 
 /* Copy num_params floats of parameters from the host (and refresh the bf16
  * copy) / to the host; gradients to the host; the AdamW moments to and
- * from the host (m, v: num_params floats each; only on a model created with
- * moments). Wait for the copy. */
+ * from the host (m, v: num_params floats each). Wait for the copy. What the
+ * model was created without cannot be copied (exit 70). */
 void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params);
 void gpt2_cuda_get_params(gpt2_cuda_t *m, float *ret_params);
 void gpt2_cuda_get_grads(gpt2_cuda_t *m, float *ret_grads);
@@ -107,7 +116,7 @@ float gpt2_cuda_loss(gpt2_cuda_t *m);
  * stay valid through backward. */
 void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits);
 
-/* Set every gradient to zero. */
+/* Set every gradient to zero (nothing when they are streamed). */
 void gpt2_cuda_zero_grad(gpt2_cuda_t *m);
 
 /* Backward of the last forward (which must have had targets): ADDS
@@ -129,7 +138,29 @@ void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale);
 typedef void (*gpt2_cuda_grads_ready_fn)(void *ctx, size_t offset, size_t n, cudaEvent_t ready);
 void gpt2_cuda_set_grads_ready(gpt2_cuda_t *m, gpt2_cuda_grads_ready_fn fn, void *ctx);
 
-/* sqrt of the sum of squares of all gradients (in double; waits). */
+/*
+ * Gradients streamed (ZeRO-2): on a model created with GPT2_CUDA_NO_GRADS,
+ * every backward hands its gradients out range by range, in gpt2.h's order
+ * for GPT2_STREAM_GRADS: the wte blocks (the LM head), ln_f, layers
+ * L-1 .. 0, wpe, and the wte blocks again (the embedding), every range in
+ * every backward whatever the batch holds. For each, begin(ctx, lo, hi)
+ * returns a zeroed device buffer of hi - lo floats for gradients [lo, hi);
+ * backward enqueues the kernels that add d(loss_scale * loss)/d(params of
+ * the range) into it, records `ready` on the model's stream after them and
+ * calls end(ctx, g, lo, hi, ready), which must wait for the event before it
+ * reads g (the event is recorded again for the next range). A wte block is
+ * max_range / C rows (the last one fewer); max_range must hold a whole
+ * layer, wpe (seq_len x C) and a row of C (exit 70 otherwise), and
+ * gpt2_max_range of the CPU model of the same config does.
+ */
+typedef float *(*gpt2_cuda_grad_begin_fn)(void *ctx, size_t lo, size_t hi);
+typedef void (*gpt2_cuda_grad_end_fn)(void *ctx, float *g, size_t lo, size_t hi,
+                                      cudaEvent_t ready);
+void gpt2_cuda_stream_grads(gpt2_cuda_t *m, gpt2_cuda_grad_begin_fn begin,
+                            gpt2_cuda_grad_end_fn end, void *ctx, size_t max_range);
+
+/* sqrt of the sum of squares of all gradients (in double; waits). Needs the
+ * gradient buffer. */
 double gpt2_cuda_grad_norm(gpt2_cuda_t *m);
 
 /* The sum of squares of n floats of device memory x, in double, in an
@@ -144,8 +175,9 @@ double gpt2_cuda_sum_squares(gpt2_cuda_t *m, const float *x, size_t n);
 float *gpt2_cuda_params(gpt2_cuda_t *m);
 void gpt2_cuda_params_written(gpt2_cuda_t *m);
 
-/* The flat gradient buffer: num_params floats of device memory in gpt2.h's
- * layout (borrowed, valid until gpt2_cuda_free), for an all-reduce in place
+/* The flat gradient buffer (NULL when streamed): num_params floats of
+ * device memory in gpt2.h's layout (borrowed, valid until gpt2_cuda_free),
+ * for an all-reduce in place
  * (worker/train.c). Work on the model's stream that writes it must be
  * finished first (gpt2_cuda_sync). */
 float *gpt2_cuda_grads(gpt2_cuda_t *m);
@@ -158,7 +190,7 @@ void gpt2_cuda_sync(gpt2_cuda_t *m);
  * each gradient multiplied by grad_scale first (1: none; the clipping
  * factor folded in), then the bf16 copy refreshed. Enqueued; returns at
  * once. gpt2_cuda_step is gpt2_cuda_grad_norm, the clipping factor, and
- * this. Only on a model created with moments.
+ * this. Only on a model created with gradients and moments.
  */
 void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale);
 
