@@ -619,18 +619,13 @@ static int s_check_cross(const json_t *doc, const jobspec_t *s, jobspec_error_t 
 			      s->train.steps);
 	}
 
-	/* the GPU engine (docs/gpu.md): bf16 matrix products; sharding none, zero1 or zero2 */
+	/* the GPU engine (docs/gpu.md): bf16 matrix products */
 	if (s->parallel.device == JOBSPEC_DEVICE_CUDA && s->train.precision != JOBSPEC_PRECISION_BF16)
 		return s_fail(err, "/train/precision",
 			      "train.precision \"fp32\" is not available with parallel.device \"cuda\": the GPU"
 			      " engine computes its matrix products in bf16 (fp32 accumulation, fp32 master"
 			      " weights and AdamW); leave train.precision out (bf16 is the default on cuda) or"
 			      " set it to \"bf16\"");
-	if (s->parallel.device == JOBSPEC_DEVICE_CUDA && s->parallel.sharding == JOBSPEC_SHARDING_ZERO3)
-		return s_fail(err, "/parallel/sharding",
-			      "parallel.sharding \"zero3\" is not available with parallel.device \"cuda\" yet:"
-			      " use \"zero2\" (gradients and optimizer state sharded), \"zero1\" or \"none\""
-			      " on cuda, or run zero3 on cpu");
 
 	if (json_object_get(doc, "resume_from") && s->resume_from.step >= s->train.steps)
 		return s_fail(err, "/resume_from/step",

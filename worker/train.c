@@ -71,8 +71,11 @@
  * model's parameters in place before their bf16 copy is refreshed.
  * zero2 as well, with the shard_t on device memory (shard_mem_cuda): the
  * GPU model has no gradient buffer and its backward streams each range's
- * gradients to the shard_t, as the CPU engine's does. zero3 is refused on
- * cuda (train_check_device).
+ * gradients to the shard_t, as the CPU engine's does. zero3 too: the GPU
+ * model has no parameters either and fetches each range from the shard_t
+ * (on the GPU) before using it; AdamW steps the shard_t's master shard,
+ * and the host model's buffer stands in for the host copy of that shard
+ * (initialisation, snapshots, resume).
  */
 #include "train.h"
 
@@ -252,11 +255,13 @@ static void s_stream_grad_end(void *ctx, float *g, gpt2_range_t r)
 	shard_grad_end(t->zero, g, r.lo, r.hi);
 }
 
-/* This rank's master parameters (shard-indexed, shard_count of them): its
- * range of the replica, or the zero3 shard. Only when shard_count > 0. */
+/* This rank's master parameters on the host (shard-indexed, shard_count of
+ * them): its range of the replica, or the zero3 shard; on the GPU, its
+ * range of the host model's buffer, which s_state_to_host fills. Only when
+ * shard_count > 0. */
 static float *s_master(train_t *t)
 {
-	if (t->sharding == JOBSPEC_SHARDING_ZERO3)
+	if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
 		return shard_params(t->zero);
 	return gpt2_params(t->model) + t->shard_lo;
 }
@@ -337,13 +342,6 @@ int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 {
 	if (spec->parallel.device != JOBSPEC_DEVICE_CUDA)
 		return TRAIN_EXIT_OK;
-	if (spec->parallel.sharding == JOBSPEC_SHARDING_ZERO3) {
-		snprintf(err, errlen,
-			 "parallel.sharding is zero3 but parallel.device cuda supports only \"none\","
-			 " \"zero1\" and \"zero2\" so far: set parallel.sharding to one of them, or run"
-			 " zero3 on cpu");
-		return TRAIN_EXIT_SPEC;
-	}
 	if (spec->train.precision != JOBSPEC_PRECISION_BF16) {
 		snprintf(err, errlen,
 			 "train.precision is %s but parallel.device cuda computes its matrix products in"
@@ -887,8 +885,17 @@ static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, si
  * TRAIN_EXIT_* code. */
 static int s_gather_replica(train_t *t, int64_t step)
 {
-	const float *mine = t->shard_count ? shard_params(t->zero) : t->params_full;
-	if (comm_allgather_f32(t->comm, mine, t->params_full, t->shard_counts) < 0)
+	int rc;
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+	if (t->gpu) {
+		rc = train_cuda_gather_replica(t->gpu, t->comm, t->params_full);
+	} else
+#endif
+	{
+		const float *mine = t->shard_count ? shard_params(t->zero) : t->params_full;
+		rc = comm_allgather_f32(t->comm, mine, t->params_full, t->shard_counts);
+	}
+	if (rc < 0)
 		return s_comm_error(t, "all-gather of the parameters for the report", step);
 	return TRAIN_EXIT_OK;
 }
@@ -1367,7 +1374,7 @@ static int s_resume(train_t *t)
 		rc = s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
 			     dir);
 	} else {
-		if (t->sharding == JOBSPEC_SHARDING_ZERO3)
+		if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
 			rc = s_read(t, s, "params", lo, count, shard_params(t->zero));
 		else
 			rc = s_read(t, s, "params", 0, (int64_t)t->n_params, gpt2_params(t->model));
@@ -1390,11 +1397,12 @@ static int s_resume(train_t *t)
 }
 
 /* The initial parameters from train.seed (not when resuming: the snapshot
- * has them). zero3: the master shard, the bits the replica would have. */
+ * has them). zero3: the master shard, the bits the replica would have (on
+ * the GPU the host model's whole buffer, whose shard range goes up). */
 static void s_init_params(train_t *t)
 {
 	uint64_t seed = t->spec->train.seed;
-	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero)
+	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->gpu)
 		gpt2_init_params(t->model, seed);
 	else if (t->shard_count)
 		gpt2_init_range(t->model, seed, t->shard_lo, t->shard_lo + t->shard_count,

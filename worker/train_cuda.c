@@ -31,6 +31,7 @@ struct train_cuda {
 	train_cuda_shard_t shard;
 	float *shard_state; /* device, sharded: m, v (and zero1's grads) of shard.len floats each */
 	float *shard_grads, *shard_m, *shard_v; /* in shard_state, or zero2's shard_t's */
+	float *shard_params; /* zero3: the shard_t's master shard; else NULL */
 	float grad_scale; /* the clipping factor of the last train_cuda_clip or _set_clip */
 	comm_t *reduce;   /* the overlapped all-reduce of the last backward, if any */
 	int reduce_rc;    /* its first error */
@@ -95,6 +96,20 @@ static void s_stream_end(void *ctx, float *grads, size_t lo, size_t hi, cudaEven
 	shard_grad_end(g->shard.zero, grads, lo, hi);
 }
 
+/* zero3: each range of parameters all-gathered by the shard_t when the
+ * model needs it. */
+static const float *s_fetch(void *ctx, size_t lo, size_t hi)
+{
+	train_cuda_t *g = ctx;
+	return shard_fetch(g->shard.zero, lo, hi, 0, 0);
+}
+
+static void s_release(void *ctx, const float *p)
+{
+	train_cuda_t *g = ctx;
+	shard_release(g->shard.zero, p);
+}
+
 train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals,
                              const train_cuda_shard_t *shard, int *ret_exit, char *err,
                              size_t errlen)
@@ -121,6 +136,8 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 	unsigned flags = shard ? GPT2_CUDA_NO_MOMENTS : 0;
 	if (shard && shard->zero)
 		flags |= GPT2_CUDA_NO_GRADS;
+	if (shard && shard->zero && shard_params(shard->zero))
+		flags |= GPT2_CUDA_NO_PARAMS;
 	g->model = gpt2_cuda_create(cfg, B, T, flags, why, sizeof why);
 	if (!g->model) {
 		if (strncmp(why, "no CUDA GPU: ", 13) == 0) {
@@ -163,6 +180,12 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 		g->shard_grads = shard->zero ? shard_grads(shard->zero) : g->shard_state + 2 * len;
 		if (shard->zero)
 			gpt2_cuda_stream_grads(g->model, s_stream_begin, s_stream_end, g, shard->max_range);
+		g->shard_params = shard->zero ? shard_params(shard->zero) : NULL;
+		if (g->shard_params &&
+		    gpt2_cuda_stream_params(g->model, s_fetch, s_release, g, err, errlen) < 0) {
+			*ret_exit = TRAIN_EXIT_NOMEM;
+			goto fail;
+		}
 	}
 	g->grad_scale = 1.0f;
 	return g;
@@ -199,6 +222,8 @@ void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_gr
 	size_t model_grads = g->sharded && g->shard.zero ? 0 : n * sizeof(float);
 	size_t model_optim = g->sharded ? 0 : 2 * n * sizeof(float);
 	*ret_params = state - model_grads - model_optim;
+	if (g->shard_params) /* zero3: the master shard and the gather slots */
+		*ret_params += shard_param_bytes(g->shard.zero);
 	*ret_grads = model_grads;
 	if (g->sharded)
 		*ret_grads += g->shard.zero ? shard_grad_bytes(g->shard.zero)
@@ -221,7 +246,11 @@ static void s_copy(train_cuda_t *g, void *dst, const void *src, size_t n, enum c
 void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m,
                        const float *adam_v)
 {
-	gpt2_cuda_set_params(g->model, params);
+	if (g->shard_params)
+		s_copy(g, g->shard_params, params + g->shard.lo, g->shard.count, cudaMemcpyHostToDevice,
+		       "copying the parameter shard to the GPU");
+	else
+		gpt2_cuda_set_params(g->model, params);
 	if (!g->sharded) {
 		gpt2_cuda_set_moments(g->model, adam_m, adam_v);
 		return;
@@ -235,7 +264,11 @@ void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m
 void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
                          float *ret_adam_v)
 {
-	gpt2_cuda_get_params(g->model, ret_params);
+	if (g->shard_params)
+		s_copy(g, ret_params + g->shard.lo, g->shard_params, g->shard.count,
+		       cudaMemcpyDeviceToHost, "copying the parameter shard from the GPU");
+	else
+		gpt2_cuda_get_params(g->model, ret_params);
 	if (!ret_adam_m || !ret_adam_v)
 		return;
 	if (!g->sharded) {
@@ -322,8 +355,23 @@ void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp)
 	if (!g->sharded)
 		gpt2_cuda_adamw(g->model, hp, g->grad_scale);
 	else if (g->shard.count)
-		gpt2_cuda_adamw_range(g->model, g->shard.lo, g->shard.count, g->shard_grads,
-				      g->shard_m, g->shard_v, hp, g->grad_scale);
+		gpt2_cuda_adamw_range(g->model, g->shard.lo, g->shard.count,
+				      g->shard_params ? g->shard_params
+						      : gpt2_cuda_params(g->model) + g->shard.lo,
+				      g->shard_grads, g->shard_m, g->shard_v, hp, g->grad_scale);
+}
+
+int train_cuda_gather_replica(train_cuda_t *g, comm_t *comm, float *ret_params)
+{
+	size_t n = gpt2_cuda_num_params(g->model);
+	float *all = NULL;
+	s_check(cudaMalloc((void **)&all, n * sizeof(float)), "allocating the gathered replica");
+	const float *mine = g->shard.count ? g->shard_params : all;
+	int rc = comm_allgather_f32(comm, mine, all, g->shard.counts);
+	if (rc == 0)
+		s_copy(g, ret_params, all, n, cudaMemcpyDeviceToHost, "copying the gathered replica");
+	cudaFree(all);
+	return rc;
 }
 
 int train_cuda_gather_params(train_cuda_t *g, comm_t *comm)

@@ -45,7 +45,7 @@ typedef struct train_cuda train_cuda_t;
 int train_cuda_probe(char *err, size_t errlen);
 
 /*
- * ZeRO on the GPU (parallel.sharding zero1 or zero2; train.c's layout):
+ * ZeRO on the GPU (parallel.sharding zero1, zero2 or zero3; train.c's layout):
  * this rank owns parameters [lo, lo + count) and keeps their AdamW moments
  * in S = len device floats each (count <= len; the rest is zero padding);
  * counts (W entries, borrowed for the trainer's life) are every rank's
@@ -55,7 +55,10 @@ int train_cuda_probe(char *err, size_t errlen);
  * gradient buffer; zero2, the shard_grads of `zero` (borrowed; a shard_t on
  * device memory, shard_mem_cuda, with buffers of max_range floats), to
  * which backward streams its gradients range by range: the GPU model then
- * has no gradient buffer at all.
+ * has no gradient buffer at all. zero3: `zero` also keeps the master shard
+ * of the parameters (shard_params), and the GPU model has no parameters
+ * either: it fetches every range from the shard_t (an all-gather) just
+ * before using it, and AdamW steps the master shard.
  */
 typedef struct {
 	size_t lo, len, count;
@@ -93,13 +96,15 @@ void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_gr
                        size_t *ret_optim, size_t *ret_activations);
 
 /* The whole state from host buffers in the CPU model's layout: num_params
- * floats of parameters (the bf16 copy refreshed) and AdamW's m and v, of
- * num_params floats each or, sharded, the shard's len. Waits. */
+ * floats of parameters (the bf16 copy refreshed; zero3: only the shard's
+ * range is read) and AdamW's m and v, of num_params floats each or,
+ * sharded, the shard's len. Waits. */
 void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m,
                        const float *adam_v);
 
 /* The parameters, and unless adam_m and adam_v are NULL the moments, into
- * host buffers sized as train_cuda_upload's. Waits. */
+ * host buffers sized as train_cuda_upload's (zero3: only the shard's range
+ * of the parameters is written). Waits. */
 void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
                          float *ret_adam_v);
 
@@ -145,10 +150,16 @@ void train_cuda_set_clip(train_cuda_t *g, float factor);
  * waits for it). */
 void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp);
 
-/* Sharded: every rank's updated range into every rank's parameters, an
- * all-gather over comm in place, and the bf16 copy refreshed. 0 or the
+/* zero1, zero2: every rank's updated range into every rank's parameters,
+ * an all-gather over comm in place, and the bf16 copy refreshed. 0 or the
  * comm's error. */
 int train_cuda_gather_params(train_cuda_t *g, comm_t *comm);
+
+/* zero3: the whole replica, all-gathered from every rank's master shard
+ * through a device buffer of num_params floats made for the call, into
+ * host memory (a test's view, train_options_t.report_params). 0 or the
+ * comm's error. */
+int train_cuda_gather_replica(train_cuda_t *g, comm_t *comm, float *ret_params);
 
 /*
  * comm_allreduce_sum_f32 of n host floats (n <= the n_vals of

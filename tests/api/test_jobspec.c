@@ -619,12 +619,11 @@ static void test_cross_field_rules(void)
 	/* eval without val is allowed (the evaluation is skipped). */
 	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"train\": {\"eval_every\": 10}}");
 
-	/* cuda: bf16 only (its default there); sharding none, zero1 or zero2 */
+	/* cuda: bf16 only (its default there); every sharding mode */
 	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"train\": {\"precision\": \"fp32\"},"
 			 " \"parallel\": {\"device\": \"cuda\"}}",
 			 "/train/precision", "train.precision \"fp32\" is not available with parallel.device \"cuda\"");
-	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\", \"sharding\": \"zero3\"}}",
-			 "/parallel/sharding", "parallel.sharding \"zero3\" is not available with parallel.device \"cuda\" yet");
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\", \"sharding\": \"zero3\"}}");
 	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\", \"sharding\": \"zero2\"}}");
 	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\"}}");
 	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"device\": \"cuda\", \"sharding\": \"zero1\"}}");

@@ -18,14 +18,16 @@
  *   - the memory figures come from the GPU engine: parameters 6 bytes per
  *     parameter (fp32 and bf16, rounded up), gradients 4, AdamW 8, and a
  *     non-zero activation arena;
- *   - parallel.sharding zero1 and zero2 (the shard's gradients and moments
- *     on the GPU, train_cuda.h) at world 1 against no comm, and with two
+ *   - parallel.sharding zero1, zero2 and zero3 (the shard's gradients,
+ *     moments and zero3's parameters on the GPU, train_cuda.h) at world 1
+ *     against no comm, and with two
  *     GPUs at world 2 against world 2 unsharded: every step within
  *     ZERO1_REL_TOL or ZERO2_REL_TOL (below), both ranks the
  *     same bits and parameters, and the memory figures of a shard: AdamW 8
  *     bytes per parameter of the shard (S = ceil(N / W)); zero1's gradients
  *     4 per parameter plus 4 per shard slot, zero2's no full buffer (the
- *     parameters alone are 6 bytes per parameter: the model holds none).
+ *     parameters alone are 6 bytes per parameter: the model holds none),
+ *     zero3's parameters less than a replica's (at world 2).
  *
  * The model is gpu-step's (2 layers, 4 heads, 64 channels, bytes, seq_len
  * 32), 8 steps, 2 micro-steps, validation every 4. The tolerances are
@@ -63,7 +65,7 @@
  * embedding) and, with gradient accumulation, the micro-steps apart, where
  * unsharded adds them up in the model's buffer, and bf16 rounding of the
  * parameters carries such last-bit differences on (measured: 2.3e-5 over 8
- * steps; 1.8e-5 with one micro-step). */
+ * steps; 1.8e-5 with one micro-step); zero3 as zero2 (ZERO2_REL_TOL). */
 #define ZERO1_REL_TOL 1e-5
 #define ZERO2_REL_TOL 1e-3
 
@@ -351,7 +353,7 @@ static int s_probe(char *why, size_t n)
 static void s_check_sharded(const run_result_t *a, const run_result_t *b, int W, const char *what,
 			    const char *mode)
 {
-	const bool zero2 = strcmp(mode, "zero2") == 0;
+	const bool zero1 = strcmp(mode, "zero1") == 0, zero3 = strcmp(mode, "zero3") == 0;
 	double worst = 0;
 	for (int r = 0; r < W; r++) {
 		CHECK(b->rc[r] == TRAIN_EXIT_OK && b->n_steps[r] == STEPS);
@@ -367,16 +369,19 @@ static void s_check_sharded(const run_result_t *a, const run_result_t *b, int W,
 		if (!isnan(x->val_loss))
 			e = fmax(e, s_rel(y->val_loss, x->val_loss));
 		worst = fmax(worst, e);
-		if (e > (zero2 ? ZERO2_REL_TOL : ZERO1_REL_TOL)) {
+		if (e > (zero1 ? ZERO1_REL_TOL : ZERO2_REL_TOL)) {
 			fprintf(stderr, "step %d: %s %s loss %.9g norm %.9g val %.9g, none %.9g %.9g %.9g\n",
 				s + 1, what, mode, y->loss, y->grad_norm, y->val_loss, x->loss, x->grad_norm,
 				x->val_loss);
 			s_failures++;
 		}
 		size_t n = y->n_params, S = (n + (size_t)W - 1) / (size_t)W;
-		CHECK(n > 0 && y->params_bytes >= 6 * n && y->params_bytes < 6 * n + 256);
+		/* zero3: the master shard and two gather slots, no replica (which
+		 * at world 1, the shard being all of it, is no saving) */
+		CHECK(n > 0 && (zero3 ? y->params_bytes >= 4 * S && (W == 1 || y->params_bytes < 6 * n)
+				      : y->params_bytes >= 6 * n && y->params_bytes < 6 * n + 256));
 		CHECK(y->optim_bytes == 8 * S);
-		CHECK(zero2 ? y->grads_bytes > 4 * S : y->grads_bytes == 4 * n + 4 * S);
+		CHECK(zero1 ? y->grads_bytes == 4 * n + 4 * S : y->grads_bytes > 4 * S);
 	}
 	size_t differ = 0;
 	for (size_t i = 0; a->params[0] && b->params[0] && i < a->n_params && i < b->n_params; i++)
@@ -386,12 +391,12 @@ static void s_check_sharded(const run_result_t *a, const run_result_t *b, int W,
 	       what, mode, worst, differ, a->n_params);
 }
 
-/* zero1 and zero2 at world W x batch B, each checked against `plain`,
+/* zero1, zero2 and zero3 at world W x batch B, each checked against `plain`,
  * the unsharded run of the same global batch. */
 static void s_run_sharded(const run_result_t *plain, int W, int B)
 {
-	static const char *const modes[] = {"zero1", "zero2"};
-	for (int i = 0; i < 2; i++) {
+	static const char *const modes[] = {"zero1", "zero2", "zero3"};
+	for (int i = 0; i < 3; i++) {
 		run_cfg_t cfg = {.W = W, .B = B, .use_comm = true, .sharding = modes[i]};
 		run_result_t z;
 		char tag[32], what[32];

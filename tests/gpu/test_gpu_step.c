@@ -39,7 +39,13 @@
  *     wte's floats handed out twice and every other float once, and their
  *     sum is the gradient of a model with a buffer: the same bits outside
  *     wte, wte within STREAM_WTE_BOUND (its LM-head part is one GEMM per
- *     block there, and its two parts are added apart).
+ *     block there, and its two parts are added apart);
+ *   - streamed parameters as well (ZeRO-3's hook, gpt2_cuda_stream_params)
+ *     on that model: the ranges fetched in gpt2.h's order (forward: wpe,
+ *     the wte blocks, the layer, ln_f, the wte blocks; backward: the wte
+ *     blocks, ln_f, the layer), one at a time, each released; the logits,
+ *     the loss and the whole gradient within STREAM_WTE_BOUND of the dense
+ *     model's (the LM head's GEMMs run per block, dlnf summed over them).
  *
  * Skips (exit 77) with "no CUDA GPU: ...; skipping" where there is no GPU.
  */
@@ -138,6 +144,37 @@ static void on_end(void *ctx, float *g, size_t lo, size_t hi, cudaEvent_t ready)
 	cudaFree(g);
 }
 
+/* Parameters handed to a streamed model from a device copy of them, with
+ * the ranges fetched in order and every release checked. */
+typedef struct {
+	const float *all; /* device: every parameter */
+	int fetches, releases, wrong;
+	size_t los[32];
+	const float *held;
+} fetch_log_t;
+
+static const float *on_fetch(void *ctx, size_t lo, size_t hi)
+{
+	fetch_log_t *f = ctx;
+	(void)hi;
+	if (f->held)
+		f->wrong++; /* one range at a time */
+	if (f->fetches < 32)
+		f->los[f->fetches] = lo;
+	f->fetches++;
+	f->held = f->all + lo;
+	return f->held;
+}
+
+static void on_release(void *ctx, const float *p)
+{
+	fetch_log_t *f = ctx;
+	if (p != f->held)
+		f->wrong++;
+	f->held = NULL;
+	f->releases++;
+}
+
 static void test_streamed_grads(void)
 {
 	const gpt2_config_t cfg = {.n_layer = 1, .n_head = 4, .n_embd = 64, .vocab_size = 2000, .seq_len = T};
@@ -196,6 +233,50 @@ static void test_streamed_grads(void)
 	double e = rel_err(r.sum, want, wte);
 	expect(e <= STREAM_WTE_BOUND, "streamed wte gradient: rel err %.3g (bound %.3g)", e,
 	       STREAM_WTE_BOUND);
+
+	/* and the parameters streamed as well (ZeRO-3's hooks) */
+	gpt2_cuda_t *bare = gpt2_cuda_create(&cfg, b, T, GPT2_CUDA_NO_PARAMS | GPT2_CUDA_NO_GRADS |
+					     GPT2_CUDA_NO_MOMENTS, err, sizeof err);
+	if (!bare) {
+		printf("FAIL streamed-parameters model: %s\n", err);
+		n_failed++;
+	} else {
+		fetch_log_t f = {.all = gpu_dup(gpt2_params(host), n * sizeof(float))};
+		memset(r.sum, 0, n * sizeof(float));
+		memset(r.seen, 0, n);
+		r.calls = 0;
+		gpt2_cuda_stream_grads(bare, on_begin, on_end, &r, layer);
+		expect(gpt2_cuda_stream_params(bare, on_fetch, on_release, &f, err, sizeof err) == 0,
+		       "gpt2_cuda_stream_params (%g, %g)", 0, 0);
+		const size_t nl = (size_t)b * T * V;
+		float *lg_dense = malloc(nl * sizeof(float)), *lg_bare = malloc(nl * sizeof(float));
+		gpt2_cuda_get_logits(dense, lg_dense);
+		gpt2_cuda_forward(bare, in, tg, b, T);
+		gpt2_cuda_get_logits(bare, lg_bare);
+		float l_dense = gpt2_cuda_loss(dense), l_bare = gpt2_cuda_loss(bare);
+		int fwd = f.fetches;
+		gpt2_cuda_backward(bare, 1.0f);
+		gpt2_cuda_sync(bare);
+		/* forward: wpe, 3 wte blocks, h.0, ln_f, 3 wte blocks; backward: 3
+		 * wte blocks, ln_f, h.0 */
+		const size_t want_los[] = {wpe->offset, 0, rows * C, 2 * rows * C, h0->offset,
+					   lnf->offset, 0, rows * C, 2 * rows * C,
+					   0, rows * C, 2 * rows * C, lnf->offset, h0->offset};
+		int ok = f.fetches == 14 && fwd == 9 && f.releases == 14 && f.wrong == 0;
+		for (int i = 0; i < 14 && ok; i++)
+			ok = f.los[i] == want_los[i];
+		expect(ok, "streamed parameters: %.0f fetches in gpt2.h's order, each released once"
+		       " (%.0f wrong)", f.fetches, f.wrong);
+		expect(rel_err(lg_bare, lg_dense, nl) <= STREAM_WTE_BOUND && fabsf(l_bare - l_dense) <=
+		       STREAM_WTE_BOUND * fabsf(l_dense), "streamed parameters: logits rel err %.3g, loss"
+		       " %.9g", rel_err(lg_bare, lg_dense, nl), l_bare);
+		e = rel_err(r.sum, want, n);
+		expect(e <= STREAM_WTE_BOUND, "streamed parameters: gradient rel err %.3g (bound %.3g)",
+		       e, STREAM_WTE_BOUND);
+		free(lg_dense), free(lg_bare);
+		cudaFree((void *)f.all);
+		gpt2_cuda_free(bare);
+	}
 	free(r.sum), free(r.seen), free(r.host), free(want);
 	gpt2_cuda_free(dense);
 	gpt2_cuda_free(streamed);

@@ -231,9 +231,6 @@ def case_error_no_gpu(tmp):
     does not support is a spec error (2) on any machine."""
     with_text_data(tmp)
     cuda = dict(tiny_spec(), parallel={"device": "cuda"})  # precision: bf16, the default on cuda
-    expect_fail(tmp, dict(cuda, parallel={"device": "cuda", "sharding": "zero3"}), 2,
-                "parallel.sharding \"zero3\" is not available with parallel.device \"cuda\"",
-                "zero1")
     expect_fail(tmp, dict(tiny_spec(train__precision="fp32"), parallel={"device": "cuda"}), 2,
                 "train.precision \"fp32\" is not available with parallel.device \"cuda\"", "bf16")
     r = run(tmp, cuda, "--steps", "2")

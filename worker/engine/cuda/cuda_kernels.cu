@@ -82,6 +82,44 @@ extern "C" void cuda_embed_forward(float *out, const int32_t *inputs, const floa
 	CUDA_CHECK_LAUNCH();
 }
 
+__global__ void k_embed_positions_forward(float *out, const float *wpe, int T, int C, size_t total)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t n = i / (size_t)C;
+		int c = (int)(i % (size_t)C);
+		out[i] = wpe[(n % (size_t)T) * C + c];
+	}
+}
+
+extern "C" void cuda_embed_positions_forward(float *out, const float *wpe, int B, int T, int C,
+                                             cudaStream_t stream)
+{
+	size_t total = (size_t)B * T * C;
+	k_embed_positions_forward<<<s_grid(total, 256), 256, 0, stream>>>(out, wpe, T, C, total);
+	CUDA_CHECK_LAUNCH();
+}
+
+__global__ void k_embed_tokens_add(float *out, const int32_t *inputs, const float *w, int v0, int v1,
+                                   int C, size_t total)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t n = i / (size_t)C;
+		int tok = inputs[n];
+		if (tok >= v0 && tok < v1)
+			out[i] += w[(size_t)(tok - v0) * C + i % (size_t)C];
+	}
+}
+
+extern "C" void cuda_embed_tokens_add(float *out, const int32_t *inputs, const float *w, int v0,
+                                      int v1, int N, int C, cudaStream_t stream)
+{
+	size_t total = (size_t)N * C;
+	k_embed_tokens_add<<<s_grid(total, 256), 256, 0, stream>>>(out, inputs, w, v0, v1, C, total);
+	CUDA_CHECK_LAUNCH();
+}
+
 __global__ void k_embed_positions_backward(float *dwpe, const float *dout, int B, int T, int C)
 {
 	size_t total = (size_t)T * C;

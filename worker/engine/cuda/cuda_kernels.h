@@ -40,6 +40,16 @@ extern "C" {
 void cuda_embed_forward(float *out, const int32_t *inputs, const float *wte, const float *wpe, int B,
                         int T, int C, cudaStream_t stream);
 
+/* The same in two parts, for parameters streamed a range at a time: out
+ * (B, T, C) = wpe[t], then out[n] += w[inputs[n] - v0] for the tokens in
+ * [v0, v1) (w: those rows of wte), block by block. Each element is one
+ * fp32 addition of the same two values, so the bits are
+ * cuda_embed_forward's. */
+void cuda_embed_positions_forward(float *out, const float *wpe, int B, int T, int C,
+                                  cudaStream_t stream);
+void cuda_embed_tokens_add(float *out, const int32_t *inputs, const float *w, int v0, int v1, int N,
+                           int C, cudaStream_t stream);
+
 /* dwpe (T, C) += sum over b of dout (B, T, C), b in order */
 void cuda_embed_positions_backward(float *dwpe, const float *dout, int B, int T, int C,
                                    cudaStream_t stream);

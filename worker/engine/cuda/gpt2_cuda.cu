@@ -25,6 +25,15 @@
  * Unlike the CPU engine, backward writes dlogits to a buffer of its own, so
  * the logits stay valid, and GELU's output is kept (bf16) instead of
  * recomputed.
+ *
+ * Streaming (ZeRO-2/3, gpt2_cuda.h). Every kernel gets its parameters from
+ * s_params_get and its gradient destination from s_grad_begin, which are
+ * the model's own buffers, or a range fetched from the caller and a zeroed
+ * bucket handed back by s_params_put / s_grad_end. A layer's tensors are
+ * addressed from the layer's first float (P, P16, G), so one code path
+ * serves both. wte comes in blocks of rows when streamed: the embedding
+ * adds each block's rows, and the LM head's GEMMs read and write the
+ * block's columns of the logits and dlogits in place (ld V).
  */
 #include "gpt2_cuda.h"
 
@@ -100,10 +109,14 @@ struct gpt2_cuda {
 	gpt2_cuda_grad_end_fn stream_end;     /* gpt2_cuda_stream_grads */
 	void *stream_ctx;
 	int wte_rows;                         /* rows of wte per streamed block */
+	gpt2_cuda_params_fetch_fn fetch;      /* parameters streamed (no params buffer): */
+	gpt2_cuda_params_release_fn release;  /* gpt2_cuda_stream_params */
+	void *fetch_ctx;
+	uint16_t *fetched16;                  /* (max_range) bf16 of the range fetched */
 
 	void *state;                 /* one allocation: params, grads, m, v (f32), params16 */
-	float *params, *grads, *mom1, *mom2; /* grads, mom1, mom2 NULL when left out */
-	uint16_t *params16;
+	float *params, *grads, *mom1, *mom2; /* NULL when left out */
+	uint16_t *params16;                  /* NULL with params */
 	size_t state_bytes;
 
 	void *arena;
@@ -257,10 +270,11 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		return NULL;
 	}
 	double n_params = (double)s_num_params(cfg);
-	const bool grads = !(flags & GPT2_CUDA_NO_GRADS), moments = !(flags & GPT2_CUDA_NO_MOMENTS);
-	/* fp32: params, and grads, m, v unless left out; the bf16 copy */
-	const size_t n_f32 = s_num_params(cfg) * (1 + (grads ? 1 : 0) + (moments ? 2 : 0));
-	double state = (double)n_f32 * 4.0 + n_params * 2.0;
+	const bool params = !(flags & GPT2_CUDA_NO_PARAMS), grads = !(flags & GPT2_CUDA_NO_GRADS),
+		   moments = !(flags & GPT2_CUDA_NO_MOMENTS);
+	/* fp32: params, grads, m, v unless left out; the bf16 copy with params */
+	const size_t n_f32 = s_num_params(cfg) * ((params ? 1 : 0) + (grads ? 1 : 0) + (moments ? 2 : 0));
+	double state = (double)n_f32 * 4.0 + (params ? n_params * 2.0 : 0.0);
 	if (s_arena_bound(cfg, max_B, max_T) > 1e17 || (double)max_B * max_T > 2147483647.0 / 8) {
 		snprintf(err, errlen,
 			 "out of GPU memory: train.batch_size %d x model.seq_len %d tokens is far beyond "
@@ -307,7 +321,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	m->gemm = cuda_gemm_create(m->stream, err, errlen);
 	if (!m->gemm)
 		goto fail;
-	m->state_bytes = n_f32 * sizeof(float) + (m->n_params * 2 + 255) / 256 * 256;
+	m->state_bytes = n_f32 * sizeof(float) + (params ? (m->n_params * 2 + 255) / 256 * 256 : 256);
 	if ((rc = cudaMalloc(&m->state, m->state_bytes)) != cudaSuccess) {
 		m->state = NULL;
 		snprintf(err, errlen,
@@ -316,9 +330,12 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			 (double)m->state_bytes / GIB, m->n_params, cudaGetErrorString(rc));
 		goto fail_cuda;
 	}
-	m->params = (float *)m->state;
 	{
-		float *next = m->params + m->n_params;
+		float *next = (float *)m->state;
+		if (params) {
+			m->params = next;
+			next += m->n_params;
+		}
 		if (grads) {
 			m->grads = next;
 			next += m->n_params;
@@ -328,7 +345,8 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			m->mom2 = next + m->n_params;
 		}
 	}
-	m->params16 = (uint16_t *)(m->params + n_f32);
+	if (params)
+		m->params16 = (uint16_t *)((float *)m->state + n_f32);
 	if ((rc = cudaMemset(m->state, 0, m->state_bytes)) != cudaSuccess) {
 		snprintf(err, errlen, "CUDA error clearing the parameters: %s", cudaGetErrorString(rc));
 		goto fail_cuda;
@@ -382,6 +400,8 @@ extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)
 		cudaFree(m->arena);
 	if (m->state)
 		cudaFree(m->state);
+	if (m->fetched16)
+		cudaFree(m->fetched16);
 	if (m->host_ids)
 		cudaFreeHost(m->host_ids);
 	if (m->staged)
@@ -441,6 +461,69 @@ static void s_grad_end(gpt2_cuda_t *m, float *g, size_t lo, size_t hi)
 	m->stream_end(m->stream_ctx, g, lo, hi, m->ready[0]);
 }
 
+extern "C" int gpt2_cuda_stream_params(gpt2_cuda_t *m, gpt2_cuda_params_fetch_fn fetch,
+                                       gpt2_cuda_params_release_fn release, void *ctx,
+                                       char *err, size_t errlen)
+{
+	if (m->params || !m->stream_begin || !fetch || !release)
+		s_misuse("gpt2_cuda_stream_params needs a model created with GPT2_CUDA_NO_PARAMS whose"
+			 " gradients are streamed, and both functions");
+	size_t max_range = m->wte_rows * (size_t)m->cfg.n_embd;
+	size_t lw = m->layer_floats, wpe = (size_t)m->cfg.seq_len * m->cfg.n_embd;
+	max_range = max_range > lw ? max_range : lw;
+	max_range = max_range > wpe ? max_range : wpe;
+	cudaError_t rc = cudaMalloc((void **)&m->fetched16, max_range * sizeof(uint16_t));
+	if (rc != cudaSuccess) {
+		m->fetched16 = NULL;
+		(void)cudaGetLastError();
+		snprintf(err, errlen, "out of GPU memory: %.1f MiB for the bf16 copy of a fetched range: %s",
+			 (double)max_range * 2 / 1048576.0, cudaGetErrorString(rc));
+		return -1;
+	}
+	m->fetch = fetch;
+	m->release = release;
+	m->fetch_ctx = ctx;
+	return 0;
+}
+
+/* Parameters [lo, hi) for the kernels about to be enqueued: fp32, and with
+ * need16 bf16 (both indexed from lo). The model's own buffers, or a range
+ * fetched from the stream (converted to bf16 in fetched16). */
+typedef struct {
+	const float *p;
+	const uint16_t *p16;
+} params_view_t;
+
+static params_view_t s_params_get(gpt2_cuda_t *m, size_t lo, size_t hi, bool need16)
+{
+	params_view_t v;
+	if (!m->fetch) {
+		if (!m->params)
+			s_misuse("gpt2_cuda: forward or backward on a model without parameters before"
+				 " gpt2_cuda_stream_params");
+		v.p = m->params + lo;
+		v.p16 = m->params16 + lo;
+		return v;
+	}
+	v.p = m->fetch(m->fetch_ctx, lo, hi);
+	v.p16 = NULL;
+	if (need16) {
+		cuda_to_bf16(m->fetched16, v.p, hi - lo, m->stream);
+		v.p16 = m->fetched16;
+	}
+	return v;
+}
+
+/* The kernels that read a fetched range are enqueued: wait for them, then
+ * hand it back (the next fetch reuses fetched16 and may reuse the slot). */
+static void s_params_put(gpt2_cuda_t *m, params_view_t v)
+{
+	if (!m->fetch)
+		return;
+	CUDA_CHECK(cudaStreamSynchronize(m->stream));
+	m->release(m->fetch_ctx, v.p);
+}
+
 /* Gradients [offset, offset + n) are final once the enqueued work is done:
  * record event k and tell the callback. */
 static void s_grads_ready(gpt2_cuda_t *m, int k, size_t offset, size_t n)
@@ -491,6 +574,8 @@ static void s_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind
 
 extern "C" void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params)
 {
+	if (!m->params)
+		s_misuse("gpt2_cuda_set_params on a model created without parameters");
 	s_copy(m->params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 	cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
 	CUDA_CHECK(cudaStreamSynchronize(m->stream));
@@ -498,6 +583,8 @@ extern "C" void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params)
 
 extern "C" void gpt2_cuda_get_params(gpt2_cuda_t *m, float *ret_params)
 {
+	if (!m->params)
+		s_misuse("gpt2_cuda_get_params on a model created without parameters");
 	s_copy(ret_params, m->params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
@@ -531,17 +618,6 @@ extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
 }
 
 /* ---- forward and backward ---- */
-
-/* Parameter pointers of layer l: fp32 master and bf16 copy. */
-static inline float *s_p(const gpt2_cuda_t *m, float *base, int l, int which)
-{
-	return base + m->offsets[which] + (size_t)l * m->layer_floats;
-}
-
-static inline const uint16_t *s_p16(const gpt2_cuda_t *m, int l, int which)
-{
-	return m->params16 + m->offsets[which] + (size_t)l * m->layer_floats;
-}
 
 /* C (M, N) (+)= op(A) @ op(B) (+ bias), dense operands */
 static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
@@ -601,8 +677,24 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	m->T = T;
 	m->have_targets = false;
 
-	const float *wte = m->params, *wpe = m->params + m->off_wpe;
-	cuda_embed_forward(a->encoded, d_inputs, wte, wpe, B, T, C, s);
+	/* wte blocks of the LM head and the embedding: all V rows at once unless
+	 * the parameters are streamed */
+	const int rows = m->fetch ? m->wte_rows : V;
+	const size_t wpe_hi = m->off_wpe + (size_t)m->cfg.seq_len * C;
+	if (!m->fetch) {
+		cuda_embed_forward(a->encoded, d_inputs, m->params, m->params + m->off_wpe, B, T, C, s);
+	} else { /* wpe, then each wte block's rows added (the same sums) */
+		params_view_t v = s_params_get(m, m->off_wpe, wpe_hi, false);
+		cuda_embed_positions_forward(a->encoded, v.p, B, T, C, s);
+		s_params_put(m, v);
+		for (int v0 = 0; v0 < V; v0 += rows) {
+			const int v1 = rows < V - v0 ? v0 + rows : V;
+			v = s_params_get(m, (size_t)v0 * C, (size_t)v1 * C, false);
+			cuda_embed_tokens_add(a->encoded, d_inputs, v.p, v0, v1, N, C, s);
+			s_params_put(m, v);
+		}
+	}
+	const size_t first_layer = wpe_hi; /* after wte and wpe */
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
@@ -612,8 +704,10 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
 		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
-#define P(which) s_p(m, m->params, l, (which))
-#define P16(which) s_p16(m, l, (which))
+		const size_t lo = first_layer + (size_t)l * m->layer_floats;
+		params_view_t lp = s_params_get(m, lo, lo + m->layer_floats, true);
+#define P(which) (lp.p + (m->offsets[(which)] - m->offsets[T_LN1_W]))
+#define P16(which) (lp.p16 + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 		cuda_layernorm_forward(NULL, ln1, LAYER_SLICE(a->ln1_mean, l, 1),
 				       LAYER_SLICE(a->ln1_rstd, l, 1), x, P(T_LN1_W), P(T_LN1_B), N, C, s);
 		s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
@@ -628,12 +722,31 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		s_gemm(m, N, C, 4 * C, gelu, false, P16(T_FCPROJ_W), false, P(T_FCPROJ_B), res3, true);
 #undef P
 #undef P16
+		s_params_put(m, lp);
 		x = res3;
 	}
-	const float *lnf_w = m->params + m->off_lnf;
-	cuda_layernorm_forward(NULL, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_w + C, N, C, s);
-	/* logits (N, V) = lnf (N, C) @ wte^T, wte (V, C) */
-	s_gemm(m, N, V, C, a->lnf, false, m->params16, true, NULL, a->logits, false);
+	params_view_t fp = s_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
+	cuda_layernorm_forward(NULL, a->lnf, a->lnf_mean, a->lnf_rstd, x, fp.p, fp.p + C, N, C, s);
+	s_params_put(m, fp);
+	/* logits (N, V) = lnf (N, C) @ wte^T, wte (V, C): per block of rows,
+	 * the block's columns of the logits (V apart) */
+	for (int v0 = 0; v0 < V; v0 += rows) {
+		const int nv = rows < V - v0 ? rows : V - v0;
+		params_view_t v = s_params_get(m, (size_t)v0 * C, (size_t)(v0 + nv) * C, true);
+		cuda_gemm_args_t ga;
+		memset(&ga, 0, sizeof ga);
+		ga.M = N;
+		ga.N = nv;
+		ga.K = C;
+		ga.A = a->lnf;
+		ga.B = v.p16;
+		ga.trans_b = true;
+		ga.C = a->logits + v0;
+		ga.ldc = nv == V ? 0 : V;
+		ga.alpha = 1.0f;
+		cuda_gemm_run(m->gemm, &ga);
+		s_params_put(m, v);
+	}
 	if (!targets)
 		return;
 	cuda_crossentropy_forward(a->losses, a->lse, a->logits, d_targets, N, V, s);
@@ -668,8 +781,10 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 
 	cuda_crossentropy_backward(a->dlogits, NULL, a->logits, a->lse, d_targets, N, V,
 				   loss_scale / (float)N, s);
-	/* dwte (V, C) += dlogits^T @ lnf (N, C): one GEMM, or one per block of
-	 * wte rows when streamed (dlogits' columns of the block, V apart) */
+	/* dwte (V, C) += dlogits^T @ lnf (N, C): one GEMM, or per block of wte
+	 * rows when streamed (dlogits' columns of the block, V apart); and
+	 * dlnf (N, C) = dlogits @ wte: one GEMM over the model's wte, or summed
+	 * over the blocks when the parameters are streamed */
 	const int rows = m->stream_begin ? m->wte_rows : V;
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : V - v0;
@@ -689,17 +804,33 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		ga.accumulate = true;
 		cuda_gemm_run(m->gemm, &ga);
 		s_grad_end(m, g, lo, hi);
+		if (!m->fetch)
+			continue;
+		params_view_t v = s_params_get(m, lo, hi, true);
+		memset(&ga, 0, sizeof ga);
+		ga.M = N;
+		ga.N = C;
+		ga.K = nv;
+		ga.A = a->dlogits + v0;
+		ga.lda = nv == V ? 0 : V;
+		ga.B = v.p16;
+		ga.C = a->dsmall;
+		ga.alpha = 1.0f;
+		ga.accumulate = v0 > 0;
+		cuda_gemm_run(m->gemm, &ga);
+		s_params_put(m, v);
 	}
-	/* dlnf (N, C) = dlogits (N, V) @ wte (V, C) */
-	s_gemm(m, N, C, V, a->dlogits, false, m->params16, false, NULL, a->dsmall, false);
+	if (!m->fetch)
+		s_gemm(m, N, C, V, a->dlogits, false, m->params16, false, NULL, a->dsmall, false);
 	{
-		const float *w = m->params + m->off_lnf;
+		params_view_t w = s_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
 		float *g = s_grad_begin(m, m->off_lnf, m->off_lnf + 2 * (size_t)C);
 		CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
 		cuda_layernorm_backward(a->dres, a->dres16, g, g + C, a->dsmall,
-					LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd, w, N, C,
+					LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd, w.p, N, C,
 					a->colsum, s);
 		s_grad_end(m, g, m->off_lnf, m->off_lnf + 2 * (size_t)C);
+		s_params_put(m, w);
 	}
 	s_grads_ready(m, 0, m->off_lnf, 2 * (size_t)C);
 	const size_t first_layer = m->off_wpe + (size_t)m->cfg.seq_len * C; /* after wte and wpe */
@@ -712,9 +843,11 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
 		const size_t lo = first_layer + (size_t)l * m->layer_floats, hi = lo + m->layer_floats;
-		float *lg = s_grad_begin(m, lo, hi); /* layer l's gradients, its first tensor's at 0 */
-#define P(which) s_p(m, m->params, l, (which))
-#define P16(which) s_p16(m, l, (which))
+		/* layer l's parameters and gradients, its first tensor's at 0 */
+		params_view_t lp = s_params_get(m, lo, hi, true);
+		float *lg = s_grad_begin(m, lo, hi);
+#define P(which) (lp.p + (m->offsets[(which)] - m->offsets[T_LN1_W]))
+#define P16(which) (lp.p16 + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 #define G(which) (lg + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
 		s_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
@@ -744,6 +877,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 #undef P16
 #undef G
 		s_grad_end(m, lg, lo, hi);
+		s_params_put(m, lp);
 		s_grads_ready(m, L - l, lo, m->layer_floats);
 	}
 	{
@@ -793,7 +927,8 @@ extern "C" float *gpt2_cuda_params(gpt2_cuda_t *m)
 
 extern "C" void gpt2_cuda_params_written(gpt2_cuda_t *m)
 {
-	cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
+	if (m->params)
+		cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
 }
 
 extern "C" float *gpt2_cuda_grads(gpt2_cuda_t *m)
@@ -816,16 +951,12 @@ extern "C" double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double
 	return norm;
 }
 
-extern "C" void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
-{
-	if (!m->mom1 || !m->grads)
-		s_misuse("gpt2_cuda_adamw on a model created without AdamW moments or gradients");
-	gpt2_cuda_adamw_range(m, 0, m->n_params, m->grads, m->mom1, m->mom2, hp, grad_scale);
-}
-
-extern "C" void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, const float *grads,
-                                      float *mom1, float *mom2, const optim_adamw_t *hp,
-                                      float grad_scale)
+/* AdamW on parameters [lo, lo + n) at params (element 0 is parameter lo),
+ * with grads and moments indexed the same; params16 (NULL: none) gets the
+ * bf16 of the results. */
+static void s_adamw(gpt2_cuda_t *m, size_t lo, size_t n, float *params, uint16_t *params16,
+                    const float *grads, float *mom1, float *mom2, const optim_adamw_t *hp,
+                    float grad_scale)
 {
 	if (lo > m->n_params || n > m->n_params - lo)
 		s_misuse("gpt2_cuda_adamw_range past the end of the parameters");
@@ -843,7 +974,23 @@ extern "C" void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, const
 		if (a >= b)
 			continue;
 		size_t k = a - lo;
-		cuda_adamw(m->params + a, m->params16 + a, grads + k, mom1 + k, mom2 + k, b - a, b1, b2,
-			   step, inv_sqrt_bc2, eps, sg->decay ? keep_decay : 1.0f, grad_scale, m->stream);
+		cuda_adamw(params + k, params16 ? params16 + k : NULL, grads + k, mom1 + k, mom2 + k,
+			   b - a, b1, b2, step, inv_sqrt_bc2, eps, sg->decay ? keep_decay : 1.0f, grad_scale,
+			   m->stream);
 	}
+}
+
+extern "C" void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
+{
+	if (!m->mom1 || !m->grads || !m->params)
+		s_misuse("gpt2_cuda_adamw on a model created without parameters, gradients or AdamW"
+			 " moments");
+	s_adamw(m, 0, m->n_params, m->params, m->params16, m->grads, m->mom1, m->mom2, hp, grad_scale);
+}
+
+extern "C" void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, float *params,
+                                      const float *grads, float *mom1, float *mom2,
+                                      const optim_adamw_t *hp, float grad_scale)
+{
+	s_adamw(m, lo, n, params, NULL, grads, mom1, mom2, hp, grad_scale);
 }

@@ -59,6 +59,9 @@ typedef struct gpt2_cuda gpt2_cuda_t;
 
 /* What gpt2_cuda_create leaves out (ZeRO, worker/train_cuda.c). */
 enum {
+	/* no parameter buffers (fp32 and bf16): forward and backward fetch each
+	 * range from the caller (gpt2_cuda_stream_params, ZeRO-3) */
+	GPT2_CUDA_NO_PARAMS = 1u << 2,
 	/* no AdamW state: the caller keeps m and v for the range it updates
 	 * (a ZeRO shard) and steps with gpt2_cuda_adamw_range only */
 	GPT2_CUDA_NO_MOMENTS = 1u << 0,
@@ -159,6 +162,26 @@ typedef void (*gpt2_cuda_grad_end_fn)(void *ctx, float *g, size_t lo, size_t hi,
 void gpt2_cuda_stream_grads(gpt2_cuda_t *m, gpt2_cuda_grad_begin_fn begin,
                             gpt2_cuda_grad_end_fn end, void *ctx, size_t max_range);
 
+/*
+ * Parameters streamed too (ZeRO-3): on a model created with
+ * GPT2_CUDA_NO_PARAMS whose gradients are streamed (gpt2_cuda_stream_grads
+ * first, which sets the blocks), forward and backward fetch every range of
+ * parameters just before its kernels: fetch(ctx, lo, hi) returns device
+ * memory holding parameters [lo, hi) (fp32), valid until
+ * release(ctx, p), which the model calls once the kernels that read it are
+ * done (it waits for its stream). Forward fetches wpe, the wte blocks (the
+ * embedding), layers 0 .. L-1, ln_f and the wte blocks again (the LM head);
+ * backward the wte blocks, ln_f and layers L-1 .. 0: gpt2.h's order for
+ * GPT2_STREAM_ALL, whatever the batch holds. The ranges GEMMs read are
+ * converted to bf16 in a buffer of the model's. Returns 0, or -1 with "out
+ * of GPU memory: ..." in err when that buffer cannot be had.
+ */
+typedef const float *(*gpt2_cuda_params_fetch_fn)(void *ctx, size_t lo, size_t hi);
+typedef void (*gpt2_cuda_params_release_fn)(void *ctx, const float *p);
+int gpt2_cuda_stream_params(gpt2_cuda_t *m, gpt2_cuda_params_fetch_fn fetch,
+                            gpt2_cuda_params_release_fn release, void *ctx, char *err,
+                            size_t errlen);
+
 /* sqrt of the sum of squares of all gradients (in double; waits). Needs the
  * gradient buffer. */
 double gpt2_cuda_grad_norm(gpt2_cuda_t *m);
@@ -167,8 +190,9 @@ double gpt2_cuda_grad_norm(gpt2_cuda_t *m);
  * order fixed by n alone (waits). x is read on the model's stream. */
 double gpt2_cuda_sum_squares(gpt2_cuda_t *m, const float *x, size_t n);
 
-/* The flat fp32 parameters: num_params floats of device memory in gpt2.h's
- * layout (borrowed), for the all-gather of ZeRO-1 shards in place
+/* The flat fp32 parameters (NULL when streamed): num_params floats of
+ * device memory in gpt2.h's layout (borrowed), for the all-gather of ZeRO
+ * shards in place
  * (worker/train_cuda.c). Whoever writes them (on another stream, finished
  * before) calls gpt2_cuda_params_written, which refreshes the bf16 copy the
  * GEMMs read (enqueued). */
@@ -195,15 +219,15 @@ void gpt2_cuda_sync(gpt2_cuda_t *m);
 void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale);
 
 /*
- * AdamW on parameters [lo, lo + n) only, with gradients and moments the
- * caller holds: grads, mom1 and mom2 are device arrays of n floats whose
- * element 0 belongs to parameter lo (a ZeRO-1 shard). The arithmetic, the
- * decay per tensor and grad_scale as gpt2_cuda_adamw, which is this over
- * [0, num_params) with the model's own buffers; the bf16 copy of the range
- * is refreshed. Enqueued.
+ * AdamW on parameters [lo, lo + n) only, with parameters, gradients and
+ * moments the caller holds: params, grads, mom1 and mom2 are device arrays
+ * of n floats whose element 0 belongs to parameter lo (a ZeRO shard; params
+ * may be gpt2_cuda_params(m) + lo). The arithmetic, the decay per tensor
+ * and grad_scale as gpt2_cuda_adamw; the bf16 copy is not touched (after
+ * writing the model's parameters, gpt2_cuda_params_written). Enqueued.
  */
-void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, const float *grads, float *mom1,
-                           float *mom2, const optim_adamw_t *hp, float grad_scale);
+void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, float *params, const float *grads,
+                           float *mom1, float *mom2, const optim_adamw_t *hp, float grad_scale);
 
 /*
  * The optimizer step of `ringworker train` on one rank: the global gradient
