@@ -97,11 +97,11 @@ static void s_stream_end(void *ctx, float *grads, size_t lo, size_t hi, cudaEven
 }
 
 /* zero3: each range of parameters all-gathered by the shard_t when the
- * model needs it. */
-static const float *s_fetch(void *ctx, size_t lo, size_t hi)
+ * model needs it, the next one meanwhile. */
+static const float *s_fetch(void *ctx, size_t lo, size_t hi, size_t next_lo, size_t next_hi)
 {
 	train_cuda_t *g = ctx;
-	return shard_fetch(g->shard.zero, lo, hi, 0, 0);
+	return shard_fetch(g->shard.zero, lo, hi, next_lo, next_hi);
 }
 
 static void s_release(void *ctx, const float *p)

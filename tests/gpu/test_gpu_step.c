@@ -43,7 +43,9 @@
  *   - streamed parameters as well (ZeRO-3's hook, gpt2_cuda_stream_params)
  *     on that model: the ranges fetched in gpt2.h's order (forward: wpe,
  *     the wte blocks, the layer, ln_f, the wte blocks; backward: the wte
- *     blocks, ln_f, the layer), one at a time, each released; the logits,
+ *     blocks, ln_f, the layer), one at a time, each released, each hinted
+ *     by the fetch before it within a pass (the forward's last hint is
+ *     empty); the logits,
  *     the loss and the whole gradient within STREAM_WTE_BOUND of the dense
  *     model's (the LM head's GEMMs run per block, dlnf summed over them).
  *
@@ -149,16 +151,23 @@ static void on_end(void *ctx, float *g, size_t lo, size_t hi, cudaEvent_t ready)
 typedef struct {
 	const float *all; /* device: every parameter */
 	int fetches, releases, wrong;
+	int pass_start; /* the first fetch after an empty hint */
+	size_t next_lo; /* the last hint */
 	size_t los[32];
 	const float *held;
 } fetch_log_t;
 
-static const float *on_fetch(void *ctx, size_t lo, size_t hi)
+static const float *on_fetch(void *ctx, size_t lo, size_t hi, size_t next_lo, size_t next_hi)
 {
 	fetch_log_t *f = ctx;
 	(void)hi;
 	if (f->held)
 		f->wrong++; /* one range at a time */
+	if (f->fetches > 0 && f->fetches < 32 && f->next_lo != lo && f->fetches != f->pass_start)
+		f->wrong++; /* the hint named another range than the one fetched next */
+	f->next_lo = next_lo;
+	if (next_hi == next_lo && f->pass_start == 0)
+		f->pass_start = f->fetches + 1; /* the forward's last: the backward's first follows */
 	if (f->fetches < 32)
 		f->los[f->fetches] = lo;
 	f->fetches++;

@@ -113,6 +113,9 @@ struct gpt2_cuda {
 	gpt2_cuda_params_release_fn release;  /* gpt2_cuda_stream_params */
 	void *fetch_ctx;
 	uint16_t *fetched16;                  /* (max_range) bf16 of the range fetched */
+	size_t *order;                        /* streamed: forward's then backward's fetch */
+	int n_fwd, n_bwd;                     /*   order, as [lo, hi) pairs */
+	int pos, end;                         /* the next fetch of the pass, and its last */
 
 	void *state;                 /* one allocation: params, grads, m, v (f32), params16 */
 	float *params, *grads, *mom1, *mom2; /* NULL when left out */
@@ -402,6 +405,7 @@ extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)
 		cudaFree(m->state);
 	if (m->fetched16)
 		cudaFree(m->fetched16);
+	free(m->order);
 	if (m->host_ids)
 		cudaFreeHost(m->host_ids);
 	if (m->staged)
@@ -480,10 +484,46 @@ extern "C" int gpt2_cuda_stream_params(gpt2_cuda_t *m, gpt2_cuda_params_fetch_fn
 			 (double)max_range * 2 / 1048576.0, cudaGetErrorString(rc));
 		return -1;
 	}
+	/* the fetch orders (gpt2.h): forward wpe, wte blocks, layers, ln_f, wte
+	 * blocks; backward wte blocks, ln_f, layers from the last */
+	const int L = m->cfg.n_layer, V = m->cfg.vocab_size, C = m->cfg.n_embd;
+	const int blocks = (V + m->wte_rows - 1) / m->wte_rows;
+	m->n_fwd = 1 + 2 * blocks + L + 1;
+	m->n_bwd = blocks + 1 + L;
+	m->order = (size_t *)calloc(2 * (size_t)(m->n_fwd + m->n_bwd), sizeof(size_t));
+	if (!m->order) {
+		snprintf(err, errlen, "out of host memory");
+		return -1;
+	}
+	size_t *o = m->order;
+	const size_t first_layer = m->off_wpe + (size_t)m->cfg.seq_len * C;
+#define PUSH(lo, hi) (*o++ = (lo), *o++ = (hi))
+#define PUSH_BLOCKS()                                                                       \
+	for (int v0 = 0; v0 < V; v0 += m->wte_rows)                                          \
+		PUSH((size_t)v0 * C, (size_t)(m->wte_rows < V - v0 ? v0 + m->wte_rows : V) * C)
+	PUSH(m->off_wpe, first_layer);
+	PUSH_BLOCKS();
+	for (int l = 0; l < L; l++)
+		PUSH(first_layer + (size_t)l * m->layer_floats, first_layer + (size_t)(l + 1) * m->layer_floats);
+	PUSH(m->off_lnf, m->off_lnf + 2 * (size_t)C);
+	PUSH_BLOCKS();
+	PUSH_BLOCKS();
+	PUSH(m->off_lnf, m->off_lnf + 2 * (size_t)C);
+	for (int l = L - 1; l >= 0; l--)
+		PUSH(first_layer + (size_t)l * m->layer_floats, first_layer + (size_t)(l + 1) * m->layer_floats);
+#undef PUSH_BLOCKS
+#undef PUSH
 	m->fetch = fetch;
 	m->release = release;
 	m->fetch_ctx = ctx;
 	return 0;
+}
+
+/* A pass (forward or backward) starts: its fetches are order[pos .. end). */
+static void s_pass(gpt2_cuda_t *m, bool backward)
+{
+	m->pos = backward ? m->n_fwd : 0;
+	m->end = backward ? m->n_fwd + m->n_bwd : m->n_fwd;
 }
 
 /* Parameters [lo, hi) for the kernels about to be enqueued: fp32, and with
@@ -505,7 +545,13 @@ static params_view_t s_params_get(gpt2_cuda_t *m, size_t lo, size_t hi, bool nee
 		v.p16 = m->params16 + lo;
 		return v;
 	}
-	v.p = m->fetch(m->fetch_ctx, lo, hi);
+	const size_t *at = m->order + 2 * (size_t)m->pos;
+	if (m->pos >= m->end || at[0] != lo || at[1] != hi)
+		s_misuse("gpt2_cuda: parameters fetched out of order");
+	m->pos++;
+	/* the pass's next range, for the caller to gather meanwhile */
+	const bool last = m->pos >= m->end;
+	v.p = m->fetch(m->fetch_ctx, lo, hi, last ? 0 : at[2], last ? 0 : at[3]);
 	v.p16 = NULL;
 	if (need16) {
 		cuda_to_bf16(m->fetched16, v.p, hi - lo, m->stream);
@@ -677,6 +723,7 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	m->T = T;
 	m->have_targets = false;
 
+	s_pass(m, false);
 	/* wte blocks of the LM head and the embedding: all V rows at once unless
 	 * the parameters are streamed */
 	const int rows = m->fetch ? m->wte_rows : V;
@@ -779,6 +826,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 	const int32_t *d_targets = a->ids + N;
 	const int32_t *d_uniq = a->ids + 2 * N, *d_starts = a->ids + 3 * N, *d_rows = a->ids + 4 * N + 1;
 
+	s_pass(m, true);
 	cuda_crossentropy_backward(a->dlogits, NULL, a->logits, a->lse, d_targets, N, V,
 				   loss_scale / (float)N, s);
 	/* dwte (V, C) += dlogits^T @ lnf (N, C): one GEMM, or per block of wte

@@ -166,17 +166,20 @@ void gpt2_cuda_stream_grads(gpt2_cuda_t *m, gpt2_cuda_grad_begin_fn begin,
  * Parameters streamed too (ZeRO-3): on a model created with
  * GPT2_CUDA_NO_PARAMS whose gradients are streamed (gpt2_cuda_stream_grads
  * first, which sets the blocks), forward and backward fetch every range of
- * parameters just before its kernels: fetch(ctx, lo, hi) returns device
- * memory holding parameters [lo, hi) (fp32), valid until
+ * parameters just before its kernels: fetch(ctx, lo, hi, next_lo, next_hi)
+ * returns device memory holding parameters [lo, hi) (fp32), valid until
  * release(ctx, p), which the model calls once the kernels that read it are
- * done (it waits for its stream). Forward fetches wpe, the wte blocks (the
- * embedding), layers 0 .. L-1, ln_f and the wte blocks again (the LM head);
- * backward the wte blocks, ln_f and layers L-1 .. 0: gpt2.h's order for
- * GPT2_STREAM_ALL, whatever the batch holds. The ranges GEMMs read are
+ * done (it waits for its stream); [next_lo, next_hi) is the range the pass
+ * fetches next (empty after its last), to be gathered meanwhile. Forward
+ * fetches wpe, the wte blocks (the embedding), layers 0 .. L-1, ln_f and
+ * the wte blocks again (the LM head); backward the wte blocks, ln_f and
+ * layers L-1 .. 0: gpt2.h's order for GPT2_STREAM_ALL, whatever the batch
+ * holds (a fetch out of that order exits 70). The ranges GEMMs read are
  * converted to bf16 in a buffer of the model's. Returns 0, or -1 with "out
  * of GPU memory: ..." in err when that buffer cannot be had.
  */
-typedef const float *(*gpt2_cuda_params_fetch_fn)(void *ctx, size_t lo, size_t hi);
+typedef const float *(*gpt2_cuda_params_fetch_fn)(void *ctx, size_t lo, size_t hi, size_t next_lo,
+                                                  size_t next_hi);
 typedef void (*gpt2_cuda_params_release_fn)(void *ctx, const float *p);
 int gpt2_cuda_stream_params(gpt2_cuda_t *m, gpt2_cuda_params_fetch_fn fetch,
                             gpt2_cuda_params_release_fn release, void *ctx, char *err,
