@@ -37,9 +37,15 @@ fi
 
 # Same allocator and thread settings for both programs: no mmap'd blocks and
 # no trimming (the heap is reused step to step instead of faulted in again),
-# OpenBLAS told the core type, two threads.
+# OpenBLAS told the core type where it has AVX-512, two threads.
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000
-export OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=2
+# SkylakeX (AVX-512) is OpenBLAS's best kernel where the CPU has AVX-512;
+# told it on a CPU without, PyTorch dies of an illegal instruction, so there
+# OpenBLAS picks its own.
+if grep -q ' avx512f' /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SkylakeX
+fi
+export OMP_NUM_THREADS=2
 
 out=${BENCH_OUT:-$(mktemp -d /tmp/train-bench.XXXXXX)}
 mkdir -p "$out"

@@ -41,9 +41,16 @@ if [ "$(nproc)" -lt 2 ]; then
 fi
 
 # Same allocator and thread settings for both programs: no mmap'd blocks and
-# no trimming, OpenBLAS told the core type, one thread per rank.
+# no trimming, OpenBLAS told the core type where it has AVX-512, one thread
+# per rank.
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000
-export OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=1
+# SkylakeX (AVX-512) is OpenBLAS's best kernel where the CPU has AVX-512;
+# told it on a CPU without, PyTorch dies of an illegal instruction, so there
+# OpenBLAS picks its own.
+if grep -q ' avx512f' /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SkylakeX
+fi
+export OMP_NUM_THREADS=1
 
 out=${BENCH_OUT:-$(mktemp -d /tmp/ddp-bench.XXXXXX)}
 mkdir -p "$out"
