@@ -666,8 +666,11 @@ extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
 /* ---- forward and backward ---- */
 
 /* C (M, N) (+)= op(A) @ op(B) (+ bias), dense operands */
-static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
-                   const uint16_t *B, bool trans_b, const float *bias, float *C, bool accumulate)
+/* C (M, N) = op(A) @ op(B) [+ bias] [+ C], with A's and C's stored rows
+ * lda and ldc apart (0: dense), for a block of columns used in place. */
+static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda,
+                      bool trans_a, const uint16_t *B, bool trans_b, const float *bias, float *C,
+                      int64_t ldc, bool accumulate)
 {
 	cuda_gemm_args_t a;
 	memset(&a, 0, sizeof a);
@@ -675,14 +678,22 @@ static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool 
 	a.N = N;
 	a.K = K;
 	a.A = A;
+	a.lda = lda;
 	a.trans_a = trans_a;
 	a.B = B;
 	a.trans_b = trans_b;
 	a.C = C;
+	a.ldc = ldc;
 	a.bias = bias;
 	a.alpha = 1.0f;
 	a.accumulate = accumulate;
 	cuda_gemm_run(m->gemm, &a);
+}
+
+static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
+                   const uint16_t *B, bool trans_b, const float *bias, float *C, bool accumulate)
+{
+	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate);
 }
 
 #define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
@@ -780,18 +791,8 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : V - v0;
 		params_view_t v = s_params_get(m, (size_t)v0 * C, (size_t)(v0 + nv) * C, true);
-		cuda_gemm_args_t ga;
-		memset(&ga, 0, sizeof ga);
-		ga.M = N;
-		ga.N = nv;
-		ga.K = C;
-		ga.A = a->lnf;
-		ga.B = v.p16;
-		ga.trans_b = true;
-		ga.C = a->logits + v0;
-		ga.ldc = nv == V ? 0 : V;
-		ga.alpha = 1.0f;
-		cuda_gemm_run(m->gemm, &ga);
+		s_gemm_ld(m, N, nv, C, a->lnf, 0, false, v.p16, true, NULL, a->logits + v0,
+			  nv == V ? 0 : V, false);
 		s_params_put(m, v);
 	}
 	if (!targets)
@@ -837,35 +838,15 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : V - v0;
 		const size_t lo = (size_t)v0 * C, hi = lo + (size_t)nv * C;
+		const int64_t ld = nv == V ? 0 : V; /* dlogits' columns of the block */
 		float *g = s_grad_begin(m, lo, hi);
-		cuda_gemm_args_t ga;
-		memset(&ga, 0, sizeof ga);
-		ga.M = nv;
-		ga.N = C;
-		ga.K = N;
-		ga.A = a->dlogits + v0;
-		ga.lda = nv == V ? 0 : V;
-		ga.trans_a = true;
-		ga.B = a->lnf;
-		ga.C = g;
-		ga.alpha = 1.0f;
-		ga.accumulate = true;
-		cuda_gemm_run(m->gemm, &ga);
+		s_gemm_ld(m, nv, C, N, a->dlogits + v0, ld, true, a->lnf, false, NULL, g, 0, true);
 		s_grad_end(m, g, lo, hi);
 		if (!m->fetch)
 			continue;
 		params_view_t v = s_params_get(m, lo, hi, true);
-		memset(&ga, 0, sizeof ga);
-		ga.M = N;
-		ga.N = C;
-		ga.K = nv;
-		ga.A = a->dlogits + v0;
-		ga.lda = nv == V ? 0 : V;
-		ga.B = v.p16;
-		ga.C = a->dsmall;
-		ga.alpha = 1.0f;
-		ga.accumulate = v0 > 0;
-		cuda_gemm_run(m->gemm, &ga);
+		s_gemm_ld(m, N, C, nv, a->dlogits + v0, ld, false, v.p16, false, NULL, a->dsmall, 0,
+			  v0 > 0);
 		s_params_put(m, v);
 	}
 	if (!m->fetch)
