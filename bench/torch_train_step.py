@@ -15,6 +15,13 @@ engine's bf16 mode keeps fp32 weights too). Threads: torch.set_num_threads
 Prints one JSON object: median and best ms/step, tokens/s at the median,
 achieved GFLOP/s (6N + 6LCT per token, as gpt2_flops_per_token) and the
 peak resident set size.
+
+--device cuda runs the same model on the GPU (bench/gpu/run.sh's peer):
+autocast to bf16 on cuda, fused AdamW, the clock read after
+torch.cuda.synchronize(), and peak GPU memory instead of the RSS.
+--attention sdpa there swaps the masked softmax for
+F.scaled_dot_product_attention(is_causal=True), PyTorch's flash kernel, as
+nanoGPT runs it (PyTorch 2.x).
 """
 import argparse
 import json
@@ -30,9 +37,10 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, n_embd, n_head, seq):
+    def __init__(self, n_embd, n_head, seq, sdpa=False):
         super().__init__()
         self.n_head = n_head
+        self.sdpa = sdpa
         self.ln_1 = nn.LayerNorm(n_embd, eps=1e-5)
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
@@ -49,18 +57,22 @@ class Block(nn.Module):
         q = q.view(B, T, nh, C // nh).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, nh, C // nh).transpose(1, 2)
         v = v.view(B, T, nh, C // nh).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // nh)) + self.mask[:T, :T]
-        y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // nh)) + self.mask[:T, :T]
+            y = att.softmax(dim=-1) @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + self.c_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT2(nn.Module):
-    def __init__(self, n_layer, n_head, n_embd, vocab, seq):
+    def __init__(self, n_layer, n_head, n_embd, vocab, seq, sdpa=False):
         super().__init__()
         self.wte = nn.Embedding(vocab, n_embd)
         self.wpe = nn.Embedding(seq, n_embd)
-        self.h = nn.ModuleList(Block(n_embd, n_head, seq) for _ in range(n_layer))
+        self.h = nn.ModuleList(Block(n_embd, n_head, seq, sdpa) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
         for name, p in self.named_parameters():
             if p.dim() == 2:
@@ -71,21 +83,23 @@ class GPT2(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V)
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
-def adamw(model):
+def adamw(model, cuda):
     """AdamW as the engine runs it: lr 6e-4, betas 0.9/0.95, eps 1e-8, weight
-    decay 0.1 on matrices and embeddings only, foreach kernels."""
+    decay 0.1 on matrices and embeddings only, foreach kernels (fused on
+    cuda)."""
+    kernels = {"fused": True} if cuda else {"foreach": True}
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                               {"params": no_decay, "weight_decay": 0.0}],
-                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **kernels)
 
 
 def main():
@@ -101,31 +115,40 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--attention", choices=["mask", "sdpa"], default="mask")
     args = ap.parse_args()
     if args.steps < 1 or args.embd % args.heads:
         sys.exit("torch_train_step: --steps must be >= 1 and --embd divisible by --heads")
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("torch_train_step: --device cuda but torch sees no CUDA GPU")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = GPT2(args.layers, args.heads, args.embd, args.vocab, args.seq)
+    model = GPT2(args.layers, args.heads, args.embd, args.vocab, args.seq,
+                 args.attention == "sdpa").to(args.device)
     model.train()
-    opt = adamw(model)
+    opt = adamw(model, cuda)
     n_params = sum(p.numel() for p in model.parameters())
     flops_per_token = 6.0 * n_params + 6.0 * args.layers * args.embd * args.seq
     autocast = args.precision == "bf16"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     times_ms = []
     loss = None
     for step in range(args.warmup + args.steps):
-        idx = torch.randint(0, args.vocab, (args.batch, args.seq))
-        tgt = torch.randint(0, args.vocab, (args.batch, args.seq))
+        idx = torch.randint(0, args.vocab, (args.batch, args.seq), device=args.device)
+        tgt = torch.randint(0, args.vocab, (args.batch, args.seq), device=args.device)
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.cpu.amp.autocast(enabled=autocast, dtype=torch.bfloat16):
+        with torch.autocast(args.device, enabled=autocast, dtype=torch.bfloat16):
             loss = model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         dt = (time.perf_counter() - t0) * 1e3
         if step >= args.warmup:
             times_ms.append(dt)
@@ -142,6 +165,8 @@ def main():
         "tokens_per_s": round(tok_s, 1), "flops_per_token": flops_per_token,
         "gflops": round(flops_per_token * tok_s / 1e9, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "attention": args.attention,
+        "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
         "last_loss": round(loss.item(), 4),
     }))
 

@@ -9,9 +9,16 @@
 #
 #   bench/gpu/run.sh [BUILD_DIR]        (default: build-gpu)
 #
+# The peer, measured in the same run on the same GPU: PyTorch
+# (bench/torch_train_step.py --device cuda, bf16 autocast, fused AdamW) on
+# the same model, vocabulary and batch, once per entry of PEERS
+# (ATTENTION:VOCAB; sdpa is F.scaled_dot_product_attention's flash kernel,
+# mask the materialised T x T softmax this engine runs).
+#
 # Knobs: STEPS (20), WARMUP (3), BATCH (empty: the largest that fits),
 #        PEAK_TFLOPS (989: H100 SXM dense bf16; 756 for H100 PCIe),
-#        VOCABS ("50257 50304").
+#        VOCABS ("50257 50304"), PEERS ("sdpa:50304 mask:50257"; empty:
+#        none), TORCH_PYTHON (python3: the one that imports torch).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
@@ -19,6 +26,8 @@ steps=${STEPS:-20}
 warmup=${WARMUP:-3}
 peak=${PEAK_TFLOPS:-989}
 vocabs=${VOCABS:-"50257 50304"}
+peers=${PEERS-"sdpa:50304 mask:50257"}
+torch_python=${TORCH_PYTHON:-python3}
 export PATH=/usr/local/cuda/bin:$PATH
 if [ ! -d "$build/meson-private" ]; then
   meson setup "$build" >/dev/null
@@ -36,9 +45,19 @@ for v in $vocabs; do
   echo "bench_gpu_step ${args[*]}..." >&2
   "$exe" "${args[@]}" > "$out/vocab-$v.json" 2> "$out/vocab-$v.log"
 done
-/usr/bin/python3 - "$out" "$build" "$steps" "$warmup" "$peak" $vocabs <<'PY'
+for p in $peers; do
+  att=${p%%:*}; v=${p#*:}
+  [ -f "$out/vocab-$v.json" ] || { echo "gpu/run.sh: peer $p: no run of this engine at vocab $v" >&2; continue; }
+  b=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batch"])' "$out/vocab-$v.json")
+  echo "torch_train_step --device cuda --attention $att --vocab $v --batch $b..." >&2
+  "$torch_python" bench/torch_train_step.py --device cuda --precision bf16 --attention "$att" \
+    --seq 1024 --vocab "$v" --batch "$b" --steps "$steps" --warmup "$warmup" \
+    > "$out/peer-$att-$v.json" 2> "$out/peer-$att-$v.log" ||
+    { echo "gpu/run.sh: peer $p failed: $(tail -1 "$out/peer-$att-$v.log")" >&2; rm -f "$out/peer-$att-$v.json"; }
+done
+/usr/bin/python3 - "$out" "$build" "$steps" "$warmup" "$peak" "$peers" $vocabs <<'PY'
 import json, os, sys
-out, build, steps, warmup, peak, *vocabs = sys.argv[1:]
+out, build, steps, warmup, peak, peers, *vocabs = sys.argv[1:]
 gpu = open(os.path.join(out, "gpu.txt")).read().strip()
 rows = [json.load(open(os.path.join(out, f"vocab-{v}.json"))) for v in vocabs]
 print("### GPU engine: GPT-2 124M training step (bench/gpu/run.sh)")
@@ -54,6 +73,26 @@ for r in rows:
           f"| {r['tokens_per_s']:,.0f} | {100*r['mfu']:.1f}% | {r['forward_ms']:.1f} | {r['backward_ms']:.1f} "
           f"| {r['optimizer_ms']:.1f} | {r['gpu_used_gib']:.1f} / {r['gpu_total_gib']:.1f} GiB |")
 print()
+ours = {r["vocab"]: r for r in rows}
+peer_rows = []
+for p in peers.split():
+    att, v = p.split(":")
+    f = os.path.join(out, f"peer-{att}-{v}.json")
+    if os.path.exists(f):
+        peer_rows.append(json.load(open(f)))
+if peer_rows:
+    print("PyTorch on the same GPU in the same run (bench/torch_train_step.py --device cuda "
+          "--precision bf16: eager, bf16 autocast, fused AdamW), same model, vocab and batch:")
+    print()
+    print("| peer | vocab | batch x T | step ms | tokens/s | MFU | GPU memory | this engine's tokens/s over it |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for q in peer_rows:
+        mfu = q["tokens_per_s"] * q["flops_per_token"] / (float(peak) * 1e12)
+        r = ours[q["vocab"]]
+        print(f"| PyTorch {q['torch']}, attention {q['attention']} | {q['vocab']} | {q['batch']} x {q['seq']} "
+              f"| {q['median_ms']:.1f} | {q['tokens_per_s']:,.0f} | {100*mfu:.1f}% | {q['peak_gpu_gib']:.1f} GiB "
+              f"| {r['tokens_per_s'] / q['tokens_per_s']:.2f}x |")
+    print()
 print(f"Command: `bench/gpu/run.sh {build}` (raw JSON in {out}). Anchor: llm.c reaches 50-60% MFU "
       "on this model; this engine's target is >= 40%.")
 PY
