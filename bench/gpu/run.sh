@@ -28,6 +28,7 @@ peak=${PEAK_TFLOPS:-989}
 vocabs=${VOCABS:-"50257 50304"}
 peers=${PEERS-"sdpa:50304 mask:50257"}
 torch_python=${TORCH_PYTHON:-python3}
+py=$(command -v /usr/bin/python3 || command -v python3)
 export PATH=/usr/local/cuda/bin:$PATH
 if [ ! -d "$build/meson-private" ]; then
   meson setup "$build" >/dev/null
@@ -48,14 +49,14 @@ done
 for p in $peers; do
   att=${p%%:*}; v=${p#*:}
   [ -f "$out/vocab-$v.json" ] || { echo "gpu/run.sh: peer $p: no run of this engine at vocab $v" >&2; continue; }
-  b=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batch"])' "$out/vocab-$v.json")
+  b=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["batch"])' "$out/vocab-$v.json")
   echo "torch_train_step --device cuda --attention $att --vocab $v --batch $b..." >&2
   "$torch_python" bench/torch_train_step.py --device cuda --precision bf16 --attention "$att" \
     --seq 1024 --vocab "$v" --batch "$b" --steps "$steps" --warmup "$warmup" \
     > "$out/peer-$att-$v.json" 2> "$out/peer-$att-$v.log" ||
     { echo "gpu/run.sh: peer $p failed: $(tail -1 "$out/peer-$att-$v.log")" >&2; rm -f "$out/peer-$att-$v.json"; }
 done
-/usr/bin/python3 - "$out" "$build" "$steps" "$warmup" "$peak" "$peers" $vocabs <<'PY'
+"$py" - "$out" "$build" "$steps" "$warmup" "$peak" "$peers" $vocabs <<'PY'
 import json, os, sys
 out, build, steps, warmup, peak, peers, *vocabs = sys.argv[1:]
 gpu = open(os.path.join(out, "gpu.txt")).read().strip()
