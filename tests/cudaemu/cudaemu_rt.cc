@@ -600,6 +600,29 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 	return cudaMemcpy(dst, src, bytes, kind);
 }
 
+/* rows of width bytes, pitched: one cudaMemcpy per row (its checks too) */
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+			 size_t height, enum cudaMemcpyKind kind)
+{
+	if (width > dpitch || width > spitch)
+		s_die("cudaMemcpy2D: width %zu over a pitch (%zu, %zu)", width, dpitch, spitch);
+	for (size_t r = 0; r < height; r++) {
+		cudaError_t rc = cudaMemcpy((char *)dst + r * dpitch, (const char *)src + r * spitch,
+					    width, kind);
+		if (rc != cudaSuccess)
+			return rc;
+	}
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+			      size_t width, size_t height, enum cudaMemcpyKind kind,
+			      cudaStream_t stream)
+{
+	(void)stream;
+	return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+}
+
 cudaError_t cudaMemset(void *ptr, int value, size_t bytes)
 {
 	{

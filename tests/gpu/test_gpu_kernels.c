@@ -315,19 +315,58 @@ static void test_softmax(void)
 	cudaFree(d_dpre16);
 }
 
+/* Rows of n floats, ld apart (the columns past n set to pad); and back. */
+static float *pad_rows(const float *x, int rows, int n, int ld, float pad)
+{
+	float *p = malloc(F((size_t)rows * ld));
+	for (int r = 0; r < rows; r++)
+		for (int c = 0; c < ld; c++)
+			p[(size_t)r * ld + c] = c < n ? x[(size_t)r * n + c] : pad;
+	return p;
+}
+
+/* The device's padded rows, compacted; *pad_ok = the padding still zero. */
+static float *download_rows(const float *d, int rows, int n, int ld, bool *pad_ok)
+{
+	float *all = download(d, (size_t)rows * ld), *x = malloc(F((size_t)rows * n));
+	*pad_ok = true;
+	for (int r = 0; r < rows; r++)
+		for (int c = 0; c < ld; c++) {
+			float v = all[(size_t)r * ld + c];
+			if (c < n)
+				x[(size_t)r * n + c] = v;
+			else if (v != 0.0f)
+				*pad_ok = false;
+		}
+	free(all);
+	return x;
+}
+
+static uint16_t *download16_rows(const uint16_t *d, int rows, int n, int ld)
+{
+	uint16_t *all = download16(d, (size_t)rows * ld), *x = malloc((size_t)rows * n * 2);
+	for (int r = 0; r < rows; r++)
+		memcpy(x + (size_t)r * n, all + (size_t)r * ld, (size_t)n * 2);
+	free(all);
+	return x;
+}
+
+/* Rows ld > V apart, as the GPU model lays its logits out; the padding
+ * holds NaN, which would poison every row that read it. */
 static void test_crossentropy(void)
 {
-	const int N = 19, V = 1000;
-	const size_t n = (size_t)N * V;
+	const int N = 19, V = 1000, ld = 1024;
+	const size_t n = (size_t)N * V, np = (size_t)N * ld;
 	float *logits = rand_floats(n, 3);
 	int32_t *tg = rand_tokens(N, V);
 	float *losses = malloc(F((size_t)N)), *lse = malloc(F((size_t)N));
 	float mean = kernel_crossentropy_forward(losses, lse, logits, tg, N, V);
-	float *d_logits = gpu_dup(logits, F(n));
+	float *padded = pad_rows(logits, N, V, ld, NAN);
+	float *d_logits = gpu_dup(padded, F(np));
 	int32_t *d_tg = gpu_dup(tg, (size_t)N * 4);
 	float *d_losses = gpu_dup(NULL, F((size_t)N)), *d_lse = gpu_dup(NULL, F((size_t)N)),
 	      *d_mean = gpu_dup(NULL, F(1));
-	cuda_crossentropy_forward(d_losses, d_lse, d_logits, d_tg, N, V, 0);
+	cuda_crossentropy_forward(d_losses, d_lse, d_logits, d_tg, N, V, ld, 0);
 	cuda_mean(d_mean, d_losses, N, 0);
 	float *gl = download(d_losses, (size_t)N), *gs = download(d_lse, (size_t)N), *gm = download(d_mean, 1);
 	expect("cross-entropy forward losses fp32", rel_err(gl, losses, (size_t)N), FP32_BOUND);
@@ -335,15 +374,18 @@ static void test_crossentropy(void)
 	expect("cross-entropy mean loss fp32", rel_err(gm, &mean, 1), FP32_BOUND);
 
 	const float scale = 1.0f / N;
-	float *d_d = gpu_dup(NULL, F(n));
-	uint16_t *d_d16 = gpu_dup(NULL, n * 2);
-	cuda_crossentropy_backward(d_d16, d_d, d_logits, d_lse, d_tg, N, V, scale, 0);
+	float *d_d = gpu_dup(NULL, F(np));
+	uint16_t *d_d16 = gpu_dup(NULL, np * 2);
+	cuda_crossentropy_backward(d_d16, d_d, d_logits, d_lse, d_tg, N, V, ld, scale, 0);
 	kernel_crossentropy_backward_inplace(logits, lse, tg, N, V, scale);
-	float *gd = download(d_d, n);
-	uint16_t *gd16 = download16(d_d16, n);
+	bool pad_ok;
+	float *gd = download_rows(d_d, N, V, ld, &pad_ok);
+	uint16_t *gd16 = download16_rows(d_d16, N, V, ld);
 	expect("cross-entropy backward fp32", rel_err(gd, logits, n), FP32_BOUND);
 	expect("cross-entropy backward bf16", rel_err_bf16(gd16, logits, n), BF16_BOUND);
+	expect_true("cross-entropy backward leaves the row padding alone", pad_ok);
 	free(logits), free(tg), free(losses), free(lse), free(gl), free(gs), free(gm), free(gd), free(gd16);
+	free(padded);
 	cudaFree(d_logits), cudaFree(d_tg), cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_mean);
 	cudaFree(d_d), cudaFree(d_d16);
 }

@@ -46,8 +46,11 @@
  *     blocks, ln_f, the layer), one at a time, each released, each hinted
  *     by the fetch before it within a pass (the forward's last hint is
  *     empty); the logits,
- *     the loss and the whole gradient within STREAM_WTE_BOUND of the dense
- *     model's (the LM head's GEMMs run per block, dlnf summed over them).
+ *     the loss within STREAM_WTE_BOUND of the dense model's, the whole
+ *     gradient within STREAM_GRAD_BOUND (the LM head's GEMMs run per
+ *     block and dlnf is summed over them; its last fp32 bits then flip
+ *     bf16 roundings of the GEMM inputs all the way down: 1.1e-4 on an
+ *     H200, whose cuBLASLt picks kernels per shape, 3.6e-7 on cudaemu).
  *
  * Skips (exit 77) with "no CUDA GPU: ...; skipping" where there is no GPU.
  */
@@ -71,6 +74,7 @@
 #define GRAD_BOUND 5e-2
 #define LOSS_REL 5e-3
 #define STREAM_WTE_BOUND 1e-5
+#define STREAM_GRAD_BOUND 1e-3
 
 static const gpt2_config_t CFG = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = T};
 
@@ -280,8 +284,8 @@ static void test_streamed_grads(void)
 		       STREAM_WTE_BOUND * fabsf(l_dense), "streamed parameters: logits rel err %.3g, loss"
 		       " %.9g", rel_err(lg_bare, lg_dense, nl), l_bare);
 		e = rel_err(r.sum, want, n);
-		expect(e <= STREAM_WTE_BOUND, "streamed parameters: gradient rel err %.3g (bound %.3g)",
-		       e, STREAM_WTE_BOUND);
+		expect(e <= STREAM_GRAD_BOUND, "streamed parameters: gradient rel err %.3g (bound %.3g)",
+		       e, STREAM_GRAD_BOUND);
 		free(lg_dense), free(lg_bare);
 		cudaFree((void *)f.all);
 		gpt2_cuda_free(bare);

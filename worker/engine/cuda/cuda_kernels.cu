@@ -613,11 +613,11 @@ __device__ float s_block_reduce(float x, float *sh)
 }
 
 __global__ void k_crossentropy_forward(float *losses, float *lse, const float *logits,
-                                       const int32_t *targets, int V)
+                                       const int32_t *targets, int V, int ld)
 {
 	__shared__ float sh[CE_BLOCK];
 	size_t n = blockIdx.x;
-	const float *x = logits + n * V;
+	const float *x = logits + n * ld;
 	float mx = -INFINITY;
 	for (int v = threadIdx.x; v < V; v += blockDim.x)
 		mx = fmaxf(mx, x[v]);
@@ -634,9 +634,10 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, const float *l
 }
 
 extern "C" void cuda_crossentropy_forward(float *losses, float *lse, const float *logits,
-                                          const int32_t *targets, int N, int V, cudaStream_t stream)
+                                          const int32_t *targets, int N, int V, int ld,
+                                          cudaStream_t stream)
 {
-	k_crossentropy_forward<<<N, CE_BLOCK, 0, stream>>>(losses, lse, logits, targets, V);
+	k_crossentropy_forward<<<N, CE_BLOCK, 0, stream>>>(losses, lse, logits, targets, V, ld);
 	CUDA_CHECK_LAUNCH();
 }
 
@@ -666,30 +667,31 @@ extern "C" void cuda_mean(float *out, const float *x, int n, cudaStream_t stream
 }
 
 __global__ void k_crossentropy_backward(bf16 *dlogits16, float *dlogits, const float *logits,
-                                        const float *lse, const int32_t *targets, int V, size_t total,
-                                        float scale)
+                                        const float *lse, const int32_t *targets, int V, int ld,
+                                        size_t total, float scale)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		size_t n = i / (size_t)V;
 		int v = (int)(i % (size_t)V);
-		float d = expf(logits[i] - lse[n]) * scale;
+		size_t at = n * (size_t)ld + (size_t)v;
+		float d = expf(logits[at] - lse[n]) * scale;
 		if (v == targets[n])
 			d -= scale;
 		if (dlogits)
-			dlogits[i] = d;
+			dlogits[at] = d;
 		if (dlogits16)
-			dlogits16[i] = __float2bfloat16_rn(d);
+			dlogits16[at] = __float2bfloat16_rn(d);
 	}
 }
 
 extern "C" void cuda_crossentropy_backward(uint16_t *dlogits16, float *dlogits, const float *logits,
                                            const float *lse, const int32_t *targets, int N, int V,
-                                           float scale, cudaStream_t stream)
+                                           int ld, float scale, cudaStream_t stream)
 {
 	size_t total = (size_t)N * V;
 	k_crossentropy_backward<<<s_grid(total, 256), 256, 0, stream>>>(
-		dlogits16 ? s_b16(dlogits16) : NULL, dlogits, logits, lse, targets, V, total, scale);
+		dlogits16 ? s_b16(dlogits16) : NULL, dlogits, logits, lse, targets, V, ld, total, scale);
 	CUDA_CHECK_LAUNCH();
 }
 
