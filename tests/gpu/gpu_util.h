@@ -49,7 +49,11 @@ static inline void gpu_must(cudaError_t rc, const char *what)
 	}
 }
 
-/* A device copy of n bytes of host memory (zeroed when src is NULL). */
+/* A device copy of n bytes of host memory (zeroed when src is NULL),
+ * complete when this returns: cudaMemset may return before it is done, and
+ * the engine's kernels run on a non-blocking stream that does not wait for
+ * it (a streamed gradient bucket could be summed into before it is
+ * zeroed). */
 static inline void *gpu_dup(const void *src, size_t bytes)
 {
 	void *p = NULL;
@@ -58,6 +62,7 @@ static inline void *gpu_dup(const void *src, size_t bytes)
 		gpu_must(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "upload");
 	else
 		gpu_must(cudaMemset(p, 0, bytes), "memset");
+	gpu_must(cudaDeviceSynchronize(), "gpu_dup");
 	return p;
 }
 

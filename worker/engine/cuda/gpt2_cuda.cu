@@ -33,7 +33,8 @@
  * addressed from the layer's first float (P, P16, G), so one code path
  * serves both. wte comes in blocks of rows when streamed: the embedding
  * adds each block's rows, and the LM head's GEMMs read and write the
- * block's columns of the logits and dlogits in place (ld V).
+ * block's columns of the logits and dlogits in place (rows s_logits_ld
+ * apart).
  */
 #include "gpt2_cuda.h"
 
@@ -197,15 +198,24 @@ static void *s_carve(char *base, size_t *off, size_t n, size_t size)
 }
 
 /* The logits' and dlogits' row stride: the vocabulary rounded up to 64
- * entries, so that every row of the LM head's GEMMs starts 256 (fp32) or
- * 128 (bf16) bytes aligned. cuBLASLt's fast kernels need aligned rows: at
- * the spec's vocabulary, 50257, an odd stride made a GPT-2 124M step on an
- * H200 take 632 ms against 458 at 50304 (bench/RESULTS.md). The padding
- * columns are never read. */
+ * entries. cuBLASLt has fast kernels only for aligned rows and a vocabulary
+ * dimension to match: at the spec's vocabulary, 50257, its LM-head GEMMs
+ * fell back to a generic kernel and a GPT-2 124M step on an H200 took
+ * 632 ms against 458 at 50304 (bench/RESULTS.md). So the model with its
+ * own parameters and gradients (s_vocab_gemm) runs them over all ld
+ * columns: the padding columns of the logits multiply the rows that follow
+ * wte in params16 (wpe's) and are never read; the dlogits' padding columns
+ * are zeroed once at create and never written, so the products that use
+ * them add exact zeros to the gradients that follow wte and to dlnf. */
 static size_t s_logits_ld(int V)
 {
 	return ((size_t)V + 63) / 64 * 64;
 }
+
+/* How many vocabulary columns the LM head's GEMMs run over: ld where the
+ * model holds its parameters and gradients whole (no streaming) and enough
+ * of them follow wte, else V. */
+static int s_vocab_gemm(const gpt2_cuda_t *m);
 
 static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T)
 {
@@ -375,6 +385,11 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		goto fail_cuda;
 	}
 	s_layout(&m->a, (char *)m->arena, cfg, max_B, max_T);
+	if ((rc = cudaMemset(m->a.dlogits, 0, N * s_logits_ld(cfg->vocab_size) * sizeof(uint16_t))) !=
+	    cudaSuccess) {
+		snprintf(err, errlen, "CUDA error clearing the activations: %s", cudaGetErrorString(rc));
+		goto fail_cuda;
+	}
 	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, max_B, max_T, cfg->n_embd, cfg->n_head);
 	if ((rc = cudaMallocHost(&m->host_ids, (5 * N + 1) * sizeof(int32_t))) != cudaSuccess) {
 		m->host_ids = NULL;
@@ -679,6 +694,14 @@ extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
 
 /* ---- forward and backward ---- */
 
+static int s_vocab_gemm(const gpt2_cuda_t *m)
+{
+	const size_t V = (size_t)m->cfg.vocab_size, C = (size_t)m->cfg.n_embd, ld = s_logits_ld((int)V);
+	if (!m->params || !m->grads || m->stream_begin || m->n_params < ld * C)
+		return (int)V;
+	return (int)ld;
+}
+
 /* C (M, N) (+)= op(A) @ op(B) (+ bias), dense operands */
 /* C (M, N) = op(A) @ op(B) [+ bias] [+ C], with A's and C's stored rows
  * lda and ldc apart (0: dense), for a block of columns used in place. */
@@ -804,7 +827,7 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	 * the block's columns of the logits (rows ld apart) */
 	const int64_t ld = (int64_t)s_logits_ld(V);
 	for (int v0 = 0; v0 < V; v0 += rows) {
-		const int nv = rows < V - v0 ? rows : V - v0;
+		const int nv = rows < V - v0 ? rows : v0 == 0 ? s_vocab_gemm(m) : V - v0;
 		params_view_t v = s_params_get(m, (size_t)v0 * C, (size_t)(v0 + nv) * C, true);
 		s_gemm_ld(m, N, nv, C, a->lnf, 0, false, v.p16, true, NULL, a->logits + v0, ld, false);
 		s_params_put(m, v);
@@ -851,7 +874,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 	 * over the blocks when the parameters are streamed */
 	const int rows = m->stream_begin ? m->wte_rows : V;
 	for (int v0 = 0; v0 < V; v0 += rows) {
-		const int nv = rows < V - v0 ? rows : V - v0;
+		const int nv = rows < V - v0 ? rows : v0 == 0 ? s_vocab_gemm(m) : V - v0;
 		const size_t lo = (size_t)v0 * C, hi = lo + (size_t)nv * C;
 		float *g = s_grad_begin(m, lo, hi);
 		s_gemm_ld(m, nv, C, N, a->dlogits + v0, ld, true, a->lnf, false, NULL, g, 0, true);
@@ -864,8 +887,8 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		s_params_put(m, v);
 	}
 	if (!m->fetch)
-		s_gemm_ld(m, N, C, V, a->dlogits, ld, false, m->params16, false, NULL, a->dsmall, 0,
-			  false);
+		s_gemm_ld(m, N, C, s_vocab_gemm(m), a->dlogits, ld, false, m->params16, false, NULL,
+			  a->dsmall, 0, false);
 	{
 		params_view_t w = s_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
 		float *g = s_grad_begin(m, m->off_lnf, m->off_lnf + 2 * (size_t)C);
