@@ -702,7 +702,6 @@ static int s_vocab_gemm(const gpt2_cuda_t *m)
 	return (int)ld;
 }
 
-/* C (M, N) (+)= op(A) @ op(B) (+ bias), dense operands */
 /* C (M, N) = op(A) @ op(B) [+ bias] [+ C], with A's and C's stored rows
  * lda and ldc apart (0: dense), for a block of columns used in place. */
 static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda,
@@ -727,6 +726,7 @@ static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, in
 	cuda_gemm_run(m->gemm, &a);
 }
 
+/* the same, dense operands */
 static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
                    const uint16_t *B, bool trans_b, const float *bias, float *C, bool accumulate)
 {
