@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 from cluster import check, fake_gpus, log, run, tiny_spec, wait_workers
+from test_profile import phases_by_step
 
 STEPS = 12
 FAKE = "NVIDIA H100 80GB HBM3|85520809984|GPU-11111111-2222-3333-4444-555555555555"
@@ -54,21 +55,15 @@ def spec():
 
 
 def check_trace(trace):
-    steps = {}
-    for e in trace["traceEvents"]:
-        if e["ph"] != "X":
-            continue
-        check(e["pid"] == 0, "an event of rank %r in a 1-rank job" % e["pid"])
-        slot = steps.setdefault(e["args"]["step"], {"step": None, "phases": {}})
-        if e["cat"] == "step":
-            slot["step"] = e
-        else:
-            slot["phases"][e["name"]] = e
-    check(sorted(steps) == [2, 3, 4], "steps traced: %s, want 2, 3, 4" % sorted(steps))
+    """{step: {"step": X event, "phases": [X events]}} of rank 0, checked."""
+    by_key = phases_by_step(trace)
+    check(sorted(by_key) == [(0, 2), (0, 3), (0, 4)], "steps traced: %s, want rank 0's 2, 3, 4" % sorted(by_key))
+    steps = {step: slot for (_, step), slot in by_key.items()}
     for step, slot in sorted(steps.items()):
         check(slot["step"] is not None, "step %d: no step slice" % step)
+        phases = {e["name"]: e for e in slot["phases"]}
         for must in ("forward", "backward", "optimizer"):
-            e = slot["phases"].get(must)
+            e = phases.get(must)
             check(e is not None and e["dur"] > 0, "step %d: %s phase %r" % (step, must, e))
     return steps
 
@@ -117,8 +112,9 @@ def main(c, args):
     st, body = d.request("GET", "/v1/jobs/%s/trace" % job)
     check(st == 200, "GET trace: %s %r" % (st, body[:300]))
     steps = check_trace(json.loads(body))
+    durs = {e["name"]: e["dur"] for e in steps[3]["phases"]}
     log("trace: steps %s, forward %.0f us, backward %.0f us at step 3"
-        % (sorted(steps), steps[3]["phases"]["forward"]["dur"], steps[3]["phases"]["backward"]["dur"]))
+        % (sorted(steps), durs["forward"], durs["backward"]))
 
 
 if __name__ == "__main__":
