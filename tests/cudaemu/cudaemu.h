@@ -67,6 +67,16 @@ void syncthreads();
 uint64_t warp_exchange(unsigned mask, uint64_t mine, int src_lane);
 int lane();
 
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling
+ * warp: d (16 x 8, fp32) += a (16 x 16, bf16) @ b (16 x 8, bf16), each
+ * lane holding the fragments the PTX ISA assigns it (groupID = lane / 4,
+ * tig = lane % 4; a: {row g, cols 2tig..+1}, {row g+8, same}, {row g,
+ * cols 2tig+8..+9}, {row g+8, same}, low half first; b: {rows 2tig..+1,
+ * col g}, {rows 2tig+8..+9, col g}; d: {row g, cols 2tig..+1}, {row g+8,
+ * same}). Every lane of the warp must call it, as on the GPU; the sums
+ * are exact products added in double, then rounded once. */
+void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
+
 /* Run body once per thread of grid x block; false (and cudaGetLastError set)
  * when the configuration is invalid. */
 bool launch_impl(const char *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
@@ -140,6 +150,8 @@ launcher<P...> launch_named(const char *name, void (*kernel)(P...), dim3 grid, d
 #define __syncthreads() cudaemu::syncthreads()
 #define __shfl_xor_sync(mask, v, m) cudaemu::shfl_xor((mask), (v), (m))
 #define __shfl_sync(mask, v, l) cudaemu::shfl((mask), (v), (l))
+/* the engine's tensor-core instruction (cuda_flash.cu), emulated */
+#define CUDAEMU_MMA_BF16_16816(d, a, b) cudaemu::mma_bf16_16816((d), (a), (b))
 
 static inline float rsqrtf(float x)
 {

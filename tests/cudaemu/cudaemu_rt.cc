@@ -99,6 +99,7 @@ struct fiber {
 	int lane;
 	int warp;
 	uint64_t xchg;
+	const void *frag; /* mma_bf16_16816: this lane's fragments */
 };
 
 struct sched {
@@ -369,6 +370,53 @@ uint64_t warp_exchange(unsigned mask, uint64_t mine, int src_lane)
 	 * every lane has read it */
 	s_park(AT_WARP);
 	return got;
+}
+
+namespace {
+
+float s_bf16_at(const uint32_t *regs, int reg, int half)
+{
+	uint32_t bits = (regs[reg] >> (16 * half)) << 16;
+	float f;
+	memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
+} /* namespace */
+
+void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+	struct frags {
+		uint32_t a[4], b[2];
+	} mine;
+	memcpy(mine.a, a, sizeof mine.a);
+	memcpy(mine.b, b, sizeof mine.b);
+	sched &s = S();
+	if (s.current < 0)
+		s_die("mma outside a kernel");
+	fiber &f = s.fibers[s.current];
+	f.frag = &mine;
+	s_park(AT_WARP); /* every lane's fragments are in place */
+	const fiber *warp = &s.fibers[(size_t)f.warp * 32];
+	const int g = f.lane / 4, tig = f.lane % 4;
+	for (int e = 0; e < 4; e++) {
+		const int row = g + (e >= 2 ? 8 : 0), col = 2 * tig + (e & 1);
+		double sum = 0.0;
+		for (int k = 0; k < 16; k++) {
+			/* A (row, k): lane 4 (row % 8) + (k % 8) / 2, register
+			 * (row >= 8) + 2 (k >= 8), half k & 1 */
+			const frags *fa = (const frags *)warp[4 * (row % 8) + (k % 8) / 2].frag;
+			float av = s_bf16_at(fa->a, (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), k & 1);
+			/* B (k, col): lane 4 col + (k % 8) / 2, register k >= 8 */
+			const frags *fb = (const frags *)warp[4 * col + (k % 8) / 2].frag;
+			float bv = s_bf16_at(fb->b, k >= 8 ? 1 : 0, k & 1);
+			sum += (double)av * (double)bv;
+		}
+		d[e] = (float)((double)d[e] + sum);
+	}
+	/* the second wait keeps a fast lane from leaving (and its fragments
+	 * going out of scope) before every lane has read them */
+	s_park(AT_WARP);
 }
 
 bool launch_impl(const char *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -20,6 +20,9 @@
  *     probabilities (kept in bf16) and in backward dy and dpre to bf16 for
  *     its GEMMs while the CPU attention is all fp32: 4-6 bf16 roundings
  *     (2^-9 each) that compound through the softmax; expected around 5e-3.
+ *     The fused attention (cuda_flash_*) rounds the same operands and
+ *     keeps the same bounds; its log2-sum-exp2 is checked against one in
+ *     double.
  * Exact checks: the embedding forward (one fp32 add), the embedding
  * gradients (the CPU's summation order), bf16 conversion (bit for bit) and
  * the bf16 parameter copy AdamW writes. Also checked: two runs of the
@@ -568,9 +571,9 @@ static void test_attention(void)
 		n_failed++;
 		return;
 	}
-	void *d_scr = gpu_dup(NULL, cuda_attention_scratch_bytes(B, T, C, H));
+	void *d_scr = gpu_dup(NULL, cuda_attention_scratch_bytes(B, T, C, H, false));
 	cuda_attention_scratch_t as;
-	cuda_attention_scratch_carve(&as, d_scr, B, T, C, H);
+	cuda_attention_scratch_carve(&as, d_scr, B, T, C, H, false);
 	float *d_qkv = gpu_dup(qkv, F(nqkv)), *d_out = gpu_dup(NULL, F(nc));
 	uint16_t *d_att16 = gpu_dup(NULL, natt * 2);
 	uint16_t *d_out16 = gpu_dup(NULL, nc * 2);
@@ -619,6 +622,108 @@ static void test_attention(void)
 	cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
 }
 
+/* ---- fused attention (cuda_flash_*) against the CPU's fp32 attention ---- */
+
+/* q, k, v part p (0, 1, 2) of dqkv (N, 3C) as (N, C) */
+static float *qkv_part(const float *dqkv, int N, int C, int p)
+{
+	float *a = malloc(F((size_t)N * C));
+	for (int n = 0; n < N; n++)
+		memcpy(a + (size_t)n * C, dqkv + (size_t)n * 3 * C + (size_t)p * C, F((size_t)C));
+	return a;
+}
+
+/* One shape: T past one 64-row tile where it says, so that the diagonal
+ * tile, the tiles below it and the rows past T of the last tile all run. */
+static void flash_case(int B, int T, int C, int H)
+{
+	const int N = B * T, hd = C / H;
+	const size_t nqkv = (size_t)N * 3 * C, nc = (size_t)N * C, natt = (size_t)B * H * T * T;
+	const size_t nrows = (size_t)B * H * T;
+	char what[96];
+	float *qkv = rand_floats(nqkv, 1);
+	float *out = malloc(F(nc)), *att = malloc(F(natt));
+	float *scr = malloc(F(kernel_attention_scratch_floats(B, T, C, H)));
+	kernel_attention_forward(out, att, qkv, scr, B, T, C, H);
+	/* the log2-sum-exp2 per row, in double from qkv */
+	float *lse = malloc(F(nrows));
+	const double scale = 1.0 / sqrt((double)hd);
+	double *sc = malloc((size_t)T * sizeof(double));
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < T; i++) {
+				const float *qi = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * hd;
+				double mx = -INFINITY, sum = 0.0;
+				for (int j = 0; j <= i; j++) {
+					const float *kj = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * hd;
+					double d = 0.0;
+					for (int c = 0; c < hd; c++)
+						d += (double)qi[c] * kj[c];
+					sc[j] = d * scale;
+					mx = sc[j] > mx ? sc[j] : mx;
+				}
+				for (int j = 0; j <= i; j++)
+					sum += exp(sc[j] - mx);
+				lse[((size_t)b * H + h) * T + i] = (float)((mx + log(sum)) / log(2.0));
+			}
+	free(sc);
+	cudaStream_t s;
+	gpu_must(cudaStreamCreate(&s), "stream");
+	void *d_scr = gpu_dup(NULL, cuda_attention_scratch_bytes(B, T, C, H, true));
+	cuda_attention_scratch_t as;
+	cuda_attention_scratch_carve(&as, d_scr, B, T, C, H, true);
+	float *d_qkv = gpu_dup(qkv, F(nqkv)), *d_out = gpu_dup(NULL, F(nc)), *d_lse = gpu_dup(NULL, F(nrows));
+	uint16_t *d_out16 = gpu_dup(NULL, nc * 2);
+	cuda_flash_forward(d_out, d_out16, d_lse, d_qkv, &as, B, T, C, H, s);
+	float *g = download(d_out, nc), *glse = download(d_lse, nrows);
+	uint16_t *g16 = download16(d_out16, nc);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: out fp32", T, hd);
+	expect(what, rel_err(g, out, nc), ATT_FWD_BOUND);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: out bf16", T, hd);
+	expect(what, rel_err_bf16(g16, out, nc), ATT_FWD_BOUND);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: log2-sum-exp2", T, hd);
+	expect(what, rel_err(glse, lse, nrows), ATT_FWD_BOUND);
+
+	float *dout = rand_floats(nc, 1), *dqkv = malloc(F(nqkv));
+	kernel_attention_backward(dqkv, dout, qkv, att, scr, B, T, C, H);
+	float *d_dout = gpu_dup(dout, F(nc)), *d_dqkv = gpu_dup(NULL, F(nqkv));
+	uint16_t *d_dqkv16 = gpu_dup(NULL, nqkv * 2);
+	cuda_flash_backward(d_dqkv, d_dqkv16, d_dout, d_qkv, d_out16, d_lse, &as, B, T, C, H, s);
+	float *gd = download(d_dqkv, nqkv);
+	uint16_t *gd16 = download16(d_dqkv16, nqkv);
+	const char *part[3] = {"dq", "dk", "dv"};
+	for (int p = 0; p < 3; p++) {
+		float *a = qkv_part(gd, N, C, p), *r = qkv_part(dqkv, N, C, p);
+		snprintf(what, sizeof what, "fused attention T %d hd %d: backward %s", T, hd, part[p]);
+		expect(what, rel_err(a, r, nc), ATT_BWD_BOUND);
+		free(a), free(r);
+	}
+	snprintf(what, sizeof what, "fused attention T %d hd %d: backward bf16 copy", T, hd);
+	expect(what, rel_err_bf16(gd16, dqkv, nqkv), ATT_BWD_BOUND);
+	/* no atomics: a second backward gives the same bits */
+	gpu_must(cudaMemset(d_dqkv, 0, F(nqkv)), "clear");
+	cuda_flash_backward(d_dqkv, NULL, d_dout, d_qkv, d_out16, d_lse, &as, B, T, C, H, s);
+	float *gd2 = download(d_dqkv, nqkv);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: backward twice, same bits", T, hd);
+	expect_true(what, memcmp(gd, gd2, F(nqkv)) == 0);
+	cudaStreamDestroy(s);
+	free(qkv), free(out), free(att), free(scr), free(lse), free(g), free(glse), free(g16);
+	free(dout), free(dqkv), free(gd), free(gd16), free(gd2);
+	cudaFree(d_scr), cudaFree(d_qkv), cudaFree(d_out), cudaFree(d_lse), cudaFree(d_out16);
+	cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
+}
+
+static void test_flash_attention(void)
+{
+	expect_true("fused attention: head sizes 16, 32, 64 built, 48 and 128 not",
+		    cuda_flash_supported(64, 4) && cuda_flash_supported(64, 2) &&
+			    cuda_flash_supported(768, 12) && !cuda_flash_supported(48, 1) &&
+			    !cuda_flash_supported(256, 2) && !cuda_flash_supported(64, 3));
+	flash_case(2, 33, 64, 4);  /* hd 16, one tile */
+	flash_case(1, 150, 64, 2); /* hd 32, three tiles, 22 rows past T in the last */
+	flash_case(2, 128, 128, 2); /* hd 64, two whole tiles */
+}
+
 int main(void)
 {
 	gpu_probe_or_skip("gpu-kernels");
@@ -633,6 +738,7 @@ int main(void)
 	test_adamw();
 	test_gemm();
 	test_attention();
+	test_flash_attention();
 	printf("%s: %d failed\n", "gpu-kernels", n_failed);
 	return n_failed ? 1 : 0;
 }

@@ -28,6 +28,10 @@
  *   - the GPU loss falls (last 3-step mean below the first by > 0.3);
  *   - determinism: a second GPU run from the same start gives bitwise the
  *     same 20 losses and final parameters;
+ *   - the same 20 steps with fused attention (GPT2_CUDA_FUSED_ATTENTION):
+ *     losses within LOSS_REL of the CPU's, two runs the same bits, a
+ *     smaller activation arena; a head size it is not built for (48) falls
+ *     back to the GEMM path;
  *   - the gradients-ready callback (the overlapped all-reduce's hook): at
  *     step 0 it announces ln_f, h.1, h.0, then wte and wpe, every parameter
  *     exactly once, and each range, copied out as soon as its event
@@ -455,6 +459,37 @@ int main(void)
 	       "determinism: two GPU runs give the same losses and parameters bit for bit (%g, %g)", 0, 0);
 	double perr = rel_err(p_gpu, gpt2_params(cpu), n);
 	printf("     final parameters: rel err gpu vs cpu %.3g (reported, not bounded)\n", perr);
+
+	/* the same 20 steps with fused attention (cuda_flash_*) */
+	gpt2_cuda_t *fused = gpt2_cuda_create(&CFG, B, T, GPT2_CUDA_FUSED_ATTENTION, err, sizeof err);
+	if (!fused) {
+		printf("FAIL gpt2_cuda_create (fused attention): %s\n", err);
+		return 1;
+	}
+	expect(gpt2_cuda_fused_attention(fused) &&
+		       gpt2_cuda_activation_bytes(fused) < gpt2_cuda_activation_bytes(gpu),
+	       "fused attention: on, activations %.0f bytes against %.0f (no T x T probabilities)",
+	       (double)gpt2_cuda_activation_bytes(fused), (double)gpt2_cuda_activation_bytes(gpu));
+	float loss_f[STEPS], loss_f2[STEPS];
+	gpu_run(fused, params0, in, tg, loss_f, p_gpu);
+	gpu_run(fused, params0, in, tg, loss_f2, p_gpu2);
+	worst = 0;
+	for (int s = 0; s < STEPS; s++) {
+		double rel = fabs((double)loss_f[s] - loss_cpu[s]) / fabs((double)loss_cpu[s]);
+		worst = rel > worst ? rel : worst;
+	}
+	printf("     fused: step 19 loss cpu %.6f  gpu %.6f\n", loss_cpu[STEPS - 1], loss_f[STEPS - 1]);
+	expect(worst <= LOSS_REL, "fused attention: losses over 20 steps: worst rel diff %.3g (bound %.3g)",
+	       worst, LOSS_REL);
+	expect(memcmp(loss_f, loss_f2, sizeof loss_f) == 0 && memcmp(p_gpu, p_gpu2, n * sizeof(float)) == 0,
+	       "fused attention: two runs give the same losses and parameters bit for bit (%g, %g)", 0, 0);
+	gpt2_cuda_free(fused);
+	/* a head size the fused kernels are not built for (48) runs the GEMM path */
+	const gpt2_config_t odd = {.n_layer = 1, .n_head = 1, .n_embd = 48, .vocab_size = 256, .seq_len = T};
+	gpt2_cuda_t *fallback = gpt2_cuda_create(&odd, 1, T, GPT2_CUDA_FUSED_ATTENTION, err, sizeof err);
+	expect(fallback && !gpt2_cuda_fused_attention(fallback),
+	       "fused attention asked for with head size 48: the GEMM path runs (%g, %g)", 0, 0);
+	gpt2_cuda_free(fallback);
 
 	gpt2_cuda_free(gpu);
 	gpt2_free(cpu);

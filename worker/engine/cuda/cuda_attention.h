@@ -16,10 +16,16 @@
  * computed and the upper triangle ignored: simple, and the GEMMs are at
  * tensor-core speed. Backward recomputes the bf16 q, k, v from qkv instead
  * of keeping them per layer.
+ *
+ * cuda_flash_* (cuda_flash.cu) compute the same attention fused, on tensor
+ * cores, without the T x T matrices: forward keeps one log-sum-exp per row
+ * (B, H, T) instead of att16, and backward recomputes the probabilities
+ * from it. Head sizes 16, 32 and 64 (cuda_flash_supported).
  */
 #ifndef RINGMASTER_ENGINE_CUDA_ATTENTION_H
 #define RINGMASTER_ENGINE_CUDA_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,13 +45,16 @@ typedef struct {
 	float *f32;          /* 3 * (B, H, T, hd): y in forward, dq, dk, dv in backward */
 	uint16_t *dpre16;    /* (B, H, T, T) bf16: the score gradient */
 	float *scores;       /* (B, H, T, T): the scores in forward, datt in backward */
+	float *rowdot;       /* fused: (B, H, T), rowsum(dy * y) in backward */
 } cuda_attention_scratch_t;
 
-/* Bytes of scratch for max_B x max_T tokens (each part 256-byte aligned). */
-size_t cuda_attention_scratch_bytes(int max_B, int max_T, int C, int H);
-/* Point s's parts into base (cuda_attention_scratch_bytes of device memory). */
+/* Bytes of scratch for max_B x max_T tokens (each part 256-byte aligned);
+ * fused: for cuda_flash_* (no T x T parts: dpre16 and scores are NULL). */
+size_t cuda_attention_scratch_bytes(int max_B, int max_T, int C, int H, bool fused);
+/* Point s's parts into base (cuda_attention_scratch_bytes of device memory,
+ * the same fused). */
 void cuda_attention_scratch_carve(cuda_attention_scratch_t *s, void *base, int max_B, int max_T,
-                                  int C, int H);
+                                  int C, int H, bool fused);
 
 /*
  * out / out16 (B, T, C) (either may be NULL) = attention of qkv (B, T, 3C);
@@ -65,6 +74,28 @@ void cuda_attention_backward(cuda_gemm_t *g, float *dqkv, uint16_t *dqkv16, cons
                              const float *qkv, const uint16_t *att16,
                              const cuda_attention_scratch_t *s, int B, int T, int C, int H,
                              cudaStream_t stream);
+
+/* Whether cuda_flash_* are built for this head size (C / H in 16, 32, 64). */
+bool cuda_flash_supported(int C, int H);
+
+/*
+ * The forward of cuda_attention_forward, fused: out / out16 (B, T, C)
+ * (either may be NULL) = attention of qkv (B, T, 3C); lse2 (B, H, T) gets
+ * each row's log2-sum-exp2 of the scores times log2(e) / sqrt(hd), for
+ * backward. A head size cuda_flash_supported refuses exits 70.
+ */
+void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const float *qkv,
+                        const cuda_attention_scratch_t *s, int B, int T, int C, int H,
+                        cudaStream_t stream);
+
+/*
+ * The backward of cuda_attention_backward, fused: dqkv / dqkv16 (B, T, 3C)
+ * (either may be NULL; overwritten) from dout (B, T, C), the forward's qkv,
+ * its output out16 (B, T, C) bf16 and lse2 (all unchanged).
+ */
+void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *dout, const float *qkv,
+                         const uint16_t *out16, const float *lse2, const cuda_attention_scratch_t *s,
+                         int B, int T, int C, int H, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,8 @@
  *
  * Arena (per-layer tensors indexed with the max sizes, as in gpt2.c):
  *   encoded (N, C) f32; per layer: ln1 (N, C) bf16, ln1 mean/rstd (N),
- *   qkv (N, 3C) f32, att (B, H, T, T) bf16, atty (N, C) bf16, res2 (N, C) f32,
+ *   qkv (N, 3C) f32, att (B, H, T, T) bf16 (fused attention: att_lse
+ *   (B, H, T) f32 instead), atty (N, C) bf16, res2 (N, C) f32,
  *   ln2 (N, C) bf16, ln2 mean/rstd, fch (N, 4C) f32 (before GELU),
  *   gelu (N, 4C) bf16, res3 (N, C) f32; lnf (N, C) bf16 and its mean/rstd;
  *   logits (N, V) f32; dlogits (N, V) bf16; lse, losses (N), the loss;
@@ -67,7 +68,8 @@ typedef struct {
 	uint16_t *ln1;
 	float *ln1_mean, *ln1_rstd;
 	float *qkv;
-	uint16_t *att;
+	uint16_t *att;     /* NULL with fused attention */
+	float *att_lse;    /* fused attention only */
 	uint16_t *atty;
 	float *res2;
 	uint16_t *ln2;
@@ -134,6 +136,7 @@ struct gpt2_cuda {
 
 	int B, T;
 	bool have_targets;
+	bool fused; /* attention by cuda_flash_* (GPT2_CUDA_FUSED_ATTENTION) */
 };
 
 /* ---- layout ---- */
@@ -217,7 +220,8 @@ static size_t s_logits_ld(int V)
  * of them follow wte, else V. */
 static int s_vocab_gemm(const gpt2_cuda_t *m);
 
-static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T)
+static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T,
+                       bool fused)
 {
 	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
 	size_t H = (size_t)cfg->n_head;
@@ -229,7 +233,13 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	a->ln1_mean = (float *)s_carve(base, &off, L * N, f);
 	a->ln1_rstd = (float *)s_carve(base, &off, L * N, f);
 	a->qkv = (float *)s_carve(base, &off, L * N * 3 * C, f);
-	a->att = (uint16_t *)s_carve(base, &off, L * N * H * (size_t)max_T, h);
+	if (fused) {
+		a->att = NULL;
+		a->att_lse = (float *)s_carve(base, &off, L * N * H, f);
+	} else {
+		a->att = (uint16_t *)s_carve(base, &off, L * N * H * (size_t)max_T, h);
+		a->att_lse = NULL;
+	}
 	a->atty = (uint16_t *)s_carve(base, &off, L * N * C, h);
 	a->res2 = (float *)s_carve(base, &off, L * N * C, f);
 	a->ln2 = (uint16_t *)s_carve(base, &off, L * N * C, h);
@@ -255,7 +265,7 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	a->sumsq = (double *)s_carve(base, &off, 1, sizeof(double));
 	a->sumsq_scratch = (double *)s_carve(base, &off, cuda_sum_squares_scratch(), sizeof(double));
 	a->att_scratch = s_carve(base, &off,
-				 cuda_attention_scratch_bytes(max_B, max_T, (int)C, (int)H), 1);
+				 cuda_attention_scratch_bytes(max_B, max_T, (int)C, (int)H, fused), 1);
 	a->ids = (int32_t *)s_carve(base, &off, 5 * N + 1, sizeof(int32_t));
 	return off;
 }
@@ -306,8 +316,10 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			 max_B, max_T);
 		return NULL;
 	}
+	const bool fused = (flags & GPT2_CUDA_FUSED_ATTENTION) &&
+			   cuda_flash_supported(cfg->n_embd, cfg->n_head);
 	acts_t probe;
-	double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T) + (32 << 20);
+	double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T, fused) + (32 << 20);
 	size_t free_b = 0, total_b = 0;
 	rc = cudaMemGetInfo(&free_b, &total_b);
 	if (rc != cudaSuccess) {
@@ -332,6 +344,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	m->cfg = *cfg;
 	m->max_B = max_B;
 	m->max_T = max_T;
+	m->fused = fused;
 	size_t N = (size_t)max_B * (size_t)max_T;
 	if (!s_build_table(m)) {
 		snprintf(err, errlen, "out of host memory");
@@ -375,7 +388,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		snprintf(err, errlen, "CUDA error clearing the parameters: %s", cudaGetErrorString(rc));
 		goto fail_cuda;
 	}
-	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T);
+	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, fused);
 	if ((rc = cudaMalloc(&m->arena, m->arena_bytes)) != cudaSuccess) {
 		m->arena = NULL;
 		snprintf(err, errlen,
@@ -384,13 +397,14 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			 (double)m->arena_bytes / GIB, max_B, max_T, cudaGetErrorString(rc));
 		goto fail_cuda;
 	}
-	s_layout(&m->a, (char *)m->arena, cfg, max_B, max_T);
+	s_layout(&m->a, (char *)m->arena, cfg, max_B, max_T, fused);
 	if ((rc = cudaMemset(m->a.dlogits, 0, N * s_logits_ld(cfg->vocab_size) * sizeof(uint16_t))) !=
 	    cudaSuccess) {
 		snprintf(err, errlen, "CUDA error clearing the activations: %s", cudaGetErrorString(rc));
 		goto fail_cuda;
 	}
-	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, max_B, max_T, cfg->n_embd, cfg->n_head);
+	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, max_B, max_T, cfg->n_embd, cfg->n_head,
+				     fused);
 	if ((rc = cudaMallocHost(&m->host_ids, (5 * N + 1) * sizeof(int32_t))) != cudaSuccess) {
 		m->host_ids = NULL;
 		snprintf(err, errlen, "out of pinned host memory for %zu token ids: %s", 5 * N + 1,
@@ -631,6 +645,11 @@ extern "C" cudaStream_t gpt2_cuda_stream(const gpt2_cuda_t *m)
 	return m->stream;
 }
 
+extern "C" bool gpt2_cuda_fused_attention(const gpt2_cuda_t *m)
+{
+	return m->fused;
+}
+
 extern "C" double gpt2_cuda_flops_per_token(const gpt2_cuda_t *m, int T)
 {
 	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
@@ -795,7 +814,8 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
 		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C);
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
-		uint16_t *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
 		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
 		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
@@ -806,7 +826,10 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		cuda_layernorm_forward(NULL, ln1, LAYER_SLICE(a->ln1_mean, l, 1),
 				       LAYER_SLICE(a->ln1_rstd, l, 1), x, P(T_LN1_W), P(T_LN1_B), N, C, s);
 		s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
-		cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
+		if (m->fused)
+			cuda_flash_forward(NULL, atty, att_lse, qkv, &m->att_s, B, T, C, H, s);
+		else
+			cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
 		CUDA_CHECK(cudaMemcpyAsync(res2, x, (size_t)N * C * sizeof(float), cudaMemcpyDeviceToDevice, s));
 		s_gemm(m, N, C, C, atty, false, P16(T_PROJ_W), false, P(T_PROJ_B), res2, true);
 		cuda_layernorm_forward(NULL, ln2, LAYER_SLICE(a->ln2_mean, l, 1),
@@ -906,7 +929,8 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
 		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C);
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
-		uint16_t *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
 		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
 		const size_t lo = first_layer + (size_t)l * m->layer_floats, hi = lo + m->layer_floats;
@@ -932,8 +956,12 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		s_gemm(m, C, C, N, atty, true, a->dres16, false, NULL, G(T_PROJ_W), true);
 		cuda_bias_backward(G(T_PROJ_B), a->dres, N, C, a->colsum, s);
 		s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
-		cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s, B, T, C,
-					H, s);
+		if (m->fused)
+			cuda_flash_backward(a->dbig, a->dbig16, a->dsmall, qkv, atty, att_lse, &m->att_s, B,
+					    T, C, H, s);
+		else
+			cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s,
+						B, T, C, H, s);
 		s_gemm(m, C, 3 * C, N, ln1, true, a->dbig16, false, NULL, G(T_QKV_W), true);
 		cuda_bias_backward(G(T_QKV_B), a->dbig, N, 3 * C, a->colsum, s);
 		s_gemm(m, N, C, 3 * C, a->dbig16, false, P16(T_QKV_W), true, NULL, a->dsmall, false);

@@ -68,13 +68,17 @@ enum {
 	/* no gradient buffer: backward streams its gradients range by range to
 	 * the caller (gpt2_cuda_stream_grads, ZeRO-2) */
 	GPT2_CUDA_NO_GRADS = 1u << 1,
+	/* attention fused on tensor cores (cuda_flash_*, cuda_attention.h)
+	 * instead of batched GEMMs over the T x T scores; ignored (the GEMM
+	 * path runs) where the head size is not 16, 32 or 64 */
+	GPT2_CUDA_FUSED_ATTENTION = 1u << 3,
 };
 
 /*
  * A model for batches of up to max_B sequences of up to max_T tokens
  * (max_T <= cfg->seq_len) on the current CUDA device. Allocates everything
  * once; parameters, gradients and moments start at zero. flags: 0, or
- * GPT2_CUDA_NO_* of what to leave out. Returns NULL with one line in err: a
+ * GPT2_CUDA_NO_* of what to leave out, and GPT2_CUDA_FUSED_ATTENTION. Returns NULL with one line in err: a
  * config error named like gpt2_create's, "no CUDA GPU: <reason>", or "out
  * of GPU memory: need X GiB for activations ...".
  */
@@ -93,6 +97,9 @@ size_t gpt2_cuda_state_bytes(const gpt2_cuda_t *m);
 size_t gpt2_cuda_activation_bytes(const gpt2_cuda_t *m);
 /* The stream all work goes to (borrowed), for events and NVTX ranges. */
 cudaStream_t gpt2_cuda_stream(const gpt2_cuda_t *m);
+/* Whether attention runs fused (GPT2_CUDA_FUSED_ATTENTION and a head size
+ * cuda_flash_supported accepts). */
+bool gpt2_cuda_fused_attention(const gpt2_cuda_t *m);
 
 /* Copy num_params floats of parameters from the host (and refresh the bf16
  * copy) / to the host; gradients to the host; the AdamW moments to and

@@ -1,0 +1,506 @@
+/*
+ * cuda_flash: fused causal attention on tensor cores (cuda_attention.h,
+ * cuda_flash_*), the alternative to cuda_attention.cu's batched GEMMs over
+ * the whole T x T square. Nothing T x T is stored: forward keeps one log-sum-
+ * exp per row, backward recomputes the probabilities from it.
+ *
+ * Tiles: a block is 4 warps and 64 rows (queries in forward and in the dq
+ * kernel, keys in the dk/dv kernel), 16 per warp, against tiles of 64 keys
+ * (or queries) staged in shared memory; only tiles on or below the
+ * diagonal are visited, so the masked half costs nothing. Products are
+ * mma.sync m16n8k16 (bf16 operands, fp32 accumulation, sm_80 and later),
+ * whose fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16")
+ * let an accumulator tile become the next product's A operand in
+ * registers: P (16 x 64) after the softmax feeds P V directly. Operands
+ * read as B are staged in shared memory in the orientation that makes each
+ * lane's two elements adjacent (K row-major for Q K^T, V transposed for
+ * P V, and so on), rows padded by 8 elements.
+ *
+ * Forward (per query tile): online softmax in base 2 (scores times
+ * scale * log2 e), running max and sum per row, the output rescaled as the
+ * max grows, divided by the sum at the end; lse2 = max + log2(sum) per row.
+ * Backward: D = rowsum(dy * y) per row (k_flash_rowdot); then dk, dv per key
+ * tile, looping over the query tiles at or after it; then dq per query tile
+ * over the key tiles up to it. Two kernels instead of one with atomic adds
+ * into dq, so that every result is a fixed sequence of operations and the
+ * same bits run to run.
+ *
+ * Precision matches the GEMM path's: q, k, v, dy, the probabilities and the
+ * score gradient enter products as bf16, softmax and accumulation are fp32.
+ * Head sizes 16, 32 and 64 (cuda_flash_supported; every GPT-2 size has 64).
+ */
+#include "cuda_attention.h"
+
+#include <cuda_bf16.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+
+#define FA_TILE 64                 /* rows per block, keys or queries per staged tile */
+#define FA_WARPS 4                 /* 16 rows each */
+#define FA_THREADS (FA_WARPS * 32)
+#define FA_PAD 8                   /* bf16 elements after each staged row */
+#define LOG2E 1.4426950408889634f
+
+typedef __nv_bfloat16 bf16;
+
+/* d (16 x 8) += a (16 x 16) @ b (16 x 8): one warp-wide tensor-core product */
+__device__ __forceinline__ void s_mma(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+#ifdef CUDAEMU_MMA_BF16_16816
+	CUDAEMU_MMA_BF16_16816(d, a, b);
+#else
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* two adjacent bf16 (the first at the lower address) as one register */
+__device__ __forceinline__ uint32_t s_ld2(const uint16_t *p)
+{
+	return *reinterpret_cast<const uint32_t *>(p);
+}
+
+/* lo, hi rounded to bf16 in one register, lo in the low half */
+__device__ __forceinline__ uint32_t s_pack(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	uint32_t r;
+	memcpy(&r, &v, sizeof r);
+	return r;
+}
+
+/* A fragments of rows r0 .. r0 + 15 of a (T, HD) matrix (zeros past T):
+ * register i of chunk kk holds row r0 + g + 8 (i & 1), columns
+ * 16 kk + 8 (i >> 1) + 2 tig, +1 */
+template <int HD>
+__device__ __forceinline__ void s_load_a(uint32_t a[HD / 16][4], const uint16_t *m, int r0, int T,
+                                         int g, int tig)
+{
+	for (int kk = 0; kk < HD / 16; kk++)
+		for (int i = 0; i < 4; i++) {
+			const int r = r0 + g + (i & 1) * 8, c = kk * 16 + (i >> 1) * 8 + 2 * tig;
+			a[kk][i] = r < T ? s_ld2(m + (size_t)r * HD + c) : 0u;
+		}
+}
+
+/* rows r0 .. r0 + 63 of a (T, HD) matrix into sh, zeros past T */
+template <int HD>
+__device__ __forceinline__ void s_stage_rows(uint16_t (*sh)[HD + FA_PAD], const uint16_t *m, int r0,
+                                             int T)
+{
+	constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
+	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += FA_THREADS) {
+		const int r = w / CHUNKS, c = (w % CHUNKS) * 8;
+		uint4 v = make_uint4(0, 0, 0, 0);
+		if (r0 + r < T)
+			v = *reinterpret_cast<const uint4 *>(m + (size_t)(r0 + r) * HD + c);
+		*reinterpret_cast<uint4 *>(&sh[r][c]) = v;
+	}
+}
+
+/* the same rows transposed: sh[c][r] = m[r0 + r][c] */
+template <int HD>
+__device__ __forceinline__ void s_stage_cols(uint16_t (*sh)[FA_TILE + FA_PAD], const uint16_t *m,
+                                             int r0, int T)
+{
+	constexpr int CHUNKS = HD / 8;
+	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += FA_THREADS) {
+		const int r = w / CHUNKS, c = (w % CHUNKS) * 8;
+		uint4 v = make_uint4(0, 0, 0, 0);
+		if (r0 + r < T)
+			v = *reinterpret_cast<const uint4 *>(m + (size_t)(r0 + r) * HD + c);
+		uint16_t e[8];
+		memcpy(e, &v, sizeof e);
+		for (int j = 0; j < 8; j++)
+			sh[c + j][r] = e[j];
+	}
+}
+
+/* B fragment (16 x 8) whose column n is row n0 + g of sh, k from k0:
+ * {sh[n0 + g][k0 + 2 tig], +1}, {sh[n0 + g][k0 + 8 + 2 tig], +1} */
+template <int W>
+__device__ __forceinline__ void s_frag_b(uint32_t b[2], uint16_t (*sh)[W], int n0, int k0,
+                                         int g, int tig)
+{
+	b[0] = s_ld2(&sh[n0 + g][k0 + 2 * tig]);
+	b[1] = s_ld2(&sh[n0 + g][k0 + 8 + 2 * tig]);
+}
+
+/* Accumulator tiles x[2 kk], x[2 kk + 1] (16 x 16 together) as the A
+ * fragment of chunk kk, in bf16 */
+__device__ __forceinline__ void s_acc_to_a(uint32_t a[4], const float x0[4], const float x1[4])
+{
+	a[0] = s_pack(x0[0], x0[1]);
+	a[1] = s_pack(x0[2], x0[3]);
+	a[2] = s_pack(x1[0], x1[1]);
+	a[3] = s_pack(x1[2], x1[3]);
+}
+
+/* Forward: grid (B*H, query tiles), the last tile (the most keys) first.
+ * q, k, v (B*H, T, HD); out/out16 (B, T, C) rows, either may be NULL;
+ * lse2 (B*H, T). */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+	k_flash_forward(float *out, bf16 *out16, float *lse2, const uint16_t *q, const uint16_t *k,
+			const uint16_t *v, int T, int H, float scale_log2)
+{
+	__shared__ __align__(16) uint16_t ks[FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t vt[HD][FA_TILE + FA_PAD];
+	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
+	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
+		  tig = lane % 4;
+	const size_t base = (size_t)bh * T * HD;
+	const int r0 = qt * FA_TILE + warp * 16; /* this warp's first query */
+	uint32_t qa[HD / 16][4];
+	s_load_a<HD>(qa, q + base, r0, T, g, tig);
+	float o[HD / 8][4];
+	for (int dt = 0; dt < HD / 8; dt++)
+		o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+	float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f}; /* rows g, g + 8 */
+	for (int kt = 0; kt <= qt; kt++) {
+		__syncthreads(); /* every warp is done with the previous tile */
+		s_stage_rows<HD>(ks, k + base, kt * FA_TILE, T);
+		s_stage_cols<HD>(vt, v + base, kt * FA_TILE, T);
+		__syncthreads();
+		float s[FA_TILE / 8][4];
+		for (int nt = 0; nt < FA_TILE / 8; nt++) {
+			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+			for (int kk = 0; kk < HD / 16; kk++) {
+				uint32_t b[2];
+				s_frag_b(b, ks, nt * 8, kk * 16, g, tig);
+				s_mma(s[nt], qa[kk], b);
+			}
+		}
+		/* scaled, masked (key after query, or past T), and each row's
+		 * new max; every row has key kt * 64 <= row unmasked, so the
+		 * max is finite */
+		float nmx[2] = {mx[0], mx[1]};
+		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			for (int e = 0; e < 4; e++) {
+				const int row = r0 + g + (e >> 1) * 8, col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
+				const float x = col <= row && col < T ? s[nt][e] * scale_log2 : -INFINITY;
+				s[nt][e] = x;
+				nmx[e >> 1] = fmaxf(nmx[e >> 1], x);
+			}
+		float alpha[2];
+		for (int h = 0; h < 2; h++) {
+			/* the 4 lanes of a group hold a row between them */
+			nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 1));
+			nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 2));
+			alpha[h] = exp2f(mx[h] - nmx[h]);
+			mx[h] = nmx[h];
+			sum[h] *= alpha[h];
+		}
+		for (int dt = 0; dt < HD / 8; dt++)
+			for (int e = 0; e < 4; e++)
+				o[dt][e] *= alpha[e >> 1];
+		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			for (int e = 0; e < 4; e++) {
+				const float p = exp2f(s[nt][e] - mx[e >> 1]);
+				sum[e >> 1] += p;
+				s[nt][e] = p;
+			}
+		/* o (16 x HD) += p (16 x 64) @ v (64 x HD) */
+		for (int kk = 0; kk < FA_TILE / 16; kk++) {
+			uint32_t pa[4];
+			s_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+			for (int dt = 0; dt < HD / 8; dt++) {
+				uint32_t b[2];
+				s_frag_b(b, vt, dt * 8, kk * 16, g, tig);
+				s_mma(o[dt], pa, b);
+			}
+		}
+	}
+	const int H_ = H, C = H_ * HD, b = bh / H_, head = bh % H_;
+	for (int h = 0; h < 2; h++) {
+		sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+		sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+		const int row = r0 + g + h * 8;
+		if (row >= T)
+			continue;
+		const float inv = 1.0f / sum[h];
+		const size_t at = ((size_t)b * T + row) * C + (size_t)head * HD;
+		for (int dt = 0; dt < HD / 8; dt++) {
+			const int d = dt * 8 + 2 * tig;
+			const float y0 = o[dt][2 * h] * inv, y1 = o[dt][2 * h + 1] * inv;
+			if (out) {
+				out[at + d] = y0;
+				out[at + d + 1] = y1;
+			}
+			if (out16)
+				*reinterpret_cast<__nv_bfloat162 *>(out16 + at + d) = __floats2bfloat162_rn(y0, y1);
+		}
+		if (tig == 0)
+			lse2[(size_t)bh * T + row] = mx[h] + log2f(sum[h]);
+	}
+}
+
+/* D (B*H, T) = rowsum(dy * y): one warp per row, dy (B*H, T, HD) bf16 and
+ * y16 (B, T, C) bf16 */
+template <int HD>
+__global__ void k_flash_rowdot(float *D, const bf16 *dy, const bf16 *y16, int T, int H, int rows)
+{
+	const int row = (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32), lane = threadIdx.x % 32;
+	if (row >= rows)
+		return;
+	const int bh = row / T, t = row % T, b = bh / H, head = bh % H;
+	const bf16 *a = dy + (size_t)row * HD, *y = y16 + ((size_t)b * T + t) * H * HD + (size_t)head * HD;
+	float acc = 0.0f;
+	for (int d = lane; d < HD; d += 32)
+		acc += __bfloat162float(a[d]) * __bfloat162float(y[d]);
+	for (int o = 16; o > 0; o /= 2)
+		acc += __shfl_xor_sync(0xffffffffu, acc, o);
+	if (lane == 0)
+		D[row] = acc;
+}
+
+/* dk, dv (B*H, T, HD) fp32: grid (B*H, key tiles), key tile blockIdx.y
+ * (the first has the most queries after it) */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+	k_flash_backward_kv(float *dk, float *dv, const uint16_t *q, const uint16_t *k,
+			    const uint16_t *v, const uint16_t *dy, const float *lse2, const float *D,
+			    int T, float scale_log2, float scale)
+{
+	__shared__ __align__(16) uint16_t qs[FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t qts[HD][FA_TILE + FA_PAD];
+	__shared__ __align__(16) uint16_t dys[FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t dyts[HD][FA_TILE + FA_PAD];
+	__shared__ float ls[FA_TILE], ds[FA_TILE];
+	const int bh = (int)blockIdx.x, kt = (int)blockIdx.y, n_tiles = (int)gridDim.y;
+	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
+		  tig = lane % 4;
+	const size_t base = (size_t)bh * T * HD;
+	const int k0 = kt * FA_TILE + warp * 16; /* this warp's first key */
+	uint32_t ka[HD / 16][4], va[HD / 16][4];
+	s_load_a<HD>(ka, k + base, k0, T, g, tig);
+	s_load_a<HD>(va, v + base, k0, T, g, tig);
+	float dka[HD / 8][4], dva[HD / 8][4];
+	for (int dt = 0; dt < HD / 8; dt++)
+		for (int e = 0; e < 4; e++)
+			dka[dt][e] = dva[dt][e] = 0.0f;
+	for (int qt = kt; qt < n_tiles; qt++) {
+		const int q0 = qt * FA_TILE;
+		__syncthreads();
+		s_stage_rows<HD>(qs, q + base, q0, T);
+		s_stage_cols<HD>(qts, q + base, q0, T);
+		s_stage_rows<HD>(dys, dy + base, q0, T);
+		s_stage_cols<HD>(dyts, dy + base, q0, T);
+		for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+			const bool in = q0 + i < T; /* queries past T: p = 2^-inf = 0 */
+			ls[i] = in ? lse2[(size_t)bh * T + q0 + i] : INFINITY;
+			ds[i] = in ? D[(size_t)bh * T + q0 + i] : 0.0f;
+		}
+		__syncthreads();
+		/* s^T (16 keys x 64 queries) = k q^T, dp^T = v dy^T */
+		float st[FA_TILE / 8][4], dpt[FA_TILE / 8][4];
+		for (int nt = 0; nt < FA_TILE / 8; nt++) {
+			for (int e = 0; e < 4; e++)
+				st[nt][e] = dpt[nt][e] = 0.0f;
+			for (int kk = 0; kk < HD / 16; kk++) {
+				uint32_t b[2];
+				s_frag_b(b, qs, nt * 8, kk * 16, g, tig);
+				s_mma(st[nt], ka[kk], b);
+				s_frag_b(b, dys, nt * 8, kk * 16, g, tig);
+				s_mma(dpt[nt], va[kk], b);
+			}
+		}
+		/* p^T, and dS^T = p^T (dp^T - D) */
+		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			for (int e = 0; e < 4; e++) {
+				const int key = k0 + g + (e >> 1) * 8, qi = nt * 8 + 2 * tig + (e & 1);
+				const float p = q0 + qi >= key ? exp2f(st[nt][e] * scale_log2 - ls[qi]) : 0.0f;
+				st[nt][e] = p;
+				dpt[nt][e] = p * (dpt[nt][e] - ds[qi]);
+			}
+		/* dv (16 x HD) += p^T @ dy, dk += dS^T @ q */
+		for (int kk = 0; kk < FA_TILE / 16; kk++) {
+			uint32_t pa[4], sa[4];
+			s_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+			s_acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+			for (int dt = 0; dt < HD / 8; dt++) {
+				uint32_t b[2];
+				s_frag_b(b, dyts, dt * 8, kk * 16, g, tig);
+				s_mma(dva[dt], pa, b);
+				s_frag_b(b, qts, dt * 8, kk * 16, g, tig);
+				s_mma(dka[dt], sa, b);
+			}
+		}
+	}
+	for (int h = 0; h < 2; h++) {
+		const int key = k0 + g + h * 8;
+		if (key >= T)
+			continue;
+		for (int dt = 0; dt < HD / 8; dt++) {
+			const size_t at = base + (size_t)key * HD + dt * 8 + 2 * tig;
+			dk[at] = dka[dt][2 * h] * scale;
+			dk[at + 1] = dka[dt][2 * h + 1] * scale;
+			dv[at] = dva[dt][2 * h];
+			dv[at + 1] = dva[dt][2 * h + 1];
+		}
+	}
+}
+
+/* dq (B*H, T, HD) fp32: grid (B*H, query tiles), the last first */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+	k_flash_backward_q(float *dq, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+			   const uint16_t *dy, const float *lse2, const float *D, int T, float scale_log2,
+			   float scale)
+{
+	__shared__ __align__(16) uint16_t ks[FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t vs[FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t kts[HD][FA_TILE + FA_PAD];
+	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
+	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
+		  tig = lane % 4;
+	const size_t base = (size_t)bh * T * HD;
+	const int r0 = qt * FA_TILE + warp * 16;
+	uint32_t qa[HD / 16][4], dya[HD / 16][4];
+	s_load_a<HD>(qa, q + base, r0, T, g, tig);
+	s_load_a<HD>(dya, dy + base, r0, T, g, tig);
+	float lrow[2], drow[2];
+	for (int h = 0; h < 2; h++) {
+		const int row = r0 + g + h * 8;
+		lrow[h] = row < T ? lse2[(size_t)bh * T + row] : INFINITY;
+		drow[h] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+	}
+	float dqa[HD / 8][4];
+	for (int dt = 0; dt < HD / 8; dt++)
+		dqa[dt][0] = dqa[dt][1] = dqa[dt][2] = dqa[dt][3] = 0.0f;
+	for (int kt = 0; kt <= qt; kt++) {
+		__syncthreads();
+		s_stage_rows<HD>(ks, k + base, kt * FA_TILE, T);
+		s_stage_rows<HD>(vs, v + base, kt * FA_TILE, T);
+		s_stage_cols<HD>(kts, k + base, kt * FA_TILE, T);
+		__syncthreads();
+		/* s (16 x 64) = q k^T, dp = dy v^T */
+		float s[FA_TILE / 8][4], dp[FA_TILE / 8][4];
+		for (int nt = 0; nt < FA_TILE / 8; nt++) {
+			for (int e = 0; e < 4; e++)
+				s[nt][e] = dp[nt][e] = 0.0f;
+			for (int kk = 0; kk < HD / 16; kk++) {
+				uint32_t b[2];
+				s_frag_b(b, ks, nt * 8, kk * 16, g, tig);
+				s_mma(s[nt], qa[kk], b);
+				s_frag_b(b, vs, nt * 8, kk * 16, g, tig);
+				s_mma(dp[nt], dya[kk], b);
+			}
+		}
+		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			for (int e = 0; e < 4; e++) {
+				const int row = r0 + g + (e >> 1) * 8, col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
+				const float p = col <= row && col < T ? exp2f(s[nt][e] * scale_log2 - lrow[e >> 1])
+								      : 0.0f;
+				dp[nt][e] = p * (dp[nt][e] - drow[e >> 1]);
+			}
+		/* dq (16 x HD) += dS (16 x 64) @ k (64 x HD) */
+		for (int kk = 0; kk < FA_TILE / 16; kk++) {
+			uint32_t sa[4];
+			s_acc_to_a(sa, dp[2 * kk], dp[2 * kk + 1]);
+			for (int dt = 0; dt < HD / 8; dt++) {
+				uint32_t b[2];
+				s_frag_b(b, kts, dt * 8, kk * 16, g, tig);
+				s_mma(dqa[dt], sa, b);
+			}
+		}
+	}
+	for (int h = 0; h < 2; h++) {
+		const int row = r0 + g + h * 8;
+		if (row >= T)
+			continue;
+		for (int dt = 0; dt < HD / 8; dt++) {
+			const size_t at = base + (size_t)row * HD + dt * 8 + 2 * tig;
+			dq[at] = dqa[dt][2 * h] * scale;
+			dq[at + 1] = dqa[dt][2 * h + 1] * scale;
+		}
+	}
+}
+
+extern "C" bool cuda_flash_supported(int C, int H)
+{
+	if (H < 1 || C % H != 0)
+		return false;
+	const int hd = C / H;
+	return hd == 16 || hd == 32 || hd == 64;
+}
+
+static void s_require(int C, int H)
+{
+	if (!cuda_flash_supported(C, H)) {
+		fprintf(stderr,
+			"ringworker: fatal: fused attention with a head size of %d (n_embd %d / n_head "
+			"%d): only 16, 32 and 64 are built\n",
+			H > 0 ? C / H : 0, C, H);
+		exit(CUDA_EXIT_MISUSE);
+	}
+}
+
+#define FA_DISPATCH(hd, launch)                                                                   \
+	do {                                                                                      \
+		if ((hd) == 16)                                                                   \
+			launch(16);                                                               \
+		else if ((hd) == 32)                                                              \
+			launch(32);                                                               \
+		else                                                                              \
+			launch(64);                                                               \
+	} while (0)
+
+extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const float *qkv,
+                                   const cuda_attention_scratch_t *s, int B, int T, int C, int H,
+                                   cudaStream_t stream)
+{
+	s_require(C, H);
+	const int hd = C / H;
+	const float scale_log2 = LOG2E / sqrtf((float)hd);
+	cuda_attention_split(s->q, s->k, s->v, qkv, B, T, C, H, stream);
+	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
+	bf16 *o16 = reinterpret_cast<bf16 *>(out16);
+#define FWD(HD)                                                                                  \
+	k_flash_forward<HD><<<grid, FA_THREADS, 0, stream>>>(out, o16, lse2, s->q, s->k, s->v, T, H, \
+							   scale_log2)
+	FA_DISPATCH(hd, FWD);
+#undef FWD
+	CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *dout,
+                                    const float *qkv, const uint16_t *out16, const float *lse2,
+                                    const cuda_attention_scratch_t *s, int B, int T, int C, int H,
+                                    cudaStream_t stream)
+{
+	s_require(C, H);
+	const int hd = C / H, rows = B * H * T;
+	const float scale = 1.0f / sqrtf((float)hd), scale_log2 = LOG2E * scale;
+	const size_t nc = (size_t)B * T * C;
+	float *dq = s->f32, *dk = s->f32 + nc, *dv = s->f32 + 2 * nc;
+	cuda_attention_split(s->q, s->k, s->v, qkv, B, T, C, H, stream);
+	cuda_heads_split(s->dy, dout, B, T, C, H, stream);
+	const bf16 *dy16 = reinterpret_cast<const bf16 *>(s->dy);
+	const bf16 *y16 = reinterpret_cast<const bf16 *>(out16);
+#define ROWDOT(HD) \
+	k_flash_rowdot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(s->rowdot, dy16, y16, T, H, rows)
+	FA_DISPATCH(hd, ROWDOT);
+#undef ROWDOT
+	CUDA_CHECK_LAUNCH();
+	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
+#define KV(HD)                                                                                    \
+	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dk, dv, s->q, s->k, s->v, s->dy, lse2, \
+								 s->rowdot, T, scale_log2, scale)
+	FA_DISPATCH(hd, KV);
+#undef KV
+	CUDA_CHECK_LAUNCH();
+#define DQ(HD)                                                                                   \
+	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dq, s->q, s->k, s->v, s->dy, lse2,  \
+								s->rowdot, T, scale_log2, scale)
+	FA_DISPATCH(hd, DQ);
+#undef DQ
+	CUDA_CHECK_LAUNCH();
+	cuda_attention_merge_grads(dqkv, dqkv16, dq, dk, dv, B, T, C, H, stream);
+}
