@@ -355,10 +355,12 @@ static uint16_t *download16_rows(const uint16_t *d, int rows, int n, int ld)
 }
 
 /* Rows ld > V apart, as the GPU model lays its logits out; the padding
- * holds NaN, which would poison every row that read it. */
-static void test_crossentropy(void)
+ * holds NaN, which would poison every row that read it. The kernels read
+ * float4 pieces where ld is a multiple of 4, then V's last V % 4 one by
+ * one; other ld one by one throughout: the cases cover all three. */
+static void crossentropy_case(int N, int V, int ld)
 {
-	const int N = 19, V = 1000, ld = 1024;
+	char what[96];
 	const size_t n = (size_t)N * V, np = (size_t)N * ld;
 	float *logits = rand_floats(n, 3);
 	int32_t *tg = rand_tokens(N, V);
@@ -372,9 +374,12 @@ static void test_crossentropy(void)
 	cuda_crossentropy_forward(d_losses, d_lse, d_logits, d_tg, N, V, ld, 0);
 	cuda_mean(d_mean, d_losses, N, 0);
 	float *gl = download(d_losses, (size_t)N), *gs = download(d_lse, (size_t)N), *gm = download(d_mean, 1);
-	expect("cross-entropy forward losses fp32", rel_err(gl, losses, (size_t)N), FP32_BOUND);
-	expect("cross-entropy forward lse fp32", rel_err(gs, lse, (size_t)N), FP32_BOUND);
-	expect("cross-entropy mean loss fp32", rel_err(gm, &mean, 1), FP32_BOUND);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: forward losses fp32", V, ld);
+	expect(what, rel_err(gl, losses, (size_t)N), FP32_BOUND);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: forward lse fp32", V, ld);
+	expect(what, rel_err(gs, lse, (size_t)N), FP32_BOUND);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: mean loss fp32", V, ld);
+	expect(what, rel_err(gm, &mean, 1), FP32_BOUND);
 
 	const float scale = 1.0f / N;
 	float *d_d = gpu_dup(NULL, F(np));
@@ -384,13 +389,24 @@ static void test_crossentropy(void)
 	bool pad_ok;
 	float *gd = download_rows(d_d, N, V, ld, &pad_ok);
 	uint16_t *gd16 = download16_rows(d_d16, N, V, ld);
-	expect("cross-entropy backward fp32", rel_err(gd, logits, n), FP32_BOUND);
-	expect("cross-entropy backward bf16", rel_err_bf16(gd16, logits, n), BF16_BOUND);
-	expect_true("cross-entropy backward leaves the row padding alone", pad_ok);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: backward fp32", V, ld);
+	expect(what, rel_err(gd, logits, n), FP32_BOUND);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: backward bf16", V, ld);
+	expect(what, rel_err_bf16(gd16, logits, n), BF16_BOUND);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: backward leaves the row padding alone", V,
+		 ld);
+	expect_true(what, pad_ok);
 	free(logits), free(tg), free(losses), free(lse), free(gl), free(gs), free(gm), free(gd), free(gd16);
 	free(padded);
 	cudaFree(d_logits), cudaFree(d_tg), cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_mean);
 	cudaFree(d_d), cudaFree(d_d16);
+}
+
+static void test_crossentropy(void)
+{
+	crossentropy_case(19, 1000, 1024); /* float4 pieces only */
+	crossentropy_case(7, 1003, 1024);  /* and a tail of 3 */
+	crossentropy_case(5, 999, 1001);   /* rows not 16-byte aligned */
 }
 
 static void test_conversions_and_sums(void)

@@ -581,40 +581,64 @@ extern "C" void cuda_softmax_causal_backward(uint16_t *dpre16, float *dpre, cons
 
 /* ---- cross-entropy ---- */
 
-/* sum (or max) of one value per thread over a block of blockDim.x (a power
- * of two) threads, as a fixed tree; every thread gets the result */
-template <bool MAX>
-__device__ float s_block_reduce(float x, float *sh)
+/* (m, s): a running max and the sum of exp(x - m) so far; merging two
+ * rescales the smaller side's sum to the larger max */
+__device__ __forceinline__ void s_lse_merge(float &m, float &s, float m2, float s2)
 {
-	sh[threadIdx.x] = x;
-	__syncthreads();
-	for (int o = blockDim.x / 2; o > 0; o /= 2) {
-		if ((int)threadIdx.x < o)
-			sh[threadIdx.x] = MAX ? fmaxf(sh[threadIdx.x], sh[threadIdx.x + o])
-					      : sh[threadIdx.x] + sh[threadIdx.x + o];
-		__syncthreads();
-	}
-	float r = sh[0];
-	__syncthreads();
-	return r;
+	const float mx = fmaxf(m, m2);
+	if (mx == -INFINITY)
+		return; /* both empty */
+	s = s * expf(m - mx) + s2 * expf(m2 - mx);
+	m = mx;
 }
 
+__device__ __forceinline__ void s_lse_add(float &m, float &s, float x)
+{
+	if (x > m) {
+		s = s * expf(m - x) + 1.0f;
+		m = x;
+	} else {
+		s += expf(x - m);
+	}
+}
+
+/* One block per row, one pass over the logits: each thread keeps a running
+ * (max, sum) over its float4 pieces of the row (when ld is a multiple of
+ * 4, so that rows are 16-byte aligned) and the tail, then a fixed tree merges
+ * the threads' pairs. On an H200 the two-pass version (max, then sum) was
+ * 4% of a GPT-2 124M step's kernel time (bench/RESULTS.md). */
 __global__ void k_crossentropy_forward(float *losses, float *lse, const float *logits,
                                        const int32_t *targets, int V, int ld)
 {
-	__shared__ float sh[CE_BLOCK];
-	size_t n = blockIdx.x;
-	const float *x = logits + n * ld;
-	float mx = -INFINITY;
-	for (int v = threadIdx.x; v < V; v += blockDim.x)
-		mx = fmaxf(mx, x[v]);
-	mx = s_block_reduce<true>(mx, sh);
-	float s = 0.0f;
-	for (int v = threadIdx.x; v < V; v += blockDim.x)
-		s += expf(x[v] - mx);
-	s = s_block_reduce<false>(s, sh);
+	__shared__ float shm[CE_BLOCK], shs[CE_BLOCK];
+	const size_t n = blockIdx.x;
+	const float *x = logits + n * (size_t)ld;
+	float m = -INFINITY, sum = 0.0f;
+	const int V4 = ld % 4 == 0 ? V / 4 : 0; /* rows 16-byte aligned, else all scalar */
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
+		const float4 v = x4[i];
+		s_lse_add(m, sum, v.x);
+		s_lse_add(m, sum, v.y);
+		s_lse_add(m, sum, v.z);
+		s_lse_add(m, sum, v.w);
+	}
+	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x)
+		s_lse_add(m, sum, x[v]);
+	shm[threadIdx.x] = m;
+	shs[threadIdx.x] = sum;
+	__syncthreads();
+	for (int o = blockDim.x / 2; o > 0; o /= 2) {
+		if ((int)threadIdx.x < o) {
+			float a = shm[threadIdx.x], b = shs[threadIdx.x];
+			s_lse_merge(a, b, shm[threadIdx.x + o], shs[threadIdx.x + o]);
+			shm[threadIdx.x] = a;
+			shs[threadIdx.x] = b;
+		}
+		__syncthreads();
+	}
 	if (threadIdx.x == 0) {
-		float l = mx + logf(s);
+		const float l = shm[0] + logf(shs[0]);
 		lse[n] = l;
 		losses[n] = l - x[targets[n]];
 	}
@@ -653,22 +677,41 @@ extern "C" void cuda_mean(float *out, const float *x, int n, cudaStream_t stream
 	CUDA_CHECK_LAUNCH();
 }
 
+/* One block per row, float4 pieces of the logits in and four values out
+ * per thread (rows not 16-byte aligned: one value at a time): the
+ * flat-index version's 64-bit division per element made
+ * it the step's slowest elementwise kernel on an H200 (5% of kernel time). */
 __global__ void k_crossentropy_backward(bf16 *dlogits16, float *dlogits, const float *logits,
                                         const float *lse, const int32_t *targets, int V, int ld,
-                                        size_t total, float scale)
+                                        float scale)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		size_t n = i / (size_t)V;
-		int v = (int)(i % (size_t)V);
-		size_t at = n * (size_t)ld + (size_t)v;
-		float d = expf(logits[at] - lse[n]) * scale;
-		if (v == targets[n])
+	const size_t n = blockIdx.x, row = n * (size_t)ld;
+	const float l = lse[n];
+	const int t = targets[n], V4 = ld % 4 == 0 ? V / 4 : 0;
+	const float4 *x4 = reinterpret_cast<const float4 *>(logits + row);
+	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
+		const float4 x = x4[i];
+		const int v = 4 * i;
+		float d[4] = {expf(x.x - l) * scale, expf(x.y - l) * scale, expf(x.z - l) * scale,
+			      expf(x.w - l) * scale};
+		if (t >= v && t < v + 4)
+			d[t - v] -= scale;
+		if (dlogits)
+			*reinterpret_cast<float4 *>(dlogits + row + v) = make_float4(d[0], d[1], d[2], d[3]);
+		if (dlogits16) {
+			__nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(dlogits16 + row + v);
+			o[0] = __floats2bfloat162_rn(d[0], d[1]);
+			o[1] = __floats2bfloat162_rn(d[2], d[3]);
+		}
+	}
+	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x) {
+		float d = expf(logits[row + v] - l) * scale;
+		if (v == t)
 			d -= scale;
 		if (dlogits)
-			dlogits[at] = d;
+			dlogits[row + v] = d;
 		if (dlogits16)
-			dlogits16[at] = __float2bfloat16_rn(d);
+			dlogits16[row + v] = __float2bfloat16_rn(d);
 	}
 }
 
@@ -676,9 +719,8 @@ extern "C" void cuda_crossentropy_backward(uint16_t *dlogits16, float *dlogits, 
                                            const float *lse, const int32_t *targets, int N, int V,
                                            int ld, float scale, cudaStream_t stream)
 {
-	size_t total = (size_t)N * V;
-	k_crossentropy_backward<<<s_grid(total, 256), 256, 0, stream>>>(
-		dlogits16 ? s_b16(dlogits16) : NULL, dlogits, logits, lse, targets, V, ld, total, scale);
+	k_crossentropy_backward<<<(unsigned)N, CE_BLOCK, 0, stream>>>(
+		dlogits16 ? s_b16(dlogits16) : NULL, dlogits, logits, lse, targets, V, ld, scale);
 	CUDA_CHECK_LAUNCH();
 }
 
