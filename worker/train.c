@@ -993,8 +993,9 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		train_cuda_memory(t->gpu, &pb, &gb, &ob, &ab);
 		fprintf(f,
 			"parallel.device cuda: %s | bf16 matrix products, fp32 master weights and AdamW"
-			" | GPU memory: state %.2f MiB, activations %.2f MiB\n",
-			train_cuda_device_name(t->gpu), (double)(pb + gb + ob) / 1048576.0,
+			" | attention %s | GPU memory: state %.2f MiB, activations %.2f MiB\n",
+			train_cuda_device_name(t->gpu),
+			train_cuda_fused_attention(t->gpu) ? "fused" : "gemm", (double)(pb + gb + ob) / 1048576.0,
 			(double)ab / 1048576.0);
 	}
 #endif

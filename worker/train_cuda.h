@@ -89,6 +89,10 @@ void train_cuda_free(train_cuda_t *g);
 /* The GPU's name ("NVIDIA H100 80GB HBM3"; borrowed). */
 const char *train_cuda_device_name(const train_cuda_t *g);
 
+/* Whether attention runs fused (RINGMASTER_CUDA_ATTENTION=fused in the
+ * worker's environment and a head size the fused kernels are built for). */
+bool train_cuda_fused_attention(const train_cuda_t *g);
+
 /* Device bytes, as train_report_t counts them: parameters with their bf16
  * copy, gradients (with a shard's reduced ones), AdamW's m and v (the
  * shard's when sharded), and the activation arena. */

@@ -49,6 +49,7 @@ typedef struct {
 	int steps, warmup;
 	double peak_tflops;
 	uint64_t seed;
+	unsigned flags; /* GPT2_CUDA_FUSED_ATTENTION or 0 */
 } options_t;
 
 static double now_ms(void)
@@ -85,10 +86,12 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: bench_gpu_step [--layers N] [--heads N] [--embd N] [--vocab N] [--seq N]\n"
 		"                      [--batch N] [--steps N] [--warmup N] [--peak-tflops X] [--seed N]\n"
+		"                      [--attention gemm|fused]\n"
 		"  times full training steps of the GPU engine on the current CUDA device; prints JSON\n"
 		"  defaults: GPT-2 124M (12 layers, 12 heads, 768 embd, vocab 50257), seq 1024,\n"
 		"            the largest batch that fits, 20 steps after 3 warmup steps,\n"
-		"            peak 989 TFLOP/s (H100 SXM dense bf16)\n");
+		"            peak 989 TFLOP/s (H100 SXM dense bf16), attention gemm (batched GEMMs;\n"
+		"            fused: cuda_flash_* on tensor cores)\n");
 	exit(2);
 }
 
@@ -132,6 +135,14 @@ static options_t parse_options(int argc, char **argv)
 			o.warmup = parse_int(flag, val, 0);
 		else if (!strcmp(flag, "--seed"))
 			o.seed = (uint64_t)parse_int(flag, val, 0);
+		else if (!strcmp(flag, "--attention")) {
+			if (strcmp(val, "gemm") != 0 && strcmp(val, "fused") != 0) {
+				fprintf(stderr, "bench_gpu_step: --attention must be gemm or fused (got '%s')\n",
+					val);
+				exit(2);
+			}
+			o.flags = strcmp(val, "fused") == 0 ? GPT2_CUDA_FUSED_ATTENTION : 0;
+		}
 		else if (!strcmp(flag, "--peak-tflops")) {
 			char *end;
 			o.peak_tflops = strtod(val, &end);
@@ -159,7 +170,7 @@ static gpt2_cuda_t *create_model(const options_t *o, int *ret_batch)
 {
 	char err[512];
 	if (o->batch > 0) {
-		gpt2_cuda_t *m = gpt2_cuda_create(&o->cfg, o->batch, o->seq, 0, err, sizeof err);
+		gpt2_cuda_t *m = gpt2_cuda_create(&o->cfg, o->batch, o->seq, o->flags, err, sizeof err);
 		if (!m) {
 			fprintf(stderr, "bench_gpu_step: %s\n", err);
 			exit(1);
@@ -175,7 +186,7 @@ static gpt2_cuda_t *create_model(const options_t *o, int *ret_batch)
 	gpt2_cuda_t *m = NULL;
 	int b = MAX_AUTO_BATCH;
 	for (; b >= 1 && !m; b--) {
-		m = gpt2_cuda_create(&o->cfg, b, o->seq, 0, err, sizeof err);
+		m = gpt2_cuda_create(&o->cfg, b, o->seq, o->flags, err, sizeof err);
 		if (!m && strncmp(err, "out of GPU memory", 17) != 0)
 			break; /* not a size problem: no GPU, bad config */
 	}
@@ -205,8 +216,8 @@ int main(int argc, char **argv)
 	int B = 0;
 	gpt2_cuda_t *m = create_model(&o, &B);
 	const int T = o.seq;
-	fprintf(stderr, "bench_gpu_step: %s, batch %d x %d tokens, %.2f GiB of parameter state, %.2f GiB of activations\n",
-		prop.name, B, T, (double)gpt2_cuda_state_bytes(m) / 1073741824.0,
+	fprintf(stderr, "bench_gpu_step: %s, batch %d x %d tokens, attention %s, %.2f GiB of parameter state, %.2f GiB of activations\n",
+		prop.name, B, T, gpt2_cuda_fused_attention(m) ? "fused" : "gemm", (double)gpt2_cuda_state_bytes(m) / 1073741824.0,
 		(double)gpt2_cuda_activation_bytes(m) / 1073741824.0);
 
 	/* the initial parameters of the CPU engine, copied over */
@@ -295,13 +306,13 @@ int main(int argc, char **argv)
 	size_t free_b = 0, total_b = 0;
 	cudaMemGetInfo(&free_b, &total_b);
 	printf("{\"device\": \"%s\", \"layers\": %d, \"heads\": %d, \"embd\": %d, \"vocab\": %d, "
-	       "\"params\": %zu, \"batch\": %d, \"seq\": %d, \"tokens_per_step\": %zu, \"steps\": %d, "
+	       "\"attention\": \"%s\", \"params\": %zu, \"batch\": %d, \"seq\": %d, \"tokens_per_step\": %zu, \"steps\": %d, "
 	       "\"warmup\": %d, \"median_step_ms\": %.3f, \"best_step_ms\": %.3f, \"tokens_per_s\": %.0f, "
 	       "\"flops_per_token\": %.6g, \"peak_tflops\": %.1f, \"mfu\": %.4f, "
 	       "\"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f, "
 	       "\"model_gib\": %.2f, \"gpu_used_gib\": %.2f, \"gpu_total_gib\": %.2f, \"last_loss\": %.4f}\n",
 	       prop.name, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd, o.cfg.vocab_size,
-	       gpt2_cuda_num_params(m), B, T, N, o.steps, o.warmup, med, best, tok_s, fpt, o.peak_tflops,
+	       gpt2_cuda_fused_attention(m) ? "fused" : "gemm", gpt2_cuda_num_params(m), B, T, N, o.steps, o.warmup, med, best, tok_s, fpt, o.peak_tflops,
 	       mfu, median(fwd_ms, o.steps), median(bwd_ms, o.steps), median(opt_ms, o.steps),
 	       (double)(gpt2_cuda_state_bytes(m) + gpt2_cuda_activation_bytes(m)) / 1073741824.0,
 	       (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0, loss);

@@ -8,13 +8,15 @@
 #
 #   bench/gpu/profile.sh [BUILD_DIR] [BATCH]   (defaults: build-gpu, 16)
 #
-# Knobs: VOCAB (50257), TOP (25 rows). Raw CSV in $PROFILE_OUT (default: a
+# Knobs: VOCAB (50257), ATTENTION (gemm or fused, bench_gpu_step's
+# --attention; default gemm), TOP (25 rows). Raw CSV in $PROFILE_OUT (default: a
 # temporary folder, printed at the end).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
 batch=${2:-16}
 vocab=${VOCAB:-50257}
+attention=${ATTENTION:-gemm}
 top=${TOP:-25}
 exe=$build/bench/gpu/bench_gpu_step
 [ -x "$exe" ] || { echo "gpu/profile.sh: $exe was not built (bench/gpu/run.sh builds it)" >&2; exit 2; }
@@ -22,13 +24,14 @@ ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 [ -n "$ncu" ] || { echo "gpu/profile.sh: no ncu (Nsight Compute) on this machine" >&2; exit 2; }
 out=${PROFILE_OUT:-$(mktemp -d /var/tmp/gpu-profile.XXXXXX)}
 mkdir -p "$out"
-echo "ncu on bench_gpu_step --batch $batch --vocab $vocab (2 steps)..." >&2
+echo "ncu on bench_gpu_step --batch $batch --vocab $vocab --attention $attention (2 steps)..." >&2
 "$ncu" --metrics gpu__time_duration.sum --csv --print-units base \
-  "$exe" --batch "$batch" --vocab "$vocab" --steps 1 --warmup 1 > "$out/ncu.csv" 2> "$out/ncu.log"
+  "$exe" --batch "$batch" --vocab "$vocab" --attention "$attention" --steps 1 --warmup 1 \
+  > "$out/ncu.csv" 2> "$out/ncu.log"
 py=$(command -v /usr/bin/python3 || command -v python3)
-"$py" - "$out/ncu.csv" "$batch" "$vocab" "$top" <<'PY'
+"$py" - "$out/ncu.csv" "$batch" "$vocab" "$top" "$attention" <<'PY'
 import csv, sys, collections
-path, batch, vocab, top = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+path, batch, vocab, top, attention = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 rows = [r for r in csv.reader(l for l in open(path) if l.startswith('"'))]
 head, body = rows[0], rows[1:]
 name, metric, value = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
@@ -39,7 +42,8 @@ for r in body:
         t[k] += float(r[value].replace(",", "")) / 2  # ns per step (2 steps)
         n[k] += 0.5
 total = sum(t.values())
-print(f"### Kernel times of one GPT-2 124M step, batch {batch} x 1024, vocab {vocab} (bench/gpu/profile.sh)")
+print(f"### Kernel times of one GPT-2 124M step, batch {batch} x 1024, vocab {vocab}, attention {attention} "
+      "(bench/gpu/profile.sh)")
 print()
 print(f"Sum of kernel times: {total/1e6:.1f} ms per step, {sum(n.values()):.0f} launches.")
 print()

@@ -14,6 +14,10 @@ train.precision bf16, on generated English-like text. Checked:
     within LOSS_REL_TOL (relative), every grad norm within NORM_REL_TOL, and
     the loss falling by more than 0.3 over the run;
   - two GPU runs give the same bits (loss, grad norm, validation loss);
+  - with RINGMASTER_CUDA_ATTENTION=fused (attention on tensor cores,
+    cuda_flash.cu): the startup line says so, the same bounds against the
+    CPU, the same bits twice; RINGMASTER_CUDA_ATTENTION=flash is refused
+    with exit 2 and a message naming the variable;
   - odd shapes (T 37, C 48 in 3 heads, vocab 251, batch 3), 12 steps: GPU
     against CPU within the same bounds;
   - snapshots: a GPU run stopped at step 10 with its snapshot, resumed on
@@ -81,18 +85,21 @@ class Runner:
     def __init__(self, ringworker, tmp):
         self.ringworker, self.tmp = ringworker, tmp
 
-    def run(self, sp, name, *args):
+    def run(self, sp, name, *args, attention=None):
         path = os.path.join(self.tmp, name + ".json")
         with open(path, "w") as f:
             json.dump(sp, f)
         cmd = [self.ringworker, "train", "--spec", path, "--data-root", self.tmp, "--json"]
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "2")
+        env.pop("RINGMASTER_CUDA_ATTENTION", None)
+        if attention:
+            env["RINGMASTER_CUDA_ATTENTION"] = attention
         return subprocess.run(cmd + list(args), capture_output=True, text=True, env=env,
                               timeout=240)
 
-    def train(self, sp, name, *args):
-        r = self.run(sp, name, *args)
+    def train(self, sp, name, *args, attention=None):
+        r = self.run(sp, name, *args, attention=attention)
         assert r.returncode == 0, "%s: exit %d: %s" % (name, r.returncode, r.stderr)
         return r, {o["step"]: o for o in
                    (json.loads(line) for line in r.stdout.splitlines() if line.strip())}
@@ -172,6 +179,18 @@ def main():
         fell = g_full[1]["loss"] - g_full[20]["loss"]
         assert fell > 0.3, "the GPU loss fell by only %.3f (%.4f -> %.4f)" % (
             fell, g_full[1]["loss"], g_full[20]["loss"])
+
+        # fused attention (RINGMASTER_CUDA_ATTENTION=fused): the same bounds
+        # against the CPU, and the same bits twice; a bad value is refused
+        r, g_fused = rn.train(gpu, "gpu", attention="fused")
+        assert "| attention fused |" in r.stderr, r.stderr
+        assert "| attention gemm |" in probe.stderr, probe.stderr
+        _, g_fused2 = rn.train(gpu, "gpu", attention="fused")
+        assert bits(g_fused) == bits(g_fused2), "two fused GPU runs differ"
+        compare("gpu (fused attention) vs cpu", g_fused, c_full, range(1, 21), worst, spread)
+        r = rn.run(gpu, "gpu", "--steps", "1", attention="flash")
+        assert r.returncode == 2 and "RINGMASTER_CUDA_ATTENTION must be gemm or fused (got 'flash')" \
+            in r.stderr, (r.returncode, r.stderr)
 
         # a GPU snapshot of step 10, resumed on the GPU (bitwise) and on the CPU
         ck_gpu = os.path.join(tmp, "ck-gpu")

@@ -104,14 +104,17 @@ __device__ __forceinline__ void s_stage_rows(uint16_t (*sh)[HD + FA_PAD], const 
 	}
 }
 
-/* the same rows transposed: sh[c][r] = m[r0 + r][c] */
+/* the same rows transposed: sh[c][r] = m[r0 + r][c]. Consecutive threads
+ * take consecutive rows of one 8-column piece, so that a warp's stores of
+ * column c + j are 32 adjacent elements (no shared-memory bank conflict;
+ * row-major pieces would put a warp's stores into 2 banks) */
 template <int HD>
 __device__ __forceinline__ void s_stage_cols(uint16_t (*sh)[FA_TILE + FA_PAD], const uint16_t *m,
                                              int r0, int T)
 {
 	constexpr int CHUNKS = HD / 8;
 	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += FA_THREADS) {
-		const int r = w / CHUNKS, c = (w % CHUNKS) * 8;
+		const int r = w % FA_TILE, c = (w / FA_TILE) * 8;
 		uint4 v = make_uint4(0, 0, 0, 0);
 		if (r0 + r < T)
 			v = *reinterpret_cast<const uint4 *>(m + (size_t)(r0 + r) * HD + c);
