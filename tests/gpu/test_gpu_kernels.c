@@ -245,6 +245,16 @@ static void test_gelu(void)
 	uint16_t *gd16 = download16(d_out16, n);
 	expect("gelu backward fp32", rel_err(gd, d, n), FP32_BOUND);
 	expect("gelu backward bf16", rel_err_bf16(gd16, d, n), BF16_BOUND);
+	/* pointers one element off 16-byte alignment: the one-by-one path,
+	 * into outputs first filled with NaN */
+	gpu_must(cudaMemset(d_out, 0xff, F(n)), "fill");
+	gpu_must(cudaMemset(d_out16, 0xff, n * 2), "fill");
+	cuda_gelu_forward(d_out + 1, d_out16 + 1, d_x + 1, n - 1, 0);
+	free(g), free(g16);
+	g = download(d_out, n);
+	g16 = download16(d_out16, n);
+	expect("gelu forward fp32, unaligned", rel_err(g + 1, ref + 1, n - 1), FP32_BOUND);
+	expect("gelu forward bf16, unaligned", rel_err_bf16(g16 + 1, ref + 1, n - 1), BF16_BOUND);
 	free(x), free(ref), free(g), free(g16), free(d), free(gd), free(gd16);
 	cudaFree(d_x), cudaFree(d_out), cudaFree(d_out16), cudaFree(d_d);
 }

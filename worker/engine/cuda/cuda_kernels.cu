@@ -363,13 +363,51 @@ extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, f
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-__global__ void k_gelu_forward(float *out, bf16 *out16, const float *x, size_t n)
+__device__ __forceinline__ float s_gelu(float v)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		float v = x[i];
-		float u = GELU_K * (v + 0.044715f * v * v * v);
-		float y = 0.5f * v * (1.0f + tanhf(u));
+	const float u = GELU_K * (v + 0.044715f * v * v * v);
+	return 0.5f * v * (1.0f + tanhf(u));
+}
+
+/* d * gelu'(v) */
+__device__ __forceinline__ float s_gelu_grad(float d, float v)
+{
+	const float u = GELU_K * (v + 0.044715f * v * v * v);
+	const float th = tanhf(u);
+	const float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+	return d * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+}
+
+/* Elementwise kernels in pieces of 4 (float4 in, 4 bf16 out as one 8-byte
+ * store) where every pointer allows it (s_vec4), then the last n % 4 one
+ * by one: the scalar grid-stride version ran GELU at about a third of an
+ * H200's memory bandwidth (bench/RESULTS.md's profile). */
+static bool s_vec4(const void *a, const void *b, const void *c16)
+{
+	return (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c16 % 8 == 0;
+}
+
+__device__ __forceinline__ void s_store4_bf16(bf16 *p, float a, float b, float c, float d)
+{
+	__nv_bfloat162 *q = reinterpret_cast<__nv_bfloat162 *>(p);
+	q[0] = __floats2bfloat162_rn(a, b);
+	q[1] = __floats2bfloat162_rn(c, d);
+}
+
+__global__ void k_gelu_forward(float *out, bf16 *out16, const float *x, size_t n, size_t n4)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+	for (size_t i = first; i < n4; i += stride) {
+		const float4 v = reinterpret_cast<const float4 *>(x)[i];
+		const float4 y = make_float4(s_gelu(v.x), s_gelu(v.y), s_gelu(v.z), s_gelu(v.w));
+		if (out)
+			reinterpret_cast<float4 *>(out)[i] = y;
+		if (out16)
+			s_store4_bf16(out16 + 4 * i, y.x, y.y, y.z, y.w);
+	}
+	for (size_t i = 4 * n4 + first; i < n; i += stride) {
+		const float y = s_gelu(x[i]);
 		if (out)
 			out[i] = y;
 		if (out16)
@@ -380,19 +418,27 @@ __global__ void k_gelu_forward(float *out, bf16 *out16, const float *x, size_t n
 extern "C" void cuda_gelu_forward(float *out, uint16_t *out16, const float *x, size_t n,
                                   cudaStream_t stream)
 {
-	k_gelu_forward<<<s_grid(n, 256), 256, 0, stream>>>(out, out16 ? s_b16(out16) : NULL, x, n);
+	const size_t n4 = s_vec4(x, out, out16) ? n / 4 : 0;
+	k_gelu_forward<<<s_grid(n4 ? n4 : n, 256), 256, 0, stream>>>(out, out16 ? s_b16(out16) : NULL,
+								     x, n, n4);
 	CUDA_CHECK_LAUNCH();
 }
 
-__global__ void k_gelu_backward(float *d, bf16 *d16, const float *x, size_t n)
+__global__ void k_gelu_backward(float *d, bf16 *d16, const float *x, size_t n, size_t n4)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		float v = x[i];
-		float u = GELU_K * (v + 0.044715f * v * v * v);
-		float th = tanhf(u);
-		float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
-		float r = d[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+	for (size_t i = first; i < n4; i += stride) {
+		const float4 v = reinterpret_cast<const float4 *>(x)[i];
+		const float4 g = reinterpret_cast<const float4 *>(d)[i];
+		const float4 r = make_float4(s_gelu_grad(g.x, v.x), s_gelu_grad(g.y, v.y),
+					     s_gelu_grad(g.z, v.z), s_gelu_grad(g.w, v.w));
+		reinterpret_cast<float4 *>(d)[i] = r;
+		if (d16)
+			s_store4_bf16(d16 + 4 * i, r.x, r.y, r.z, r.w);
+	}
+	for (size_t i = 4 * n4 + first; i < n; i += stride) {
+		const float r = s_gelu_grad(d[i], x[i]);
 		d[i] = r;
 		if (d16)
 			d16[i] = __float2bfloat16_rn(r);
@@ -402,7 +448,9 @@ __global__ void k_gelu_backward(float *d, bf16 *d16, const float *x, size_t n)
 extern "C" void cuda_gelu_backward(float *d, uint16_t *d16, const float *x, size_t n,
                                    cudaStream_t stream)
 {
-	k_gelu_backward<<<s_grid(n, 256), 256, 0, stream>>>(d, d16 ? s_b16(d16) : NULL, x, n);
+	const size_t n4 = s_vec4(x, d, d16) ? n / 4 : 0;
+	k_gelu_backward<<<s_grid(n4 ? n4 : n, 256), 256, 0, stream>>>(d, d16 ? s_b16(d16) : NULL, x, n,
+								      n4);
 	CUDA_CHECK_LAUNCH();
 }
 
