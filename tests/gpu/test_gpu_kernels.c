@@ -739,8 +739,67 @@ static void flash_case(int B, int T, int C, int H)
 	cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
 }
 
+static uint16_t bf16_of_int(int v)
+{
+	float f = (float)v;
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return (uint16_t)(u >> 16); /* small integers are exact in bf16 */
+}
+
+/* cuda_flash_mma_probe on small integers: every product and sum exact */
+static void test_mma_probe(void)
+{
+	int a[16][16], bt[24][16];
+	uint16_t a16[256], bt16[384];
+	for (int i = 0; i < 16; i++)
+		for (int k = 0; k < 16; k++)
+			a16[i * 16 + k] = bf16_of_int(a[i][k] = (int)(rng_u32() % 5) - 2);
+	for (int n = 0; n < 24; n++)
+		for (int k = 0; k < 16; k++)
+			bt16[n * 16 + k] = bf16_of_int(bt[n][k] = (int)(rng_u32() % 5) - 2);
+	int x[16][16], want1[16][8], want2[16][8];
+	for (int i = 0; i < 16; i++)
+		for (int n = 0; n < 16; n++) {
+			x[i][n] = 0;
+			for (int k = 0; k < 16; k++)
+				x[i][n] += a[i][k] * bt[n][k];
+		}
+	for (int i = 0; i < 16; i++)
+		for (int n = 0; n < 8; n++) {
+			want1[i][n] = x[i][n];
+			want2[i][n] = 0;
+			for (int k = 0; k < 16; k++)
+				want2[i][n] += x[i][k] * bt[16 + n][k];
+		}
+	uint16_t *d_a = gpu_dup(a16, sizeof a16), *d_bt = gpu_dup(bt16, sizeof bt16);
+	float *d_1 = gpu_dup(NULL, 128 * sizeof(float)), *d_2 = gpu_dup(NULL, 128 * sizeof(float));
+	cuda_flash_mma_probe(d_1, d_2, d_a, d_bt, 0);
+	float *g1 = download(d_1, 128), *g2 = download(d_2, 128);
+	int bad1 = 0, bad2 = 0, first1 = -1, first2 = -1;
+	for (int e = 0; e < 128; e++) {
+		if (g1[e] != (float)want1[e / 8][e % 8] && bad1++ == 0)
+			first1 = e;
+		if (g2[e] != (float)want2[e / 8][e % 8] && bad2++ == 0)
+			first2 = e;
+	}
+	if (bad1)
+		printf("     mma probe: d1[%d][%d] = %g, want %d\n", first1 / 8, first1 % 8, g1[first1],
+		       want1[first1 / 8][first1 % 8]);
+	if (bad2)
+		printf("     mma probe: d2[%d][%d] = %g, want %d\n", first2 / 8, first2 % 8, g2[first2],
+		       want2[first2 / 8][first2 % 8]);
+	expect_true("fused attention: mma.sync m16n8k16 through the kernels' A and B fragment loads, exact",
+		    bad1 == 0);
+	expect_true("fused attention: an accumulator pair as the next product's A fragment, exact",
+		    bad2 == 0);
+	free(g1), free(g2);
+	cudaFree(d_a), cudaFree(d_bt), cudaFree(d_1), cudaFree(d_2);
+}
+
 static void test_flash_attention(void)
 {
+	test_mma_probe();
 	expect_true("fused attention: head sizes 16, 32, 64 built, 48 and 128 not",
 		    cuda_flash_supported(64, 4) && cuda_flash_supported(64, 2) &&
 			    cuda_flash_supported(768, 12) && !cuda_flash_supported(48, 1) &&

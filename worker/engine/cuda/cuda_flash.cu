@@ -426,6 +426,40 @@ __global__ void __launch_bounds__(FA_THREADS)
 	}
 }
 
+/* The fragment plumbing alone, for gpu-kernels (cuda_flash_mma_probe):
+ * x = a @ b1 and y = a @ b2 through s_load_a, s_frag_b and s_mma, then
+ * d2 = [x y] @ b3 through s_acc_to_a, as P V uses it; d1 gets x. */
+__global__ void k_flash_mma_probe(float *d1, float *d2, const uint16_t *a, const uint16_t *bt)
+{
+	__shared__ __align__(16) uint16_t sh[24][16 + FA_PAD]; /* b1, b2, b3 transposed */
+	const int lane = (int)threadIdx.x, g = lane / 4, tig = lane % 4;
+	for (int i = lane; i < 24 * 16; i += 32)
+		sh[i / 16][i % 16] = bt[i];
+	__syncthreads();
+	uint32_t af[1][4], b[2], pa[4];
+	s_load_a<16>(af, a, 0, 16, g, tig);
+	float x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, y[4] = {0.0f, 0.0f, 0.0f, 0.0f}, z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	s_frag_b(b, sh, 0, 0, g, tig);
+	s_mma(x, af[0], b);
+	s_frag_b(b, sh, 8, 0, g, tig);
+	s_mma(y, af[0], b);
+	s_acc_to_a(pa, x, y);
+	s_frag_b(b, sh, 16, 0, g, tig);
+	s_mma(z, pa, b);
+	for (int e = 0; e < 4; e++) {
+		const int row = g + (e >> 1) * 8, col = 2 * tig + (e & 1);
+		d1[row * 8 + col] = x[e];
+		d2[row * 8 + col] = z[e];
+	}
+}
+
+extern "C" void cuda_flash_mma_probe(float *d1, float *d2, const uint16_t *a, const uint16_t *bt,
+                                     cudaStream_t stream)
+{
+	k_flash_mma_probe<<<1, 32, 0, stream>>>(d1, d2, a, bt);
+	CUDA_CHECK_LAUNCH();
+}
+
 extern "C" bool cuda_flash_supported(int C, int H)
 {
 	if (H < 1 || C % H != 0)
