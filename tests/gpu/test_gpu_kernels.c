@@ -815,6 +815,7 @@ int main(void)
 	test_embedding();
 	test_layernorm(37, 96);
 	test_layernorm(300, 768);
+	test_layernorm(13, 50); /* C not a multiple of 4: one float at a time */
 	test_bias_backward();
 	test_gelu();
 	test_softmax();

@@ -189,6 +189,32 @@ extern "C" void cuda_embed_tokens_backward(float *dwte, int row0, const float *d
 
 /* ---- LayerNorm ---- */
 
+/* a, b, c, d rounded to bf16 into p[0..3] with two 4-byte stores (p 8-byte aligned) */
+__device__ __forceinline__ void s_store4_bf16(bf16 *p, float a, float b, float c, float d)
+{
+	__nv_bfloat162 *q = reinterpret_cast<__nv_bfloat162 *>(p);
+	q[0] = __floats2bfloat162_rn(a, b);
+	q[1] = __floats2bfloat162_rn(c, d);
+}
+
+
+/* LayerNorm's row kernels read in float4 pieces when V4 (C a multiple of
+ * 4 and every row pointer 16-byte aligned: s_ln_vec4), one float at a
+ * time otherwise; the same math either way, a lane's partial sums taken
+ * over different elements. */
+static bool s_ln_vec4(int C, const void *p0, const void *p1, const void *p2, const void *p3,
+                      const void *p16)
+{
+	return C % 4 == 0 && (uintptr_t)p0 % 16 == 0 && (uintptr_t)p1 % 16 == 0 &&
+	       (uintptr_t)p2 % 16 == 0 && (uintptr_t)p3 % 16 == 0 && (uintptr_t)p16 % 8 == 0;
+}
+
+__device__ __forceinline__ float s_sum4(float4 v)
+{
+	return (v.x + v.y) + (v.z + v.w);
+}
+
+template <bool V4>
 __global__ void k_layernorm_forward(float *out, bf16 *out16, float *mean, float *rstd,
                                     const float *x, const float *w, const float *b, int N, int C)
 {
@@ -198,21 +224,50 @@ __global__ void k_layernorm_forward(float *out, bf16 *out16, float *mean, float 
 		return;
 	const float *xr = x + (size_t)row * C;
 	float s = 0.0f;
-	for (int c = lane; c < C; c += WARP)
-		s += xr[c];
+	if (V4) {
+		const float4 *x4 = reinterpret_cast<const float4 *>(xr);
+		for (int c = lane; c < C / 4; c += WARP)
+			s += s_sum4(x4[c]);
+	} else {
+		for (int c = lane; c < C; c += WARP)
+			s += xr[c];
+	}
 	float mu = s_warp_sum(s) / (float)C;
 	float ss = 0.0f;
-	for (int c = lane; c < C; c += WARP) {
-		float d = xr[c] - mu;
-		ss += d * d;
+	if (V4) {
+		const float4 *x4 = reinterpret_cast<const float4 *>(xr);
+		for (int c = lane; c < C / 4; c += WARP) {
+			const float4 v = x4[c];
+			const float4 d = make_float4(v.x - mu, v.y - mu, v.z - mu, v.w - mu);
+			ss += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);
+		}
+	} else {
+		for (int c = lane; c < C; c += WARP) {
+			float d = xr[c] - mu;
+			ss += d * d;
+		}
 	}
 	float rs = 1.0f / sqrtf(s_warp_sum(ss) / (float)C + 1e-5f);
-	for (int c = lane; c < C; c += WARP) {
-		float o = (xr[c] - mu) * rs * w[c] + b[c];
-		if (out)
-			out[(size_t)row * C + c] = o;
-		if (out16)
-			out16[(size_t)row * C + c] = __float2bfloat16_rn(o);
+	if (V4) {
+		const float4 *x4 = reinterpret_cast<const float4 *>(xr);
+		const float4 *w4 = reinterpret_cast<const float4 *>(w), *b4 = reinterpret_cast<const float4 *>(b);
+		for (int c = lane; c < C / 4; c += WARP) {
+			const float4 v = x4[c], wv = w4[c], bv = b4[c];
+			const float4 o = make_float4((v.x - mu) * rs * wv.x + bv.x, (v.y - mu) * rs * wv.y + bv.y,
+						     (v.z - mu) * rs * wv.z + bv.z, (v.w - mu) * rs * wv.w + bv.w);
+			if (out)
+				reinterpret_cast<float4 *>(out + (size_t)row * C)[c] = o;
+			if (out16)
+				s_store4_bf16(out16 + (size_t)row * C + 4 * c, o.x, o.y, o.z, o.w);
+		}
+	} else {
+		for (int c = lane; c < C; c += WARP) {
+			float o = (xr[c] - mu) * rs * w[c] + b[c];
+			if (out)
+				out[(size_t)row * C + c] = o;
+			if (out16)
+				out16[(size_t)row * C + c] = __float2bfloat16_rn(o);
+		}
 	}
 	if (lane == 0) {
 		mean[row] = mu;
@@ -225,11 +280,16 @@ extern "C" void cuda_layernorm_forward(float *out, uint16_t *out16, float *mean,
                                        cudaStream_t stream)
 {
 	int rows_per_block = ROW_BLOCK / WARP;
-	k_layernorm_forward<<<(N + rows_per_block - 1) / rows_per_block, ROW_BLOCK, 0, stream>>>(
-		out, out16 ? s_b16(out16) : NULL, mean, rstd, x, w, b, N, C);
+	unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
+	bf16 *o16 = out16 ? s_b16(out16) : NULL;
+	if (s_ln_vec4(C, x, w, b, out, out16))
+		k_layernorm_forward<true><<<grid, ROW_BLOCK, 0, stream>>>(out, o16, mean, rstd, x, w, b, N, C);
+	else
+		k_layernorm_forward<false><<<grid, ROW_BLOCK, 0, stream>>>(out, o16, mean, rstd, x, w, b, N, C);
 	CUDA_CHECK_LAUNCH();
 }
 
+template <bool V4>
 __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *dout, const float *x,
                                           const float *mean, const float *rstd, const float *w,
                                           int N, int C)
@@ -242,19 +302,48 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 	float *dxr = dx + (size_t)row * C;
 	float mu = mean[row], rs = rstd[row];
 	float sg = 0.0f, sgx = 0.0f;
-	for (int c = lane; c < C; c += WARP) {
-		float g = dr[c] * w[c];
-		sg += g;
-		sgx += g * (xr[c] - mu) * rs;
+	if (V4) {
+		const float4 *x4 = reinterpret_cast<const float4 *>(xr), *d4 = reinterpret_cast<const float4 *>(dr),
+			     *w4 = reinterpret_cast<const float4 *>(w);
+		for (int c = lane; c < C / 4; c += WARP) {
+			const float4 xv = x4[c], dv = d4[c], wv = w4[c];
+			const float4 g = make_float4(dv.x * wv.x, dv.y * wv.y, dv.z * wv.z, dv.w * wv.w);
+			sg += s_sum4(g);
+			sgx += (g.x * (xv.x - mu) * rs + g.y * (xv.y - mu) * rs) +
+			       (g.z * (xv.z - mu) * rs + g.w * (xv.w - mu) * rs);
+		}
+	} else {
+		for (int c = lane; c < C; c += WARP) {
+			float g = dr[c] * w[c];
+			sg += g;
+			sgx += g * (xr[c] - mu) * rs;
+		}
 	}
 	float mean_g = s_warp_sum(sg) / (float)C;
 	float mean_gx = s_warp_sum(sgx) / (float)C;
-	for (int c = lane; c < C; c += WARP) {
-		float xhat = (xr[c] - mu) * rs;
-		float d = dxr[c] + rs * (dr[c] * w[c] - mean_g - xhat * mean_gx);
-		dxr[c] = d;
-		if (dx16)
-			dx16[(size_t)row * C + c] = __float2bfloat16_rn(d);
+	if (V4) {
+		const float4 *x4 = reinterpret_cast<const float4 *>(xr), *d4 = reinterpret_cast<const float4 *>(dr),
+			     *w4 = reinterpret_cast<const float4 *>(w);
+		float4 *dx4 = reinterpret_cast<float4 *>(dxr);
+		for (int c = lane; c < C / 4; c += WARP) {
+			const float4 xv = x4[c], dv = d4[c], wv = w4[c], acc = dx4[c];
+			const float4 r = make_float4(
+				acc.x + rs * (dv.x * wv.x - mean_g - (xv.x - mu) * rs * mean_gx),
+				acc.y + rs * (dv.y * wv.y - mean_g - (xv.y - mu) * rs * mean_gx),
+				acc.z + rs * (dv.z * wv.z - mean_g - (xv.z - mu) * rs * mean_gx),
+				acc.w + rs * (dv.w * wv.w - mean_g - (xv.w - mu) * rs * mean_gx));
+			dx4[c] = r;
+			if (dx16)
+				s_store4_bf16(dx16 + (size_t)row * C + 4 * c, r.x, r.y, r.z, r.w);
+		}
+	} else {
+		for (int c = lane; c < C; c += WARP) {
+			float xhat = (xr[c] - mu) * rs;
+			float d = dxr[c] + rs * (dr[c] * w[c] - mean_g - xhat * mean_gx);
+			dxr[c] = d;
+			if (dx16)
+				dx16[(size_t)row * C + c] = __float2bfloat16_rn(d);
+		}
 	}
 }
 
@@ -334,8 +423,14 @@ extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, fl
                                         float *scratch, cudaStream_t stream)
 {
 	int rows_per_block = ROW_BLOCK / WARP;
-	k_layernorm_backward_rows<<<(N + rows_per_block - 1) / rows_per_block, ROW_BLOCK, 0, stream>>>(
-		dx, dx16 ? s_b16(dx16) : NULL, dout, x, mean, rstd, w, N, C);
+	unsigned grid_rows = (unsigned)((N + rows_per_block - 1) / rows_per_block);
+	bf16 *d16 = dx16 ? s_b16(dx16) : NULL;
+	if (s_ln_vec4(C, dx, dout, x, w, dx16))
+		k_layernorm_backward_rows<true><<<grid_rows, ROW_BLOCK, 0, stream>>>(dx, d16, dout, x, mean,
+										     rstd, w, N, C);
+	else
+		k_layernorm_backward_rows<false><<<grid_rows, ROW_BLOCK, 0, stream>>>(dx, d16, dout, x, mean,
+										      rstd, w, N, C);
 	CUDA_CHECK_LAUNCH();
 	int n_chunks = s_chunks(N);
 	float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;
@@ -387,12 +482,6 @@ static bool s_vec4(const void *a, const void *b, const void *c16)
 	return (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c16 % 8 == 0;
 }
 
-__device__ __forceinline__ void s_store4_bf16(bf16 *p, float a, float b, float c, float d)
-{
-	__nv_bfloat162 *q = reinterpret_cast<__nv_bfloat162 *>(p);
-	q[0] = __floats2bfloat162_rn(a, b);
-	q[1] = __floats2bfloat162_rn(c, d);
-}
 
 __global__ void k_gelu_forward(float *out, bf16 *out16, const float *x, size_t n, size_t n4)
 {
