@@ -580,9 +580,10 @@ static void test_gemm(void)
 
 /* ---- attention (GEMMs + kernels) against the CPU's fp32 attention ---- */
 
-static void test_attention(void)
+static void attention_case(int B, int T, int C, int H)
 {
-	const int B = 2, T = 33, C = 64, H = 4, N = B * T;
+	const int N = B * T;
+	printf("     attention (batched GEMMs), B %d T %d C %d H %d: head size %d\n", B, T, C, H, C / H);
 	const size_t nqkv = (size_t)N * 3 * C, nc = (size_t)N * C, natt = (size_t)B * H * T * T;
 	char err[256];
 	float *qkv = rand_floats(nqkv, 1);
@@ -646,6 +647,12 @@ static void test_attention(void)
 	free(gd), free(gd16), free(att16), free(att16_after);
 	cudaFree(d_scr), cudaFree(d_qkv), cudaFree(d_out), cudaFree(d_att16), cudaFree(d_out16);
 	cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
+}
+
+static void test_attention(void)
+{
+	attention_case(2, 33, 64, 4); /* head size 16: q, k, v split 4 channels at a time */
+	attention_case(1, 9, 18, 3);  /* head size 6: one channel at a time */
 }
 
 /* ---- fused attention (cuda_flash_*) against the CPU's fp32 attention ---- */

@@ -42,14 +42,15 @@ extern "C" {
 typedef struct {
 	uint16_t *q, *k, *v; /* (B, H, T, hd) bf16 each */
 	uint16_t *dy;        /* (B, H, T, hd) bf16 */
-	float *f32;          /* 3 * (B, H, T, hd): y in forward, dq, dk, dv in backward */
+	float *f32;          /* 3 * (B, H, T, hd): y in forward, dq, dk, dv in backward (GEMM path) */
 	uint16_t *dpre16;    /* (B, H, T, T) bf16: the score gradient */
 	float *scores;       /* (B, H, T, T): the scores in forward, datt in backward */
 	float *rowdot;       /* fused: (B, H, T), rowsum(dy * y) in backward */
 } cuda_attention_scratch_t;
 
 /* Bytes of scratch for max_B x max_T tokens (each part 256-byte aligned);
- * fused: for cuda_flash_* (no T x T parts: dpre16 and scores are NULL). */
+ * fused: for cuda_flash_* (q, k, v, dy and rowdot only; f32, dpre16 and
+ * scores are NULL). */
 size_t cuda_attention_scratch_bytes(int max_B, int max_T, int C, int H, bool fused);
 /* Point s's parts into base (cuda_attention_scratch_bytes of device memory,
  * the same fused). */

@@ -21,7 +21,8 @@
  * max grows, divided by the sum at the end; lse2 = max + log2(sum) per row.
  * Backward: D = rowsum(dy * y) per row (k_flash_rowdot); then dk, dv per key
  * tile, looping over the query tiles at or after it; then dq per query tile
- * over the key tiles up to it. Two kernels instead of one with atomic adds
+ * over the key tiles up to it; each writes its rows of dqkv (B, T, 3C)
+ * directly, fp32 and bf16, as forward writes its output rows. Two kernels instead of one with atomic adds
  * into dq, so that every result is a fixed sequence of operations and the
  * same bits run to run.
  *
@@ -263,13 +264,29 @@ __global__ void k_flash_rowdot(float *D, const bf16 *dy, const bf16 *y16, int T,
 		D[row] = acc;
 }
 
-/* dk, dv (B*H, T, HD) fp32: grid (B*H, key tiles), key tile blockIdx.y
+/* A pair of gradient values (columns d, d + 1 of head `head`, part
+ * `part` = 0, 1, 2 for q, k, v) into row (b, t) of dqkv / dqkv16 (B, T, 3C),
+ * either may be NULL */
+__device__ __forceinline__ void s_put_grad(float *dqkv, bf16 *dqkv16, int b, int t, int T, int H,
+                                           int hd, int part, int head, int d, float g0, float g1)
+{
+	const size_t C = (size_t)H * hd;
+	const size_t at = ((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)head * hd + d;
+	if (dqkv) {
+		dqkv[at] = g0;
+		dqkv[at + 1] = g1;
+	}
+	if (dqkv16)
+		*reinterpret_cast<__nv_bfloat162 *>(dqkv16 + at) = __floats2bfloat162_rn(g0, g1);
+}
+
+/* dk, dv into dqkv / dqkv16: grid (B*H, key tiles), key tile blockIdx.y
  * (the first has the most queries after it) */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-	k_flash_backward_kv(float *dk, float *dv, const uint16_t *q, const uint16_t *k,
+	k_flash_backward_kv(float *dqkv, bf16 *dqkv16, const uint16_t *q, const uint16_t *k,
 			    const uint16_t *v, const uint16_t *dy, const float *lse2, const float *D,
-			    int T, float scale_log2, float scale)
+			    int T, int H, float scale_log2, float scale)
 {
 	__shared__ __align__(16) uint16_t qs[FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) uint16_t qts[HD][FA_TILE + FA_PAD];
@@ -341,21 +358,21 @@ __global__ void __launch_bounds__(FA_THREADS)
 		if (key >= T)
 			continue;
 		for (int dt = 0; dt < HD / 8; dt++) {
-			const size_t at = base + (size_t)key * HD + dt * 8 + 2 * tig;
-			dk[at] = dka[dt][2 * h] * scale;
-			dk[at + 1] = dka[dt][2 * h + 1] * scale;
-			dv[at] = dva[dt][2 * h];
-			dv[at + 1] = dva[dt][2 * h + 1];
+			const int d = dt * 8 + 2 * tig;
+			s_put_grad(dqkv, dqkv16, bh / H, key, T, H, HD, 1, bh % H, d, dka[dt][2 * h] * scale,
+				   dka[dt][2 * h + 1] * scale);
+			s_put_grad(dqkv, dqkv16, bh / H, key, T, H, HD, 2, bh % H, d, dva[dt][2 * h],
+				   dva[dt][2 * h + 1]);
 		}
 	}
 }
 
-/* dq (B*H, T, HD) fp32: grid (B*H, query tiles), the last first */
+/* dq into dqkv / dqkv16: grid (B*H, query tiles), the last first */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-	k_flash_backward_q(float *dq, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-			   const uint16_t *dy, const float *lse2, const float *D, int T, float scale_log2,
-			   float scale)
+	k_flash_backward_q(float *dqkv, bf16 *dqkv16, const uint16_t *q, const uint16_t *k,
+			   const uint16_t *v, const uint16_t *dy, const float *lse2, const float *D,
+			   int T, int H, float scale_log2, float scale)
 {
 	__shared__ __align__(16) uint16_t ks[FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) uint16_t vs[FA_TILE][HD + FA_PAD];
@@ -418,11 +435,9 @@ __global__ void __launch_bounds__(FA_THREADS)
 		const int row = r0 + g + h * 8;
 		if (row >= T)
 			continue;
-		for (int dt = 0; dt < HD / 8; dt++) {
-			const size_t at = base + (size_t)row * HD + dt * 8 + 2 * tig;
-			dq[at] = dqa[dt][2 * h] * scale;
-			dq[at + 1] = dqa[dt][2 * h + 1] * scale;
-		}
+		for (int dt = 0; dt < HD / 8; dt++)
+			s_put_grad(dqkv, dqkv16, bh / H, row, T, H, HD, 0, bh % H, dt * 8 + 2 * tig,
+				   dqa[dt][2 * h] * scale, dqa[dt][2 * h + 1] * scale);
 	}
 }
 
@@ -515,8 +530,7 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *
 	s_require(C, H);
 	const int hd = C / H, rows = B * H * T;
 	const float scale = 1.0f / sqrtf((float)hd), scale_log2 = LOG2E * scale;
-	const size_t nc = (size_t)B * T * C;
-	float *dq = s->f32, *dk = s->f32 + nc, *dv = s->f32 + 2 * nc;
+	bf16 *d16 = reinterpret_cast<bf16 *>(dqkv16);
 	cuda_attention_split(s->q, s->k, s->v, qkv, B, T, C, H, stream);
 	cuda_heads_split(s->dy, dout, B, T, C, H, stream);
 	const bf16 *dy16 = reinterpret_cast<const bf16 *>(s->dy);
@@ -528,16 +542,17 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *
 	CUDA_CHECK_LAUNCH();
 	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
 #define KV(HD)                                                                                    \
-	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dk, dv, s->q, s->k, s->v, s->dy, lse2, \
-								 s->rowdot, T, scale_log2, scale)
+	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, s->q, s->k, s->v, s->dy,   \
+								 lse2, s->rowdot, T, H, scale_log2,    \
+								 scale)
 	FA_DISPATCH(hd, KV);
 #undef KV
 	CUDA_CHECK_LAUNCH();
 #define DQ(HD)                                                                                   \
-	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dq, s->q, s->k, s->v, s->dy, lse2,  \
-								s->rowdot, T, scale_log2, scale)
+	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, s->q, s->k, s->v, s->dy,    \
+								lse2, s->rowdot, T, H, scale_log2,     \
+								scale)
 	FA_DISPATCH(hd, DQ);
 #undef DQ
 	CUDA_CHECK_LAUNCH();
-	cuda_attention_merge_grads(dqkv, dqkv16, dq, dk, dv, B, T, C, H, stream);
 }

@@ -558,38 +558,77 @@ __device__ __forceinline__ size_t s_head_at(int b, int t, int c, int T, int H, i
 
 #define ROW_BLOCK 256
 
+/* V4: four channels at a time (float4 in, 8 bytes of bf16 out), when C and
+ * hd are multiples of 4 and the pointers aligned (s_heads_vec4) */
+static bool s_heads_vec4(int C, int H, const void *src, const void *d0, const void *d1,
+                         const void *d2)
+{
+	return C % 4 == 0 && (C / H) % 4 == 0 && (uintptr_t)src % 16 == 0 && (uintptr_t)d0 % 8 == 0 &&
+	       (uintptr_t)d1 % 8 == 0 && (uintptr_t)d2 % 8 == 0;
+}
+
+template <bool V4>
 __global__ void k_attention_split(bf16 *q, bf16 *k, bf16 *v, const float *qkv, int T, int C, int H)
 {
 	const int b = (int)(blockIdx.x / (unsigned)T), t = (int)(blockIdx.x % (unsigned)T), hd = C / H;
 	const float *src = qkv + (size_t)blockIdx.x * 3 * (size_t)C;
-	for (int c = threadIdx.x; c < C; c += blockDim.x) {
-		size_t at = s_head_at(b, t, c, T, H, hd);
-		q[at] = __float2bfloat16_rn(src[c]);
-		k[at] = __float2bfloat16_rn(src[C + c]);
-		v[at] = __float2bfloat16_rn(src[2 * C + c]);
+	if (V4) {
+		for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+			const size_t at = s_head_at(b, t, c, T, H, hd);
+			const float4 vq = *reinterpret_cast<const float4 *>(src + c);
+			const float4 vk = *reinterpret_cast<const float4 *>(src + C + c);
+			const float4 vv = *reinterpret_cast<const float4 *>(src + 2 * C + c);
+			s_store4_bf16(q + at, vq.x, vq.y, vq.z, vq.w);
+			s_store4_bf16(k + at, vk.x, vk.y, vk.z, vk.w);
+			s_store4_bf16(v + at, vv.x, vv.y, vv.z, vv.w);
+		}
+	} else {
+		for (int c = threadIdx.x; c < C; c += blockDim.x) {
+			size_t at = s_head_at(b, t, c, T, H, hd);
+			q[at] = __float2bfloat16_rn(src[c]);
+			k[at] = __float2bfloat16_rn(src[C + c]);
+			v[at] = __float2bfloat16_rn(src[2 * C + c]);
+		}
 	}
 }
 
 extern "C" void cuda_attention_split(uint16_t *q, uint16_t *k, uint16_t *v, const float *qkv, int B,
                                      int T, int C, int H, cudaStream_t stream)
 {
-	k_attention_split<<<(unsigned)B * (unsigned)T, ROW_BLOCK, 0, stream>>>(s_b16(q), s_b16(k),
-										s_b16(v), qkv, T, C, H);
+	const unsigned grid = (unsigned)B * (unsigned)T;
+	if (s_heads_vec4(C, H, qkv, q, k, v))
+		k_attention_split<true><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(q), s_b16(k), s_b16(v), qkv, T,
+									 C, H);
+	else
+		k_attention_split<false><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(q), s_b16(k), s_b16(v), qkv, T,
+									  C, H);
 	CUDA_CHECK_LAUNCH();
 }
 
+template <bool V4>
 __global__ void k_heads_split(bf16 *y16, const float *x, int T, int C, int H)
 {
 	const int b = (int)(blockIdx.x / (unsigned)T), t = (int)(blockIdx.x % (unsigned)T), hd = C / H;
 	const float *src = x + (size_t)blockIdx.x * C;
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		y16[s_head_at(b, t, c, T, H, hd)] = __float2bfloat16_rn(src[c]);
+	if (V4) {
+		for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+			const float4 val = *reinterpret_cast<const float4 *>(src + c);
+			s_store4_bf16(y16 + s_head_at(b, t, c, T, H, hd), val.x, val.y, val.z, val.w);
+		}
+	} else {
+		for (int c = threadIdx.x; c < C; c += blockDim.x)
+			y16[s_head_at(b, t, c, T, H, hd)] = __float2bfloat16_rn(src[c]);
+	}
 }
 
 extern "C" void cuda_heads_split(uint16_t *y16, const float *x, int B, int T, int C, int H,
                                  cudaStream_t stream)
 {
-	k_heads_split<<<(unsigned)B * (unsigned)T, ROW_BLOCK, 0, stream>>>(s_b16(y16), x, T, C, H);
+	const unsigned grid = (unsigned)B * (unsigned)T;
+	if (s_heads_vec4(C, H, x, y16, y16, y16))
+		k_heads_split<true><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(y16), x, T, C, H);
+	else
+		k_heads_split<false><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(y16), x, T, C, H);
 	CUDA_CHECK_LAUNCH();
 }
 
