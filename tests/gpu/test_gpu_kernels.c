@@ -381,7 +381,10 @@ static void crossentropy_case(int N, int V, int ld)
 	int32_t *d_tg = gpu_dup(tg, (size_t)N * 4);
 	float *d_losses = gpu_dup(NULL, F((size_t)N)), *d_lse = gpu_dup(NULL, F((size_t)N)),
 	      *d_mean = gpu_dup(NULL, F(1));
-	cuda_crossentropy_forward(d_losses, d_lse, d_logits, d_tg, N, V, ld, 0);
+	const float scale = 1.0f / N;
+	float *d_d = gpu_dup(NULL, F(np));
+	uint16_t *d_d16 = gpu_dup(NULL, np * 2);
+	cuda_crossentropy_forward(d_losses, d_lse, d_d, d_d16, d_logits, d_tg, N, V, ld, scale, 0);
 	cuda_mean(d_mean, d_losses, N, 0);
 	float *gl = download(d_losses, (size_t)N), *gs = download(d_lse, (size_t)N), *gm = download(d_mean, 1);
 	snprintf(what, sizeof what, "cross-entropy V %d ld %d: forward losses fp32", V, ld);
@@ -391,21 +394,25 @@ static void crossentropy_case(int N, int V, int ld)
 	snprintf(what, sizeof what, "cross-entropy V %d ld %d: mean loss fp32", V, ld);
 	expect(what, rel_err(gm, &mean, 1), FP32_BOUND);
 
-	const float scale = 1.0f / N;
-	float *d_d = gpu_dup(NULL, F(np));
-	uint16_t *d_d16 = gpu_dup(NULL, np * 2);
-	cuda_crossentropy_backward(d_d16, d_d, d_logits, d_lse, d_tg, N, V, ld, scale, 0);
 	kernel_crossentropy_backward_inplace(logits, lse, tg, N, V, scale);
 	bool pad_ok;
 	float *gd = download_rows(d_d, N, V, ld, &pad_ok);
 	uint16_t *gd16 = download16_rows(d_d16, N, V, ld);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: backward fp32", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: gradient fp32", V, ld);
 	expect(what, rel_err(gd, logits, n), FP32_BOUND);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: backward bf16", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: gradient bf16", V, ld);
 	expect(what, rel_err_bf16(gd16, logits, n), BF16_BOUND);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: backward leaves the row padding alone", V,
-		 ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: gradient leaves the row padding alone",
+		 V, ld);
 	expect_true(what, pad_ok);
+	/* without a gradient: the losses alone, the same bits */
+	float *d_l2 = gpu_dup(NULL, F((size_t)N));
+	cuda_crossentropy_forward(d_l2, d_lse, NULL, NULL, d_logits, d_tg, N, V, ld, scale, 0);
+	float *gl2 = download(d_l2, (size_t)N);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d: losses without a gradient, same bits", V, ld);
+	expect_true(what, memcmp(gl2, gl, F((size_t)N)) == 0);
+	free(gl2);
+	cudaFree(d_l2);
 	free(logits), free(tg), free(losses), free(lse), free(gl), free(gs), free(gm), free(gd), free(gd16);
 	free(padded);
 	cudaFree(d_logits), cudaFree(d_tg), cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_mean);

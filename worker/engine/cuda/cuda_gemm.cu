@@ -335,7 +335,7 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 		}
 	}
 
-	float alpha = a->alpha != 0.0f ? a->alpha : 1.0f;
+	float alpha = a->alpha;
 	float beta = a->accumulate ? 1.0f : 0.0f;
 	if (e->use_cublas) {
 		s_run_cublas(g, a, op_b, op_a, lda, ldb, ldc, batch, alpha, beta);

@@ -53,7 +53,7 @@ typedef struct {
 	float *C;          /* fp32 (M, N) */
 	int64_t ldc;       /* 0: dense (N) */
 	const float *bias; /* fp32 (N), added to every row; NULL: none */
-	float alpha;       /* scales op(A) @ op(B); 0 is taken as 1 */
+	float alpha;       /* scales op(A) @ op(B) (set it: 0 gives C = [bias] [+ C]) */
 	bool accumulate;   /* C += ... instead of C = ... */
 	int batch;         /* 0 or 1: one product; more: strided batch */
 	int64_t stride_a, stride_b, stride_c; /* elements between batch members */

@@ -778,17 +778,22 @@ __device__ __forceinline__ void s_lse_add(float &m, float &s, float x)
 	}
 }
 
-/* One block per row, one pass over the logits: each thread keeps a running
- * (max, sum) over its float4 pieces of the row (when ld is a multiple of
- * 4, so that rows are 16-byte aligned) and the tail, then a fixed tree merges
- * the threads' pairs. On an H200 the two-pass version (max, then sum) was
- * 4% of a GPT-2 124M step's kernel time (bench/RESULTS.md). */
-__global__ void k_crossentropy_forward(float *losses, float *lse, const float *logits,
-                                       const int32_t *targets, int V, int ld)
+/* One block per row. First pass: each thread keeps a running (max, sum)
+ * over its float4 pieces of the row (when ld is a multiple of 4, so that
+ * rows are 16-byte aligned) and the tail, and a fixed tree merges the
+ * threads' pairs (the two-pass version, max then sum, was 4% of a GPT-2
+ * 124M step's kernel time on an H200, bench/RESULTS.md). Second pass, when
+ * a gradient is wanted: the same pieces again (a row is 200 KB at GPT-2's
+ * vocabulary, still in L2) and the gradient written; the separate backward
+ * kernel this replaces read the logits from memory once more and divided
+ * a 64-bit index per element (5% of kernel time). */
+__global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits, bf16 *dlogits16,
+                                       const float *logits, const int32_t *targets, int V, int ld,
+                                       float scale)
 {
 	__shared__ float shm[CE_BLOCK], shs[CE_BLOCK];
-	const size_t n = blockIdx.x;
-	const float *x = logits + n * (size_t)ld;
+	const size_t n = blockIdx.x, row = n * (size_t)ld;
+	const float *x = logits + row;
 	float m = -INFINITY, sum = 0.0f;
 	const int V4 = ld % 4 == 0 ? V / 4 : 0; /* rows 16-byte aligned, else all scalar */
 	const float4 *x4 = reinterpret_cast<const float4 *>(x);
@@ -813,18 +818,44 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, const float *l
 		}
 		__syncthreads();
 	}
+	const float l = shm[0] + logf(shs[0]);
+	const int t = targets[n];
 	if (threadIdx.x == 0) {
-		const float l = shm[0] + logf(shs[0]);
 		lse[n] = l;
-		losses[n] = l - x[targets[n]];
+		losses[n] = l - x[t];
+	}
+	if (!dlogits && !dlogits16)
+		return;
+	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
+		const float4 xv = x4[i];
+		const int v = 4 * i;
+		float d[4] = {expf(xv.x - l) * scale, expf(xv.y - l) * scale, expf(xv.z - l) * scale,
+			      expf(xv.w - l) * scale};
+		if (t >= v && t < v + 4)
+			d[t - v] -= scale;
+		if (dlogits)
+			*reinterpret_cast<float4 *>(dlogits + row + v) = make_float4(d[0], d[1], d[2], d[3]);
+		if (dlogits16)
+			s_store4_bf16(dlogits16 + row + v, d[0], d[1], d[2], d[3]);
+	}
+	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x) {
+		float d = expf(x[v] - l) * scale;
+		if (v == t)
+			d -= scale;
+		if (dlogits)
+			dlogits[row + v] = d;
+		if (dlogits16)
+			dlogits16[row + v] = __float2bfloat16_rn(d);
 	}
 }
 
-extern "C" void cuda_crossentropy_forward(float *losses, float *lse, const float *logits,
-                                          const int32_t *targets, int N, int V, int ld,
+extern "C" void cuda_crossentropy_forward(float *losses, float *lse, float *dlogits,
+                                          uint16_t *dlogits16, const float *logits,
+                                          const int32_t *targets, int N, int V, int ld, float scale,
                                           cudaStream_t stream)
 {
-	k_crossentropy_forward<<<N, CE_BLOCK, 0, stream>>>(losses, lse, logits, targets, V, ld);
+	k_crossentropy_forward<<<(unsigned)N, CE_BLOCK, 0, stream>>>(
+		losses, lse, dlogits, dlogits16 ? s_b16(dlogits16) : NULL, logits, targets, V, ld, scale);
 	CUDA_CHECK_LAUNCH();
 }
 
@@ -850,53 +881,6 @@ __global__ void k_mean(float *out, const float *x, int n)
 extern "C" void cuda_mean(float *out, const float *x, int n, cudaStream_t stream)
 {
 	k_mean<<<1, MEAN_BLOCK, 0, stream>>>(out, x, n);
-	CUDA_CHECK_LAUNCH();
-}
-
-/* One block per row, float4 pieces of the logits in and four values out
- * per thread (rows not 16-byte aligned: one value at a time): the
- * flat-index version's 64-bit division per element made
- * it the step's slowest elementwise kernel on an H200 (5% of kernel time). */
-__global__ void k_crossentropy_backward(bf16 *dlogits16, float *dlogits, const float *logits,
-                                        const float *lse, const int32_t *targets, int V, int ld,
-                                        float scale)
-{
-	const size_t n = blockIdx.x, row = n * (size_t)ld;
-	const float l = lse[n];
-	const int t = targets[n], V4 = ld % 4 == 0 ? V / 4 : 0;
-	const float4 *x4 = reinterpret_cast<const float4 *>(logits + row);
-	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
-		const float4 x = x4[i];
-		const int v = 4 * i;
-		float d[4] = {expf(x.x - l) * scale, expf(x.y - l) * scale, expf(x.z - l) * scale,
-			      expf(x.w - l) * scale};
-		if (t >= v && t < v + 4)
-			d[t - v] -= scale;
-		if (dlogits)
-			*reinterpret_cast<float4 *>(dlogits + row + v) = make_float4(d[0], d[1], d[2], d[3]);
-		if (dlogits16) {
-			__nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(dlogits16 + row + v);
-			o[0] = __floats2bfloat162_rn(d[0], d[1]);
-			o[1] = __floats2bfloat162_rn(d[2], d[3]);
-		}
-	}
-	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x) {
-		float d = expf(logits[row + v] - l) * scale;
-		if (v == t)
-			d -= scale;
-		if (dlogits)
-			dlogits[row + v] = d;
-		if (dlogits16)
-			dlogits16[row + v] = __float2bfloat16_rn(d);
-	}
-}
-
-extern "C" void cuda_crossentropy_backward(uint16_t *dlogits16, float *dlogits, const float *logits,
-                                           const float *lse, const int32_t *targets, int N, int V,
-                                           int ld, float scale, cudaStream_t stream)
-{
-	k_crossentropy_backward<<<(unsigned)N, CE_BLOCK, 0, stream>>>(
-		dlogits16 ? s_b16(dlogits16) : NULL, dlogits, logits, lse, targets, V, ld, scale);
 	CUDA_CHECK_LAUNCH();
 }
 

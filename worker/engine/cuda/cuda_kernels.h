@@ -133,20 +133,19 @@ void cuda_softmax_causal_backward(uint16_t *dpre16, float *dpre, const float *da
 
 /*
  * Cross-entropy over logits (N, V), rows ld >= V apart, with targets (N):
- * losses (N) and lse (N).
+ * losses (N) and lse (N); and, unless both are NULL, its gradient in the
+ * same kernel, dlogits (N, V) = scale * (softmax(logits) - onehot(target)),
+ * as fp32 (dlogits) and/or bf16 (dlogits16), rows ld apart too: the
+ * gradient needs nothing backward knows that forward does not, so the
+ * model writes it while the row is still in cache (llm.c's fused
+ * classifier). The columns past V are neither read nor written.
  * cuda_mean: out (one float) = mean of x (n), summed in double in a fixed
  * order.
  */
-void cuda_crossentropy_forward(float *losses, float *lse, const float *logits,
-                               const int32_t *targets, int N, int V, int ld, cudaStream_t stream);
+void cuda_crossentropy_forward(float *losses, float *lse, float *dlogits, uint16_t *dlogits16,
+                               const float *logits, const int32_t *targets, int N, int V, int ld,
+                               float scale, cudaStream_t stream);
 void cuda_mean(float *out, const float *x, int n, cudaStream_t stream);
-/* dlogits (N, V) = scale * (softmax(logits) - onehot(target)), as bf16
- * (dlogits16) and/or fp32 (dlogits); NULL skips one. The logits and
- * dlogits rows are ld >= V entries apart; the columns past V are neither
- * read nor written. */
-void cuda_crossentropy_backward(uint16_t *dlogits16, float *dlogits, const float *logits,
-                                const float *lse, const int32_t *targets, int N, int V, int ld,
-                                float scale, cudaStream_t stream);
 
 /* dst (n) = bf16(src) */
 void cuda_to_bf16(uint16_t *dst, const float *src, size_t n, cudaStream_t stream);

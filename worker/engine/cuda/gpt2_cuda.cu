@@ -23,9 +23,11 @@
  *   backward scratch: dres (N, C) f32 + bf16, dbig (N, 4C) f32 + bf16,
  *   dsmall (N, C) f32, column-sum partials, the sum of squares, attention
  *   scratch; token ids and the embedding-gradient index (int32).
- * Unlike the CPU engine, backward writes dlogits to a buffer of its own, so
- * the logits stay valid, and GELU's output is kept (bf16) instead of
- * recomputed.
+ * Unlike the CPU engine, dlogits has a buffer of its own, so the logits
+ * stay valid; forward with targets writes it (for a loss scale of 1) in the
+ * cross-entropy kernel that reads the logits anyway, and backward's LM-head
+ * products take the loss scale as their alpha. GELU's output is kept (bf16)
+ * instead of recomputed.
  *
  * Streaming (ZeRO-2/3, gpt2_cuda.h). Every kernel gets its parameters from
  * s_params_get and its gradient destination from s_grad_begin, which are
@@ -721,11 +723,11 @@ static int s_vocab_gemm(const gpt2_cuda_t *m)
 	return (int)ld;
 }
 
-/* C (M, N) = op(A) @ op(B) [+ bias] [+ C], with A's and C's stored rows
- * lda and ldc apart (0: dense), for a block of columns used in place. */
+/* C (M, N) = alpha op(A) @ op(B) [+ bias] [+ C], with A's and C's stored
+ * rows lda and ldc apart (0: dense), for a block of columns used in place. */
 static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda,
                       bool trans_a, const uint16_t *B, bool trans_b, const float *bias, float *C,
-                      int64_t ldc, bool accumulate)
+                      int64_t ldc, bool accumulate, float alpha)
 {
 	cuda_gemm_args_t a;
 	memset(&a, 0, sizeof a);
@@ -740,7 +742,7 @@ static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, in
 	a.C = C;
 	a.ldc = ldc;
 	a.bias = bias;
-	a.alpha = 1.0f;
+	a.alpha = alpha;
 	a.accumulate = accumulate;
 	cuda_gemm_run(m->gemm, &a);
 }
@@ -749,7 +751,7 @@ static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, in
 static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
                    const uint16_t *B, bool trans_b, const float *bias, float *C, bool accumulate)
 {
-	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate);
+	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate, 1.0f);
 }
 
 #define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
@@ -852,12 +854,15 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : v0 == 0 ? s_vocab_gemm(m) : V - v0;
 		params_view_t v = s_params_get(m, (size_t)v0 * C, (size_t)(v0 + nv) * C, true);
-		s_gemm_ld(m, N, nv, C, a->lnf, 0, false, v.p16, true, NULL, a->logits + v0, ld, false);
+		s_gemm_ld(m, N, nv, C, a->lnf, 0, false, v.p16, true, NULL, a->logits + v0, ld, false, 1.0f);
 		s_params_put(m, v);
 	}
 	if (!targets)
 		return;
-	cuda_crossentropy_forward(a->losses, a->lse, a->logits, d_targets, N, V, (int)ld, s);
+	/* the losses, and dlogits for a loss scale of 1 (backward scales the
+	 * LM head's products by its loss_scale) */
+	cuda_crossentropy_forward(a->losses, a->lse, NULL, a->dlogits, a->logits, d_targets, N, V, (int)ld,
+				  1.0f / (float)N, s);
 	cuda_mean(a->loss, a->losses, N, s);
 	m->have_targets = true;
 }
@@ -884,13 +889,12 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
-	const int32_t *d_targets = a->ids + N;
 	const int32_t *d_uniq = a->ids + 2 * N, *d_starts = a->ids + 3 * N, *d_rows = a->ids + 4 * N + 1;
 
 	s_pass(m, true);
 	const int64_t ld = (int64_t)s_logits_ld(V); /* dlogits' row stride */
-	cuda_crossentropy_backward(a->dlogits, NULL, a->logits, a->lse, d_targets, N, V, (int)ld,
-				   loss_scale / (float)N, s);
+	/* forward wrote dlogits for a loss scale of 1: the LM head's products
+	 * take loss_scale as their alpha */
 	/* dwte (V, C) += dlogits^T @ lnf (N, C): one GEMM, or per block of wte
 	 * rows when streamed (dlogits' columns of the block); and
 	 * dlnf (N, C) = dlogits @ wte: one GEMM over the model's wte, or summed
@@ -900,18 +904,18 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		const int nv = rows < V - v0 ? rows : v0 == 0 ? s_vocab_gemm(m) : V - v0;
 		const size_t lo = (size_t)v0 * C, hi = lo + (size_t)nv * C;
 		float *g = s_grad_begin(m, lo, hi);
-		s_gemm_ld(m, nv, C, N, a->dlogits + v0, ld, true, a->lnf, false, NULL, g, 0, true);
+		s_gemm_ld(m, nv, C, N, a->dlogits + v0, ld, true, a->lnf, false, NULL, g, 0, true, loss_scale);
 		s_grad_end(m, g, lo, hi);
 		if (!m->fetch)
 			continue;
 		params_view_t v = s_params_get(m, lo, hi, true);
 		s_gemm_ld(m, N, C, nv, a->dlogits + v0, ld, false, v.p16, false, NULL, a->dsmall, 0,
-			  v0 > 0);
+			  v0 > 0, loss_scale);
 		s_params_put(m, v);
 	}
 	if (!m->fetch)
 		s_gemm_ld(m, N, C, s_vocab_gemm(m), a->dlogits, ld, false, m->params16, false, NULL,
-			  a->dsmall, 0, false);
+			  a->dsmall, 0, false, loss_scale);
 	{
 		params_view_t w = s_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
 		float *g = s_grad_begin(m, m->off_lnf, m->off_lnf + 2 * (size_t)C);
