@@ -713,8 +713,10 @@ static void flash_case(int B, int T, int C, int H)
 	cuda_attention_scratch_t as;
 	cuda_attention_scratch_carve(&as, d_scr, B, T, C, H, true);
 	float *d_qkv = gpu_dup(qkv, F(nqkv)), *d_out = gpu_dup(NULL, F(nc)), *d_lse = gpu_dup(NULL, F(nrows));
-	uint16_t *d_out16 = gpu_dup(NULL, nc * 2);
-	cuda_flash_forward(d_out, d_out16, d_lse, d_qkv, &as, B, T, C, H, s);
+	uint16_t *d_out16 = gpu_dup(NULL, nc * 2), *d_q = gpu_dup(NULL, nc * 2), *d_k = gpu_dup(NULL, nc * 2),
+		 *d_v = gpu_dup(NULL, nc * 2);
+	cuda_attention_split(d_q, d_k, d_v, d_qkv, B, T, C, H, s);
+	cuda_flash_forward(d_out, d_out16, d_lse, d_q, d_k, d_v, B, T, C, H, s);
 	float *g = download(d_out, nc), *glse = download(d_lse, nrows);
 	uint16_t *g16 = download16(d_out16, nc);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: out fp32", T, hd);
@@ -728,7 +730,7 @@ static void flash_case(int B, int T, int C, int H)
 	kernel_attention_backward(dqkv, dout, qkv, att, scr, B, T, C, H);
 	float *d_dout = gpu_dup(dout, F(nc)), *d_dqkv = gpu_dup(NULL, F(nqkv));
 	uint16_t *d_dqkv16 = gpu_dup(NULL, nqkv * 2);
-	cuda_flash_backward(d_dqkv, d_dqkv16, d_dout, d_qkv, d_out16, d_lse, &as, B, T, C, H, s);
+	cuda_flash_backward(d_dqkv, d_dqkv16, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H, s);
 	float *gd = download(d_dqkv, nqkv);
 	uint16_t *gd16 = download16(d_dqkv16, nqkv);
 	const char *part[3] = {"dq", "dk", "dv"};
@@ -742,7 +744,7 @@ static void flash_case(int B, int T, int C, int H)
 	expect(what, rel_err_bf16(gd16, dqkv, nqkv), ATT_BWD_BOUND);
 	/* no atomics: a second backward gives the same bits */
 	gpu_must(cudaMemset(d_dqkv, 0, F(nqkv)), "clear");
-	cuda_flash_backward(d_dqkv, NULL, d_dout, d_qkv, d_out16, d_lse, &as, B, T, C, H, s);
+	cuda_flash_backward(d_dqkv, NULL, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H, s);
 	float *gd2 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward twice, same bits", T, hd);
 	expect_true(what, memcmp(gd, gd2, F(nqkv)) == 0);
@@ -750,7 +752,7 @@ static void flash_case(int B, int T, int C, int H)
 	free(qkv), free(out), free(att), free(scr), free(lse), free(g), free(glse), free(g16);
 	free(dout), free(dqkv), free(gd), free(gd16), free(gd2);
 	cudaFree(d_scr), cudaFree(d_qkv), cudaFree(d_out), cudaFree(d_lse), cudaFree(d_out16);
-	cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
+	cudaFree(d_q), cudaFree(d_k), cudaFree(d_v), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
 }
 
 static uint16_t bf16_of_int(int v)

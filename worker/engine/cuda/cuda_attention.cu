@@ -20,8 +20,8 @@ static size_t s_round(size_t bytes)
 extern "C" size_t cuda_attention_scratch_bytes(int max_B, int max_T, int C, int H, bool fused)
 {
 	size_t nc = (size_t)max_B * max_T * C, tt = (size_t)max_B * H * max_T * max_T;
-	if (fused) /* q, k, v, dy and the row sums */
-		return 4 * s_round(nc * 2) + s_round((size_t)max_B * H * max_T * 4);
+	if (fused) /* dy and the row sums */
+		return s_round(nc * 2) + s_round((size_t)max_B * H * max_T * 4);
 	size_t common = 4 * s_round(nc * 2) + s_round(3 * nc * 4);
 	return common + s_round(tt * 2) + s_round(tt * 4);
 }
@@ -31,6 +31,16 @@ extern "C" void cuda_attention_scratch_carve(cuda_attention_scratch_t *s, void *
 {
 	size_t nc = (size_t)max_B * max_T * C, tt = (size_t)max_B * H * max_T * max_T;
 	char *p = (char *)base;
+	if (fused) {
+		s->q = s->k = s->v = NULL;
+		s->f32 = NULL;
+		s->dpre16 = NULL;
+		s->scores = NULL;
+		s->dy = (uint16_t *)p;
+		p += s_round(nc * 2);
+		s->rowdot = (float *)p;
+		return;
+	}
 	s->q = (uint16_t *)p;
 	p += s_round(nc * 2);
 	s->k = (uint16_t *)p;
@@ -39,13 +49,6 @@ extern "C" void cuda_attention_scratch_carve(cuda_attention_scratch_t *s, void *
 	p += s_round(nc * 2);
 	s->dy = (uint16_t *)p;
 	p += s_round(nc * 2);
-	if (fused) {
-		s->f32 = NULL;
-		s->dpre16 = NULL;
-		s->scores = NULL;
-		s->rowdot = (float *)p;
-		return;
-	}
 	s->f32 = (float *)p;
 	p += s_round(3 * nc * 4);
 	s->rowdot = NULL;

@@ -49,8 +49,8 @@ typedef struct {
 } cuda_attention_scratch_t;
 
 /* Bytes of scratch for max_B x max_T tokens (each part 256-byte aligned);
- * fused: for cuda_flash_* (q, k, v, dy and rowdot only; f32, dpre16 and
- * scores are NULL). */
+ * fused: for cuda_flash_backward (dy and rowdot only; q, k, v, f32, dpre16
+ * and scores are NULL: the model keeps q, k, v per layer). */
 size_t cuda_attention_scratch_bytes(int max_B, int max_T, int C, int H, bool fused);
 /* Point s's parts into base (cuda_attention_scratch_bytes of device memory,
  * the same fused). */
@@ -92,22 +92,25 @@ bool cuda_flash_supported(int C, int H);
 
 /*
  * The forward of cuda_attention_forward, fused: out / out16 (B, T, C)
- * (either may be NULL) = attention of qkv (B, T, 3C); lse2 (B, H, T) gets
- * each row's log2-sum-exp2 of the scores times log2(e) / sqrt(hd), for
- * backward. A head size cuda_flash_supported refuses exits 70.
+ * (either may be NULL) = attention of q, k, v (B, H, T, hd) bf16 each, as
+ * cuda_attention_split makes them from qkv; lse2 (B, H, T) gets each row's
+ * log2-sum-exp2 of the scores times log2(e) / sqrt(hd), for backward. A
+ * head size cuda_flash_supported refuses exits 70.
  */
-void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const float *qkv,
-                        const cuda_attention_scratch_t *s, int B, int T, int C, int H,
+void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t *q,
+                        const uint16_t *k, const uint16_t *v, int B, int T, int C, int H,
                         cudaStream_t stream);
 
 /*
  * The backward of cuda_attention_backward, fused: dqkv / dqkv16 (B, T, 3C)
- * (either may be NULL; overwritten) from dout (B, T, C), the forward's qkv,
- * its output out16 (B, T, C) bf16 and lse2 (all unchanged).
+ * (either may be NULL; overwritten) from dout (B, T, C) and the forward's
+ * q, k, v, output out16 (B, T, C) bf16 and lse2 (all unchanged); s (made
+ * with fused) holds dy and the row sums meanwhile.
  */
-void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *dout, const float *qkv,
-                         const uint16_t *out16, const float *lse2, const cuda_attention_scratch_t *s,
-                         int B, int T, int C, int H, cudaStream_t stream);
+void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *dout, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v, const uint16_t *out16,
+                         const float *lse2, const cuda_attention_scratch_t *s, int B, int T, int C,
+                         int H, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

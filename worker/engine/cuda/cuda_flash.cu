@@ -504,26 +504,25 @@ static void s_require(int C, int H)
 			launch(64);                                                               \
 	} while (0)
 
-extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const float *qkv,
-                                   const cuda_attention_scratch_t *s, int B, int T, int C, int H,
+extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t *q,
+                                   const uint16_t *k, const uint16_t *v, int B, int T, int C, int H,
                                    cudaStream_t stream)
 {
 	s_require(C, H);
 	const int hd = C / H;
 	const float scale_log2 = LOG2E / sqrtf((float)hd);
-	cuda_attention_split(s->q, s->k, s->v, qkv, B, T, C, H, stream);
 	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
 	bf16 *o16 = reinterpret_cast<bf16 *>(out16);
 #define FWD(HD)                                                                                  \
-	k_flash_forward<HD><<<grid, FA_THREADS, 0, stream>>>(out, o16, lse2, s->q, s->k, s->v, T, H, \
-							   scale_log2)
+	k_flash_forward<HD><<<grid, FA_THREADS, 0, stream>>>(out, o16, lse2, q, k, v, T, H, scale_log2)
 	FA_DISPATCH(hd, FWD);
 #undef FWD
 	CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *dout,
-                                    const float *qkv, const uint16_t *out16, const float *lse2,
+                                    const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                    const uint16_t *out16, const float *lse2,
                                     const cuda_attention_scratch_t *s, int B, int T, int C, int H,
                                     cudaStream_t stream)
 {
@@ -531,7 +530,6 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *
 	const int hd = C / H, rows = B * H * T;
 	const float scale = 1.0f / sqrtf((float)hd), scale_log2 = LOG2E * scale;
 	bf16 *d16 = reinterpret_cast<bf16 *>(dqkv16);
-	cuda_attention_split(s->q, s->k, s->v, qkv, B, T, C, H, stream);
 	cuda_heads_split(s->dy, dout, B, T, C, H, stream);
 	const bf16 *dy16 = reinterpret_cast<const bf16 *>(s->dy);
 	const bf16 *y16 = reinterpret_cast<const bf16 *>(out16);
@@ -542,14 +540,14 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *
 	CUDA_CHECK_LAUNCH();
 	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
 #define KV(HD)                                                                                    \
-	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, s->q, s->k, s->v, s->dy,   \
+	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, q, k, v, s->dy,            \
 								 lse2, s->rowdot, T, H, scale_log2,    \
 								 scale)
 	FA_DISPATCH(hd, KV);
 #undef KV
 	CUDA_CHECK_LAUNCH();
 #define DQ(HD)                                                                                   \
-	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, s->q, s->k, s->v, s->dy,    \
+	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, q, k, v, s->dy,             \
 								lse2, s->rowdot, T, H, scale_log2,     \
 								scale)
 	FA_DISPATCH(hd, DQ);

@@ -15,8 +15,9 @@
  *
  * Arena (per-layer tensors indexed with the max sizes, as in gpt2.c):
  *   encoded (N, C) f32; per layer: ln1 (N, C) bf16, ln1 mean/rstd (N),
- *   qkv (N, 3C) f32, att (B, H, T, T) bf16 (fused attention: att_lse
- *   (B, H, T) f32 instead), atty (N, C) bf16, res2 (N, C) f32,
+ *   qkv (N, 3C) f32, att (B, H, T, T) bf16 (fused attention instead: q, k,
+ *   v (B, H, T, hd) bf16 in qkv16 and att_lse (B, H, T) f32, qkv one
+ *   layer's scratch), atty (N, C) bf16, res2 (N, C) f32,
  *   ln2 (N, C) bf16, ln2 mean/rstd, fch (N, 4C) f32 (before GELU),
  *   gelu (N, 4C) bf16, res3 (N, C) f32; lnf (N, C) bf16 and its mean/rstd;
  *   logits (N, V) f32; dlogits (N, V) bf16; lse, losses (N), the loss;
@@ -69,7 +70,8 @@ typedef struct {
 	float *encoded;
 	uint16_t *ln1;
 	float *ln1_mean, *ln1_rstd;
-	float *qkv;
+	float *qkv;        /* per layer; fused attention: one layer's, scratch */
+	uint16_t *qkv16;   /* fused attention only: q, k, v per layer, maxN C apart */
 	uint16_t *att;     /* NULL with fused attention */
 	float *att_lse;    /* fused attention only */
 	uint16_t *atty;
@@ -234,7 +236,13 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	a->ln1 = (uint16_t *)s_carve(base, &off, L * N * C, h);
 	a->ln1_mean = (float *)s_carve(base, &off, L * N, f);
 	a->ln1_rstd = (float *)s_carve(base, &off, L * N, f);
-	a->qkv = (float *)s_carve(base, &off, L * N * 3 * C, f);
+	if (fused) {
+		a->qkv = (float *)s_carve(base, &off, N * 3 * C, f);
+		a->qkv16 = (uint16_t *)s_carve(base, &off, L * N * 3 * C, h);
+	} else {
+		a->qkv = (float *)s_carve(base, &off, L * N * 3 * C, f);
+		a->qkv16 = NULL;
+	}
 	if (fused) {
 		a->att = NULL;
 		a->att_lse = (float *)s_carve(base, &off, L * N * H, f);
@@ -814,7 +822,8 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
-		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C);
+		float *qkv = m->fused ? a->qkv : LAYER_SLICE(a->qkv, l, 3 * C);
+		uint16_t *q16 = m->fused ? LAYER_SLICE(a->qkv16, l, 3 * C) : NULL; /* k, v follow */
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
 		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
@@ -828,9 +837,11 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		cuda_layernorm_forward(NULL, ln1, LAYER_SLICE(a->ln1_mean, l, 1),
 				       LAYER_SLICE(a->ln1_rstd, l, 1), x, P(T_LN1_W), P(T_LN1_B), N, C, s);
 		s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
-		if (m->fused)
-			cuda_flash_forward(NULL, atty, att_lse, qkv, &m->att_s, B, T, C, H, s);
-		else
+		if (m->fused) {
+			cuda_attention_split(q16, q16 + maxN * C, q16 + 2 * maxN * C, qkv, B, T, C, H, s);
+			cuda_flash_forward(NULL, atty, att_lse, q16, q16 + maxN * C, q16 + 2 * maxN * C, B, T,
+					   C, H, s);
+		} else
 			cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
 		CUDA_CHECK(cudaMemcpyAsync(res2, x, (size_t)N * C * sizeof(float), cudaMemcpyDeviceToDevice, s));
 		s_gemm(m, N, C, C, atty, false, P16(T_PROJ_W), false, P(T_PROJ_B), res2, true);
@@ -931,7 +942,8 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 	for (int l = L - 1; l >= 0; l--) {
 		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
-		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C);
+		float *qkv = m->fused ? NULL : LAYER_SLICE(a->qkv, l, 3 * C);
+		const uint16_t *q16 = m->fused ? LAYER_SLICE(a->qkv16, l, 3 * C) : NULL;
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
 		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
@@ -961,8 +973,8 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		cuda_bias_backward(G(T_PROJ_B), a->dres, N, C, a->colsum, s);
 		s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
 		if (m->fused)
-			cuda_flash_backward(a->dbig, a->dbig16, a->dsmall, qkv, atty, att_lse, &m->att_s, B,
-					    T, C, H, s);
+			cuda_flash_backward(a->dbig, a->dbig16, a->dsmall, q16, q16 + maxN * C,
+					    q16 + 2 * maxN * C, atty, att_lse, &m->att_s, B, T, C, H, s);
 		else
 			cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s,
 						B, T, C, H, s);
