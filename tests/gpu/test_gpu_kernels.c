@@ -237,14 +237,35 @@ static void test_gelu(void)
 	expect("gelu forward fp32", rel_err(g, ref, n), FP32_BOUND);
 	expect("gelu forward bf16", rel_err_bf16(g16, ref, n), BF16_BOUND);
 
-	float *d = rand_floats(n, 1);
-	float *d_d = gpu_dup(d, F(n));
-	kernel_gelu_backward_inplace(d, x, n);
-	cuda_gelu_backward(d_d, d_out16, d_x, n, 0);
-	float *gd = download(d_d, n);
-	uint16_t *gd16 = download16(d_out16, n);
-	expect("gelu backward fp32", rel_err(gd, d, n), FP32_BOUND);
-	expect("gelu backward bf16", rel_err_bf16(gd16, d, n), BF16_BOUND);
+	/* backward as (rows, cols) = (N, C) with the bias gradient: in place
+	 * first, then to bf16 only */
+	const int N = 1009, C = 99; /* N * C = 99891 <= n; the chunks end mid-way */
+	const size_t nb = (size_t)N * C;
+	float *d = rand_floats(nb, 1), *db = rand_floats((size_t)C, 1);
+	float *d_d = gpu_dup(d, F(nb)), *d_db = gpu_dup(db, F((size_t)C));
+	float *d_scr = gpu_dup(NULL, F(cuda_colsum_scratch_floats(N, C)));
+	kernel_gelu_backward_inplace(d, x, nb);
+	kernel_bias_backward(db, d, N, C);
+	cuda_gelu_backward_bias(d_d, d_out16, d_db, d_d, d_x, N, C, d_scr, 0);
+	float *gd = download(d_d, nb), *gdb = download(d_db, (size_t)C);
+	uint16_t *gd16 = download16(d_out16, nb);
+	expect("gelu backward fp32", rel_err(gd, d, nb), FP32_BOUND);
+	expect("gelu backward bf16", rel_err_bf16(gd16, d, nb), BF16_BOUND);
+	expect("gelu backward: bias gradient (added)", rel_err(gdb, db, (size_t)C), FP32_SUM_BOUND);
+	/* bf16 only, no bias: the same bf16 bits from the same input */
+	float *d2 = rand_floats(nb, 1);
+	gpu_must(cudaMemcpy(d_d, d2, F(nb), cudaMemcpyHostToDevice), "upload");
+	cuda_gelu_backward_bias(d_d, d_out16, NULL, d_d, d_x, N, C, d_scr, 0);
+	uint16_t *ga16 = download16(d_out16, nb);
+	gpu_must(cudaMemcpy(d_d, d2, F(nb), cudaMemcpyHostToDevice), "upload");
+	gpu_must(cudaMemset(d_out16, 0xff, nb * 2), "fill");
+	cuda_gelu_backward_bias(NULL, d_out16, NULL, d_d, d_x, N, C, d_scr, 0);
+	uint16_t *gb16 = download16(d_out16, nb);
+	float *d_after = download(d_d, nb);
+	expect_true("gelu backward to bf16 only: the same bits, its input left alone",
+		    memcmp(ga16, gb16, nb * 2) == 0 && memcmp(d_after, d2, F(nb)) == 0);
+	free(d2), free(ga16), free(gb16), free(d_after), free(db), free(gdb);
+	cudaFree(d_db), cudaFree(d_scr);
 	/* pointers one element off 16-byte alignment: the one-by-one path,
 	 * into outputs first filled with NaN */
 	gpu_must(cudaMemset(d_out, 0xff, F(n)), "fill");

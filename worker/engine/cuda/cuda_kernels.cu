@@ -513,33 +513,57 @@ extern "C" void cuda_gelu_forward(float *out, uint16_t *out16, const float *x, s
 	CUDA_CHECK_LAUNCH();
 }
 
-__global__ void k_gelu_backward(float *d, bf16 *d16, const float *x, size_t n, size_t n4)
+/*
+ * GELU's backward and its bias's gradient in one pass (the FC layer's
+ * bias gets the gradient GELU's backward produces): the column-sum layout
+ * of k_colsum_partial, each thread one column of a COL_ROWS-row chunk,
+ * computing dx = dy * gelu'(x) as it goes, writing dx (fp32, optional) and
+ * its bf16 copy and adding dx into the chunk's partial sum of its column;
+ * k_colsum_finish adds the chunks in order. The fp32 dx, which only the
+ * bias sum read, need not be written at all.
+ */
+__global__ void k_gelu_backward_bias(float *dx, bf16 *dx16, float *partial, const float *dy,
+                                     const float *x, int N, int C)
 {
-	const size_t stride = (size_t)gridDim.x * blockDim.x;
-	const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-	for (size_t i = first; i < n4; i += stride) {
-		const float4 v = reinterpret_cast<const float4 *>(x)[i];
-		const float4 g = reinterpret_cast<const float4 *>(d)[i];
-		const float4 r = make_float4(s_gelu_grad(g.x, v.x), s_gelu_grad(g.y, v.y),
-					     s_gelu_grad(g.z, v.z), s_gelu_grad(g.w, v.w));
-		reinterpret_cast<float4 *>(d)[i] = r;
-		if (d16)
-			s_store4_bf16(d16 + 4 * i, r.x, r.y, r.z, r.w);
+	__shared__ float sh[COL_LANES][COL_TILE];
+	const int c = blockIdx.x * COL_TILE + threadIdx.x, chunk = blockIdx.y;
+	const int r0 = chunk * COL_ROWS, r1 = r0 + COL_ROWS < N ? r0 + COL_ROWS : N;
+	float acc = 0.0f;
+	if (c < C) {
+		for (int r = r0 + threadIdx.y; r < r1; r += COL_LANES) {
+			const size_t at = (size_t)r * C + c;
+			const float g = s_gelu_grad(dy[at], x[at]);
+			if (dx)
+				dx[at] = g;
+			if (dx16)
+				dx16[at] = __float2bfloat16_rn(g);
+			acc += g;
+		}
 	}
-	for (size_t i = 4 * n4 + first; i < n; i += stride) {
-		const float r = s_gelu_grad(d[i], x[i]);
-		d[i] = r;
-		if (d16)
-			d16[i] = __float2bfloat16_rn(r);
+	if (!partial)
+		return; /* the whole block returns together */
+	sh[threadIdx.y][threadIdx.x] = acc;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < C) {
+		float s = 0.0f;
+		for (int y = 0; y < COL_LANES; y++)
+			s += sh[y][threadIdx.x];
+		partial[(size_t)chunk * C + c] = s;
 	}
 }
 
-extern "C" void cuda_gelu_backward(float *d, uint16_t *d16, const float *x, size_t n,
-                                   cudaStream_t stream)
+extern "C" void cuda_gelu_backward_bias(float *dx, uint16_t *dx16, float *db, const float *dy,
+                                        const float *x, int N, int C, float *scratch,
+                                        cudaStream_t stream)
 {
-	const size_t n4 = s_vec4(x, d, d16) ? n / 4 : 0;
-	k_gelu_backward<<<s_grid(n4 ? n4 : n, 256), 256, 0, stream>>>(d, d16 ? s_b16(d16) : NULL, x, n,
-								      n4);
+	const int n_chunks = (N + COL_ROWS - 1) / COL_ROWS;
+	dim3 grid((unsigned)((C + COL_TILE - 1) / COL_TILE), (unsigned)n_chunks);
+	k_gelu_backward_bias<<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
+		dx, dx16 ? s_b16(dx16) : NULL, db ? scratch : NULL, dy, x, N, C);
+	CUDA_CHECK_LAUNCH();
+	if (!db)
+		return;
+	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(db, NULL, scratch, NULL, n_chunks, C);
 	CUDA_CHECK_LAUNCH();
 }
 

@@ -94,8 +94,12 @@ void cuda_bias_backward(float *db, const float *dout, int N, int C, float *scrat
 
 /* out/out16 (n) = gelu(x) (tanh approximation) */
 void cuda_gelu_forward(float *out, uint16_t *out16, const float *x, size_t n, cudaStream_t stream);
-/* d (n) *= gelu'(x) in place; d16 = bf16 of the result when not NULL */
-void cuda_gelu_backward(float *d, uint16_t *d16, const float *x, size_t n, cudaStream_t stream);
+/* dx (N, C) = dy * gelu'(x), fp32 (dx, may be dy) and/or bf16 (dx16); NULL
+ * skips one. db (C), unless NULL, ADDS the column sums of dx (the bias
+ * gradient of the layer before GELU), in cuda_bias_backward's order, with
+ * cuda_colsum_scratch_floats(N, C) floats of scratch. */
+void cuda_gelu_backward_bias(float *dx, uint16_t *dx16, float *db, const float *dy, const float *x,
+                             int N, int C, float *scratch, cudaStream_t stream);
 
 /*
  * Attention's data movement. qkv (B, T, 3C) holds q, k, v side by side

@@ -960,9 +960,9 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		s_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
 		cuda_bias_backward(G(T_FCPROJ_B), a->dres, N, C, a->colsum, s);
 		s_gemm(m, N, 4 * C, C, a->dres16, false, P16(T_FCPROJ_W), true, NULL, a->dbig, false);
-		cuda_gelu_backward(a->dbig, a->dbig16, fch, (size_t)N * 4 * C, s);
+		/* GELU's backward to bf16 only, with the FC bias's gradient summed on the way */
+		cuda_gelu_backward_bias(NULL, a->dbig16, G(T_FC_B), a->dbig, fch, N, 4 * C, a->colsum, s);
 		s_gemm(m, C, 4 * C, N, ln2, true, a->dbig16, false, NULL, G(T_FC_W), true);
-		cuda_bias_backward(G(T_FC_B), a->dbig, N, 4 * C, a->colsum, s);
 		s_gemm(m, N, C, 4 * C, a->dbig16, false, P16(T_FC_W), true, NULL, a->dsmall, false);
 		cuda_layernorm_backward(a->dres, a->dres16, G(T_LN2_W), G(T_LN2_B), a->dsmall, res2,
 					LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
