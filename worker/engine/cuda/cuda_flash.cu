@@ -136,6 +136,22 @@ __device__ __forceinline__ void s_frag_b(uint32_t b[2], uint16_t (*sh)[W], int n
 	b[1] = s_ld2(&sh[n0 + g][k0 + 8 + 2 * tig]);
 }
 
+/* acc (16 x 64) = a (16 x HD, A fragments) @ sh^T, sh holding 64 rows of
+ * HD: the score-shaped products (q k^T, dy v^T and their transposes) */
+template <int HD>
+__device__ __forceinline__ void s_times_rows(float acc[FA_TILE / 8][4], const uint32_t a[HD / 16][4],
+                                             uint16_t (*sh)[HD + FA_PAD], int g, int tig)
+{
+	for (int nt = 0; nt < FA_TILE / 8; nt++) {
+		acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+		for (int kk = 0; kk < HD / 16; kk++) {
+			uint32_t b[2];
+			s_frag_b(b, sh, nt * 8, kk * 16, g, tig);
+			s_mma(acc[nt], a[kk], b);
+		}
+	}
+}
+
 /* Accumulator tiles x[2 kk], x[2 kk + 1] (16 x 16 together) as the A
  * fragment of chunk kk, in bf16 */
 __device__ __forceinline__ void s_acc_to_a(uint32_t a[4], const float x0[4], const float x1[4])
@@ -173,14 +189,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 		s_stage_cols<HD>(vt, v + base, kt * FA_TILE, T);
 		__syncthreads();
 		float s[FA_TILE / 8][4];
-		for (int nt = 0; nt < FA_TILE / 8; nt++) {
-			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-			for (int kk = 0; kk < HD / 16; kk++) {
-				uint32_t b[2];
-				s_frag_b(b, ks, nt * 8, kk * 16, g, tig);
-				s_mma(s[nt], qa[kk], b);
-			}
-		}
+		s_times_rows<HD>(s, qa, ks, g, tig);
 		/* scaled, masked (key after query, or past T), and each row's
 		 * new max; every row has key kt * 64 <= row unmasked, so the
 		 * max is finite */
@@ -320,17 +329,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 		__syncthreads();
 		/* s^T (16 keys x 64 queries) = k q^T, dp^T = v dy^T */
 		float st[FA_TILE / 8][4], dpt[FA_TILE / 8][4];
-		for (int nt = 0; nt < FA_TILE / 8; nt++) {
-			for (int e = 0; e < 4; e++)
-				st[nt][e] = dpt[nt][e] = 0.0f;
-			for (int kk = 0; kk < HD / 16; kk++) {
-				uint32_t b[2];
-				s_frag_b(b, qs, nt * 8, kk * 16, g, tig);
-				s_mma(st[nt], ka[kk], b);
-				s_frag_b(b, dys, nt * 8, kk * 16, g, tig);
-				s_mma(dpt[nt], va[kk], b);
-			}
-		}
+		s_times_rows<HD>(st, ka, qs, g, tig);
+		s_times_rows<HD>(dpt, va, dys, g, tig);
 		/* p^T, and dS^T = p^T (dp^T - D) */
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			for (int e = 0; e < 4; e++) {
@@ -402,17 +402,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 		__syncthreads();
 		/* s (16 x 64) = q k^T, dp = dy v^T */
 		float s[FA_TILE / 8][4], dp[FA_TILE / 8][4];
-		for (int nt = 0; nt < FA_TILE / 8; nt++) {
-			for (int e = 0; e < 4; e++)
-				s[nt][e] = dp[nt][e] = 0.0f;
-			for (int kk = 0; kk < HD / 16; kk++) {
-				uint32_t b[2];
-				s_frag_b(b, ks, nt * 8, kk * 16, g, tig);
-				s_mma(s[nt], qa[kk], b);
-				s_frag_b(b, vs, nt * 8, kk * 16, g, tig);
-				s_mma(dp[nt], dya[kk], b);
-			}
-		}
+		s_times_rows<HD>(s, qa, ks, g, tig);
+		s_times_rows<HD>(dp, dya, vs, g, tig);
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			for (int e = 0; e < 4; e++) {
 				const int row = r0 + g + (e >> 1) * 8, col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
