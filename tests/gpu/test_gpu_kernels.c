@@ -536,8 +536,9 @@ static uint16_t *to_bf16_rounding(float *x, size_t n)
 	return h;
 }
 
-static void gemm_case(cuda_gemm_t *gm, const char *name, int M, int N, int K, bool ta, bool tb,
-                      bool bias, bool acc, float alpha, int batch)
+/* apart: with acc, the matrix added comes from C_in and C starts as NaN */
+static void gemm_case_ex(cuda_gemm_t *gm, const char *name, int M, int N, int K, bool ta, bool tb,
+                         bool bias, bool acc, float alpha, int batch, bool apart)
 {
 	int nb = batch > 1 ? batch : 1;
 	size_t na = (size_t)M * K, nbm = (size_t)K * N, nc = (size_t)M * N;
@@ -554,7 +555,7 @@ static void gemm_case(cuda_gemm_t *gm, const char *name, int M, int N, int K, bo
 					double bb = tb ? Bm[b * nbm + (size_t)j * K + k] : Bm[b * nbm + (size_t)k * N + j];
 					s += a * bb;
 				}
-				s *= alpha != 0.0f ? alpha : 1.0f;
+				s *= alpha;
 				if (bias)
 					s += bv[j];
 				if (acc)
@@ -562,20 +563,34 @@ static void gemm_case(cuda_gemm_t *gm, const char *name, int M, int N, int K, bo
 				ref[b * nc + (size_t)i * N + j] = (float)s;
 			}
 	uint16_t *d_A = gpu_dup(A16, na * nb * 2), *d_B = gpu_dup(B16, nbm * nb * 2);
-	float *d_C = gpu_dup(Cm, F(nc * nb)), *d_bias = gpu_dup(bv, F((size_t)N));
+	float *d_C = gpu_dup(apart ? NULL : Cm, F(nc * nb)), *d_bias = gpu_dup(bv, F((size_t)N));
+	float *d_Cin = apart ? gpu_dup(Cm, F(nc * nb)) : NULL;
 	cuda_gemm_args_t a;
 	memset(&a, 0, sizeof a);
 	a.M = M, a.N = N, a.K = K, a.A = d_A, a.trans_a = ta, a.B = d_B, a.trans_b = tb, a.C = d_C;
 	a.bias = bias ? d_bias : NULL;
 	a.alpha = alpha;
 	a.accumulate = acc;
+	a.C_in = d_Cin;
 	a.batch = batch;
 	a.stride_a = (int64_t)na, a.stride_b = (int64_t)nbm, a.stride_c = (int64_t)nc;
 	cuda_gemm_run(gm, &a);
 	float *g = download(d_C, nc * nb);
 	expect(name, rel_err(g, ref, nc * nb), GEMM_BOUND);
+	if (apart) {
+		float *cin = download(d_Cin, nc * nb);
+		expect_true("gemm: C_in left as it was", memcmp(cin, Cm, F(nc * nb)) == 0);
+		free(cin);
+		cudaFree(d_Cin);
+	}
 	free(A), free(Bm), free(Cm), free(bv), free(A16), free(B16), free(ref), free(g);
 	cudaFree(d_A), cudaFree(d_B), cudaFree(d_C), cudaFree(d_bias);
+}
+
+static void gemm_case(cuda_gemm_t *gm, const char *name, int M, int N, int K, bool ta, bool tb,
+                      bool bias, bool acc, float alpha, int batch)
+{
+	gemm_case_ex(gm, name, M, N, K, ta, tb, bias, acc, alpha, batch, false);
 }
 
 static void test_gemm(void)
@@ -593,6 +608,9 @@ static void test_gemm(void)
 	gemm_case(gm, "gemm NT accumulate (40x24x64)", 40, 24, 64, false, true, false, true, 1, 0);
 	gemm_case(gm, "gemm TN accumulate (64x96x37)", 64, 96, 37, true, false, false, true, 1, 0);
 	gemm_case(gm, "gemm TT (16x17x32)", 16, 17, 32, true, true, false, false, 1, 0);
+	gemm_case_ex(gm, "gemm NN + bias + a residual apart (C_in, 96x64x80)", 96, 64, 80, false, false,
+		     true, true, 1, 0, true);
+	gemm_case(gm, "gemm NT accumulate, alpha 0 (C = C)", 40, 24, 64, false, true, false, true, 0, 0);
 	gemm_case(gm, "gemm NN + bias + accumulate (128x384x768)", 128, 384, 768, false, false, true, true,
 		  1, 0);
 	gemm_case(gm, "gemm batched NT, alpha 0.25 (6 x 45x45x16)", 45, 45, 16, false, true, false, false,

@@ -32,7 +32,7 @@ typedef struct {
 	int64_t lda, ldb, ldc;
 	int trans_a, trans_b, has_bias, accumulate, batch;
 	int64_t stride_a, stride_b, stride_c;
-	uint32_t align_a, align_b, align_c, align_bias;
+	uint32_t align_a, align_b, align_c, align_cin, align_bias;
 } gemm_key_t;
 
 typedef struct {
@@ -187,8 +187,8 @@ static bool s_heuristic(cuda_gemm_t *g, cublasLtMatmulDesc_t op, cublasLtMatrixL
 				       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->align_a,
 				       sizeof k->align_a));
 	LT_CHECK("preference", cublasLtMatmulPreferenceSetAttribute(
-				       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->align_c,
-				       sizeof k->align_c));
+				       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->align_cin,
+				       sizeof k->align_cin));
 	LT_CHECK("preference", cublasLtMatmulPreferenceSetAttribute(
 				       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->align_c,
 				       sizeof k->align_c));
@@ -265,6 +265,14 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 	key.align_a = s_align(a->A);
 	key.align_b = s_align(a->B);
 	key.align_c = s_align(a->C);
+	/* a C_in apart from C: cuBLASLt reads it as its C, writes our C as its D */
+	const float *c_in = a->accumulate && a->C_in ? a->C_in : a->C;
+	if (c_in != a->C && batch > 1) {
+		fprintf(stderr, "ringworker: fatal: cuda_gemm_run: C_in with a batch of %d products\n",
+			batch);
+		exit(CUDA_EXIT_MISUSE);
+	}
+	key.align_cin = s_align(c_in);
 	key.align_bias = a->bias ? s_align(a->bias) : 0;
 
 	/*
@@ -338,9 +346,13 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 	float alpha = a->alpha;
 	float beta = a->accumulate ? 1.0f : 0.0f;
 	if (e->use_cublas) {
+		if (c_in != a->C) /* cuBLAS works in place: C_in first */
+			CUDA_CHECK(cudaMemcpy2DAsync(a->C, (size_t)ldc * sizeof(float), c_in,
+						     (size_t)ldc * sizeof(float), (size_t)N * sizeof(float),
+						     (size_t)M, cudaMemcpyDeviceToDevice, g->stream));
 		s_run_cublas(g, a, op_b, op_a, lda, ldb, ldc, batch, alpha, beta);
 	} else {
-		cublasStatus_t st = cublasLtMatmul(g->lt, op, &alpha, a->B, lb, a->A, la, &beta, a->C, lc,
+		cublasStatus_t st = cublasLtMatmul(g->lt, op, &alpha, a->B, lb, a->A, la, &beta, c_in, lc,
 						   a->C, lc, &e->algo, g->workspace, GEMM_WORKSPACE_BYTES,
 						   g->stream);
 		if (st != CUBLAS_STATUS_SUCCESS) {

@@ -55,12 +55,15 @@ typedef struct {
 	const float *bias; /* fp32 (N), added to every row; NULL: none */
 	float alpha;       /* scales op(A) @ op(B) (set it: 0 gives C = [bias] [+ C]) */
 	bool accumulate;   /* C += ... instead of C = ... */
+	const float *C_in; /* with accumulate and one product: C = C_in + ..., C_in laid
+			      out as C and not overlapping it (a residual kept apart);
+			      NULL: C itself */
 	int batch;         /* 0 or 1: one product; more: strided batch */
 	int64_t stride_a, stride_b, stride_c; /* elements between batch members */
 } cuda_gemm_args_t;
 
 /*
- * C = alpha * op(A) @ op(B) [+ bias] [+ C], enqueued on the stream. When
+ * C = alpha * op(A) @ op(B) [+ bias] [+ C or C_in], enqueued on the stream. When
  * cuBLASLt has no algorithm with the bias epilogue the bias is added by a
  * kernel after the product; with none at all the product goes to cuBLAS's
  * cublasGemmStridedBatchedEx (cuda_gemm.cu). Exits through

@@ -10,8 +10,9 @@
  * in; tests/gpu/test_gpu_step.c checks that the two agree. Linear weights
  * are (in, out), so y = x @ W + b is a plain GEMM, dx = dy @ W^T and
  * dW += x^T @ dy use the transposed operands of cuda_gemm_run. The LM head
- * is tied to wte (V, C). Residual additions: res = x, then res += y @ W + b
- * (beta = 1), as the CPU engine's sum post-op.
+ * is tied to wte (V, C). Residual additions: res = x + y @ W + b in one
+ * GEMM reading x as its C and writing res as its D (cuda_gemm_args_t's
+ * C_in), as the CPU engine's sum post-op, without copying x first.
  *
  * Arena (per-layer tensors indexed with the max sizes, as in gpt2.c):
  *   encoded (N, C) f32; per layer: ln1 (N, C) bf16, ln1 mean/rstd (N),
@@ -762,6 +763,26 @@ static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool 
 	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate, 1.0f);
 }
 
+/* C (M, N) = res + A (M, K) @ B (K, N) + bias, dense: a residual branch
+ * added to the stream it leaves (res) into a buffer of its own (C) */
+static void s_gemm_residual(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, const uint16_t *B,
+                            const float *bias, float *C, const float *res)
+{
+	cuda_gemm_args_t a;
+	memset(&a, 0, sizeof a);
+	a.M = M;
+	a.N = N;
+	a.K = K;
+	a.A = A;
+	a.B = B;
+	a.C = C;
+	a.C_in = res;
+	a.bias = bias;
+	a.alpha = 1.0f;
+	a.accumulate = true;
+	cuda_gemm_run(m->gemm, &a);
+}
+
 #define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
 
 extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -843,14 +864,12 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 					   C, H, s);
 		} else
 			cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
-		CUDA_CHECK(cudaMemcpyAsync(res2, x, (size_t)N * C * sizeof(float), cudaMemcpyDeviceToDevice, s));
-		s_gemm(m, N, C, C, atty, false, P16(T_PROJ_W), false, P(T_PROJ_B), res2, true);
+		s_gemm_residual(m, N, C, C, atty, P16(T_PROJ_W), P(T_PROJ_B), res2, x);
 		cuda_layernorm_forward(NULL, ln2, LAYER_SLICE(a->ln2_mean, l, 1),
 				       LAYER_SLICE(a->ln2_rstd, l, 1), res2, P(T_LN2_W), P(T_LN2_B), N, C, s);
 		s_gemm(m, N, 4 * C, C, ln2, false, P16(T_FC_W), false, P(T_FC_B), fch, false);
 		cuda_gelu_forward(NULL, gelu, fch, (size_t)N * 4 * C, s);
-		CUDA_CHECK(cudaMemcpyAsync(res3, res2, (size_t)N * C * sizeof(float), cudaMemcpyDeviceToDevice, s));
-		s_gemm(m, N, C, 4 * C, gelu, false, P16(T_FCPROJ_W), false, P(T_FCPROJ_B), res3, true);
+		s_gemm_residual(m, N, C, 4 * C, gelu, P16(T_FCPROJ_W), P(T_FCPROJ_B), res3, res2);
 #undef P
 #undef P16
 		s_params_put(m, lp);
