@@ -240,14 +240,11 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	if (fused) {
 		a->qkv = (float *)s_carve(base, &off, N * 3 * C, f);
 		a->qkv16 = (uint16_t *)s_carve(base, &off, L * N * 3 * C, h);
-	} else {
-		a->qkv = (float *)s_carve(base, &off, L * N * 3 * C, f);
-		a->qkv16 = NULL;
-	}
-	if (fused) {
 		a->att = NULL;
 		a->att_lse = (float *)s_carve(base, &off, L * N * H, f);
 	} else {
+		a->qkv = (float *)s_carve(base, &off, L * N * 3 * C, f);
+		a->qkv16 = NULL;
 		a->att = (uint16_t *)s_carve(base, &off, L * N * H * (size_t)max_T, h);
 		a->att_lse = NULL;
 	}
