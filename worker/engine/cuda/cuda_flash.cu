@@ -22,9 +22,9 @@
  * Backward: D = rowsum(dy * y) per row (k_flash_rowdot); then dk, dv per key
  * tile, looping over the query tiles at or after it; then dq per query tile
  * over the key tiles up to it; each writes its rows of dqkv (B, T, 3C)
- * directly, fp32 and bf16, as forward writes its output rows. Two kernels instead of one with atomic adds
- * into dq, so that every result is a fixed sequence of operations and the
- * same bits run to run.
+ * directly, fp32 and bf16, as forward writes its output rows. Two kernels
+ * instead of one with atomic adds into dq, so that every result is a fixed
+ * sequence of operations and the same bits run to run.
  *
  * Precision matches the GEMM path's: q, k, v, dy, the probabilities and the
  * score gradient enter products as bf16, softmax and accumulation are fp32.
