@@ -769,7 +769,8 @@ static void flash_case(int B, int T, int C, int H)
 	kernel_attention_backward(dqkv, dout, qkv, att, scr, B, T, C, H);
 	float *d_dout = gpu_dup(dout, F(nc)), *d_dqkv = gpu_dup(NULL, F(nqkv));
 	uint16_t *d_dqkv16 = gpu_dup(NULL, nqkv * 2);
-	cuda_flash_backward(d_dqkv, d_dqkv16, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H, s);
+	cuda_flash_backward(d_dqkv, d_dqkv16, NULL, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C,
+			    H, s);
 	float *gd = download(d_dqkv, nqkv);
 	uint16_t *gd16 = download16(d_dqkv16, nqkv);
 	const char *part[3] = {"dq", "dk", "dv"};
@@ -783,10 +784,39 @@ static void flash_case(int B, int T, int C, int H)
 	expect(what, rel_err_bf16(gd16, dqkv, nqkv), ATT_BWD_BOUND);
 	/* no atomics: a second backward gives the same bits */
 	gpu_must(cudaMemset(d_dqkv, 0, F(nqkv)), "clear");
-	cuda_flash_backward(d_dqkv, NULL, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H, s);
+	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H, s);
 	float *gd2 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward twice, same bits", T, hd);
 	expect_true(what, memcmp(gd, gd2, F(nqkv)) == 0);
+	/* the qkv bias gradient summed inside, with no fp32 dqkv written: added
+	 * to random values, against the column sums of the fp32 dqkv above (the
+	 * same values in another order) and of the CPU's */
+	float *db0 = rand_floats((size_t)3 * C, 1), *want = malloc(F((size_t)3 * C)),
+	      *want_cpu = malloc(F((size_t)3 * C));
+	for (int c = 0; c < 3 * C; c++) {
+		double sum_gpu = 0.0, sum_cpu = 0.0;
+		for (int n = 0; n < N; n++) {
+			sum_gpu += gd[(size_t)n * 3 * C + c];
+			sum_cpu += dqkv[(size_t)n * 3 * C + c];
+		}
+		want[c] = (float)(db0[c] + sum_gpu);
+		want_cpu[c] = (float)(db0[c] + sum_cpu);
+	}
+	float *d_db = gpu_dup(db0, F((size_t)3 * C));
+	gpu_must(cudaMemset(d_dqkv16, 0xff, nqkv * 2), "fill");
+	cuda_flash_backward(NULL, d_dqkv16, d_db, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H,
+			    s);
+	float *gdb = download(d_db, (size_t)3 * C);
+	uint16_t *gd16b = download16(d_dqkv16, nqkv);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: qkv bias gradient (fp32 sums)", T, hd);
+	expect(what, rel_err(gdb, want, (size_t)3 * C), FP32_SUM_BOUND);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: qkv bias gradient against the CPU", T,
+		 hd);
+	expect(what, rel_err(gdb, want_cpu, (size_t)3 * C), ATT_BWD_BOUND);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: bf16 dqkv alone, the same bits", T, hd);
+	expect_true(what, memcmp(gd16b, gd16, nqkv * 2) == 0);
+	free(db0), free(want), free(want_cpu), free(gdb), free(gd16b);
+	cudaFree(d_db);
 	cudaStreamDestroy(s);
 	free(qkv), free(out), free(att), free(scr), free(lse), free(g), free(glse), free(g16);
 	free(dout), free(dqkv), free(gd), free(gd16), free(gd2);

@@ -20,8 +20,9 @@ static size_t s_round(size_t bytes)
 extern "C" size_t cuda_attention_scratch_bytes(int max_B, int max_T, int C, int H, bool fused)
 {
 	size_t nc = (size_t)max_B * max_T * C, tt = (size_t)max_B * H * max_T * max_T;
-	if (fused) /* dy and the row sums */
-		return s_round(nc * 2) + s_round((size_t)max_B * H * max_T * 4);
+	if (fused) /* dy, the row sums, the bias partial sums per 64-row tile */
+		return s_round(nc * 2) + s_round((size_t)max_B * H * max_T * 4) +
+		       s_round((size_t)max_B * ((max_T + 63) / 64) * 3 * C * 4);
 	size_t common = 4 * s_round(nc * 2) + s_round(3 * nc * 4);
 	return common + s_round(tt * 2) + s_round(tt * 4);
 }
@@ -39,8 +40,11 @@ extern "C" void cuda_attention_scratch_carve(cuda_attention_scratch_t *s, void *
 		s->dy = (uint16_t *)p;
 		p += s_round(nc * 2);
 		s->rowdot = (float *)p;
+		p += s_round((size_t)max_B * H * max_T * 4);
+		s->bias_partial = (float *)p;
 		return;
 	}
+	s->bias_partial = NULL;
 	s->q = (uint16_t *)p;
 	p += s_round(nc * 2);
 	s->k = (uint16_t *)p;

@@ -46,6 +46,7 @@ typedef struct {
 	uint16_t *dpre16;    /* (B, H, T, T) bf16: the score gradient */
 	float *scores;       /* (B, H, T, T): the scores in forward, datt in backward */
 	float *rowdot;       /* fused: (B, H, T), rowsum(dy * y) in backward */
+	float *bias_partial; /* fused: (B * ceil(T / 64), 3C), the qkv bias sums per tile */
 } cuda_attention_scratch_t;
 
 /* Bytes of scratch for max_B x max_T tokens (each part 256-byte aligned);
@@ -104,10 +105,13 @@ void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t
 /*
  * The backward of cuda_attention_backward, fused: dqkv / dqkv16 (B, T, 3C)
  * (either may be NULL; overwritten) from dout (B, T, C) and the forward's
- * q, k, v, output out16 (B, T, C) bf16 and lse2 (all unchanged); s (made
- * with fused) holds dy and the row sums meanwhile.
+ * q, k, v, output out16 (B, T, C) bf16 and lse2 (all unchanged); dbias (3C),
+ * unless NULL, ADDS dqkv's column sums (the qkv bias gradient, from the
+ * fp32 values, whether or not dqkv is written); s (made with fused) holds
+ * dy, the row sums and the bias partial sums meanwhile.
  */
-void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *dout, const uint16_t *q,
+void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, float *dbias, const float *dout,
+                         const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, const uint16_t *out16,
                          const float *lse2, const cuda_attention_scratch_t *s, int B, int T, int C,
                          int H, cudaStream_t stream);

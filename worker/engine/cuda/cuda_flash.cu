@@ -22,9 +22,12 @@
  * Backward: D = rowsum(dy * y) per row (k_flash_rowdot); then dk, dv per key
  * tile, looping over the query tiles at or after it; then dq per query tile
  * over the key tiles up to it; each writes its rows of dqkv (B, T, 3C)
- * directly, fp32 and bf16, as forward writes its output rows. Two kernels
- * instead of one with atomic adds into dq, so that every result is a fixed
- * sequence of operations and the same bits run to run.
+ * directly, fp32 and bf16, as forward writes its output rows, and (when
+ * asked) its block's column sums of them, the qkv bias gradient's partial
+ * sums per (batch, 64-row tile), added in order by cuda_colsum_add: the
+ * model then needs no fp32 dqkv at all. Two kernels instead of one with
+ * atomic adds into dq, so that every result is a fixed sequence of
+ * operations and the same bits run to run.
  *
  * Precision matches the GEMM path's: q, k, v, dy, the probabilities and the
  * score gradient enter products as bf16, softmax and accumulation are fp32.
@@ -289,13 +292,42 @@ __device__ __forceinline__ void s_put_grad(float *dqkv, bf16 *dqkv16, int b, int
 		*reinterpret_cast<__nv_bfloat162 *>(dqkv16 + at) = __floats2bfloat162_rn(g0, g1);
 }
 
+/* The column sums of a block's 64 rows of an accumulator set x (each warp
+ * 16 rows: g and g + 8 of each lane, valid[h] false for rows past T), times
+ * mul, into partial[c0 + col] (HD columns): the warp's rows by shuffles
+ * over the 8 groups, then the 4 warps in order through red. Every thread
+ * of the block calls it. */
+template <int HD>
+__device__ __forceinline__ void s_block_colsum(float *partial, float (*red)[HD],
+                                               const float x[HD / 8][4], const bool valid[2],
+                                               float mul, int warp, int g, int tig)
+{
+	for (int dt = 0; dt < HD / 8; dt++)
+		for (int j = 0; j < 2; j++) {
+			float v = (valid[0] ? x[dt][j] * mul : 0.0f) + (valid[1] ? x[dt][2 + j] * mul : 0.0f);
+			v += __shfl_xor_sync(0xffffffffu, v, 4);
+			v += __shfl_xor_sync(0xffffffffu, v, 8);
+			v += __shfl_xor_sync(0xffffffffu, v, 16);
+			if (g == 0)
+				red[warp][dt * 8 + 2 * tig + j] = v;
+		}
+	__syncthreads();
+	for (int c = threadIdx.x; c < HD; c += FA_THREADS) {
+		float s = 0.0f;
+		for (int w = 0; w < FA_WARPS; w++)
+			s += red[w][c];
+		partial[c] = s;
+	}
+	__syncthreads(); /* red may be written again */
+}
+
 /* dk, dv into dqkv / dqkv16: grid (B*H, key tiles), key tile blockIdx.y
  * (the first has the most queries after it) */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-	k_flash_backward_kv(float *dqkv, bf16 *dqkv16, const uint16_t *q, const uint16_t *k,
-			    const uint16_t *v, const uint16_t *dy, const float *lse2, const float *D,
-			    int T, int H, float scale_log2, float scale)
+	k_flash_backward_kv(float *dqkv, bf16 *dqkv16, float *bias_partial, const uint16_t *q,
+			    const uint16_t *k, const uint16_t *v, const uint16_t *dy, const float *lse2,
+			    const float *D, int T, int H, float scale_log2, float scale)
 {
 	__shared__ __align__(16) uint16_t qs[FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) uint16_t qts[HD][FA_TILE + FA_PAD];
@@ -365,14 +397,24 @@ __global__ void __launch_bounds__(FA_THREADS)
 				   dva[dt][2 * h + 1]);
 		}
 	}
+	if (!bias_partial)
+		return; /* the whole block: the argument is the same for all */
+	/* this block's rows of the k and v bias gradients: chunk (b, key tile)
+	 * of partial (B * key tiles, 3C) */
+	__shared__ float red[FA_WARPS][HD];
+	const int C = H * HD;
+	const bool valid[2] = {k0 + g < T, k0 + g + 8 < T};
+	float *row = bias_partial + ((size_t)(bh / H) * n_tiles + kt) * 3 * C + (size_t)(bh % H) * HD;
+	s_block_colsum<HD>(row + C, red, dka, valid, scale, warp, g, tig);
+	s_block_colsum<HD>(row + 2 * C, red, dva, valid, 1.0f, warp, g, tig);
 }
 
 /* dq into dqkv / dqkv16: grid (B*H, query tiles), the last first */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-	k_flash_backward_q(float *dqkv, bf16 *dqkv16, const uint16_t *q, const uint16_t *k,
-			   const uint16_t *v, const uint16_t *dy, const float *lse2, const float *D,
-			   int T, int H, float scale_log2, float scale)
+	k_flash_backward_q(float *dqkv, bf16 *dqkv16, float *bias_partial, const uint16_t *q,
+			   const uint16_t *k, const uint16_t *v, const uint16_t *dy, const float *lse2,
+			   const float *D, int T, int H, float scale_log2, float scale)
 {
 	__shared__ __align__(16) uint16_t ks[FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) uint16_t vs[FA_TILE][HD + FA_PAD];
@@ -430,6 +472,14 @@ __global__ void __launch_bounds__(FA_THREADS)
 			s_put_grad(dqkv, dqkv16, bh / H, row, T, H, HD, 0, bh % H, dt * 8 + 2 * tig,
 				   dqa[dt][2 * h] * scale, dqa[dt][2 * h + 1] * scale);
 	}
+	if (!bias_partial)
+		return;
+	__shared__ float red[FA_WARPS][HD];
+	const int C = H * HD;
+	const bool valid[2] = {r0 + g < T, r0 + g + 8 < T};
+	s_block_colsum<HD>(bias_partial + ((size_t)(bh / H) * gridDim.y + qt) * 3 * C +
+				   (size_t)(bh % H) * HD,
+			   red, dqa, valid, scale, warp, g, tig);
 }
 
 /* The fragment plumbing alone, for gpu-kernels (cuda_flash_mma_probe):
@@ -511,7 +561,7 @@ extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, con
 	CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *dout,
+extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, float *dbias, const float *dout,
                                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                     const uint16_t *out16, const float *lse2,
                                     const cuda_attention_scratch_t *s, int B, int T, int C, int H,
@@ -529,19 +579,23 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, const float *
 	FA_DISPATCH(hd, ROWDOT);
 #undef ROWDOT
 	CUDA_CHECK_LAUNCH();
-	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
+	const int n_tiles = (T + FA_TILE - 1) / FA_TILE;
+	const dim3 grid((unsigned)(B * H), (unsigned)n_tiles);
+	float *part = dbias ? s->bias_partial : NULL;
 #define KV(HD)                                                                                    \
-	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, q, k, v, s->dy,            \
+	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, part, q, k, v, s->dy,      \
 								 lse2, s->rowdot, T, H, scale_log2,    \
 								 scale)
 	FA_DISPATCH(hd, KV);
 #undef KV
 	CUDA_CHECK_LAUNCH();
 #define DQ(HD)                                                                                   \
-	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, q, k, v, s->dy,             \
+	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, part, q, k, v, s->dy,       \
 								lse2, s->rowdot, T, H, scale_log2,     \
 								scale)
 	FA_DISPATCH(hd, DQ);
 #undef DQ
 	CUDA_CHECK_LAUNCH();
+	if (dbias) /* the chunks (b, tile) in order */
+		cuda_colsum_add(dbias, part, B * n_tiles, 3 * C, stream);
 }

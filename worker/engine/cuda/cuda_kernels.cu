@@ -412,6 +412,13 @@ static int s_chunks(int N)
 	return (N + COL_ROWS - 1) / COL_ROWS;
 }
 
+extern "C" void cuda_colsum_add(float *out, const float *partial, int n_chunks, int C,
+                                cudaStream_t stream)
+{
+	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(out, NULL, partial, NULL, n_chunks, C);
+	CUDA_CHECK_LAUNCH();
+}
+
 extern "C" size_t cuda_colsum_scratch_floats(int N, int C)
 {
 	return 2 * (size_t)s_chunks(N) * (size_t)C;

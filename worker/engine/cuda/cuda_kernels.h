@@ -78,6 +78,9 @@ void cuda_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rst
 
 /* Floats of scratch the column reductions below need for N rows of C. */
 size_t cuda_colsum_scratch_floats(int N, int C);
+/* out (C) += the sum over chunks of partial (n_chunks, C), in chunk order
+ * (the second half of the column sums, for partial sums made elsewhere) */
+void cuda_colsum_add(float *out, const float *partial, int n_chunks, int C, cudaStream_t stream);
 
 /*
  * dx (N, C) += d/dx (and dx16 = bf16 of the updated dx, when not NULL);

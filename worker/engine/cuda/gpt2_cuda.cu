@@ -988,14 +988,15 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		s_gemm(m, C, C, N, atty, true, a->dres16, false, NULL, G(T_PROJ_W), true);
 		cuda_bias_backward(G(T_PROJ_B), a->dres, N, C, a->colsum, s);
 		s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
-		if (m->fused)
-			cuda_flash_backward(a->dbig, a->dbig16, a->dsmall, q16, q16 + maxN * C,
+		if (m->fused) { /* dqkv in bf16 only, its bias gradient summed on the way */
+			cuda_flash_backward(NULL, a->dbig16, G(T_QKV_B), a->dsmall, q16, q16 + maxN * C,
 					    q16 + 2 * maxN * C, atty, att_lse, &m->att_s, B, T, C, H, s);
-		else
+		} else {
 			cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s,
 						B, T, C, H, s);
+			cuda_bias_backward(G(T_QKV_B), a->dbig, N, 3 * C, a->colsum, s);
+		}
 		s_gemm(m, C, 3 * C, N, ln1, true, a->dbig16, false, NULL, G(T_QKV_W), true);
-		cuda_bias_backward(G(T_QKV_B), a->dbig, N, 3 * C, a->colsum, s);
 		s_gemm(m, N, C, 3 * C, a->dbig16, false, P16(T_QKV_W), true, NULL, a->dsmall, false);
 		cuda_layernorm_backward(a->dres, a->dres16, G(T_LN1_W), G(T_LN1_B), a->dsmall, x,
 					LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
