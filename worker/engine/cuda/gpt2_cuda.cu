@@ -729,11 +729,11 @@ static int s_vocab_gemm(const gpt2_cuda_t *m)
 	return (int)ld;
 }
 
-/* C (M, N) = alpha op(A) @ op(B) [+ bias] [+ C], with A's and C's stored
- * rows lda and ldc apart (0: dense), for a block of columns used in place. */
-static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda,
-                      bool trans_a, const uint16_t *B, bool trans_b, const float *bias, float *C,
-                      int64_t ldc, bool accumulate, float alpha)
+/* One problem for cuda_gemm_run: C (M, N) = alpha op(A) @ op(B) [+ bias]
+ * [+ C], with A's and C's stored rows lda and ldc apart (0: dense). */
+static cuda_gemm_args_t s_args(int M, int N, int K, const uint16_t *A, int64_t lda, bool trans_a,
+                               const uint16_t *B, bool trans_b, const float *bias, float *C,
+                               int64_t ldc, bool accumulate, float alpha)
 {
 	cuda_gemm_args_t a;
 	memset(&a, 0, sizeof a);
@@ -750,6 +750,15 @@ static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, in
 	a.bias = bias;
 	a.alpha = alpha;
 	a.accumulate = accumulate;
+	return a;
+}
+
+/* s_args's problem, run: for a block of columns used in place */
+static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda,
+                      bool trans_a, const uint16_t *B, bool trans_b, const float *bias, float *C,
+                      int64_t ldc, bool accumulate, float alpha)
+{
+	cuda_gemm_args_t a = s_args(M, N, K, A, lda, trans_a, B, trans_b, bias, C, ldc, accumulate, alpha);
 	cuda_gemm_run(m->gemm, &a);
 }
 
@@ -765,18 +774,8 @@ static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool 
 static void s_gemm_residual(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, const uint16_t *B,
                             const float *bias, float *C, const float *res)
 {
-	cuda_gemm_args_t a;
-	memset(&a, 0, sizeof a);
-	a.M = M;
-	a.N = N;
-	a.K = K;
-	a.A = A;
-	a.B = B;
-	a.C = C;
+	cuda_gemm_args_t a = s_args(M, N, K, A, 0, false, B, false, bias, C, 0, true, 1.0f);
 	a.C_in = res;
-	a.bias = bias;
-	a.alpha = 1.0f;
-	a.accumulate = true;
 	cuda_gemm_run(m->gemm, &a);
 }
 
