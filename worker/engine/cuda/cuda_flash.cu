@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 			}
 		}
 	}
-	const int H_ = H, C = H_ * HD, b = bh / H_, head = bh % H_;
+	const int C = H * HD, b = bh / H, head = bh % H;
 	for (int h = 0; h < 2; h++) {
 		sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
 		sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);

@@ -852,7 +852,8 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
 	const float l = shm[0] + logf(shs[0]);
 	const int t = targets[n];
 	if (threadIdx.x == 0) {
-		lse[n] = l;
+		if (lse)
+			lse[n] = l;
 		losses[n] = l - x[t];
 	}
 	if (!dlogits && !dlogits16)

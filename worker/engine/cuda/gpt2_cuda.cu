@@ -21,7 +21,7 @@
  *   layer's scratch), atty (N, C) bf16, res2 (N, C) f32,
  *   ln2 (N, C) bf16, ln2 mean/rstd, fch (N, 4C) f32 (before GELU),
  *   gelu (N, 4C) bf16, res3 (N, C) f32; lnf (N, C) bf16 and its mean/rstd;
- *   logits (N, V) f32; dlogits (N, V) bf16; lse, losses (N), the loss;
+ *   logits (N, V) f32; dlogits (N, V) bf16; losses (N), the loss;
  *   backward scratch: dres (N, C) f32 + bf16, dbig (N, 4C) f32 + bf16,
  *   dsmall (N, C) f32, column-sum partials, the sum of squares, attention
  *   scratch; token ids and the embedding-gradient index (int32).
@@ -86,7 +86,7 @@ typedef struct {
 	float *lnf_mean, *lnf_rstd;
 	float *logits;
 	uint16_t *dlogits;
-	float *lse, *losses, *loss;
+	float *losses, *loss;
 	float *dres;
 	uint16_t *dres16;
 	float *dbig;
@@ -261,7 +261,6 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	a->lnf_rstd = (float *)s_carve(base, &off, N, f);
 	a->logits = (float *)s_carve(base, &off, N * s_logits_ld((int)V), f);
 	a->dlogits = (uint16_t *)s_carve(base, &off, N * s_logits_ld((int)V), h);
-	a->lse = (float *)s_carve(base, &off, N, f);
 	a->losses = (float *)s_carve(base, &off, N, f);
 	a->loss = (float *)s_carve(base, &off, 1, f);
 	a->dres = (float *)s_carve(base, &off, N * C, f);
@@ -887,7 +886,7 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		return;
 	/* the losses, and dlogits for a loss scale of 1 (backward scales the
 	 * LM head's products by its loss_scale) */
-	cuda_crossentropy_forward(a->losses, a->lse, NULL, a->dlogits, a->logits, d_targets, N, V, (int)ld,
+	cuda_crossentropy_forward(a->losses, NULL, NULL, a->dlogits, a->logits, d_targets, N, V, (int)ld,
 				  1.0f / (float)N, s);
 	cuda_mean(a->loss, a->losses, N, s);
 	m->have_targets = true;
