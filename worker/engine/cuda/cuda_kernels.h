@@ -140,8 +140,8 @@ void cuda_softmax_causal_backward(uint16_t *dpre16, float *dpre, const float *da
 
 /*
  * Cross-entropy over logits (N, V), rows ld >= V apart, with targets (N):
- * losses (N) and lse (N, may be NULL); and, unless both are NULL, its gradient in the
- * same kernel, dlogits (N, V) = scale * (softmax(logits) - onehot(target)),
+ * losses (N) and lse (N, may be NULL); and, unless dlogits and dlogits16
+ * are both NULL, its gradient in the same kernel, dlogits (N, V) = scale * (softmax(logits) - onehot(target)),
  * as fp32 (dlogits) and/or bf16 (dlogits16), rows ld apart too: the
  * gradient needs nothing backward knows that forward does not, so the
  * model writes it while the row is still in cache (llm.c's fused
