@@ -77,6 +77,21 @@ int lane();
  * are exact products added in double, then rounded once. */
 void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
 
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the calling warp:
+ * lane 8 i + j gives in `row` the address of row j of matrix i (8 bf16, 16
+ * bytes, 16-byte aligned); lane l gets in r[i] elements 2 (l % 4) and + 1
+ * (the first in the low half) of row l / 4 of matrix i, or with trans of
+ * its transpose. Every lane must call it. */
+void ldmatrix_x4(uint32_t r[4], const void *row, bool trans);
+
+/* cp.async (4, 8 or 16 bytes, zeros when !valid; src must then lie in a
+ * cudaMalloc allocation), commit_group and wait_group: the copies happen at
+ * the wait that covers them, not at the call, so a tile read before its
+ * wait reads stale bytes; a thread that ends with copies pending fails. */
+void cp_async(void *dst, const void *src, size_t bytes, bool valid);
+void cp_async_commit();
+void cp_async_wait(int newest_pending);
+
 /* Run body once per thread of grid x block; false (and cudaGetLastError set)
  * when the configuration is invalid. */
 bool launch_impl(const char *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
@@ -150,8 +165,12 @@ launcher<P...> launch_named(const char *name, void (*kernel)(P...), dim3 grid, d
 #define __syncthreads() cudaemu::syncthreads()
 #define __shfl_xor_sync(mask, v, m) cudaemu::shfl_xor((mask), (v), (m))
 #define __shfl_sync(mask, v, l) cudaemu::shfl((mask), (v), (l))
-/* the engine's tensor-core instruction (cuda_flash.cu), emulated */
+/* the engine's tensor-core instructions (cuda_flash.cu), emulated */
 #define CUDAEMU_MMA_BF16_16816(d, a, b) cudaemu::mma_bf16_16816((d), (a), (b))
+#define CUDAEMU_LDMATRIX_X4(r, row, trans) cudaemu::ldmatrix_x4((r), (row), (trans))
+#define CUDAEMU_CP_ASYNC(dst, src, bytes, valid) cudaemu::cp_async((dst), (src), (bytes), (valid))
+#define CUDAEMU_CP_COMMIT() cudaemu::cp_async_commit()
+#define CUDAEMU_CP_WAIT(n) cudaemu::cp_async_wait(n)
 
 static inline float rsqrtf(float x)
 {

@@ -86,6 +86,14 @@ namespace {
 
 enum fiber_state { RUNNABLE, AT_SYNC, AT_WARP, DONE };
 
+/* one cp.async: bytes from src (zeros when !valid) into dst, at the wait */
+struct cudaemu_copy {
+	void *dst;
+	const void *src;
+	size_t bytes;
+	bool valid;
+};
+
 struct fiber {
 	char *stack;
 	void *fake_stack; /* AddressSanitizer's, across a switch */
@@ -99,7 +107,10 @@ struct fiber {
 	int lane;
 	int warp;
 	uint64_t xchg;
-	const void *frag; /* mma_bf16_16816: this lane's fragments */
+	const void *frag; /* mma_bf16_16816: this lane's fragments; ldmatrix: its row */
+	/* cp_async: copies not yet done, and where each committed group ends */
+	std::vector<cudaemu_copy> copies;
+	std::vector<size_t> group_ends;
 };
 
 struct sched {
@@ -177,6 +188,9 @@ void s_entry()
 	sched &s = S();
 	SAN_FINISH(nullptr, &s.main_bottom, &s.main_size);
 	(*s.body)();
+	if (!s.fibers[s.current].copies.empty())
+		s_die("%s: a thread ended with %zu cp.async copies it never waited for", s.kernel,
+		      s.fibers[s.current].copies.size());
 	s.fibers[s.current].state = DONE;
 	s_yield(true);
 	abort(); /* a finished fiber is never resumed */
@@ -248,6 +262,8 @@ void s_run_block(dim3 grid, dim3 block, uint3 b, bool reverse)
 		f.lane = i % 32;
 		f.warp = i / 32;
 		f.xchg = 0;
+		f.copies.clear();
+		f.group_ends.clear();
 		f.stack = s.stacks + (size_t)i * STACK_BYTES;
 		f.fake_stack = nullptr;
 		s_start(f, f.stack, STACK_BYTES);
@@ -417,6 +433,81 @@ void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
 	/* the second wait keeps a fast lane from leaving (and its fragments
 	 * going out of scope) before every lane has read them */
 	s_park(AT_WARP);
+}
+
+void ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
+{
+	sched &s = S();
+	if (s.current < 0)
+		s_die("ldmatrix outside a kernel");
+	if ((uintptr_t)row % 16 != 0)
+		s_die("%s: ldmatrix row address %p is not 16-byte aligned", s.kernel, row);
+	fiber &f = s.fibers[s.current];
+	f.frag = row;
+	s_park(AT_WARP); /* every lane's row address is in place */
+	const fiber *warp = &s.fibers[(size_t)f.warp * 32];
+	const int lane = f.lane;
+	for (int i = 0; i < 4; i++) {
+		/* matrix i's rows come from lanes 8 i .. 8 i + 7; this lane gets
+		 * row lane / 4, elements 2 (lane % 4) and + 1 of it, or of its
+		 * transpose */
+		uint16_t e[2];
+		for (int h = 0; h < 2; h++) {
+			const int rr = trans ? 2 * (lane % 4) + h : lane / 4;
+			const int cc = trans ? lane / 4 : 2 * (lane % 4) + h;
+			const uint16_t *src = (const uint16_t *)warp[8 * i + rr].frag;
+			e[h] = src[cc];
+		}
+		r[i] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+	}
+	s_park(AT_WARP); /* no lane moves on (and rewrites its row) before all have read */
+}
+
+void cp_async(void *dst, const void *src, size_t bytes, bool valid)
+{
+	sched &s = S();
+	if (s.current < 0)
+		s_die("cp.async outside a kernel");
+	if ((uintptr_t)dst % bytes != 0 || (valid && (uintptr_t)src % bytes != 0))
+		s_die("%s: cp.async of %zu bytes from %p to %p: not aligned to its size", s.kernel, bytes,
+		      src, dst);
+	if (valid)
+		s_check_range(src, bytes, "cp.async source");
+	s.fibers[s.current].copies.push_back(cudaemu_copy{dst, src, bytes, valid});
+}
+
+void cp_async_commit()
+{
+	sched &s = S();
+	if (s.current < 0)
+		s_die("cp.async.commit_group outside a kernel");
+	fiber &f = s.fibers[s.current];
+	f.group_ends.push_back(f.copies.size());
+}
+
+void cp_async_wait(int newest_pending)
+{
+	sched &s = S();
+	if (s.current < 0)
+		s_die("cp.async.wait_group outside a kernel");
+	fiber &f = s.fibers[s.current];
+	/* every committed group but the newest `newest_pending` lands now, no
+	 * sooner: a read of a tile before its wait sees the old bytes */
+	const int groups = (int)f.group_ends.size();
+	if (groups <= newest_pending)
+		return;
+	const size_t n = f.group_ends[(size_t)(groups - newest_pending - 1)];
+	for (size_t i = 0; i < n; i++) {
+		const cudaemu_copy &c = f.copies[i];
+		if (c.valid)
+			memcpy(c.dst, c.src, c.bytes);
+		else
+			memset(c.dst, 0, c.bytes);
+	}
+	f.copies.erase(f.copies.begin(), f.copies.begin() + (ptrdiff_t)n);
+	f.group_ends.erase(f.group_ends.begin(), f.group_ends.begin() + (groups - newest_pending));
+	for (size_t &e : f.group_ends)
+		e -= n;
 }
 
 bool launch_impl(const char *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -859,27 +859,36 @@ static void test_mma_probe(void)
 		}
 	uint16_t *d_a = gpu_dup(a16, sizeof a16), *d_bt = gpu_dup(bt16, sizeof bt16);
 	float *d_1 = gpu_dup(NULL, 128 * sizeof(float)), *d_2 = gpu_dup(NULL, 128 * sizeof(float));
-	cuda_flash_mma_probe(d_1, d_2, d_a, d_bt, 0);
-	float *g1 = download(d_1, 128), *g2 = download(d_2, 128);
-	int bad1 = 0, bad2 = 0, first1 = -1, first2 = -1;
+	float *d_3 = gpu_dup(NULL, 256 * sizeof(float));
+	cuda_flash_mma_probe(d_1, d_2, d_3, d_a, d_bt, 0);
+	float *g1 = download(d_1, 128), *g2 = download(d_2, 128), *g3 = download(d_3, 256);
+	int bad1 = 0, bad2 = 0, bad3 = 0, first1 = -1, first2 = -1, first3 = -1;
 	for (int e = 0; e < 128; e++) {
 		if (g1[e] != (float)want1[e / 8][e % 8] && bad1++ == 0)
 			first1 = e;
 		if (g2[e] != (float)want2[e / 8][e % 8] && bad2++ == 0)
 			first2 = e;
 	}
+	for (int e = 0; e < 256; e++)
+		if (g3[e] != (float)x[e / 16][e % 16] && bad3++ == 0)
+			first3 = e;
 	if (bad1)
 		printf("     mma probe: d1[%d][%d] = %g, want %d\n", first1 / 8, first1 % 8, g1[first1],
 		       want1[first1 / 8][first1 % 8]);
 	if (bad2)
 		printf("     mma probe: d2[%d][%d] = %g, want %d\n", first2 / 8, first2 % 8, g2[first2],
 		       want2[first2 / 8][first2 % 8]);
-	expect_true("fused attention: mma.sync m16n8k16 through the kernels' A and B fragment loads, exact",
+	if (bad3)
+		printf("     mma probe: d3[%d][%d] = %g, want %d\n", first3 / 16, first3 % 16, g3[first3],
+		       x[first3 / 16][first3 % 16]);
+	expect_true("fused attention: mma.sync m16n8k16 through the kernels' A and B (ldmatrix) fragment loads, exact",
 		    bad1 == 0);
 	expect_true("fused attention: an accumulator pair as the next product's A fragment, exact",
 		    bad2 == 0);
-	free(g1), free(g2);
-	cudaFree(d_a), cudaFree(d_bt), cudaFree(d_1), cudaFree(d_2);
+	expect_true("fused attention: B fragments by ldmatrix.trans from a row-major tile, exact",
+		    bad3 == 0);
+	free(g1), free(g2), free(g3);
+	cudaFree(d_a), cudaFree(d_bt), cudaFree(d_1), cudaFree(d_2), cudaFree(d_3);
 }
 
 static void test_flash_attention(void)

@@ -79,13 +79,15 @@ void cuda_attention_backward(cuda_gemm_t *g, float *dqkv, uint16_t *dqkv16, cons
 
 /*
  * The fused kernels' tensor-core plumbing alone, one warp: d1 (16 x 8) =
- * a (16 x 16) @ b1 and d2 (16 x 8) = [a @ b1, a @ b2] (16 x 16, bf16) @ b3,
- * all row-major, the b's given transposed in bt (24 x 16: rows 0-7 are b1's
- * columns, 8-15 b2's, 16-23 b3's). For gpu-kernels: with small integers
- * the products are exact, so a fragment layout that is not the hardware's
- * shows as wrong elements.
+ * a (16 x 16) @ b1 and d2 (16 x 8) = [a @ b1, a @ b2] (16 x 16, bf16) @ b3
+ * (B fragments by ldmatrix from tiles holding B's columns as rows), and
+ * d3 (16 x 16) = a @ [b1 b2] (by ldmatrix.trans from a tile holding B's
+ * rows), all row-major, the b's given transposed in bt (24 x 16: rows 0-7
+ * are b1's columns, 8-15 b2's, 16-23 b3's). For gpu-kernels: with small
+ * integers the products are exact, so a fragment layout that is not the
+ * hardware's shows as wrong elements.
  */
-void cuda_flash_mma_probe(float *d1, float *d2, const uint16_t *a, const uint16_t *bt,
+void cuda_flash_mma_probe(float *d1, float *d2, float *d3, const uint16_t *a, const uint16_t *bt,
                           cudaStream_t stream);
 
 /* Whether cuda_flash_* are built for this head size (C / H in 16, 32, 64). */

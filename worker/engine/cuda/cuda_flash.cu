@@ -79,6 +79,65 @@ __device__ __forceinline__ uint32_t s_pack(float lo, float hi)
 	return r;
 }
 
+/* ldmatrix.x4 (trans: .trans) for the warp: lane 8 i + j passes row j of
+ * 8 x 8 matrix i (16 bytes of shared memory); r[i] gets lane l's piece of
+ * matrix i: row l / 4, elements 2 (l % 4), +1 (of the transpose: column
+ * l / 4, rows 2 (l % 4), +1), which is exactly one B fragment register */
+template <bool TRANS> __device__ __forceinline__ void s_ldmatrix(uint32_t r[4], const uint16_t *row)
+{
+#ifdef CUDAEMU_LDMATRIX_X4
+	CUDAEMU_LDMATRIX_X4(r, row, TRANS);
+#else
+	const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+	if (TRANS)
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "r"(a));
+	else
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "r"(a));
+#endif
+}
+
+/* cp.async of BYTES (4 or 16) from global src to shared dst, zeros when
+ * !valid (src is then not read); the copy lands at the s_cp_wait that
+ * covers its group */
+template <int BYTES> __device__ __forceinline__ void s_cp(void *dst, const void *src, bool valid)
+{
+#ifdef CUDAEMU_CP_ASYNC
+	CUDAEMU_CP_ASYNC(dst, src, BYTES, valid);
+#else
+	const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+	if (BYTES == 16)
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+			     "r"(valid ? 16 : 0));
+	else
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+			     "r"(valid ? 4 : 0));
+#endif
+}
+
+/* the copies issued since the last commit become one group */
+__device__ __forceinline__ void s_cp_commit()
+{
+#ifdef CUDAEMU_CP_COMMIT
+	CUDAEMU_CP_COMMIT();
+#else
+	asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+/* wait until at most N committed groups (the newest) are in flight */
+template <int N> __device__ __forceinline__ void s_cp_wait()
+{
+#ifdef CUDAEMU_CP_WAIT
+	CUDAEMU_CP_WAIT(N);
+#else
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 /* A fragments of rows r0 .. r0 + 15 of a (T, HD) matrix (zeros past T):
  * register i of chunk kk holds row r0 + g + 8 (i & 1), columns
  * 16 kk + 8 (i >> 1) + 2 tig, +1 */
@@ -93,7 +152,8 @@ __device__ __forceinline__ void s_load_a(uint32_t a[HD / 16][4], const uint16_t 
 		}
 }
 
-/* rows r0 .. r0 + 63 of a (T, HD) matrix into sh, zeros past T */
+/* rows r0 .. r0 + 63 of a (T, HD) matrix into sh by cp.async (not
+ * committed), zeros past T */
 template <int HD>
 __device__ __forceinline__ void s_stage_rows(uint16_t (*sh)[HD + FA_PAD], const uint16_t *m, int r0,
                                              int T)
@@ -101,57 +161,57 @@ __device__ __forceinline__ void s_stage_rows(uint16_t (*sh)[HD + FA_PAD], const 
 	constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
 	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += FA_THREADS) {
 		const int r = w / CHUNKS, c = (w % CHUNKS) * 8;
-		uint4 v = make_uint4(0, 0, 0, 0);
-		if (r0 + r < T)
-			v = *reinterpret_cast<const uint4 *>(m + (size_t)(r0 + r) * HD + c);
-		*reinterpret_cast<uint4 *>(&sh[r][c]) = v;
+		const bool in = r0 + r < T;
+		s_cp<16>(&sh[r][c], m + (in ? (size_t)(r0 + r) * HD + c : 0), in);
 	}
 }
 
-/* the same rows transposed: sh[c][r] = m[r0 + r][c]. Consecutive threads
- * take consecutive rows of one 8-column piece, so that a warp's stores of
- * column c + j are 32 adjacent elements (no shared-memory bank conflict;
- * row-major pieces would put a warp's stores into 2 banks) */
-template <int HD>
-__device__ __forceinline__ void s_stage_cols(uint16_t (*sh)[FA_TILE + FA_PAD], const uint16_t *m,
-                                             int r0, int T)
-{
-	constexpr int CHUNKS = HD / 8;
-	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += FA_THREADS) {
-		const int r = w % FA_TILE, c = (w / FA_TILE) * 8;
-		uint4 v = make_uint4(0, 0, 0, 0);
-		if (r0 + r < T)
-			v = *reinterpret_cast<const uint4 *>(m + (size_t)(r0 + r) * HD + c);
-		uint16_t e[8];
-		memcpy(e, &v, sizeof e);
-		for (int j = 0; j < 8; j++)
-			sh[c + j][r] = e[j];
-	}
-}
-
-/* B fragment (16 x 8) whose column n is row n0 + g of sh, k from k0:
- * {sh[n0 + g][k0 + 2 tig], +1}, {sh[n0 + g][k0 + 8 + 2 tig], +1} */
+/* B fragments for two n-tiles at once (b[0..1]: n0 .. n0 + 7, b[2..3]:
+ * n0 + 8 .. n0 + 15) of a chunk of 16 k from k0, from a tile sh whose row
+ * n holds B's column n (sh[n][k]: K for q k^T) */
 template <int W>
-__device__ __forceinline__ void s_frag_b(uint32_t b[2], uint16_t (*sh)[W], int n0, int k0,
-                                         int g, int tig)
+__device__ __forceinline__ void s_frag_b_nk(uint32_t b[4], uint16_t (*sh)[W], int n0, int k0, int lane)
 {
-	b[0] = s_ld2(&sh[n0 + g][k0 + 2 * tig]);
-	b[1] = s_ld2(&sh[n0 + g][k0 + 8 + 2 * tig]);
+	s_ldmatrix<false>(b, &sh[n0 + (lane & 7) + 8 * (lane >> 4)][k0 + 8 * ((lane >> 3) & 1)]);
+}
+
+/* the same from a tile holding B itself (sh[k][n]: V for p v), through
+ * ldmatrix's transpose: no transposed copy of the tile is staged */
+template <int W>
+__device__ __forceinline__ void s_frag_b_kn(uint32_t b[4], uint16_t (*sh)[W], int k0, int n0, int lane)
+{
+	s_ldmatrix<true>(b, &sh[k0 + (lane & 7) + 8 * ((lane >> 3) & 1)][n0 + 8 * (lane >> 4)]);
 }
 
 /* acc (16 x 64) = a (16 x HD, A fragments) @ sh^T, sh holding 64 rows of
  * HD: the score-shaped products (q k^T, dy v^T and their transposes) */
 template <int HD>
 __device__ __forceinline__ void s_times_rows(float acc[FA_TILE / 8][4], const uint32_t a[HD / 16][4],
-                                             uint16_t (*sh)[HD + FA_PAD], int g, int tig)
+                                             uint16_t (*sh)[HD + FA_PAD], int lane)
 {
-	for (int nt = 0; nt < FA_TILE / 8; nt++) {
+	for (int nt = 0; nt < FA_TILE / 8; nt++)
 		acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+	for (int nt = 0; nt < FA_TILE / 8; nt += 2)
 		for (int kk = 0; kk < HD / 16; kk++) {
-			uint32_t b[2];
-			s_frag_b(b, sh, nt * 8, kk * 16, g, tig);
+			uint32_t b[4];
+			s_frag_b_nk(b, sh, nt * 8, kk * 16, lane);
 			s_mma(acc[nt], a[kk], b);
+			s_mma(acc[nt + 1], a[kk], b + 2);
 		}
+}
+
+/* acc (16 x HD) += a (16 x 64, chunk kk's A fragments given by the caller
+ * per chunk) @ sh (64 x HD, row-major): the value-shaped products (p v,
+ * dS k and their transposes), chunk kk of 16 rows of sh */
+template <int HD>
+__device__ __forceinline__ void s_times_tile(float acc[HD / 8][4], const uint32_t a[4],
+                                             uint16_t (*sh)[HD + FA_PAD], int kk, int lane)
+{
+	for (int dt = 0; dt < HD / 8; dt += 2) {
+		uint32_t b[4];
+		s_frag_b_kn(b, sh, kk * 16, dt * 8, lane);
+		s_mma(acc[dt], a, b);
+		s_mma(acc[dt + 1], a, b + 2);
 	}
 }
 
@@ -167,19 +227,23 @@ __device__ __forceinline__ void s_acc_to_a(uint32_t a[4], const float x0[4], con
 
 /* Forward: grid (B*H, query tiles), the last tile (the most keys) first.
  * q, k, v (B*H, T, HD); out/out16 (B, T, C) rows, either may be NULL;
- * lse2 (B*H, T). */
+ * lse2 (B*H, T). K and V tiles are double-buffered: tile kt + 1 is on its
+ * way (cp.async) while tile kt is used. */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
 	k_flash_forward(float *out, bf16 *out16, float *lse2, const uint16_t *q, const uint16_t *k,
 			const uint16_t *v, int T, int H, float scale_log2)
 {
-	__shared__ __align__(16) uint16_t ks[FA_TILE][HD + FA_PAD];
-	__shared__ __align__(16) uint16_t vt[HD][FA_TILE + FA_PAD];
+	__shared__ __align__(16) uint16_t ks[2][FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t vs[2][FA_TILE][HD + FA_PAD];
 	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
 	const size_t base = (size_t)bh * T * HD;
 	const int r0 = qt * FA_TILE + warp * 16; /* this warp's first query */
+	s_stage_rows<HD>(ks[0], k + base, 0, T);
+	s_stage_rows<HD>(vs[0], v + base, 0, T);
+	s_cp_commit();
 	uint32_t qa[HD / 16][4];
 	s_load_a<HD>(qa, q + base, r0, T, g, tig);
 	float o[HD / 8][4];
@@ -187,20 +251,31 @@ __global__ void __launch_bounds__(FA_THREADS)
 		o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
 	float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f}; /* rows g, g + 8 */
 	for (int kt = 0; kt <= qt; kt++) {
-		__syncthreads(); /* every warp is done with the previous tile */
-		s_stage_rows<HD>(ks, k + base, kt * FA_TILE, T);
-		s_stage_cols<HD>(vt, v + base, kt * FA_TILE, T);
-		__syncthreads();
+		const int buf = kt & 1;
+		if (kt < qt) {
+			s_stage_rows<HD>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T);
+			s_stage_rows<HD>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T);
+			s_cp_commit();
+			s_cp_wait<1>();
+		} else {
+			s_cp_wait<0>();
+		}
+		__syncthreads(); /* tile kt is in for every thread's copies */
 		float s[FA_TILE / 8][4];
-		s_times_rows<HD>(s, qa, ks, g, tig);
-		/* scaled, masked (key after query, or past T), and each row's
-		 * new max; every row has key kt * 64 <= row unmasked, so the
-		 * max is finite */
+		s_times_rows<HD>(s, qa, ks[buf], lane);
+		/* scaled, masked on the diagonal tile (key after query; keys
+		 * past T only occur there), and each row's new max; every row
+		 * has key kt * 64 <= row unmasked, so the max is finite */
 		float nmx[2] = {mx[0], mx[1]};
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			for (int e = 0; e < 4; e++) {
-				const int row = r0 + g + (e >> 1) * 8, col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
-				const float x = col <= row && col < T ? s[nt][e] * scale_log2 : -INFINITY;
+				float x = s[nt][e] * scale_log2;
+				if (kt == qt) {
+					const int row = r0 + g + (e >> 1) * 8,
+						  col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
+					if (col > row || col >= T)
+						x = -INFINITY;
+				}
 				s[nt][e] = x;
 				nmx[e >> 1] = fmaxf(nmx[e >> 1], x);
 			}
@@ -226,12 +301,9 @@ __global__ void __launch_bounds__(FA_THREADS)
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
 			uint32_t pa[4];
 			s_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-			for (int dt = 0; dt < HD / 8; dt++) {
-				uint32_t b[2];
-				s_frag_b(b, vt, dt * 8, kk * 16, g, tig);
-				s_mma(o[dt], pa, b);
-			}
+			s_times_tile<HD>(o, pa, vs[buf], kk, lane);
 		}
+		__syncthreads(); /* every warp is done with buf before it is refilled */
 	}
 	const int C = H * HD, b = bh / H, head = bh % H;
 	for (int h = 0; h < 2; h++) {
@@ -321,24 +393,43 @@ __device__ __forceinline__ void s_block_colsum(float *partial, float (*red)[HD],
 	__syncthreads(); /* red may be written again */
 }
 
+/* lse2 and D of queries q0 .. q0 + 63 into ls, ds by cp.async (not
+ * committed); zeros past T, where every probability is masked */
+__device__ __forceinline__ void s_stage_rowstats(float *ls, float *ds, const float *lse2,
+                                                 const float *D, size_t at, int q0, int T)
+{
+	for (int i = threadIdx.x; i < 2 * FA_TILE; i += FA_THREADS) {
+		const int r = i % FA_TILE;
+		const bool in = q0 + r < T;
+		const size_t src = in ? at + (size_t)(q0 + r) : 0;
+		if (i < FA_TILE)
+			s_cp<4>(&ls[r], lse2 + src, in);
+		else
+			s_cp<4>(&ds[r], D + src, in);
+	}
+}
+
 /* dk, dv into dqkv / dqkv16: grid (B*H, key tiles), key tile blockIdx.y
- * (the first has the most queries after it) */
+ * (the first has the most queries after it). The q and dy tiles (and their
+ * rows' lse2 and D) are double-buffered like forward's K and V. */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
 	k_flash_backward_kv(float *dqkv, bf16 *dqkv16, float *bias_partial, const uint16_t *q,
 			    const uint16_t *k, const uint16_t *v, const uint16_t *dy, const float *lse2,
 			    const float *D, int T, int H, float scale_log2, float scale)
 {
-	__shared__ __align__(16) uint16_t qs[FA_TILE][HD + FA_PAD];
-	__shared__ __align__(16) uint16_t qts[HD][FA_TILE + FA_PAD];
-	__shared__ __align__(16) uint16_t dys[FA_TILE][HD + FA_PAD];
-	__shared__ __align__(16) uint16_t dyts[HD][FA_TILE + FA_PAD];
-	__shared__ float ls[FA_TILE], ds[FA_TILE];
+	__shared__ __align__(16) uint16_t qs[2][FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t dys[2][FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) float ls[2][FA_TILE], ds[2][FA_TILE];
 	const int bh = (int)blockIdx.x, kt = (int)blockIdx.y, n_tiles = (int)gridDim.y;
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
-	const size_t base = (size_t)bh * T * HD;
+	const size_t base = (size_t)bh * T * HD, rows_at = (size_t)bh * T;
 	const int k0 = kt * FA_TILE + warp * 16; /* this warp's first key */
+	s_stage_rows<HD>(qs[0], q + base, kt * FA_TILE, T);
+	s_stage_rows<HD>(dys[0], dy + base, kt * FA_TILE, T);
+	s_stage_rowstats(ls[0], ds[0], lse2, D, rows_at, kt * FA_TILE, T);
+	s_cp_commit();
 	uint32_t ka[HD / 16][4], va[HD / 16][4];
 	s_load_a<HD>(ka, k + base, k0, T, g, tig);
 	s_load_a<HD>(va, v + base, k0, T, g, tig);
@@ -347,43 +438,42 @@ __global__ void __launch_bounds__(FA_THREADS)
 		for (int e = 0; e < 4; e++)
 			dka[dt][e] = dva[dt][e] = 0.0f;
 	for (int qt = kt; qt < n_tiles; qt++) {
-		const int q0 = qt * FA_TILE;
-		__syncthreads();
-		s_stage_rows<HD>(qs, q + base, q0, T);
-		s_stage_cols<HD>(qts, q + base, q0, T);
-		s_stage_rows<HD>(dys, dy + base, q0, T);
-		s_stage_cols<HD>(dyts, dy + base, q0, T);
-		for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
-			const bool in = q0 + i < T; /* queries past T: p = 2^-inf = 0 */
-			ls[i] = in ? lse2[(size_t)bh * T + q0 + i] : INFINITY;
-			ds[i] = in ? D[(size_t)bh * T + q0 + i] : 0.0f;
+		const int q0 = qt * FA_TILE, buf = (qt - kt) & 1;
+		if (qt + 1 < n_tiles) {
+			s_stage_rows<HD>(qs[buf ^ 1], q + base, q0 + FA_TILE, T);
+			s_stage_rows<HD>(dys[buf ^ 1], dy + base, q0 + FA_TILE, T);
+			s_stage_rowstats(ls[buf ^ 1], ds[buf ^ 1], lse2, D, rows_at, q0 + FA_TILE, T);
+			s_cp_commit();
+			s_cp_wait<1>();
+		} else {
+			s_cp_wait<0>();
 		}
 		__syncthreads();
 		/* s^T (16 keys x 64 queries) = k q^T, dp^T = v dy^T */
 		float st[FA_TILE / 8][4], dpt[FA_TILE / 8][4];
-		s_times_rows<HD>(st, ka, qs, g, tig);
-		s_times_rows<HD>(dpt, va, dys, g, tig);
-		/* p^T, and dS^T = p^T (dp^T - D) */
+		s_times_rows<HD>(st, ka, qs[buf], lane);
+		s_times_rows<HD>(dpt, va, dys[buf], lane);
+		/* p^T, and dS^T = p^T (dp^T - D); masked on the diagonal tile
+		 * (query before key) and on the last (queries past T) */
+		const bool edge = qt == kt || q0 + FA_TILE > T;
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			for (int e = 0; e < 4; e++) {
 				const int key = k0 + g + (e >> 1) * 8, qi = nt * 8 + 2 * tig + (e & 1);
-				const float p = q0 + qi >= key ? exp2f(st[nt][e] * scale_log2 - ls[qi]) : 0.0f;
+				float p = exp2f(st[nt][e] * scale_log2 - ls[buf][qi]);
+				if (edge && (q0 + qi < key || q0 + qi >= T))
+					p = 0.0f;
 				st[nt][e] = p;
-				dpt[nt][e] = p * (dpt[nt][e] - ds[qi]);
+				dpt[nt][e] = p * (dpt[nt][e] - ds[buf][qi]);
 			}
 		/* dv (16 x HD) += p^T @ dy, dk += dS^T @ q */
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
 			uint32_t pa[4], sa[4];
 			s_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
 			s_acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-			for (int dt = 0; dt < HD / 8; dt++) {
-				uint32_t b[2];
-				s_frag_b(b, dyts, dt * 8, kk * 16, g, tig);
-				s_mma(dva[dt], pa, b);
-				s_frag_b(b, qts, dt * 8, kk * 16, g, tig);
-				s_mma(dka[dt], sa, b);
-			}
+			s_times_tile<HD>(dva, pa, dys[buf], kk, lane);
+			s_times_tile<HD>(dka, sa, qs[buf], kk, lane);
 		}
+		__syncthreads(); /* every warp is done with buf before it is refilled */
 	}
 	for (int h = 0; h < 2; h++) {
 		const int key = k0 + g + h * 8;
@@ -409,21 +499,24 @@ __global__ void __launch_bounds__(FA_THREADS)
 	s_block_colsum<HD>(row + 2 * C, red, dva, valid, 1.0f, warp, g, tig);
 }
 
-/* dq into dqkv / dqkv16: grid (B*H, query tiles), the last first */
+/* dq into dqkv / dqkv16: grid (B*H, query tiles), the last first; the K
+ * and V tiles double-buffered */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
 	k_flash_backward_q(float *dqkv, bf16 *dqkv16, float *bias_partial, const uint16_t *q,
 			   const uint16_t *k, const uint16_t *v, const uint16_t *dy, const float *lse2,
 			   const float *D, int T, int H, float scale_log2, float scale)
 {
-	__shared__ __align__(16) uint16_t ks[FA_TILE][HD + FA_PAD];
-	__shared__ __align__(16) uint16_t vs[FA_TILE][HD + FA_PAD];
-	__shared__ __align__(16) uint16_t kts[HD][FA_TILE + FA_PAD];
+	__shared__ __align__(16) uint16_t ks[2][FA_TILE][HD + FA_PAD];
+	__shared__ __align__(16) uint16_t vs[2][FA_TILE][HD + FA_PAD];
 	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
 	const size_t base = (size_t)bh * T * HD;
 	const int r0 = qt * FA_TILE + warp * 16;
+	s_stage_rows<HD>(ks[0], k + base, 0, T);
+	s_stage_rows<HD>(vs[0], v + base, 0, T);
+	s_cp_commit();
 	uint32_t qa[HD / 16][4], dya[HD / 16][4];
 	s_load_a<HD>(qa, q + base, r0, T, g, tig);
 	s_load_a<HD>(dya, dy + base, r0, T, g, tig);
@@ -437,32 +530,35 @@ __global__ void __launch_bounds__(FA_THREADS)
 	for (int dt = 0; dt < HD / 8; dt++)
 		dqa[dt][0] = dqa[dt][1] = dqa[dt][2] = dqa[dt][3] = 0.0f;
 	for (int kt = 0; kt <= qt; kt++) {
-		__syncthreads();
-		s_stage_rows<HD>(ks, k + base, kt * FA_TILE, T);
-		s_stage_rows<HD>(vs, v + base, kt * FA_TILE, T);
-		s_stage_cols<HD>(kts, k + base, kt * FA_TILE, T);
+		const int buf = kt & 1;
+		if (kt < qt) {
+			s_stage_rows<HD>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T);
+			s_stage_rows<HD>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T);
+			s_cp_commit();
+			s_cp_wait<1>();
+		} else {
+			s_cp_wait<0>();
+		}
 		__syncthreads();
 		/* s (16 x 64) = q k^T, dp = dy v^T */
 		float s[FA_TILE / 8][4], dp[FA_TILE / 8][4];
-		s_times_rows<HD>(s, qa, ks, g, tig);
-		s_times_rows<HD>(dp, dya, vs, g, tig);
+		s_times_rows<HD>(s, qa, ks[buf], lane);
+		s_times_rows<HD>(dp, dya, vs[buf], lane);
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			for (int e = 0; e < 4; e++) {
 				const int row = r0 + g + (e >> 1) * 8, col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
-				const float p = col <= row && col < T ? exp2f(s[nt][e] * scale_log2 - lrow[e >> 1])
-								      : 0.0f;
+				float p = exp2f(s[nt][e] * scale_log2 - lrow[e >> 1]);
+				if (kt == qt && (col > row || col >= T))
+					p = 0.0f;
 				dp[nt][e] = p * (dp[nt][e] - drow[e >> 1]);
 			}
 		/* dq (16 x HD) += dS (16 x 64) @ k (64 x HD) */
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
 			uint32_t sa[4];
 			s_acc_to_a(sa, dp[2 * kk], dp[2 * kk + 1]);
-			for (int dt = 0; dt < HD / 8; dt++) {
-				uint32_t b[2];
-				s_frag_b(b, kts, dt * 8, kk * 16, g, tig);
-				s_mma(dqa[dt], sa, b);
-			}
+			s_times_tile<HD>(dqa, sa, ks[buf], kk, lane);
 		}
+		__syncthreads(); /* every warp is done with buf before it is refilled */
 	}
 	for (int h = 0; h < 2; h++) {
 		const int row = r0 + g + h * 8;
@@ -483,36 +579,44 @@ __global__ void __launch_bounds__(FA_THREADS)
 }
 
 /* The fragment plumbing alone, for gpu-kernels (cuda_flash_mma_probe):
- * x = a @ b1 and y = a @ b2 through s_load_a, s_frag_b and s_mma, then
- * d2 = [x y] @ b3 through s_acc_to_a, as P V uses it; d1 gets x. */
-__global__ void k_flash_mma_probe(float *d1, float *d2, const uint16_t *a, const uint16_t *bt)
+ * x = a @ b1 and y = a @ b2 through s_load_a, s_frag_b_nk and s_mma, then
+ * d2 = [x y] @ b3 through s_acc_to_a, as p v uses it; d1 gets x; d3 =
+ * a @ [b1 b2] through s_times_tile from a row-major copy (ldmatrix.trans). */
+__global__ void k_flash_mma_probe(float *d1, float *d2, float *d3, const uint16_t *a,
+                                  const uint16_t *bt)
 {
-	__shared__ __align__(16) uint16_t sh[24][16 + FA_PAD]; /* b1, b2, b3 transposed */
+	__shared__ __align__(16) uint16_t sh[32][16 + FA_PAD];  /* b1, b2, b3 transposed, zeros */
+	__shared__ __align__(16) uint16_t shk[16][16 + FA_PAD]; /* [b1 b2] itself */
 	const int lane = (int)threadIdx.x, g = lane / 4, tig = lane % 4;
-	for (int i = lane; i < 24 * 16; i += 32)
-		sh[i / 16][i % 16] = bt[i];
+	for (int i = lane; i < 32 * 16; i += 32)
+		sh[i / 16][i % 16] = i < 24 * 16 ? bt[i] : 0;
+	for (int i = lane; i < 16 * 16; i += 32)
+		shk[i / 16][i % 16] = bt[(i % 16) * 16 + i / 16];
 	__syncthreads();
-	uint32_t af[1][4], b[2], pa[4];
+	uint32_t af[1][4], b[4], pa[4];
 	s_load_a<16>(af, a, 0, 16, g, tig);
 	float x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, y[4] = {0.0f, 0.0f, 0.0f, 0.0f}, z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	s_frag_b(b, sh, 0, 0, g, tig);
+	float w[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+	s_frag_b_nk(b, sh, 0, 0, lane); /* b1 and b2 */
 	s_mma(x, af[0], b);
-	s_frag_b(b, sh, 8, 0, g, tig);
-	s_mma(y, af[0], b);
+	s_mma(y, af[0], b + 2);
 	s_acc_to_a(pa, x, y);
-	s_frag_b(b, sh, 16, 0, g, tig);
+	s_frag_b_nk(b, sh, 16, 0, lane); /* b3 and zeros */
 	s_mma(z, pa, b);
+	s_times_tile<16>(w, af[0], shk, 0, lane);
 	for (int e = 0; e < 4; e++) {
 		const int row = g + (e >> 1) * 8, col = 2 * tig + (e & 1);
 		d1[row * 8 + col] = x[e];
 		d2[row * 8 + col] = z[e];
+		d3[row * 16 + col] = w[0][e];
+		d3[row * 16 + 8 + col] = w[1][e];
 	}
 }
 
-extern "C" void cuda_flash_mma_probe(float *d1, float *d2, const uint16_t *a, const uint16_t *bt,
-                                     cudaStream_t stream)
+extern "C" void cuda_flash_mma_probe(float *d1, float *d2, float *d3, const uint16_t *a,
+                                     const uint16_t *bt, cudaStream_t stream)
 {
-	k_flash_mma_probe<<<1, 32, 0, stream>>>(d1, d2, a, bt);
+	k_flash_mma_probe<<<1, 32, 0, stream>>>(d1, d2, d3, a, bt);
 	CUDA_CHECK_LAUNCH();
 }
 
