@@ -11,6 +11,11 @@
 # Knobs: VOCAB (50257), ATTENTION (gemm or fused, bench_gpu_step's
 # --attention; default gemm), TOP (25 rows). Raw CSV in $PROFILE_OUT (default: a
 # temporary folder, printed at the end).
+# DETAIL (a regular expression of kernel names; empty: none): a second ncu
+# pass with the sections that say why a kernel is slow (speed of light,
+# occupancy, warp stall reasons, pipe use, shared-memory conflicts) on
+# DETAIL_COUNT (3) launches of the matching kernels after skipping
+# DETAIL_SKIP (0) of them, into $PROFILE_OUT/detail.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
@@ -52,4 +57,12 @@ print("| --- | --- | --- | --- |")
 for k, v in sorted(t.items(), key=lambda kv: -kv[1])[:top]:
     print(f"| `{k[:70]}` | {n[k]:.0f} | {v/1e6:.2f} | {100*v/total:.1f}% |")
 PY
+if [ -n "${DETAIL:-}" ]; then
+  echo "ncu sections on ${DETAIL_COUNT:-3} launches matching $DETAIL..." >&2
+  "$ncu" --kernel-name "regex:$DETAIL" --launch-skip "${DETAIL_SKIP:-0}" --launch-count "${DETAIL_COUNT:-3}" \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+    "$exe" --batch "$batch" --vocab "$vocab" --attention "$attention" --steps 1 --warmup 1 \
+    > "$out/detail.txt" 2>&1 || echo "gpu/profile.sh: the DETAIL pass failed (see $out/detail.txt)" >&2
+fi
 echo "raw output: $out" >&2

@@ -171,6 +171,7 @@ launcher<P...> launch_named(const char *name, void (*kernel)(P...), dim3 grid, d
 #define CUDAEMU_CP_ASYNC(dst, src, bytes, valid) cudaemu::cp_async((dst), (src), (bytes), (valid))
 #define CUDAEMU_CP_COMMIT() cudaemu::cp_async_commit()
 #define CUDAEMU_CP_WAIT(n) cudaemu::cp_async_wait(n)
+#define CUDAEMU_EX2_APPROX(x) exp2f(x) /* the GPU's is within 2 ulp, flushing subnormals */
 
 static inline float rsqrtf(float x)
 {

@@ -224,6 +224,44 @@ static void test_bias_backward(void)
 	cudaFree(d_dout), cudaFree(d_db), cudaFree(d_scr);
 }
 
+/* GELU backward with C a multiple of 4 (four columns a thread) against the
+ * CPU, and against itself through the one-column path (the same buffers one
+ * element off alignment): the same bits, bias sums included */
+static void test_gelu_backward_vec4(const float *x)
+{
+	const int N = 517, C = 132; /* 2 blocks of 128 columns, the second mostly idle */
+	const size_t nb = (size_t)N * C;
+	float *dy = rand_floats(nb, 1), *d = malloc(F(nb)), *db = calloc((size_t)C, sizeof(float));
+	memcpy(d, dy, F(nb));
+	kernel_gelu_backward_inplace(d, x, nb);
+	kernel_bias_backward(db, d, N, C);
+	float *d_dy = gpu_dup(NULL, F(nb + 1)), *d_x = gpu_dup(NULL, F(nb + 1));
+	float *d_db = gpu_dup(NULL, F((size_t)C)), *d_scr = gpu_dup(NULL, F(cuda_colsum_scratch_floats(N, C)));
+	uint16_t *d_16 = gpu_dup(NULL, (nb + 1) * 2);
+	float *g[2], *gdb[2];
+	uint16_t *g16[2];
+	for (int off = 0; off < 2; off++) { /* 0: float4 columns, 1: one by one */
+		gpu_must(cudaMemcpy(d_dy + off, dy, F(nb), cudaMemcpyHostToDevice), "upload");
+		gpu_must(cudaMemcpy(d_x + off, x, F(nb), cudaMemcpyHostToDevice), "upload");
+		gpu_must(cudaMemset(d_db, 0, F((size_t)C)), "zero");
+		cuda_gelu_backward_bias(d_dy + off, d_16 + off, d_db, d_dy + off, d_x + off, N, C, d_scr, 0);
+		g[off] = download(d_dy + off, nb);
+		g16[off] = download16(d_16 + off, nb);
+		gdb[off] = download(d_db, (size_t)C);
+	}
+	expect("gelu backward, 4 columns a thread: fp32", rel_err(g[0], d, nb), FP32_BOUND);
+	expect("gelu backward, 4 columns a thread: bf16", rel_err_bf16(g16[0], d, nb), BF16_BOUND);
+	expect("gelu backward, 4 columns a thread: bias gradient", rel_err(gdb[0], db, (size_t)C),
+	       FP32_SUM_BOUND);
+	expect_true("gelu backward: 4 columns a thread and one, the same bits",
+		    memcmp(g[0], g[1], F(nb)) == 0 && memcmp(g16[0], g16[1], nb * 2) == 0 &&
+			    memcmp(gdb[0], gdb[1], F((size_t)C)) == 0);
+	for (int i = 0; i < 2; i++)
+		free(g[i]), free(g16[i]), free(gdb[i]);
+	free(dy), free(d), free(db);
+	cudaFree(d_dy), cudaFree(d_x), cudaFree(d_db), cudaFree(d_scr), cudaFree(d_16);
+}
+
 static void test_gelu(void)
 {
 	const size_t n = 100003;
@@ -266,6 +304,7 @@ static void test_gelu(void)
 		    memcmp(ga16, gb16, nb * 2) == 0 && memcmp(d_after, d2, F(nb)) == 0);
 	free(d2), free(ga16), free(gb16), free(d_after), free(db), free(gdb);
 	cudaFree(d_db), cudaFree(d_scr);
+	test_gelu_backward_vec4(x);
 	/* pointers one element off 16-byte alignment: the one-by-one path,
 	 * into outputs first filled with NaN */
 	gpu_must(cudaMemset(d_out, 0xff, F(n)), "fill");

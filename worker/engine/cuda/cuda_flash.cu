@@ -51,6 +51,15 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* Loops over fragments must unroll completely for their arrays to stay in
+ * registers (an index the compiler cannot resolve puts the array in local
+ * memory) */
+#ifdef __CUDACC__
+#define FA_UNROLL _Pragma("unroll")
+#else
+#define FA_UNROLL
+#endif
+
 /* d (16 x 8) += a (16 x 16) @ b (16 x 8): one warp-wide tensor-core product */
 __device__ __forceinline__ void s_mma(float d[4], const uint32_t a[4], const uint32_t b[2])
 {
@@ -61,6 +70,19 @@ __device__ __forceinline__ void s_mma(float d[4], const uint32_t a[4], const uin
 		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
 		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* 2^x by the special-function unit alone (ex2.approx.ftz: subnormal
+ * results flush to 0, which probabilities that small may) */
+__device__ __forceinline__ float s_exp2(float x)
+{
+#ifdef CUDAEMU_EX2_APPROX
+	return CUDAEMU_EX2_APPROX(x);
+#else
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
 #endif
 }
 
@@ -145,7 +167,9 @@ template <int HD>
 __device__ __forceinline__ void s_load_a(uint32_t a[HD / 16][4], const uint16_t *m, int r0, int T,
                                          int g, int tig)
 {
+	FA_UNROLL
 	for (int kk = 0; kk < HD / 16; kk++)
+		FA_UNROLL
 		for (int i = 0; i < 4; i++) {
 			const int r = r0 + g + (i & 1) * 8, c = kk * 16 + (i >> 1) * 8 + 2 * tig;
 			a[kk][i] = r < T ? s_ld2(m + (size_t)r * HD + c) : 0u;
@@ -154,12 +178,12 @@ __device__ __forceinline__ void s_load_a(uint32_t a[HD / 16][4], const uint16_t 
 
 /* rows r0 .. r0 + 63 of a (T, HD) matrix into sh by cp.async (not
  * committed), zeros past T */
-template <int HD>
+template <int HD, int THREADS = FA_THREADS>
 __device__ __forceinline__ void s_stage_rows(uint16_t (*sh)[HD + FA_PAD], const uint16_t *m, int r0,
                                              int T)
 {
 	constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
-	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += FA_THREADS) {
+	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += THREADS) {
 		const int r = w / CHUNKS, c = (w % CHUNKS) * 8;
 		const bool in = r0 + r < T;
 		s_cp<16>(&sh[r][c], m + (in ? (size_t)(r0 + r) * HD + c : 0), in);
@@ -183,36 +207,67 @@ __device__ __forceinline__ void s_frag_b_kn(uint32_t b[4], uint16_t (*sh)[W], in
 	s_ldmatrix<true>(b, &sh[k0 + (lane & 7) + 8 * ((lane >> 3) & 1)][n0 + 8 * (lane >> 4)]);
 }
 
-/* acc (16 x 64) = a (16 x HD, A fragments) @ sh^T, sh holding 64 rows of
- * HD: the score-shaped products (q k^T, dy v^T and their transposes) */
+/* acc[m] (16 x 64) = a[m] (16 x HD, A fragments) @ sh^T for MT tiles of
+ * 16 rows, sh holding 64 rows of HD: the score-shaped products (q k^T,
+ * dy v^T and their transposes); each B fragment serves all MT */
+template <int HD, int MT>
+__device__ __forceinline__ void s_times_rows_m(float acc[MT][FA_TILE / 8][4],
+                                               const uint32_t a[MT][HD / 16][4],
+                                               uint16_t (*sh)[HD + FA_PAD], int lane)
+{
+	FA_UNROLL
+	for (int m = 0; m < MT; m++)
+		FA_UNROLL
+		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			acc[m][nt][0] = acc[m][nt][1] = acc[m][nt][2] = acc[m][nt][3] = 0.0f;
+	FA_UNROLL
+	for (int nt = 0; nt < FA_TILE / 8; nt += 2)
+		FA_UNROLL
+		for (int kk = 0; kk < HD / 16; kk++) {
+			uint32_t b[4];
+			s_frag_b_nk(b, sh, nt * 8, kk * 16, lane);
+			FA_UNROLL
+			for (int m = 0; m < MT; m++) {
+				s_mma(acc[m][nt], a[m][kk], b);
+				s_mma(acc[m][nt + 1], a[m][kk], b + 2);
+			}
+		}
+}
+
+/* acc[m] (16 x HD) += a[m] (chunk kk of a 16 x 64 A operand, given per
+ * chunk) @ rows 16 kk .. 16 kk + 15 of sh (64 x HD, row-major): the
+ * value-shaped products (p v, dS k and their transposes) */
+template <int HD, int MT>
+__device__ __forceinline__ void s_times_tile_m(float acc[MT][HD / 8][4], const uint32_t a[MT][4],
+                                               uint16_t (*sh)[HD + FA_PAD], int kk, int lane)
+{
+	FA_UNROLL
+	for (int dt = 0; dt < HD / 8; dt += 2) {
+		uint32_t b[4];
+		s_frag_b_kn(b, sh, kk * 16, dt * 8, lane);
+		FA_UNROLL
+		for (int m = 0; m < MT; m++) {
+			s_mma(acc[m][dt], a[m], b);
+			s_mma(acc[m][dt + 1], a[m], b + 2);
+		}
+	}
+}
+
+/* the two for one tile of 16 rows */
 template <int HD>
 __device__ __forceinline__ void s_times_rows(float acc[FA_TILE / 8][4], const uint32_t a[HD / 16][4],
                                              uint16_t (*sh)[HD + FA_PAD], int lane)
 {
-	for (int nt = 0; nt < FA_TILE / 8; nt++)
-		acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-	for (int nt = 0; nt < FA_TILE / 8; nt += 2)
-		for (int kk = 0; kk < HD / 16; kk++) {
-			uint32_t b[4];
-			s_frag_b_nk(b, sh, nt * 8, kk * 16, lane);
-			s_mma(acc[nt], a[kk], b);
-			s_mma(acc[nt + 1], a[kk], b + 2);
-		}
+	s_times_rows_m<HD, 1>(reinterpret_cast<float(*)[FA_TILE / 8][4]>(acc),
+			      reinterpret_cast<const uint32_t(*)[HD / 16][4]>(a), sh, lane);
 }
 
-/* acc (16 x HD) += a (16 x 64, chunk kk's A fragments given by the caller
- * per chunk) @ sh (64 x HD, row-major): the value-shaped products (p v,
- * dS k and their transposes), chunk kk of 16 rows of sh */
 template <int HD>
 __device__ __forceinline__ void s_times_tile(float acc[HD / 8][4], const uint32_t a[4],
                                              uint16_t (*sh)[HD + FA_PAD], int kk, int lane)
 {
-	for (int dt = 0; dt < HD / 8; dt += 2) {
-		uint32_t b[4];
-		s_frag_b_kn(b, sh, kk * 16, dt * 8, lane);
-		s_mma(acc[dt], a, b);
-		s_mma(acc[dt + 1], a, b + 2);
-	}
+	s_times_tile_m<HD, 1>(reinterpret_cast<float(*)[HD / 8][4]>(acc),
+			      reinterpret_cast<const uint32_t(*)[4]>(a), sh, kk, lane);
 }
 
 /* Accumulator tiles x[2 kk], x[2 kk + 1] (16 x 16 together) as the A
@@ -225,108 +280,141 @@ __device__ __forceinline__ void s_acc_to_a(uint32_t a[4], const float x0[4], con
 	a[3] = s_pack(x1[2], x1[3]);
 }
 
-/* Forward: grid (B*H, query tiles), the last tile (the most keys) first.
- * q, k, v (B*H, T, HD); out/out16 (B, T, C) rows, either may be NULL;
- * lse2 (B*H, T). K and V tiles are double-buffered: tile kt + 1 is on its
- * way (cp.async) while tile kt is used. */
+/* Forward: grid (B*H, query tiles), the last tile (the most keys) first;
+ * FA_FWD_WARPS warps of 32 queries, two tiles of 16 (FA_FWD_MT) that share
+ * every K and V fragment read from shared memory. q, k, v (B*H, T, HD);
+ * out/out16 (B, T, C) rows, either may be NULL; lse2 (B*H, T). K and V
+ * tiles are double-buffered: tile kt + 1 is on its way (cp.async) while
+ * tile kt is used. */
+#define FA_FWD_MT 2
+#define FA_FWD_WARPS (FA_TILE / (16 * FA_FWD_MT))
+#define FA_FWD_THREADS (FA_FWD_WARPS * 32)
 template <int HD>
-__global__ void __launch_bounds__(FA_THREADS)
+__global__ void __launch_bounds__(FA_FWD_THREADS)
 	k_flash_forward(float *out, bf16 *out16, float *lse2, const uint16_t *q, const uint16_t *k,
 			const uint16_t *v, int T, int H, float scale_log2)
 {
+	constexpr int MT = FA_FWD_MT, NT = FA_FWD_THREADS;
 	__shared__ __align__(16) uint16_t ks[2][FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) uint16_t vs[2][FA_TILE][HD + FA_PAD];
 	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
 	const size_t base = (size_t)bh * T * HD;
-	const int r0 = qt * FA_TILE + warp * 16; /* this warp's first query */
-	s_stage_rows<HD>(ks[0], k + base, 0, T);
-	s_stage_rows<HD>(vs[0], v + base, 0, T);
+	const int r0 = qt * FA_TILE + warp * 16 * MT; /* this warp's first query */
+	s_stage_rows<HD, NT>(ks[0], k + base, 0, T);
+	s_stage_rows<HD, NT>(vs[0], v + base, 0, T);
 	s_cp_commit();
-	uint32_t qa[HD / 16][4];
-	s_load_a<HD>(qa, q + base, r0, T, g, tig);
-	float o[HD / 8][4];
-	for (int dt = 0; dt < HD / 8; dt++)
-		o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-	float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f}; /* rows g, g + 8 */
+	uint32_t qa[MT][HD / 16][4];
+	FA_UNROLL
+	for (int m = 0; m < MT; m++)
+		s_load_a<HD>(qa[m], q + base, r0 + 16 * m, T, g, tig);
+	float o[MT][HD / 8][4];
+	/* per tile m, rows g and g + 8: the running max of the raw scores
+	 * and the sum of 2^(score * scale_log2 - max * scale_log2) */
+	float mx[MT][2], sum[MT][2];
+	FA_UNROLL
+	for (int m = 0; m < MT; m++) {
+		FA_UNROLL
+		for (int dt = 0; dt < HD / 8; dt++)
+			o[m][dt][0] = o[m][dt][1] = o[m][dt][2] = o[m][dt][3] = 0.0f;
+		mx[m][0] = mx[m][1] = -INFINITY;
+		sum[m][0] = sum[m][1] = 0.0f;
+	}
 	for (int kt = 0; kt <= qt; kt++) {
 		const int buf = kt & 1;
 		if (kt < qt) {
-			s_stage_rows<HD>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T);
-			s_stage_rows<HD>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T);
+			s_stage_rows<HD, NT>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T);
+			s_stage_rows<HD, NT>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T);
 			s_cp_commit();
 			s_cp_wait<1>();
 		} else {
 			s_cp_wait<0>();
 		}
 		__syncthreads(); /* tile kt is in for every thread's copies */
-		float s[FA_TILE / 8][4];
-		s_times_rows<HD>(s, qa, ks[buf], lane);
-		/* scaled, masked on the diagonal tile (key after query; keys
-		 * past T only occur there), and each row's new max; every row
-		 * has key kt * 64 <= row unmasked, so the max is finite */
-		float nmx[2] = {mx[0], mx[1]};
-		for (int nt = 0; nt < FA_TILE / 8; nt++)
-			for (int e = 0; e < 4; e++) {
-				float x = s[nt][e] * scale_log2;
-				if (kt == qt) {
-					const int row = r0 + g + (e >> 1) * 8,
-						  col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
-					if (col > row || col >= T)
-						x = -INFINITY;
+		float s[MT][FA_TILE / 8][4];
+		s_times_rows_m<HD, MT>(s, qa, ks[buf], lane);
+		FA_UNROLL
+		for (int m = 0; m < MT; m++) {
+			/* masked on the diagonal tile (key after query; keys past
+			 * T only occur there), and each row's new max; every row
+			 * has key kt * 64 <= row unmasked, so the max is finite */
+			float nmx[2] = {mx[m][0], mx[m][1]};
+			FA_UNROLL
+			for (int nt = 0; nt < FA_TILE / 8; nt++)
+				FA_UNROLL
+				for (int e = 0; e < 4; e++) {
+					if (kt == qt) {
+						const int row = r0 + 16 * m + g + (e >> 1) * 8,
+							  col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
+						if (col > row || col >= T)
+							s[m][nt][e] = -INFINITY;
+					}
+					nmx[e >> 1] = fmaxf(nmx[e >> 1], s[m][nt][e]);
 				}
-				s[nt][e] = x;
-				nmx[e >> 1] = fmaxf(nmx[e >> 1], x);
+			float mxs[2];
+			FA_UNROLL
+			for (int h = 0; h < 2; h++) {
+				/* the 4 lanes of a group hold a row between them */
+				nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 1));
+				nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 2));
+				const float alpha = s_exp2((mx[m][h] - nmx[h]) * scale_log2);
+				mx[m][h] = nmx[h];
+				mxs[h] = nmx[h] * scale_log2;
+				sum[m][h] *= alpha;
+				FA_UNROLL
+				for (int dt = 0; dt < HD / 8; dt++) {
+					o[m][dt][2 * h] *= alpha;
+					o[m][dt][2 * h + 1] *= alpha;
+				}
 			}
-		float alpha[2];
-		for (int h = 0; h < 2; h++) {
-			/* the 4 lanes of a group hold a row between them */
-			nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 1));
-			nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 2));
-			alpha[h] = exp2f(mx[h] - nmx[h]);
-			mx[h] = nmx[h];
-			sum[h] *= alpha[h];
+			FA_UNROLL
+			for (int nt = 0; nt < FA_TILE / 8; nt++)
+				FA_UNROLL
+				for (int e = 0; e < 4; e++) {
+					const float p = s_exp2(fmaf(s[m][nt][e], scale_log2, -mxs[e >> 1]));
+					sum[m][e >> 1] += p;
+					s[m][nt][e] = p;
+				}
 		}
-		for (int dt = 0; dt < HD / 8; dt++)
-			for (int e = 0; e < 4; e++)
-				o[dt][e] *= alpha[e >> 1];
-		for (int nt = 0; nt < FA_TILE / 8; nt++)
-			for (int e = 0; e < 4; e++) {
-				const float p = exp2f(s[nt][e] - mx[e >> 1]);
-				sum[e >> 1] += p;
-				s[nt][e] = p;
-			}
-		/* o (16 x HD) += p (16 x 64) @ v (64 x HD) */
+		/* o (16 x HD) += p (16 x 64) @ v (64 x HD), per tile */
+		FA_UNROLL
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
-			uint32_t pa[4];
-			s_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-			s_times_tile<HD>(o, pa, vs[buf], kk, lane);
+			uint32_t pa[MT][4];
+			FA_UNROLL
+			for (int m = 0; m < MT; m++)
+				s_acc_to_a(pa[m], s[m][2 * kk], s[m][2 * kk + 1]);
+			s_times_tile_m<HD, MT>(o, pa, vs[buf], kk, lane);
 		}
 		__syncthreads(); /* every warp is done with buf before it is refilled */
 	}
 	const int C = H * HD, b = bh / H, head = bh % H;
-	for (int h = 0; h < 2; h++) {
-		sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
-		sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
-		const int row = r0 + g + h * 8;
-		if (row >= T)
-			continue;
-		const float inv = 1.0f / sum[h];
-		const size_t at = ((size_t)b * T + row) * C + (size_t)head * HD;
-		for (int dt = 0; dt < HD / 8; dt++) {
-			const int d = dt * 8 + 2 * tig;
-			const float y0 = o[dt][2 * h] * inv, y1 = o[dt][2 * h + 1] * inv;
-			if (out) {
-				out[at + d] = y0;
-				out[at + d + 1] = y1;
+	FA_UNROLL
+	for (int m = 0; m < MT; m++)
+		FA_UNROLL
+		for (int h = 0; h < 2; h++) {
+			sum[m][h] += __shfl_xor_sync(0xffffffffu, sum[m][h], 1);
+			sum[m][h] += __shfl_xor_sync(0xffffffffu, sum[m][h], 2);
+			const int row = r0 + 16 * m + g + h * 8;
+			if (row >= T)
+				continue;
+			const float inv = 1.0f / sum[m][h];
+			const size_t at = ((size_t)b * T + row) * C + (size_t)head * HD;
+			FA_UNROLL
+			for (int dt = 0; dt < HD / 8; dt++) {
+				const int d = dt * 8 + 2 * tig;
+				const float y0 = o[m][dt][2 * h] * inv, y1 = o[m][dt][2 * h + 1] * inv;
+				if (out) {
+					out[at + d] = y0;
+					out[at + d + 1] = y1;
+				}
+				if (out16)
+					*reinterpret_cast<__nv_bfloat162 *>(out16 + at + d) =
+						__floats2bfloat162_rn(y0, y1);
 			}
-			if (out16)
-				*reinterpret_cast<__nv_bfloat162 *>(out16 + at + d) = __floats2bfloat162_rn(y0, y1);
+			if (tig == 0)
+				lse2[(size_t)bh * T + row] = mx[m][h] * scale_log2 + log2f(sum[m][h]);
 		}
-		if (tig == 0)
-			lse2[(size_t)bh * T + row] = mx[h] + log2f(sum[h]);
-	}
 }
 
 /* D (B*H, T) = rowsum(dy * y): one warp per row, dy (B*H, T, HD) bf16 and
@@ -342,6 +430,7 @@ __global__ void k_flash_rowdot(float *D, const bf16 *dy, const bf16 *y16, int T,
 	float acc = 0.0f;
 	for (int d = lane; d < HD; d += 32)
 		acc += __bfloat162float(a[d]) * __bfloat162float(y[d]);
+	FA_UNROLL
 	for (int o = 16; o > 0; o /= 2)
 		acc += __shfl_xor_sync(0xffffffffu, acc, o);
 	if (lane == 0)
@@ -374,7 +463,9 @@ __device__ __forceinline__ void s_block_colsum(float *partial, float (*red)[HD],
                                                const float x[HD / 8][4], const bool valid[2],
                                                float mul, int warp, int g, int tig)
 {
+	FA_UNROLL
 	for (int dt = 0; dt < HD / 8; dt++)
+		FA_UNROLL
 		for (int j = 0; j < 2; j++) {
 			float v = (valid[0] ? x[dt][j] * mul : 0.0f) + (valid[1] ? x[dt][2 + j] * mul : 0.0f);
 			v += __shfl_xor_sync(0xffffffffu, v, 4);
@@ -386,6 +477,7 @@ __device__ __forceinline__ void s_block_colsum(float *partial, float (*red)[HD],
 	__syncthreads();
 	for (int c = threadIdx.x; c < HD; c += FA_THREADS) {
 		float s = 0.0f;
+		FA_UNROLL
 		for (int w = 0; w < FA_WARPS; w++)
 			s += red[w][c];
 		partial[c] = s;
@@ -434,7 +526,9 @@ __global__ void __launch_bounds__(FA_THREADS)
 	s_load_a<HD>(ka, k + base, k0, T, g, tig);
 	s_load_a<HD>(va, v + base, k0, T, g, tig);
 	float dka[HD / 8][4], dva[HD / 8][4];
+	FA_UNROLL
 	for (int dt = 0; dt < HD / 8; dt++)
+		FA_UNROLL
 		for (int e = 0; e < 4; e++)
 			dka[dt][e] = dva[dt][e] = 0.0f;
 	for (int qt = kt; qt < n_tiles; qt++) {
@@ -456,16 +550,19 @@ __global__ void __launch_bounds__(FA_THREADS)
 		/* p^T, and dS^T = p^T (dp^T - D); masked on the diagonal tile
 		 * (query before key) and on the last (queries past T) */
 		const bool edge = qt == kt || q0 + FA_TILE > T;
+		FA_UNROLL
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			FA_UNROLL
 			for (int e = 0; e < 4; e++) {
 				const int key = k0 + g + (e >> 1) * 8, qi = nt * 8 + 2 * tig + (e & 1);
-				float p = exp2f(st[nt][e] * scale_log2 - ls[buf][qi]);
+				float p = s_exp2(fmaf(st[nt][e], scale_log2, -ls[buf][qi]));
 				if (edge && (q0 + qi < key || q0 + qi >= T))
 					p = 0.0f;
 				st[nt][e] = p;
 				dpt[nt][e] = p * (dpt[nt][e] - ds[buf][qi]);
 			}
 		/* dv (16 x HD) += p^T @ dy, dk += dS^T @ q */
+		FA_UNROLL
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
 			uint32_t pa[4], sa[4];
 			s_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
@@ -475,10 +572,12 @@ __global__ void __launch_bounds__(FA_THREADS)
 		}
 		__syncthreads(); /* every warp is done with buf before it is refilled */
 	}
+	FA_UNROLL
 	for (int h = 0; h < 2; h++) {
 		const int key = k0 + g + h * 8;
 		if (key >= T)
 			continue;
+		FA_UNROLL
 		for (int dt = 0; dt < HD / 8; dt++) {
 			const int d = dt * 8 + 2 * tig;
 			s_put_grad(dqkv, dqkv16, bh / H, key, T, H, HD, 1, bh % H, d, dka[dt][2 * h] * scale,
@@ -521,12 +620,14 @@ __global__ void __launch_bounds__(FA_THREADS)
 	s_load_a<HD>(qa, q + base, r0, T, g, tig);
 	s_load_a<HD>(dya, dy + base, r0, T, g, tig);
 	float lrow[2], drow[2];
+	FA_UNROLL
 	for (int h = 0; h < 2; h++) {
 		const int row = r0 + g + h * 8;
 		lrow[h] = row < T ? lse2[(size_t)bh * T + row] : INFINITY;
 		drow[h] = row < T ? D[(size_t)bh * T + row] : 0.0f;
 	}
 	float dqa[HD / 8][4];
+	FA_UNROLL
 	for (int dt = 0; dt < HD / 8; dt++)
 		dqa[dt][0] = dqa[dt][1] = dqa[dt][2] = dqa[dt][3] = 0.0f;
 	for (int kt = 0; kt <= qt; kt++) {
@@ -544,15 +645,18 @@ __global__ void __launch_bounds__(FA_THREADS)
 		float s[FA_TILE / 8][4], dp[FA_TILE / 8][4];
 		s_times_rows<HD>(s, qa, ks[buf], lane);
 		s_times_rows<HD>(dp, dya, vs[buf], lane);
+		FA_UNROLL
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			FA_UNROLL
 			for (int e = 0; e < 4; e++) {
 				const int row = r0 + g + (e >> 1) * 8, col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
-				float p = exp2f(s[nt][e] * scale_log2 - lrow[e >> 1]);
+				float p = s_exp2(fmaf(s[nt][e], scale_log2, -lrow[e >> 1]));
 				if (kt == qt && (col > row || col >= T))
 					p = 0.0f;
 				dp[nt][e] = p * (dp[nt][e] - drow[e >> 1]);
 			}
 		/* dq (16 x HD) += dS (16 x 64) @ k (64 x HD) */
+		FA_UNROLL
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
 			uint32_t sa[4];
 			s_acc_to_a(sa, dp[2 * kk], dp[2 * kk + 1]);
@@ -560,10 +664,12 @@ __global__ void __launch_bounds__(FA_THREADS)
 		}
 		__syncthreads(); /* every warp is done with buf before it is refilled */
 	}
+	FA_UNROLL
 	for (int h = 0; h < 2; h++) {
 		const int row = r0 + g + h * 8;
 		if (row >= T)
 			continue;
+		FA_UNROLL
 		for (int dt = 0; dt < HD / 8; dt++)
 			s_put_grad(dqkv, dqkv16, bh / H, row, T, H, HD, 0, bh % H, dt * 8 + 2 * tig,
 				   dqa[dt][2 * h] * scale, dqa[dt][2 * h + 1] * scale);
@@ -604,6 +710,7 @@ __global__ void k_flash_mma_probe(float *d1, float *d2, float *d3, const uint16_
 	s_frag_b_nk(b, sh, 16, 0, lane); /* b3 and zeros */
 	s_mma(z, pa, b);
 	s_times_tile<16>(w, af[0], shk, 0, lane);
+	FA_UNROLL
 	for (int e = 0; e < 4; e++) {
 		const int row = g + (e >> 1) * 8, col = 2 * tig + (e & 1);
 		d1[row * 8 + col] = x[e];
@@ -659,7 +766,7 @@ extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, con
 	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
 	bf16 *o16 = reinterpret_cast<bf16 *>(out16);
 #define FWD(HD)                                                                                  \
-	k_flash_forward<HD><<<grid, FA_THREADS, 0, stream>>>(out, o16, lse2, q, k, v, T, H, scale_log2)
+	k_flash_forward<HD><<<grid, FA_FWD_THREADS, 0, stream>>>(out, o16, lse2, q, k, v, T, H, scale_log2)
 	FA_DISPATCH(hd, FWD);
 #undef FWD
 	CUDA_CHECK_LAUNCH();

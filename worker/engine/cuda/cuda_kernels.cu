@@ -348,45 +348,87 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 }
 
 /*
- * Column partial sums: block (tile of COL_TILE columns, chunk of COL_ROWS
- * rows), threads COL_TILE x COL_LANES; lane y takes rows y, y + COL_LANES, ...
- * of the chunk, then the lanes are added in order. With LN, p0 gets
- * sum dout * xhat and p1 sum dout; without, p0 gets sum dout.
+ * Column partial sums: block (tile of COL_TILE columns, V4: of 4 COL_TILE
+ * columns, four adjacent ones a thread, read as float4; chunk of COL_ROWS
+ * rows), threads COL_TILE x COL_LANES; lane y takes rows y, y + COL_LANES,
+ * ... of the chunk, then the lanes are added in order (so V4 or not, the
+ * same bits). With LN, p0 gets sum dout * xhat and p1 sum dout; without,
+ * p0 gets sum dout.
  */
-template <bool LN>
+template <bool LN, bool V4>
 __global__ void k_colsum_partial(float *p0, float *p1, const float *dout, const float *x,
                                  const float *mean, const float *rstd, int N, int C)
 {
-	__shared__ float sh0[COL_LANES][COL_TILE];
-	__shared__ float sh1[COL_LANES][COL_TILE];
-	int c = blockIdx.x * COL_TILE + threadIdx.x;
-	int chunk = blockIdx.y;
-	int r0 = chunk * COL_ROWS, r1 = r0 + COL_ROWS < N ? r0 + COL_ROWS : N;
-	float a0 = 0.0f, a1 = 0.0f;
+	constexpr int W = V4 ? 4 : 1; /* columns per thread */
+	__shared__ float sh0[COL_LANES][COL_TILE * W];
+	__shared__ float sh1[COL_LANES][COL_TILE * W];
+	const int c = (blockIdx.x * COL_TILE + threadIdx.x) * W;
+	const int chunk = blockIdx.y;
+	const int r0 = chunk * COL_ROWS, r1 = r0 + COL_ROWS < N ? r0 + COL_ROWS : N;
+	float a0[W], a1[W];
+	for (int j = 0; j < W; j++)
+		a0[j] = a1[j] = 0.0f;
 	if (c < C) {
 		for (int r = r0 + threadIdx.y; r < r1; r += COL_LANES) {
-			float d = dout[(size_t)r * C + c];
-			if (LN) {
-				a0 += d * ((x[(size_t)r * C + c] - mean[r]) * rstd[r]);
-				a1 += d;
+			const size_t at = (size_t)r * C + c;
+			float d[W], xv[W];
+			if constexpr (V4) {
+				const float4 dv = *reinterpret_cast<const float4 *>(dout + at);
+				d[0] = dv.x, d[1] = dv.y, d[2] = dv.z, d[3] = dv.w;
+				if (LN) {
+					const float4 v = *reinterpret_cast<const float4 *>(x + at);
+					xv[0] = v.x, xv[1] = v.y, xv[2] = v.z, xv[3] = v.w;
+				}
 			} else {
-				a0 += d;
+				d[0] = dout[at];
+				if (LN)
+					xv[0] = x[at];
+			}
+			for (int j = 0; j < W; j++) {
+				if (LN) {
+					a0[j] += d[j] * ((xv[j] - mean[r]) * rstd[r]);
+					a1[j] += d[j];
+				} else {
+					a0[j] += d[j];
+				}
 			}
 		}
 	}
-	sh0[threadIdx.y][threadIdx.x] = a0;
-	sh1[threadIdx.y][threadIdx.x] = a1;
+	for (int j = 0; j < W; j++) {
+		sh0[threadIdx.y][threadIdx.x * W + j] = a0[j];
+		sh1[threadIdx.y][threadIdx.x * W + j] = a1[j];
+	}
 	__syncthreads();
 	if (threadIdx.y == 0 && c < C) {
-		float s0 = 0.0f, s1 = 0.0f;
-		for (int y = 0; y < COL_LANES; y++) {
-			s0 += sh0[y][threadIdx.x];
-			s1 += sh1[y][threadIdx.x];
+		for (int j = 0; j < W; j++) {
+			float s0 = 0.0f, s1 = 0.0f;
+			for (int y = 0; y < COL_LANES; y++) {
+				s0 += sh0[y][threadIdx.x * W + j];
+				s1 += sh1[y][threadIdx.x * W + j];
+			}
+			p0[(size_t)chunk * C + c + j] = s0;
+			if (LN)
+				p1[(size_t)chunk * C + c + j] = s1;
 		}
-		p0[(size_t)chunk * C + c] = s0;
-		if (LN)
-			p1[(size_t)chunk * C + c] = s1;
 	}
+}
+
+/* k_colsum_partial's launch: V4 where C and the pointers allow */
+template <bool LN>
+static void s_colsum_partial(float *p0, float *p1, const float *dout, const float *x,
+                             const float *mean, const float *rstd, int N, int C,
+                             cudaStream_t stream)
+{
+	const bool v4 = C % 4 == 0 && (uintptr_t)dout % 16 == 0 && (!LN || (uintptr_t)x % 16 == 0);
+	const int cols = v4 ? 4 * COL_TILE : COL_TILE;
+	dim3 grid((unsigned)((C + cols - 1) / cols), (unsigned)((N + COL_ROWS - 1) / COL_ROWS));
+	if (v4)
+		k_colsum_partial<LN, true><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
+			p0, p1, dout, x, mean, rstd, N, C);
+	else
+		k_colsum_partial<LN, false><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
+			p0, p1, dout, x, mean, rstd, N, C);
+	CUDA_CHECK_LAUNCH();
 }
 
 /* out[c] += sum over chunks of p[chunk][c], in chunk order */
@@ -441,10 +483,7 @@ extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, fl
 	CUDA_CHECK_LAUNCH();
 	int n_chunks = s_chunks(N);
 	float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;
-	dim3 grid((unsigned)((C + COL_TILE - 1) / COL_TILE), (unsigned)n_chunks);
-	k_colsum_partial<true><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(p0, p1, dout, x, mean,
-									       rstd, N, C);
-	CUDA_CHECK_LAUNCH();
+	s_colsum_partial<true>(p0, p1, dout, x, mean, rstd, N, C, stream);
 	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(dw, db, p0, p1, n_chunks, C);
 	CUDA_CHECK_LAUNCH();
 }
@@ -453,10 +492,7 @@ extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, f
                                    cudaStream_t stream)
 {
 	int n_chunks = s_chunks(N);
-	dim3 grid((unsigned)((C + COL_TILE - 1) / COL_TILE), (unsigned)n_chunks);
-	k_colsum_partial<false><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(scratch, NULL, dout, NULL,
-										NULL, NULL, N, C);
-	CUDA_CHECK_LAUNCH();
+	s_colsum_partial<false>(scratch, NULL, dout, NULL, NULL, NULL, N, C, stream);
 	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(db, NULL, scratch, NULL, n_chunks, C);
 	CUDA_CHECK_LAUNCH();
 }
@@ -523,39 +559,63 @@ extern "C" void cuda_gelu_forward(float *out, uint16_t *out16, const float *x, s
 /*
  * GELU's backward and its bias's gradient in one pass (the FC layer's
  * bias gets the gradient GELU's backward produces): the column-sum layout
- * of k_colsum_partial, each thread one column of a COL_ROWS-row chunk,
- * computing dx = dy * gelu'(x) as it goes, writing dx (fp32, optional) and
- * its bf16 copy and adding dx into the chunk's partial sum of its column;
- * k_colsum_finish adds the chunks in order. The fp32 dx, which only the
- * bias sum read, need not be written at all.
+ * of k_colsum_partial, each thread one column (V4: four adjacent columns,
+ * read as float4) of a COL_ROWS-row chunk, computing dx = dy * gelu'(x) as
+ * it goes, writing dx (fp32, optional) and its bf16 copy and adding dx
+ * into the chunk's partial sum of its column; k_colsum_finish adds the
+ * chunks in order. The fp32 dx, which only the bias sum read, need not be
+ * written at all. Each column's sum runs over the same rows in the same
+ * order with or without V4, so both give the same bits.
  */
+template <bool V4>
 __global__ void k_gelu_backward_bias(float *dx, bf16 *dx16, float *partial, const float *dy,
                                      const float *x, int N, int C)
 {
-	__shared__ float sh[COL_LANES][COL_TILE];
-	const int c = blockIdx.x * COL_TILE + threadIdx.x, chunk = blockIdx.y;
+	constexpr int W = V4 ? 4 : 1; /* columns per thread */
+	__shared__ float sh[COL_LANES][COL_TILE * W];
+	const int c = (blockIdx.x * COL_TILE + threadIdx.x) * W, chunk = blockIdx.y;
 	const int r0 = chunk * COL_ROWS, r1 = r0 + COL_ROWS < N ? r0 + COL_ROWS : N;
-	float acc = 0.0f;
+	float acc[W];
+	for (int j = 0; j < W; j++)
+		acc[j] = 0.0f;
 	if (c < C) {
 		for (int r = r0 + threadIdx.y; r < r1; r += COL_LANES) {
 			const size_t at = (size_t)r * C + c;
-			const float g = s_gelu_grad(dy[at], x[at]);
-			if (dx)
-				dx[at] = g;
-			if (dx16)
-				dx16[at] = __float2bfloat16_rn(g);
-			acc += g;
+			if constexpr (V4) {
+				const float4 d = *reinterpret_cast<const float4 *>(dy + at);
+				const float4 v = *reinterpret_cast<const float4 *>(x + at);
+				const float4 g = make_float4(s_gelu_grad(d.x, v.x), s_gelu_grad(d.y, v.y),
+							     s_gelu_grad(d.z, v.z), s_gelu_grad(d.w, v.w));
+				if (dx)
+					*reinterpret_cast<float4 *>(dx + at) = g;
+				if (dx16)
+					s_store4_bf16(dx16 + at, g.x, g.y, g.z, g.w);
+				acc[0] += g.x;
+				acc[1] += g.y;
+				acc[2] += g.z;
+				acc[3] += g.w;
+			} else {
+				const float g = s_gelu_grad(dy[at], x[at]);
+				if (dx)
+					dx[at] = g;
+				if (dx16)
+					dx16[at] = __float2bfloat16_rn(g);
+				acc[0] += g;
+			}
 		}
 	}
 	if (!partial)
 		return; /* the whole block returns together */
-	sh[threadIdx.y][threadIdx.x] = acc;
+	for (int j = 0; j < W; j++)
+		sh[threadIdx.y][threadIdx.x * W + j] = acc[j];
 	__syncthreads();
 	if (threadIdx.y == 0 && c < C) {
-		float s = 0.0f;
-		for (int y = 0; y < COL_LANES; y++)
-			s += sh[y][threadIdx.x];
-		partial[(size_t)chunk * C + c] = s;
+		for (int j = 0; j < W; j++) {
+			float s = 0.0f;
+			for (int y = 0; y < COL_LANES; y++)
+				s += sh[y][threadIdx.x * W + j];
+			partial[(size_t)chunk * C + c + j] = s;
+		}
 	}
 }
 
@@ -564,9 +624,17 @@ extern "C" void cuda_gelu_backward_bias(float *dx, uint16_t *dx16, float *db, co
                                         cudaStream_t stream)
 {
 	const int n_chunks = (N + COL_ROWS - 1) / COL_ROWS;
-	dim3 grid((unsigned)((C + COL_TILE - 1) / COL_TILE), (unsigned)n_chunks);
-	k_gelu_backward_bias<<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
-		dx, dx16 ? s_b16(dx16) : NULL, db ? scratch : NULL, dy, x, N, C);
+	const bool v4 = C % 4 == 0 && s_vec4(dy, x, dx16) && (uintptr_t)dx % 16 == 0;
+	const int cols = v4 ? 4 * COL_TILE : COL_TILE; /* per block */
+	dim3 grid((unsigned)((C + cols - 1) / cols), (unsigned)n_chunks);
+	float *part = db ? scratch : NULL;
+	bf16 *d16 = dx16 ? s_b16(dx16) : NULL;
+	if (v4)
+		k_gelu_backward_bias<true><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(dx, d16, part,
+											   dy, x, N, C);
+	else
+		k_gelu_backward_bias<false><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(dx, d16, part,
+											    dy, x, N, C);
 	CUDA_CHECK_LAUNCH();
 	if (!db)
 		return;
