@@ -484,6 +484,8 @@ static void test_crossentropy(void)
 	crossentropy_case(19, 1000, 1024); /* float4 pieces only */
 	crossentropy_case(7, 1003, 1024);  /* and a tail of 3 */
 	crossentropy_case(5, 999, 1001);   /* rows not 16-byte aligned */
+	crossentropy_case(3, 50257, 50304); /* GPT-2's rows, held in registers whole */
+	crossentropy_case(2, 51300, 51300); /* rows too long for the registers */
 }
 
 static void test_conversions_and_sums(void)
@@ -827,6 +829,17 @@ static void flash_case(int B, int T, int C, int H)
 	float *gd2 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward twice, same bits", T, hd);
 	expect_true(what, memcmp(gd, gd2, F(nqkv)) == 0);
+	/* dout one float off 16-byte alignment: dy's split and D by the two
+	 * separate kernels, not the fused one; D's sums in another order */
+	float *d_dout1 = gpu_dup(NULL, F(nc + 1));
+	gpu_must(cudaMemcpy(d_dout1 + 1, dout, F(nc), cudaMemcpyHostToDevice), "upload");
+	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout1 + 1, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C,
+			    H, s);
+	float *gd3 = download(d_dqkv, nqkv);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: backward, dout unaligned", T, hd);
+	expect(what, rel_err(gd3, gd, nqkv), FP32_SUM_BOUND);
+	free(gd3);
+	cudaFree(d_dout1);
 	/* the qkv bias gradient summed inside, with no fp32 dqkv written: added
 	 * to random values, against the column sums of the fp32 dqkv above (the
 	 * same values in another order) and of the CPU's */

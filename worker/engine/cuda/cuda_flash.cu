@@ -334,24 +334,28 @@ __global__ void __launch_bounds__(FA_FWD_THREADS)
 		__syncthreads(); /* tile kt is in for every thread's copies */
 		float s[MT][FA_TILE / 8][4];
 		s_times_rows_m<HD, MT>(s, qa, ks[buf], lane);
-		FA_UNROLL
-		for (int m = 0; m < MT; m++) {
-			/* masked on the diagonal tile (key after query; keys past
-			 * T only occur there), and each row's new max; every row
-			 * has key kt * 64 <= row unmasked, so the max is finite */
-			float nmx[2] = {mx[m][0], mx[m][1]};
+		if (kt == qt) /* the diagonal tile: keys after the query masked (keys past T occur only here) */
 			FA_UNROLL
-			for (int nt = 0; nt < FA_TILE / 8; nt++)
+			for (int m = 0; m < MT; m++)
 				FA_UNROLL
-				for (int e = 0; e < 4; e++) {
-					if (kt == qt) {
+				for (int nt = 0; nt < FA_TILE / 8; nt++)
+					FA_UNROLL
+					for (int e = 0; e < 4; e++) {
 						const int row = r0 + 16 * m + g + (e >> 1) * 8,
 							  col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
 						if (col > row || col >= T)
 							s[m][nt][e] = -INFINITY;
 					}
+		FA_UNROLL
+		for (int m = 0; m < MT; m++) {
+			/* each row's new max; every row has key kt * 64 <= row
+			 * unmasked, so the max is finite */
+			float nmx[2] = {mx[m][0], mx[m][1]};
+			FA_UNROLL
+			for (int nt = 0; nt < FA_TILE / 8; nt++)
+				FA_UNROLL
+				for (int e = 0; e < 4; e++)
 					nmx[e >> 1] = fmaxf(nmx[e >> 1], s[m][nt][e]);
-				}
 			float mxs[2];
 			FA_UNROLL
 			for (int h = 0; h < 2; h++) {
@@ -435,6 +439,41 @@ __global__ void k_flash_rowdot(float *D, const bf16 *dy, const bf16 *y16, int T,
 		acc += __shfl_xor_sync(0xffffffffu, acc, o);
 	if (lane == 0)
 		D[row] = acc;
+}
+
+/* dy's head split and D together: one block per row (b, t) of dout (B, T, C)
+ * fp32, thread i its channels 4 i .. 4 i + 3 (float4; dout and y16 rows
+ * 16- and 8-byte aligned, C / 4 <= 1024): dy (B*H, T, HD) = bf16 of them,
+ * and D (B*H, T) = the sum over the head's HD / 4 threads (adjacent, within
+ * a warp) of bf16(dout) * y16, the head split and k_flash_rowdot in one
+ * read of dout. */
+template <int HD>
+__global__ void k_flash_dy_rowdot(bf16 *dy, float *D, const float *dout, const bf16 *y16, int T,
+                                  int H)
+{
+	constexpr int GROUP = HD / 4; /* threads of a head: 4, 8 or 16 */
+	const int C = H * HD, t = (int)(blockIdx.x % (unsigned)T), b = (int)(blockIdx.x / (unsigned)T);
+	const int c = 4 * (int)threadIdx.x, head = c / HD, d = c - head * HD;
+	const bool in = c < C;
+	float acc = 0.0f;
+	if (in) {
+		const size_t row = (size_t)blockIdx.x * C;
+		const float4 g = *reinterpret_cast<const float4 *>(dout + row + c);
+		const __nv_bfloat162 g01 = __floats2bfloat162_rn(g.x, g.y), g23 = __floats2bfloat162_rn(g.z, g.w);
+		const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(y16 + row + c);
+		const float2 a = __bfloat1622float2(g01), bb = __bfloat1622float2(g23);
+		const float2 y0 = __bfloat1622float2(y[0]), y1 = __bfloat1622float2(y[1]);
+		acc = (a.x * y0.x + a.y * y0.y) + (bb.x * y1.x + bb.y * y1.y);
+		__nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(
+			dy + (((size_t)b * H + head) * T + t) * HD + d);
+		out[0] = g01;
+		out[1] = g23;
+	}
+	FA_UNROLL
+	for (int o = GROUP / 2; o > 0; o /= 2)
+		acc += __shfl_xor_sync(0xffffffffu, acc, o);
+	if (in && d == 0)
+		D[((size_t)b * H + head) * T + t] = acc;
 }
 
 /* A pair of gradient values (columns d, d + 1 of head `head`, part
@@ -549,18 +588,25 @@ __global__ void __launch_bounds__(FA_THREADS)
 		s_times_rows<HD>(dpt, va, dys[buf], lane);
 		/* p^T, and dS^T = p^T (dp^T - D); masked on the diagonal tile
 		 * (query before key) and on the last (queries past T) */
-		const bool edge = qt == kt || q0 + FA_TILE > T;
 		FA_UNROLL
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			FA_UNROLL
-			for (int e = 0; e < 4; e++) {
-				const int key = k0 + g + (e >> 1) * 8, qi = nt * 8 + 2 * tig + (e & 1);
-				float p = s_exp2(fmaf(st[nt][e], scale_log2, -ls[buf][qi]));
-				if (edge && (q0 + qi < key || q0 + qi >= T))
-					p = 0.0f;
-				st[nt][e] = p;
-				dpt[nt][e] = p * (dpt[nt][e] - ds[buf][qi]);
-			}
+			for (int e = 0; e < 4; e++)
+				st[nt][e] = s_exp2(fmaf(st[nt][e], scale_log2, -ls[buf][nt * 8 + 2 * tig + (e & 1)]));
+		if (qt == kt || q0 + FA_TILE > T)
+			FA_UNROLL
+			for (int nt = 0; nt < FA_TILE / 8; nt++)
+				FA_UNROLL
+				for (int e = 0; e < 4; e++) {
+					const int key = k0 + g + (e >> 1) * 8, q = q0 + nt * 8 + 2 * tig + (e & 1);
+					if (q < key || q >= T)
+						st[nt][e] = 0.0f;
+				}
+		FA_UNROLL
+		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			FA_UNROLL
+			for (int e = 0; e < 4; e++)
+				dpt[nt][e] = st[nt][e] * (dpt[nt][e] - ds[buf][nt * 8 + 2 * tig + (e & 1)]);
 		/* dv (16 x HD) += p^T @ dy, dk += dS^T @ q */
 		FA_UNROLL
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
@@ -648,13 +694,23 @@ __global__ void __launch_bounds__(FA_THREADS)
 		FA_UNROLL
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			FA_UNROLL
-			for (int e = 0; e < 4; e++) {
-				const int row = r0 + g + (e >> 1) * 8, col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
-				float p = s_exp2(fmaf(s[nt][e], scale_log2, -lrow[e >> 1]));
-				if (kt == qt && (col > row || col >= T))
-					p = 0.0f;
-				dp[nt][e] = p * (dp[nt][e] - drow[e >> 1]);
-			}
+			for (int e = 0; e < 4; e++)
+				s[nt][e] = s_exp2(fmaf(s[nt][e], scale_log2, -lrow[e >> 1]));
+		if (kt == qt) /* the diagonal tile */
+			FA_UNROLL
+			for (int nt = 0; nt < FA_TILE / 8; nt++)
+				FA_UNROLL
+				for (int e = 0; e < 4; e++) {
+					const int row = r0 + g + (e >> 1) * 8,
+						  col = kt * FA_TILE + nt * 8 + 2 * tig + (e & 1);
+					if (col > row || col >= T)
+						s[nt][e] = 0.0f;
+				}
+		FA_UNROLL
+		for (int nt = 0; nt < FA_TILE / 8; nt++)
+			FA_UNROLL
+			for (int e = 0; e < 4; e++)
+				dp[nt][e] = s[nt][e] * (dp[nt][e] - drow[e >> 1]);
 		/* dq (16 x HD) += dS (16 x 64) @ k (64 x HD) */
 		FA_UNROLL
 		for (int kk = 0; kk < FA_TILE / 16; kk++) {
@@ -782,13 +838,22 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, float *dbias,
 	const int hd = C / H, rows = B * H * T;
 	const float scale = 1.0f / sqrtf((float)hd), scale_log2 = LOG2E * scale;
 	bf16 *d16 = reinterpret_cast<bf16 *>(dqkv16);
-	cuda_heads_split(s->dy, dout, B, T, C, H, stream);
-	const bf16 *dy16 = reinterpret_cast<const bf16 *>(s->dy);
 	const bf16 *y16 = reinterpret_cast<const bf16 *>(out16);
+	if (C % 4 == 0 && C / 4 <= 1024 && (uintptr_t)dout % 16 == 0 && (uintptr_t)out16 % 8 == 0) {
+		const unsigned threads = (unsigned)((C / 4 + 31) / 32 * 32);
+		bf16 *dy16 = reinterpret_cast<bf16 *>(s->dy);
+#define DYROW(HD) \
+	k_flash_dy_rowdot<HD><<<(unsigned)(B * T), threads, 0, stream>>>(dy16, s->rowdot, dout, y16, T, H)
+		FA_DISPATCH(hd, DYROW);
+#undef DYROW
+	} else {
+		cuda_heads_split(s->dy, dout, B, T, C, H, stream);
+		const bf16 *dy16 = reinterpret_cast<const bf16 *>(s->dy);
 #define ROWDOT(HD) \
 	k_flash_rowdot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(s->rowdot, dy16, y16, T, H, rows)
-	FA_DISPATCH(hd, ROWDOT);
+		FA_DISPATCH(hd, ROWDOT);
 #undef ROWDOT
+	}
 	CUDA_CHECK_LAUNCH();
 	const int n_tiles = (T + FA_TILE - 1) / FA_TILE;
 	const dim3 grid((unsigned)(B * H), (unsigned)n_tiles);

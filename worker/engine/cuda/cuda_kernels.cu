@@ -35,6 +35,14 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* a loop over a register array must unroll completely for the array to
+ * stay in registers */
+#ifdef __CUDACC__
+#define CK_UNROLL _Pragma("unroll")
+#else
+#define CK_UNROLL
+#endif
+
 static inline unsigned s_grid(size_t n, int block)
 {
 	size_t g = (n + (size_t)block - 1) / (size_t)block;
@@ -289,6 +297,27 @@ extern "C" void cuda_layernorm_forward(float *out, uint16_t *out16, float *mean,
 	CUDA_CHECK_LAUNCH();
 }
 
+/* LayerNorm backward's per-row pieces, shared by the row kernel and the
+ * fused one so that both give the same bits: a lane's partial sums of
+ * g = dout * w and g * xhat over one float4 piece, and the piece of dx */
+__device__ __forceinline__ void s_lnb_sums4(float &sg, float &sgx, float4 xv, float4 dv, float4 wv,
+                                            float mu, float rs)
+{
+	const float4 g = make_float4(dv.x * wv.x, dv.y * wv.y, dv.z * wv.z, dv.w * wv.w);
+	sg += s_sum4(g);
+	sgx += (g.x * (xv.x - mu) * rs + g.y * (xv.y - mu) * rs) +
+	       (g.z * (xv.z - mu) * rs + g.w * (xv.w - mu) * rs);
+}
+
+__device__ __forceinline__ float4 s_lnb_dx4(float4 acc, float4 xv, float4 dv, float4 wv, float mu,
+                                            float rs, float mean_g, float mean_gx)
+{
+	return make_float4(acc.x + rs * (dv.x * wv.x - mean_g - (xv.x - mu) * rs * mean_gx),
+			   acc.y + rs * (dv.y * wv.y - mean_g - (xv.y - mu) * rs * mean_gx),
+			   acc.z + rs * (dv.z * wv.z - mean_g - (xv.z - mu) * rs * mean_gx),
+			   acc.w + rs * (dv.w * wv.w - mean_g - (xv.w - mu) * rs * mean_gx));
+}
+
 template <bool V4>
 __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *dout, const float *x,
                                           const float *mean, const float *rstd, const float *w,
@@ -305,13 +334,8 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 	if (V4) {
 		const float4 *x4 = reinterpret_cast<const float4 *>(xr), *d4 = reinterpret_cast<const float4 *>(dr),
 			     *w4 = reinterpret_cast<const float4 *>(w);
-		for (int c = lane; c < C / 4; c += WARP) {
-			const float4 xv = x4[c], dv = d4[c], wv = w4[c];
-			const float4 g = make_float4(dv.x * wv.x, dv.y * wv.y, dv.z * wv.z, dv.w * wv.w);
-			sg += s_sum4(g);
-			sgx += (g.x * (xv.x - mu) * rs + g.y * (xv.y - mu) * rs) +
-			       (g.z * (xv.z - mu) * rs + g.w * (xv.w - mu) * rs);
-		}
+		for (int c = lane; c < C / 4; c += WARP)
+			s_lnb_sums4(sg, sgx, x4[c], d4[c], w4[c], mu, rs);
 	} else {
 		for (int c = lane; c < C; c += WARP) {
 			float g = dr[c] * w[c];
@@ -326,12 +350,7 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 			     *w4 = reinterpret_cast<const float4 *>(w);
 		float4 *dx4 = reinterpret_cast<float4 *>(dxr);
 		for (int c = lane; c < C / 4; c += WARP) {
-			const float4 xv = x4[c], dv = d4[c], wv = w4[c], acc = dx4[c];
-			const float4 r = make_float4(
-				acc.x + rs * (dv.x * wv.x - mean_g - (xv.x - mu) * rs * mean_gx),
-				acc.y + rs * (dv.y * wv.y - mean_g - (xv.y - mu) * rs * mean_gx),
-				acc.z + rs * (dv.z * wv.z - mean_g - (xv.z - mu) * rs * mean_gx),
-				acc.w + rs * (dv.w * wv.w - mean_g - (xv.w - mu) * rs * mean_gx));
+			const float4 r = s_lnb_dx4(dx4[c], x4[c], d4[c], w4[c], mu, rs, mean_g, mean_gx);
 			dx4[c] = r;
 			if (dx16)
 				s_store4_bf16(dx16 + (size_t)row * C + 4 * c, r.x, r.y, r.z, r.w);
@@ -344,6 +363,82 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 			if (dx16)
 				dx16[(size_t)row * C + c] = __float2bfloat16_rn(d);
 		}
+	}
+}
+
+/*
+ * LayerNorm backward in one pass for C = 128 N4 (float4 pieces, N4 a
+ * lane): block = ROW_BLOCK / WARP warps over a chunk of LNB_ROWS rows,
+ * warp w taking rows w, w + 8, ...; each row's dx as the row kernel makes
+ * it (the same bits), while the lane keeps the chunk's partial sums of
+ * dout * xhat (dw) and dout (db) for its columns in registers; then the
+ * warps' sums are added in order into p0, p1 [chunk][C]. The row kernel
+ * plus k_colsum_partial read dout and x twice from memory; this reads
+ * them once.
+ */
+#define LNB_ROWS 64
+#define LNB_MAX_N4 8 /* C up to 1024 */
+template <int N4>
+__global__ void __launch_bounds__(ROW_BLOCK)
+	k_layernorm_backward_fused(float *dx, bf16 *dx16, float *p0, float *p1, const float *dout,
+				   const float *x, const float *mean, const float *rstd,
+				   const float *w, int N, int C)
+{
+	__shared__ float red[ROW_BLOCK / WARP][N4 * 4 * WARP];
+	const int lane = (int)threadIdx.x % WARP, warp = (int)threadIdx.x / WARP;
+	const int chunk = (int)blockIdx.x, r0 = chunk * LNB_ROWS;
+	const int r1 = r0 + LNB_ROWS < N ? r0 + LNB_ROWS : N;
+	const float4 *w4 = reinterpret_cast<const float4 *>(w);
+	float4 aw[N4], ab[N4];
+	CK_UNROLL
+	for (int j = 0; j < N4; j++)
+		aw[j] = ab[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	for (int row = r0 + warp; row < r1; row += ROW_BLOCK / WARP) {
+		const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C),
+			     *d4 = reinterpret_cast<const float4 *>(dout + (size_t)row * C);
+		float4 *dx4 = reinterpret_cast<float4 *>(dx + (size_t)row * C);
+		float4 xv[N4], dv[N4];
+		const float mu = mean[row], rs = rstd[row];
+		float sg = 0.0f, sgx = 0.0f;
+		CK_UNROLL
+		for (int j = 0; j < N4; j++) {
+			xv[j] = x4[lane + WARP * j];
+			dv[j] = d4[lane + WARP * j];
+		}
+		CK_UNROLL
+		for (int j = 0; j < N4; j++)
+			s_lnb_sums4(sg, sgx, xv[j], dv[j], w4[lane + WARP * j], mu, rs);
+		const float mean_g = s_warp_sum(sg) / (float)C, mean_gx = s_warp_sum(sgx) / (float)C;
+		CK_UNROLL
+		for (int j = 0; j < N4; j++) {
+			const int c = lane + WARP * j;
+			const float4 r = s_lnb_dx4(dx4[c], xv[j], dv[j], w4[c], mu, rs, mean_g, mean_gx);
+			dx4[c] = r;
+			if (dx16)
+				s_store4_bf16(dx16 + (size_t)row * C + 4 * c, r.x, r.y, r.z, r.w);
+			aw[j].x += dv[j].x * ((xv[j].x - mu) * rs);
+			aw[j].y += dv[j].y * ((xv[j].y - mu) * rs);
+			aw[j].z += dv[j].z * ((xv[j].z - mu) * rs);
+			aw[j].w += dv[j].w * ((xv[j].w - mu) * rs);
+			ab[j].x += dv[j].x;
+			ab[j].y += dv[j].y;
+			ab[j].z += dv[j].z;
+			ab[j].w += dv[j].w;
+		}
+	}
+	for (int k = 0; k < 2; k++) { /* dw's sums, then db's, through the one buffer */
+		CK_UNROLL
+		for (int j = 0; j < N4; j++)
+			reinterpret_cast<float4 *>(red[warp])[lane + WARP * j] = k == 0 ? aw[j] : ab[j];
+		__syncthreads();
+		float *p = k == 0 ? p0 : p1;
+		for (int c = (int)threadIdx.x; c < C; c += ROW_BLOCK) {
+			float sum = 0.0f;
+			for (int y = 0; y < ROW_BLOCK / WARP; y++)
+				sum += red[y][c];
+			p[(size_t)chunk * C + c] = sum;
+		}
+		__syncthreads(); /* red is written again */
 	}
 }
 
@@ -431,22 +526,44 @@ static void s_colsum_partial(float *p0, float *p1, const float *dout, const floa
 	CUDA_CHECK_LAUNCH();
 }
 
-/* out[c] += sum over chunks of p[chunk][c], in chunk order */
+/* out[c] += the sum over chunks of p[chunk][c]: block (COL_TILE columns,
+ * FIN_LANES lanes), lane y adding chunks y, y + FIN_LANES, ... in order,
+ * then the lanes' sums added in order (a thread per column walking every
+ * chunk alone took most of a millisecond per step at GPT-2's batch of 190) */
+#define FIN_LANES 16
 __global__ void k_colsum_finish(float *out0, float *out1, const float *p0, const float *p1,
                                 int n_chunks, int C)
 {
-	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= C)
-		return;
+	__shared__ float sh0[FIN_LANES][COL_TILE], sh1[FIN_LANES][COL_TILE];
+	const int c = (int)(blockIdx.x * COL_TILE + threadIdx.x);
 	float s0 = 0.0f, s1 = 0.0f;
-	for (int k = 0; k < n_chunks; k++) {
-		s0 += p0[(size_t)k * C + c];
-		if (out1)
-			s1 += p1[(size_t)k * C + c];
+	if (c < C)
+		for (int k = (int)threadIdx.y; k < n_chunks; k += FIN_LANES) {
+			s0 += p0[(size_t)k * C + c];
+			if (out1)
+				s1 += p1[(size_t)k * C + c];
+		}
+	sh0[threadIdx.y][threadIdx.x] = s0;
+	sh1[threadIdx.y][threadIdx.x] = s1;
+	__syncthreads();
+	if (threadIdx.y != 0 || c >= C)
+		return;
+	s0 = s1 = 0.0f;
+	for (int y = 0; y < FIN_LANES; y++) {
+		s0 += sh0[y][threadIdx.x];
+		s1 += sh1[y][threadIdx.x];
 	}
 	out0[c] += s0;
 	if (out1)
 		out1[c] += s1;
+}
+
+static void s_colsum_finish(float *out0, float *out1, const float *p0, const float *p1, int n_chunks,
+                            int C, cudaStream_t stream)
+{
+	k_colsum_finish<<<(unsigned)((C + COL_TILE - 1) / COL_TILE), dim3(COL_TILE, FIN_LANES), 0, stream>>>(
+		out0, out1, p0, p1, n_chunks, C);
+	CUDA_CHECK_LAUNCH();
 }
 
 static int s_chunks(int N)
@@ -457,13 +574,15 @@ static int s_chunks(int N)
 extern "C" void cuda_colsum_add(float *out, const float *partial, int n_chunks, int C,
                                 cudaStream_t stream)
 {
-	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(out, NULL, partial, NULL, n_chunks, C);
-	CUDA_CHECK_LAUNCH();
+	s_colsum_finish(out, NULL, partial, NULL, n_chunks, C, stream);
 }
 
 extern "C" size_t cuda_colsum_scratch_floats(int N, int C)
 {
-	return 2 * (size_t)s_chunks(N) * (size_t)C;
+	/* two sums per column: of COL_ROWS-row chunks, or of the fused
+	 * LayerNorm backward's LNB_ROWS-row ones */
+	const int rows = COL_ROWS < LNB_ROWS ? COL_ROWS : LNB_ROWS;
+	return 2 * (size_t)((N + rows - 1) / rows) * (size_t)C;
 }
 
 extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db,
@@ -471,10 +590,34 @@ extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, fl
                                         const float *rstd, const float *w, int N, int C,
                                         float *scratch, cudaStream_t stream)
 {
+	bf16 *d16 = dx16 ? s_b16(dx16) : NULL;
+	const bool v4 = s_ln_vec4(C, dx, dout, x, w, dx16);
+	if (v4 && C % (4 * WARP) == 0 && C / (4 * WARP) <= LNB_MAX_N4) {
+		const int n_chunks = (N + LNB_ROWS - 1) / LNB_ROWS;
+		float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;
+#define LNB(N4)                                                                                   \
+	case N4:                                                                                  \
+		k_layernorm_backward_fused<N4><<<(unsigned)n_chunks, ROW_BLOCK, 0, stream>>>(         \
+			dx, d16, p0, p1, dout, x, mean, rstd, w, N, C);                           \
+		break
+		switch (C / (4 * WARP)) {
+			LNB(1);
+			LNB(2);
+			LNB(3);
+			LNB(4);
+			LNB(5);
+			LNB(6);
+			LNB(7);
+			LNB(8);
+		}
+#undef LNB
+		CUDA_CHECK_LAUNCH();
+		s_colsum_finish(dw, db, p0, p1, n_chunks, C, stream);
+		return;
+	}
 	int rows_per_block = ROW_BLOCK / WARP;
 	unsigned grid_rows = (unsigned)((N + rows_per_block - 1) / rows_per_block);
-	bf16 *d16 = dx16 ? s_b16(dx16) : NULL;
-	if (s_ln_vec4(C, dx, dout, x, w, dx16))
+	if (v4)
 		k_layernorm_backward_rows<true><<<grid_rows, ROW_BLOCK, 0, stream>>>(dx, d16, dout, x, mean,
 										     rstd, w, N, C);
 	else
@@ -484,8 +627,7 @@ extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, fl
 	int n_chunks = s_chunks(N);
 	float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;
 	s_colsum_partial<true>(p0, p1, dout, x, mean, rstd, N, C, stream);
-	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(dw, db, p0, p1, n_chunks, C);
-	CUDA_CHECK_LAUNCH();
+	s_colsum_finish(dw, db, p0, p1, n_chunks, C, stream);
 }
 
 extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, float *scratch,
@@ -493,8 +635,7 @@ extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, f
 {
 	int n_chunks = s_chunks(N);
 	s_colsum_partial<false>(scratch, NULL, dout, NULL, NULL, NULL, N, C, stream);
-	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(db, NULL, scratch, NULL, n_chunks, C);
-	CUDA_CHECK_LAUNCH();
+	s_colsum_finish(db, NULL, scratch, NULL, n_chunks, C, stream);
 }
 
 /* ---- GELU ---- */
@@ -638,8 +779,7 @@ extern "C" void cuda_gelu_backward_bias(float *dx, uint16_t *dx16, float *db, co
 	CUDA_CHECK_LAUNCH();
 	if (!db)
 		return;
-	k_colsum_finish<<<(C + 255) / 256, 256, 0, stream>>>(db, NULL, scratch, NULL, n_chunks, C);
-	CUDA_CHECK_LAUNCH();
+	s_colsum_finish(db, NULL, scratch, NULL, n_chunks, C, stream);
 }
 
 /* ---- attention data movement ---- */
@@ -949,13 +1089,133 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
 	}
 }
 
+/* 2^x by the special-function unit alone (ex2.approx.ftz: within 2 ulp,
+ * subnormal results flushed to 0) */
+__device__ __forceinline__ float s_exp2_fast(float x)
+{
+#ifdef CUDAEMU_EX2_APPROX
+	return CUDAEMU_EX2_APPROX(x);
+#else
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+#endif
+}
+
+#define CE_CACHE 25 /* float4 pieces a thread holds: 25 * 4 * CE_BLOCK = 51200 logits */
+#define LOG2E_F 1.4426950408889634f
+
+/* The cross-entropy of rows that fit in registers (ld a multiple of 4 and
+ * V <= 4 * CE_CACHE * CE_BLOCK + 3: GPT-2's 50257 and 50304 do): each
+ * thread loads its float4 pieces (and one element of the tail) once, so
+ * the logits are read from memory once, not twice as k_crossentropy_forward
+ * does; then the max, the sum of 2^((x - max) log2 e) and the gradient come
+ * from registers, each reduction a fixed tree (the same bits run to run). */
+__global__ void __launch_bounds__(CE_BLOCK)
+	k_crossentropy_cached(float *losses, float *lse, float *dlogits, bf16 *dlogits16,
+			      const float *logits, const int32_t *targets, int V, int ld, float scale)
+{
+	__shared__ float shr[CE_BLOCK / WARP];
+	__shared__ float bcast;
+	const size_t n = blockIdx.x, row = n * (size_t)ld;
+	const float *x = logits + row;
+	const int V4 = V / 4, tail = V - 4 * V4, lane = (int)threadIdx.x % WARP,
+		  warp = (int)threadIdx.x / WARP;
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	float4 c[CE_CACHE];
+	float m = -INFINITY;
+CK_UNROLL
+	for (int j = 0; j < CE_CACHE; j++) {
+		const int i = (int)threadIdx.x + j * CE_BLOCK;
+		c[j] = i < V4 ? x4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+		m = fmaxf(m, fmaxf(fmaxf(c[j].x, c[j].y), fmaxf(c[j].z, c[j].w)));
+	}
+	const float xt = (int)threadIdx.x < tail ? x[4 * V4 + threadIdx.x] : -INFINITY;
+	m = fmaxf(m, xt);
+	/* the row's max: warps by shuffles, then the warps' in order */
+	for (int o = WARP / 2; o > 0; o /= 2)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+	if (lane == 0)
+		shr[warp] = m;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float r = shr[0];
+		for (int w = 1; w < CE_BLOCK / WARP; w++)
+			r = fmaxf(r, shr[w]);
+		bcast = r;
+	}
+	__syncthreads();
+	m = bcast;
+	const float ml = m * LOG2E_F;
+	float sum = 0.0f;
+CK_UNROLL
+	for (int j = 0; j < CE_CACHE; j++) /* -inf pieces add 2^-inf = 0 */
+		sum += (s_exp2_fast(fmaf(c[j].x, LOG2E_F, -ml)) + s_exp2_fast(fmaf(c[j].y, LOG2E_F, -ml))) +
+		       (s_exp2_fast(fmaf(c[j].z, LOG2E_F, -ml)) + s_exp2_fast(fmaf(c[j].w, LOG2E_F, -ml)));
+	sum += s_exp2_fast(fmaf(xt, LOG2E_F, -ml));
+	sum = s_warp_sum(sum);
+	__syncthreads(); /* every thread has read bcast */
+	if (lane == 0)
+		shr[warp] = sum;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float r = 0.0f;
+		for (int w = 0; w < CE_BLOCK / WARP; w++)
+			r += shr[w];
+		bcast = r;
+	}
+	__syncthreads();
+	const float l = m + logf(bcast);
+	const int t = targets[n];
+	if (threadIdx.x == 0) {
+		if (lse)
+			lse[n] = l;
+		losses[n] = l - x[t];
+	}
+	if (!dlogits && !dlogits16)
+		return;
+	const float ll = l * LOG2E_F;
+CK_UNROLL
+	for (int j = 0; j < CE_CACHE; j++) {
+		const int i = (int)threadIdx.x + j * CE_BLOCK;
+		if (i >= V4)
+			break;
+		const int v = 4 * i;
+		float d[4] = {s_exp2_fast(fmaf(c[j].x, LOG2E_F, -ll)) * scale,
+			      s_exp2_fast(fmaf(c[j].y, LOG2E_F, -ll)) * scale,
+			      s_exp2_fast(fmaf(c[j].z, LOG2E_F, -ll)) * scale,
+			      s_exp2_fast(fmaf(c[j].w, LOG2E_F, -ll)) * scale};
+		if (t >= v && t < v + 4)
+			d[t - v] -= scale;
+		if (dlogits)
+			*reinterpret_cast<float4 *>(dlogits + row + v) = make_float4(d[0], d[1], d[2], d[3]);
+		if (dlogits16)
+			s_store4_bf16(dlogits16 + row + v, d[0], d[1], d[2], d[3]);
+	}
+	if ((int)threadIdx.x < tail) {
+		const int v = 4 * V4 + (int)threadIdx.x;
+		float d = s_exp2_fast(fmaf(xt, LOG2E_F, -ll)) * scale;
+		if (v == t)
+			d -= scale;
+		if (dlogits)
+			dlogits[row + v] = d;
+		if (dlogits16)
+			dlogits16[row + v] = __float2bfloat16_rn(d);
+	}
+}
+
 extern "C" void cuda_crossentropy_forward(float *losses, float *lse, float *dlogits,
                                           uint16_t *dlogits16, const float *logits,
                                           const int32_t *targets, int N, int V, int ld, float scale,
                                           cudaStream_t stream)
 {
-	k_crossentropy_forward<<<(unsigned)N, CE_BLOCK, 0, stream>>>(
-		losses, lse, dlogits, dlogits16 ? s_b16(dlogits16) : NULL, logits, targets, V, ld, scale);
+	bf16 *d16 = dlogits16 ? s_b16(dlogits16) : NULL;
+	if (ld % 4 == 0 && V / 4 <= CE_CACHE * CE_BLOCK && V % 4 < CE_BLOCK)
+		k_crossentropy_cached<<<(unsigned)N, CE_BLOCK, 0, stream>>>(losses, lse, dlogits, d16, logits,
+									     targets, V, ld, scale);
+	else
+		k_crossentropy_forward<<<(unsigned)N, CE_BLOCK, 0, stream>>>(losses, lse, dlogits, d16,
+									      logits, targets, V, ld, scale);
 	CUDA_CHECK_LAUNCH();
 }
 
