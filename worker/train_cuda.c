@@ -134,18 +134,18 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 
 	char why[512] = "";
 	unsigned flags = shard ? GPT2_CUDA_NO_MOMENTS : 0;
-	/* attention: batched GEMMs (the default) or fused on tensor cores,
-	 * chosen on the worker's host (docs/gpu.md) */
+	/* attention: fused on tensor cores (the default; head sizes 16, 32
+	 * and 64, others fall back to GEMMs) or batched GEMMs over the T x T
+	 * square, chosen on the worker's host (docs/gpu.md) */
 	const char *attention = getenv("RINGMASTER_CUDA_ATTENTION");
-	if (attention && *attention && strcmp(attention, "gemm") != 0) {
-		if (strcmp(attention, "fused") != 0) {
-			snprintf(err, errlen,
-				 "RINGMASTER_CUDA_ATTENTION must be gemm or fused (got '%s')", attention);
-			*ret_exit = TRAIN_EXIT_SPEC;
-			goto fail;
-		}
-		flags |= GPT2_CUDA_FUSED_ATTENTION;
+	if (attention && *attention && strcmp(attention, "gemm") != 0 && strcmp(attention, "fused") != 0) {
+		snprintf(err, errlen, "RINGMASTER_CUDA_ATTENTION must be gemm or fused (got '%s')",
+			 attention);
+		*ret_exit = TRAIN_EXIT_SPEC;
+		goto fail;
 	}
+	if (!attention || strcmp(attention, "gemm") != 0)
+		flags |= GPT2_CUDA_FUSED_ATTENTION;
 	if (shard && shard->zero)
 		flags |= GPT2_CUDA_NO_GRADS;
 	if (shard && shard->zero && shard_params(shard->zero))

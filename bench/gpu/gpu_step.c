@@ -90,8 +90,8 @@ static void usage(void)
 		"  times full training steps of the GPU engine on the current CUDA device; prints JSON\n"
 		"  defaults: GPT-2 124M (12 layers, 12 heads, 768 embd, vocab 50257), seq 1024,\n"
 		"            the largest batch that fits, 20 steps after 3 warmup steps,\n"
-		"            peak 989 TFLOP/s (H100 SXM dense bf16), attention gemm (batched GEMMs;\n"
-		"            fused: cuda_flash_* on tensor cores)\n");
+		"            peak 989 TFLOP/s (H100 SXM dense bf16), attention fused (cuda_flash_* on\n"
+		"            tensor cores; gemm: batched GEMMs over the T x T square)\n");
 	exit(2);
 }
 
@@ -111,6 +111,7 @@ static options_t parse_options(int argc, char **argv)
 	options_t o = {
 		.cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 1024},
 		.batch = 0, .seq = 1024, .steps = 20, .warmup = 3, .peak_tflops = 989.0, .seed = 1337,
+		.flags = GPT2_CUDA_FUSED_ATTENTION,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i];

@@ -14,10 +14,11 @@ train.precision bf16, on generated English-like text. Checked:
     within LOSS_REL_TOL (relative), every grad norm within NORM_REL_TOL, and
     the loss falling by more than 0.3 over the run;
   - two GPU runs give the same bits (loss, grad norm, validation loss);
-  - with RINGMASTER_CUDA_ATTENTION=fused (attention on tensor cores,
-    cuda_flash.cu): the startup line says so, the same bounds against the
-    CPU, the same bits twice; RINGMASTER_CUDA_ATTENTION=flash is refused
-    with exit 2 and a message naming the variable;
+  - the default attention is fused (on tensor cores, cuda_flash.cu) and the
+    startup line says so; with RINGMASTER_CUDA_ATTENTION=gemm (batched
+    GEMMs) the startup line says that, the same bounds against the CPU, the
+    same bits twice; RINGMASTER_CUDA_ATTENTION=flash is refused with exit 2
+    and a message naming the variable;
   - odd shapes (T 37, C 48 in 3 heads, vocab 251, batch 3), 12 steps: GPU
     against CPU within the same bounds;
   - snapshots: a GPU run stopped at step 10 with its snapshot, resumed on
@@ -180,14 +181,15 @@ def main():
         assert fell > 0.3, "the GPU loss fell by only %.3f (%.4f -> %.4f)" % (
             fell, g_full[1]["loss"], g_full[20]["loss"])
 
-        # fused attention (RINGMASTER_CUDA_ATTENTION=fused): the same bounds
-        # against the CPU, and the same bits twice; a bad value is refused
-        r, g_fused = rn.train(gpu, "gpu", attention="fused")
-        assert "| attention fused |" in r.stderr, r.stderr
-        assert "| attention gemm |" in probe.stderr, probe.stderr
-        _, g_fused2 = rn.train(gpu, "gpu", attention="fused")
-        assert bits(g_fused) == bits(g_fused2), "two fused GPU runs differ"
-        compare("gpu (fused attention) vs cpu", g_fused, c_full, range(1, 21), worst, spread)
+        # attention from batched GEMMs (RINGMASTER_CUDA_ATTENTION=gemm; the
+        # runs above are the default, fused): the same bounds against the
+        # CPU, and the same bits twice; a bad value is refused
+        r, g_gemm = rn.train(gpu, "gpu", attention="gemm")
+        assert "| attention gemm |" in r.stderr, r.stderr
+        assert "| attention fused |" in probe.stderr, probe.stderr
+        _, g_gemm2 = rn.train(gpu, "gpu", attention="gemm")
+        assert bits(g_gemm) == bits(g_gemm2), "two GPU runs with GEMM attention differ"
+        compare("gpu (gemm attention) vs cpu", g_gemm, c_full, range(1, 21), worst, spread)
         r = rn.run(gpu, "gpu", "--steps", "1", attention="flash")
         assert r.returncode == 2 and "RINGMASTER_CUDA_ATTENTION must be gemm or fused (got 'flash')" \
             in r.stderr, (r.returncode, r.stderr)
