@@ -4,22 +4,28 @@
  * the whole T x T square. Nothing T x T is stored: forward keeps one log-sum-
  * exp per row, backward recomputes the probabilities from it.
  *
- * Tiles: a block is 4 warps and 64 rows (queries in forward and in the dq
- * kernel, keys in the dk/dv kernel), 16 per warp, against tiles of 64 keys
- * (or queries) staged in shared memory; only tiles on or below the
- * diagonal are visited, so the masked half costs nothing. Products are
- * mma.sync m16n8k16 (bf16 operands, fp32 accumulation, sm_80 and later),
- * whose fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16")
- * let an accumulator tile become the next product's A operand in
- * registers: P (16 x 64) after the softmax feeds P V directly. Operands
- * read as B are staged in shared memory in the orientation that makes each
- * lane's two elements adjacent (K row-major for Q K^T, V transposed for
- * P V, and so on), rows padded by 8 elements.
+ * Tiles: a block owns 64 rows (queries in forward and in the dq kernel,
+ * keys in the dk/dv kernel): forward as 2 warps of 32 (two m16 tiles that
+ * share every B fragment), backward as 4 warps of 16. It walks tiles of 64
+ * keys (or queries) staged in shared memory, double-buffered: cp.async
+ * brings tile i + 1 while tile i is used. Only tiles on or below the
+ * diagonal are visited, so the masked half costs nothing, and masks are
+ * applied on the diagonal (and last) tile only. Products are mma.sync
+ * m16n8k16 (bf16 operands, fp32 accumulation, sm_80 and later), whose
+ * fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16") let an
+ * accumulator tile become the next product's A operand in registers: P
+ * (16 x 64) after the softmax feeds P V directly. Staged tiles stay as
+ * they are in memory (rows of HD, padded by 8 elements so that ldmatrix's
+ * eight rows fall in distinct banks); B fragments come by ldmatrix, with
+ * .trans where the tile holds B itself rather than its columns (V in P V,
+ * q and dy in dk and dv, K in dS K).
  *
  * Forward (per query tile): online softmax in base 2 (scores times
  * scale * log2 e), running max and sum per row, the output rescaled as the
  * max grows, divided by the sum at the end; lse2 = max + log2(sum) per row.
- * Backward: D = rowsum(dy * y) per row (k_flash_rowdot); then dk, dv per key
+ * Backward: D = rowsum(dy * y) per row, with dy's split into heads
+ * (k_flash_dy_rowdot; k_flash_rowdot after cuda_heads_split where dout's
+ * rows are not aligned); then dk, dv per key
  * tile, looping over the query tiles at or after it; then dq per query tile
  * over the key tiles up to it; each writes its rows of dqkv (B, T, 3C)
  * directly, fp32 and bf16, as forward writes its output rows, and (when
