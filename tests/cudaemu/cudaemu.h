@@ -21,6 +21,10 @@
  * CUDAEMU_ORDER=reverse: a missing barrier shows up as a wrong result in
  * one of the two orders, which is why the suite runs both.
  *
+ * The fused attention's PTX (mma.sync, ldmatrix, cp.async) is emulated
+ * through hooks the kernels call where they would use inline assembly
+ * (CUDAEMU_MMA_BF16_16816 and the others below).
+ *
  * What it checks beyond the results: launch limits (1024 threads per block,
  * 48 KiB of dynamic shared memory, grid dimensions), a shuffle with a lane
  * of its warp missing or exited, a deadlock at a barrier (threads waiting at

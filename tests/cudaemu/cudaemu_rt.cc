@@ -14,7 +14,12 @@
  * ended or parked at a barrier, then releases the barriers that every live
  * thread of the block (__syncthreads) or of the warp (shuffles) has reached.
  * A pass that can neither run nor release anything is a deadlock. Launches
- * from several host threads are serialised by one mutex.
+ * from several host threads are serialised by one mutex. The warp-wide
+ * tensor-core instructions (mma, ldmatrix) park like a shuffle: each lane
+ * leaves its operands, the last to arrive releases the warp, each lane
+ * computes its share from everyone's, and a second wait keeps the operands
+ * alive until all have read them. cp.async copies queue per thread and
+ * land at the wait_group that covers them.
  *
  * Memory: cudaMalloc is an aligned malloc filled with 0xff bytes, recorded
  * in a table, so copies and memsets are checked against the allocation they

@@ -8,12 +8,14 @@
  * bits in every lane (each step adds the same two values, in either order:
  * fp32 addition is commutative). Block sums go through shared memory as a
  * fixed binary tree. Column sums over rows are split into chunks of
- * COL_ROWS rows: a first kernel writes one partial per (chunk, column), a
- * second adds them in chunk order. Nothing uses atomics, so every result is
- * the same bits run to run.
+ * COL_ROWS rows (LNB_ROWS in the fused LayerNorm backward): a first kernel
+ * writes one partial per (chunk, column), a second adds them in a fixed
+ * order (16 interleaved runs of chunks, then the runs in order). Nothing
+ * uses atomics, so every result is the same bits run to run.
  *
  * Math: expf, logf, tanhf and 1/sqrtf are the accurate (not the __ fast)
- * versions; nvcc may contract a*b+c into an FMA, which is why results can
+ * versions, except in k_crossentropy_cached, whose exponentials are
+ * ex2.approx (within 2 ulp; the tests' fp32 bounds hold); nvcc may contract a*b+c into an FMA, which is why results can
  * differ from the CPU's in the last bits (the tests' fp32 bounds allow it).
  */
 #include "cuda_kernels.h"

@@ -19,7 +19,7 @@
  * softmax, cross-entropy) are done by one warp or one block per row in a
  * fixed lane and tree order; column reductions over rows (bias and
  * LayerNorm parameter gradients, the embedding gradients) write per-chunk
- * partial sums that a second kernel adds in chunk order; the sum of squares
+ * partial sums that a second kernel adds in a fixed order; the sum of squares
  * uses a fixed grid. So two runs give the same bits, on any GPU of the same
  * architecture. Shapes as in kernels.h: N = B*T rows, C channels, H heads
  * of hd = C/H.
@@ -78,14 +78,18 @@ void cuda_layernorm_forward(float *out, uint16_t *out16, float *mean, float *rst
 
 /* Floats of scratch the column reductions below need for N rows of C. */
 size_t cuda_colsum_scratch_floats(int N, int C);
-/* out (C) += the sum over chunks of partial (n_chunks, C), in chunk order
- * (the second half of the column sums, for partial sums made elsewhere) */
+/* out (C) += the sum over chunks of partial (n_chunks, C), in a fixed order
+ * (16 interleaved runs of chunks, then the runs in order: the same bits
+ * every call); the second half of the column sums, for partial sums made
+ * elsewhere */
 void cuda_colsum_add(float *out, const float *partial, int n_chunks, int C, cudaStream_t stream);
 
 /*
  * dx (N, C) += d/dx (and dx16 = bf16 of the updated dx, when not NULL);
  * dw, db (C) += d/dw, d/db; given dout (N, C) and the forward's x, mean, rstd.
- * scratch: cuda_colsum_scratch_floats(N, C).
+ * scratch: cuda_colsum_scratch_floats(N, C). Where C is a multiple of 128
+ * up to 1024 and the rows are 16-byte aligned, one kernel makes dx and the
+ * dw, db partial sums in a single read of dout and x.
  */
 void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db, const float *dout,
                              const float *x, const float *mean, const float *rstd, const float *w,
