@@ -48,6 +48,7 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_ptx.h"
 
 #define FA_TILE 64                 /* rows per block, keys or queries per staged tile */
 #define FA_WARPS 4                 /* 16 rows each */
@@ -76,19 +77,6 @@ __device__ __forceinline__ void s_mma(float d[4], const uint32_t a[4], const uin
 		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
 		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
-
-/* 2^x by the special-function unit alone (ex2.approx.ftz: subnormal
- * results flush to 0, which probabilities that small may) */
-__device__ __forceinline__ float s_exp2(float x)
-{
-#ifdef CUDAEMU_EX2_APPROX
-	return CUDAEMU_EX2_APPROX(x);
-#else
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
 #endif
 }
 
@@ -368,7 +356,7 @@ __global__ void __launch_bounds__(FA_FWD_THREADS)
 				/* the 4 lanes of a group hold a row between them */
 				nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 1));
 				nmx[h] = fmaxf(nmx[h], __shfl_xor_sync(0xffffffffu, nmx[h], 2));
-				const float alpha = s_exp2((mx[m][h] - nmx[h]) * scale_log2);
+				const float alpha = cuda_ex2_approx((mx[m][h] - nmx[h]) * scale_log2);
 				mx[m][h] = nmx[h];
 				mxs[h] = nmx[h] * scale_log2;
 				sum[m][h] *= alpha;
@@ -382,7 +370,7 @@ __global__ void __launch_bounds__(FA_FWD_THREADS)
 			for (int nt = 0; nt < FA_TILE / 8; nt++)
 				FA_UNROLL
 				for (int e = 0; e < 4; e++) {
-					const float p = s_exp2(fmaf(s[m][nt][e], scale_log2, -mxs[e >> 1]));
+					const float p = cuda_ex2_approx(fmaf(s[m][nt][e], scale_log2, -mxs[e >> 1]));
 					sum[m][e >> 1] += p;
 					s[m][nt][e] = p;
 				}
@@ -598,7 +586,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			FA_UNROLL
 			for (int e = 0; e < 4; e++)
-				st[nt][e] = s_exp2(fmaf(st[nt][e], scale_log2, -ls[buf][nt * 8 + 2 * tig + (e & 1)]));
+				st[nt][e] = cuda_ex2_approx(fmaf(st[nt][e], scale_log2, -ls[buf][nt * 8 + 2 * tig + (e & 1)]));
 		if (qt == kt || q0 + FA_TILE > T)
 			FA_UNROLL
 			for (int nt = 0; nt < FA_TILE / 8; nt++)
@@ -701,7 +689,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 		for (int nt = 0; nt < FA_TILE / 8; nt++)
 			FA_UNROLL
 			for (int e = 0; e < 4; e++)
-				s[nt][e] = s_exp2(fmaf(s[nt][e], scale_log2, -lrow[e >> 1]));
+				s[nt][e] = cuda_ex2_approx(fmaf(s[nt][e], scale_log2, -lrow[e >> 1]));
 		if (kt == qt) /* the diagonal tile */
 			FA_UNROLL
 			for (int nt = 0; nt < FA_TILE / 8; nt++)

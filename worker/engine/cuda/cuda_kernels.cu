@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "cuda_ptx.h"
 
 #define WARP 32
 #define ROW_BLOCK 256  /* threads of the warp-per-row kernels: 8 rows per block */
@@ -1019,6 +1020,44 @@ __device__ __forceinline__ void s_lse_add(float &m, float &s, float x)
 	}
 }
 
+/* The row's loss (and lse, unless NULL), by thread 0; xt = the target's logit */
+__device__ __forceinline__ void s_ce_loss(float *losses, float *lse, size_t n, float l, float xt)
+{
+	if (threadIdx.x != 0)
+		return;
+	if (lse)
+		lse[n] = l;
+	losses[n] = l - xt;
+}
+
+/* The gradient of logits v .. v + 3 of the row at `row`, given their
+ * softmax probabilities p: (p - [v == t]) * scale, into dlogits and/or
+ * dlogits16 (either may be NULL) */
+__device__ __forceinline__ void s_ce_grad4(float *dlogits, bf16 *dlogits16, size_t row, int v, int t,
+                                           float scale, float4 p)
+{
+	float d[4] = {p.x * scale, p.y * scale, p.z * scale, p.w * scale};
+	if (t >= v && t < v + 4)
+		d[t - v] -= scale;
+	if (dlogits)
+		*reinterpret_cast<float4 *>(dlogits + row + v) = make_float4(d[0], d[1], d[2], d[3]);
+	if (dlogits16)
+		s_store4_bf16(dlogits16 + row + v, d[0], d[1], d[2], d[3]);
+}
+
+/* the same for one logit */
+__device__ __forceinline__ void s_ce_grad1(float *dlogits, bf16 *dlogits16, size_t row, int v, int t,
+                                           float scale, float p)
+{
+	float d = p * scale;
+	if (v == t)
+		d -= scale;
+	if (dlogits)
+		dlogits[row + v] = d;
+	if (dlogits16)
+		dlogits16[row + v] = __float2bfloat16_rn(d);
+}
+
 /* One block per row. First pass: each thread keeps a running (max, sum)
  * over its float4 pieces of the row (when ld is a multiple of 4, so that
  * rows are 16-byte aligned) and the tail, and a fixed tree merges the
@@ -1061,47 +1100,16 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
 	}
 	const float l = shm[0] + logf(shs[0]);
 	const int t = targets[n];
-	if (threadIdx.x == 0) {
-		if (lse)
-			lse[n] = l;
-		losses[n] = l - x[t];
-	}
+	s_ce_loss(losses, lse, n, l, x[t]);
 	if (!dlogits && !dlogits16)
 		return;
 	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
 		const float4 xv = x4[i];
-		const int v = 4 * i;
-		float d[4] = {expf(xv.x - l) * scale, expf(xv.y - l) * scale, expf(xv.z - l) * scale,
-			      expf(xv.w - l) * scale};
-		if (t >= v && t < v + 4)
-			d[t - v] -= scale;
-		if (dlogits)
-			*reinterpret_cast<float4 *>(dlogits + row + v) = make_float4(d[0], d[1], d[2], d[3]);
-		if (dlogits16)
-			s_store4_bf16(dlogits16 + row + v, d[0], d[1], d[2], d[3]);
+		s_ce_grad4(dlogits, dlogits16, row, 4 * i, t, scale,
+			   make_float4(expf(xv.x - l), expf(xv.y - l), expf(xv.z - l), expf(xv.w - l)));
 	}
-	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x) {
-		float d = expf(x[v] - l) * scale;
-		if (v == t)
-			d -= scale;
-		if (dlogits)
-			dlogits[row + v] = d;
-		if (dlogits16)
-			dlogits16[row + v] = __float2bfloat16_rn(d);
-	}
-}
-
-/* 2^x by the special-function unit alone (ex2.approx.ftz: within 2 ulp,
- * subnormal results flushed to 0) */
-__device__ __forceinline__ float s_exp2_fast(float x)
-{
-#ifdef CUDAEMU_EX2_APPROX
-	return CUDAEMU_EX2_APPROX(x);
-#else
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-#endif
+	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x)
+		s_ce_grad1(dlogits, dlogits16, row, v, t, scale, expf(x[v] - l));
 }
 
 #define CE_CACHE 25 /* float4 pieces a thread holds: 25 * 4 * CE_BLOCK = 51200 logits */
@@ -1152,9 +1160,9 @@ CK_UNROLL
 	float sum = 0.0f;
 CK_UNROLL
 	for (int j = 0; j < CE_CACHE; j++) /* -inf pieces add 2^-inf = 0 */
-		sum += (s_exp2_fast(fmaf(c[j].x, LOG2E_F, -ml)) + s_exp2_fast(fmaf(c[j].y, LOG2E_F, -ml))) +
-		       (s_exp2_fast(fmaf(c[j].z, LOG2E_F, -ml)) + s_exp2_fast(fmaf(c[j].w, LOG2E_F, -ml)));
-	sum += s_exp2_fast(fmaf(xt, LOG2E_F, -ml));
+		sum += (cuda_ex2_approx(fmaf(c[j].x, LOG2E_F, -ml)) + cuda_ex2_approx(fmaf(c[j].y, LOG2E_F, -ml))) +
+		       (cuda_ex2_approx(fmaf(c[j].z, LOG2E_F, -ml)) + cuda_ex2_approx(fmaf(c[j].w, LOG2E_F, -ml)));
+	sum += cuda_ex2_approx(fmaf(xt, LOG2E_F, -ml));
 	sum = s_warp_sum(sum);
 	__syncthreads(); /* every thread has read bcast */
 	if (lane == 0)
@@ -1169,11 +1177,7 @@ CK_UNROLL
 	__syncthreads();
 	const float l = m + logf(bcast);
 	const int t = targets[n];
-	if (threadIdx.x == 0) {
-		if (lse)
-			lse[n] = l;
-		losses[n] = l - x[t];
-	}
+	s_ce_loss(losses, lse, n, l, x[t]);
 	if (!dlogits && !dlogits16)
 		return;
 	const float ll = l * LOG2E_F;
@@ -1182,28 +1186,15 @@ CK_UNROLL
 		const int i = (int)threadIdx.x + j * CE_BLOCK;
 		if (i >= V4)
 			break;
-		const int v = 4 * i;
-		float d[4] = {s_exp2_fast(fmaf(c[j].x, LOG2E_F, -ll)) * scale,
-			      s_exp2_fast(fmaf(c[j].y, LOG2E_F, -ll)) * scale,
-			      s_exp2_fast(fmaf(c[j].z, LOG2E_F, -ll)) * scale,
-			      s_exp2_fast(fmaf(c[j].w, LOG2E_F, -ll)) * scale};
-		if (t >= v && t < v + 4)
-			d[t - v] -= scale;
-		if (dlogits)
-			*reinterpret_cast<float4 *>(dlogits + row + v) = make_float4(d[0], d[1], d[2], d[3]);
-		if (dlogits16)
-			s_store4_bf16(dlogits16 + row + v, d[0], d[1], d[2], d[3]);
+		s_ce_grad4(dlogits, dlogits16, row, 4 * i, t, scale,
+			   make_float4(cuda_ex2_approx(fmaf(c[j].x, LOG2E_F, -ll)),
+				       cuda_ex2_approx(fmaf(c[j].y, LOG2E_F, -ll)),
+				       cuda_ex2_approx(fmaf(c[j].z, LOG2E_F, -ll)),
+				       cuda_ex2_approx(fmaf(c[j].w, LOG2E_F, -ll))));
 	}
-	if ((int)threadIdx.x < tail) {
-		const int v = 4 * V4 + (int)threadIdx.x;
-		float d = s_exp2_fast(fmaf(xt, LOG2E_F, -ll)) * scale;
-		if (v == t)
-			d -= scale;
-		if (dlogits)
-			dlogits[row + v] = d;
-		if (dlogits16)
-			dlogits16[row + v] = __float2bfloat16_rn(d);
-	}
+	if ((int)threadIdx.x < tail)
+		s_ce_grad1(dlogits, dlogits16, row, 4 * V4 + (int)threadIdx.x, t, scale,
+			   cuda_ex2_approx(fmaf(xt, LOG2E_F, -ll)));
 }
 
 extern "C" void cuda_crossentropy_forward(float *losses, float *lse, float *dlogits,
