@@ -40,13 +40,21 @@
 
 /* AddressSanitizer follows the switches between stacks through its fiber
  * hooks; without them it takes a fiber's stack for a corrupted main stack. */
+/* A fiber that ended never returned from s_entry, so whatever redzones
+ * s_entry's frame has stay poisoned on its stack: s_entry keeps no
+ * addressable locals (its checks are calls), and the top of a stack, where
+ * s_start lays out a new fiber's first frame, is unpoisoned (SAN_CLEAN)
+ * before it is reused. */
 #ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define SAN_START(save, bottom, size) __sanitizer_start_switch_fiber((save), (bottom), (size))
 #define SAN_FINISH(save, bottom, size) __sanitizer_finish_switch_fiber((save), (bottom), (size))
+#define SAN_CLEAN(base, size) __asan_unpoison_memory_region((base), (size))
 #else
 #define SAN_START(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
 #define SAN_FINISH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define SAN_CLEAN(base, size) ((void)(base), (void)(size))
 #endif
 
 #if defined(__x86_64__)
@@ -188,14 +196,21 @@ void s_yield(bool done)
 	SAN_FINISH(f.fake_stack, &s.main_bottom, &s.main_size);
 }
 
+/* cp.async copies the running thread never waited for are a bug */
+__attribute__((noinline)) void s_check_copies_landed()
+{
+	sched &s = S();
+	if (!s.fibers[s.current].copies.empty())
+		s_die("%s: a thread ended with %zu cp.async copies it never waited for", s.kernel,
+		      s.fibers[s.current].copies.size());
+}
+
 void s_entry()
 {
 	sched &s = S();
 	SAN_FINISH(nullptr, &s.main_bottom, &s.main_size);
 	(*s.body)();
-	if (!s.fibers[s.current].copies.empty())
-		s_die("%s: a thread ended with %zu cp.async copies it never waited for", s.kernel,
-		      s.fibers[s.current].copies.size());
+	s_check_copies_landed();
 	s.fibers[s.current].state = DONE;
 	s_yield(true);
 	abort(); /* a finished fiber is never resumed */
@@ -214,6 +229,7 @@ void s_park(fiber_state st)
 /* Make fiber f start at s_entry on its stack [base, base + bytes). */
 void s_start(fiber &f, char *base, size_t bytes)
 {
+	SAN_CLEAN(base + bytes - 4096, 4096);
 #ifdef CUDAEMU_ASM_SWITCH
 	uintptr_t top = ((uintptr_t)(base + bytes)) & ~(uintptr_t)15;
 	void **sp = (void **)top;
