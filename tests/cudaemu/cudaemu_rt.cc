@@ -119,8 +119,16 @@ struct fiber {
 	fiber_state state;
 	int lane;
 	int warp;
-	uint64_t xchg;
-	const void *frag; /* mma_bf16_16816: this lane's fragments; ldmatrix: its row */
+	/* shuffles, mma and ldmatrix: this lane's operands for the warp's collective
+	 * call number `rounds`, in slot rounds % 2. One wait suffices: a lane
+	 * writes a slot again two calls later, after a wait that every lane
+	 * reaches only once it has read this call's operands. */
+	struct wslot {
+		uint32_t a[4], b[2];
+		const void *row;
+		uint64_t xchg;
+	} slots[2];
+	unsigned rounds;
 	/* cp_async: copies not yet done, and where each committed group ends */
 	std::vector<cudaemu_copy> copies;
 	std::vector<size_t> group_ends;
@@ -282,7 +290,7 @@ void s_run_block(dim3 grid, dim3 block, uint3 b, bool reverse)
 		f.state = RUNNABLE;
 		f.lane = i % 32;
 		f.warp = i / 32;
-		f.xchg = 0;
+		f.rounds = 0;
 		f.copies.clear();
 		f.group_ends.clear();
 		f.stack = s.stacks + (size_t)i * STACK_BYTES;
@@ -393,19 +401,41 @@ int lane()
 	return s.fibers[s.current].lane;
 }
 
+/* The calling lane's slot for its next warp-collective call, and the
+ * warp's first fiber (every lane of it has filled the same slot once
+ * s_warp_round returns) */
+fiber::wslot &s_my_slot(const char *what)
+{
+	sched &s = S();
+	if (s.current < 0)
+		s_die("%s outside a kernel", what);
+	fiber &f = s.fibers[s.current];
+	return f.slots[f.rounds & 1];
+}
+
+const fiber *s_warp_round()
+{
+	sched &s = S();
+	s_park(AT_WARP); /* every lane's operands are in place */
+	return &s.fibers[(size_t)s.fibers[s.current].warp * 32];
+}
+
+void s_round_done()
+{
+	sched &s = S();
+	s.fibers[s.current].rounds++;
+}
+
 uint64_t warp_exchange(unsigned mask, uint64_t mine, int src_lane)
 {
 	sched &s = S();
 	if (mask != 0xffffffffu)
 		s_die("%s: shuffle with mask %#x: only full-warp shuffles are emulated", s.kernel, mask);
-	int me = s.current;
-	fiber &f = s.fibers[me];
-	f.xchg = mine;
-	s_park(AT_WARP);
-	uint64_t got = s.fibers[(size_t)f.warp * 32 + (size_t)(src_lane & 31)].xchg;
-	/* the second wait keeps a fast lane from overwriting its value before
-	 * every lane has read it */
-	s_park(AT_WARP);
+	s_my_slot("a warp shuffle").xchg = mine;
+	const fiber *warp = s_warp_round();
+	const fiber &f = s.fibers[s.current];
+	uint64_t got = warp[src_lane & 31].slots[f.rounds & 1].xchg;
+	s_round_done();
 	return got;
 }
 
@@ -423,18 +453,13 @@ float s_bf16_at(const uint32_t *regs, int reg, int half)
 
 void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
 {
-	struct frags {
-		uint32_t a[4], b[2];
-	} mine;
+	fiber::wslot &mine = s_my_slot("mma");
 	memcpy(mine.a, a, sizeof mine.a);
 	memcpy(mine.b, b, sizeof mine.b);
+	const fiber *warp = s_warp_round();
 	sched &s = S();
-	if (s.current < 0)
-		s_die("mma outside a kernel");
-	fiber &f = s.fibers[s.current];
-	f.frag = &mine;
-	s_park(AT_WARP); /* every lane's fragments are in place */
-	const fiber *warp = &s.fibers[(size_t)f.warp * 32];
+	const fiber &f = s.fibers[s.current];
+	const unsigned slot = f.rounds & 1;
 	const int g = f.lane / 4, tig = f.lane % 4;
 	for (int e = 0; e < 4; e++) {
 		const int row = g + (e >= 2 ? 8 : 0), col = 2 * tig + (e & 1);
@@ -442,31 +467,28 @@ void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
 		for (int k = 0; k < 16; k++) {
 			/* A (row, k): lane 4 (row % 8) + (k % 8) / 2, register
 			 * (row >= 8) + 2 (k >= 8), half k & 1 */
-			const frags *fa = (const frags *)warp[4 * (row % 8) + (k % 8) / 2].frag;
-			float av = s_bf16_at(fa->a, (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), k & 1);
+			const fiber::wslot &fa = warp[4 * (row % 8) + (k % 8) / 2].slots[slot];
+			float av = s_bf16_at(fa.a, (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), k & 1);
 			/* B (k, col): lane 4 col + (k % 8) / 2, register k >= 8 */
-			const frags *fb = (const frags *)warp[4 * col + (k % 8) / 2].frag;
-			float bv = s_bf16_at(fb->b, k >= 8 ? 1 : 0, k & 1);
+			const fiber::wslot &fb = warp[4 * col + (k % 8) / 2].slots[slot];
+			float bv = s_bf16_at(fb.b, k >= 8 ? 1 : 0, k & 1);
 			sum += (double)av * (double)bv;
 		}
 		d[e] = (float)((double)d[e] + sum);
 	}
-	/* the second wait keeps a fast lane from leaving (and its fragments
-	 * going out of scope) before every lane has read them */
-	s_park(AT_WARP);
+	s_round_done();
 }
 
 void ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
 {
-	sched &s = S();
-	if (s.current < 0)
-		s_die("ldmatrix outside a kernel");
+	fiber::wslot &mine = s_my_slot("ldmatrix");
 	if ((uintptr_t)row % 16 != 0)
-		s_die("%s: ldmatrix row address %p is not 16-byte aligned", s.kernel, row);
-	fiber &f = s.fibers[s.current];
-	f.frag = row;
-	s_park(AT_WARP); /* every lane's row address is in place */
-	const fiber *warp = &s.fibers[(size_t)f.warp * 32];
+		s_die("%s: ldmatrix row address %p is not 16-byte aligned", S().kernel, row);
+	mine.row = row;
+	const fiber *warp = s_warp_round();
+	sched &s = S();
+	const fiber &f = s.fibers[s.current];
+	const unsigned slot = f.rounds & 1;
 	const int lane = f.lane;
 	for (int i = 0; i < 4; i++) {
 		/* matrix i's rows come from lanes 8 i .. 8 i + 7; this lane gets
@@ -476,12 +498,12 @@ void ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
 		for (int h = 0; h < 2; h++) {
 			const int rr = trans ? 2 * (lane % 4) + h : lane / 4;
 			const int cc = trans ? lane / 4 : 2 * (lane % 4) + h;
-			const uint16_t *src = (const uint16_t *)warp[8 * i + rr].frag;
+			const uint16_t *src = (const uint16_t *)warp[8 * i + rr].slots[slot].row;
 			e[h] = src[cc];
 		}
 		r[i] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
 	}
-	s_park(AT_WARP); /* no lane moves on (and rewrites its row) before all have read */
+	s_round_done();
 }
 
 void cp_async(void *dst, const void *src, size_t bytes, bool valid)

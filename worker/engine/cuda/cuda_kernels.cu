@@ -1116,7 +1116,8 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
 #define LOG2E_F 1.4426950408889634f
 
 /* The cross-entropy of rows that fit in registers (ld a multiple of 4 and
- * V <= 4 * CE_CACHE * CE_BLOCK + 3: GPT-2's 50257 and 50304 do): each
+ * V <= 4 * CE_CACHE * CE_BLOCK + 3: GPT-2's 50257 and 50304 do), with as
+ * many whole warps per row as it takes (blockDim.x <= CE_BLOCK): each
  * thread loads its float4 pieces (and one element of the tail) once, so
  * the logits are read from memory once, not twice as k_crossentropy_forward
  * does; then the max, the sum of 2^((x - max) log2 e) and the gradient come
@@ -1126,6 +1127,7 @@ __global__ void __launch_bounds__(CE_BLOCK)
 			      const float *logits, const int32_t *targets, int V, int ld, float scale)
 {
 	__shared__ float shr[CE_BLOCK / WARP];
+	const int threads = (int)blockDim.x, warps = threads / WARP;
 	__shared__ float bcast;
 	const size_t n = blockIdx.x, row = n * (size_t)ld;
 	const float *x = logits + row;
@@ -1136,7 +1138,7 @@ __global__ void __launch_bounds__(CE_BLOCK)
 	float m = -INFINITY;
 CK_UNROLL
 	for (int j = 0; j < CE_CACHE; j++) {
-		const int i = (int)threadIdx.x + j * CE_BLOCK;
+		const int i = (int)threadIdx.x + j * threads;
 		c[j] = i < V4 ? x4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
 		m = fmaxf(m, fmaxf(fmaxf(c[j].x, c[j].y), fmaxf(c[j].z, c[j].w)));
 	}
@@ -1150,7 +1152,7 @@ CK_UNROLL
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		float r = shr[0];
-		for (int w = 1; w < CE_BLOCK / WARP; w++)
+		for (int w = 1; w < warps; w++)
 			r = fmaxf(r, shr[w]);
 		bcast = r;
 	}
@@ -1170,7 +1172,7 @@ CK_UNROLL
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		float r = 0.0f;
-		for (int w = 0; w < CE_BLOCK / WARP; w++)
+		for (int w = 0; w < warps; w++)
 			r += shr[w];
 		bcast = r;
 	}
@@ -1183,7 +1185,7 @@ CK_UNROLL
 	const float ll = l * LOG2E_F;
 CK_UNROLL
 	for (int j = 0; j < CE_CACHE; j++) {
-		const int i = (int)threadIdx.x + j * CE_BLOCK;
+		const int i = (int)threadIdx.x + j * threads;
 		if (i >= V4)
 			break;
 		s_ce_grad4(dlogits, dlogits16, row, 4 * i, t, scale,
@@ -1203,12 +1205,18 @@ extern "C" void cuda_crossentropy_forward(float *losses, float *lse, float *dlog
                                           cudaStream_t stream)
 {
 	bf16 *d16 = dlogits16 ? s_b16(dlogits16) : NULL;
-	if (ld % 4 == 0 && V / 4 <= CE_CACHE * CE_BLOCK && V % 4 < CE_BLOCK)
-		k_crossentropy_cached<<<(unsigned)N, CE_BLOCK, 0, stream>>>(losses, lse, dlogits, d16, logits,
+	if (ld % 4 == 0 && V / 4 <= CE_CACHE * CE_BLOCK) {
+		/* as few whole warps as hold the row: CE_BLOCK at GPT-2's
+		 * vocabulary, one warp for a byte-level one */
+		int threads = (V / 4 + CE_CACHE - 1) / CE_CACHE;
+		threads = (threads + WARP - 1) / WARP * WARP;
+		threads = threads < WARP ? WARP : threads;
+		k_crossentropy_cached<<<(unsigned)N, (unsigned)threads, 0, stream>>>(losses, lse, dlogits, d16, logits,
 									     targets, V, ld, scale);
-	else
+	} else {
 		k_crossentropy_forward<<<(unsigned)N, CE_BLOCK, 0, stream>>>(losses, lse, dlogits, d16,
 									      logits, targets, V, ld, scale);
+	}
 	CUDA_CHECK_LAUNCH();
 }
 
