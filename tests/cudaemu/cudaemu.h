@@ -67,7 +67,7 @@ static inline const coords &cur()
 	return current ? *current : cur_checked();
 }
 void syncthreads();
-/* Store 8 bytes for this lane, wait for the warp, read lane `src`'s, wait. */
+/* Store 8 bytes for this lane, wait for the warp, read lane `src`'s. */
 uint64_t warp_exchange(unsigned mask, uint64_t mine, int src_lane);
 int lane();
 

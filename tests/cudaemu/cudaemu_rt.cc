@@ -14,11 +14,12 @@
  * ended or parked at a barrier, then releases the barriers that every live
  * thread of the block (__syncthreads) or of the warp (shuffles) has reached.
  * A pass that can neither run nor release anything is a deadlock. Launches
- * from several host threads are serialised by one mutex. The warp-wide
- * tensor-core instructions (mma, ldmatrix) park like a shuffle: each lane
- * leaves its operands, the last to arrive releases the warp, each lane
- * computes its share from everyone's, and a second wait keeps the operands
- * alive until all have read them. cp.async copies queue per thread and
+ * from several host threads are serialised by one mutex. Warp-wide calls
+ * (shuffles, mma, ldmatrix) park once: each lane leaves its operands in one
+ * of two slots (alternating call by call), the wait releases the warp when
+ * all 32 have, and each lane computes its share from everyone's; a lane
+ * can refill that slot only after the next call's wait, which the others
+ * reach only once they have read it. cp.async copies queue per thread and
  * land at the wait_group that covers them.
  *
  * Memory: cudaMalloc is an aligned malloc filled with 0xff bytes, recorded
