@@ -12,12 +12,27 @@
  * C and the bias added, and the result rounded (to nearest even for bf16)
  * into D. C is not read when beta is 0, nor A and B when alpha is 0.
  *
+ * Epilogues: DEFAULT, BIAS, and the GELU family. With x the fp32 value
+ * above (bias included for the _BIAS ones), GELU and GELU_BIAS store
+ * gelu(x); GELU_AUX and GELU_AUX_BIAS also store x, rounded, into the aux
+ * matrix (the GELU input the backward pass needs; D is gelu of the fp32 x,
+ * not of the rounded aux); DGELU reads z from the aux matrix and stores
+ * x * gelu'(z), without a bias. The aux matrix is m x n column-major like
+ * D, of D's type, at EPILOGUE_AUX_POINTER with EPILOGUE_AUX_LD and
+ * EPILOGUE_AUX_BATCH_STRIDE. cuBLASLt does not document which GELU it
+ * computes; this uses the tanh approximation written as the engine's own
+ * kernels write it (s_gelu, s_gelu_grad in cuda_kernels.cu), so that the
+ * cuBLASLt path and the engine's fallback agree here up to rounding.
+ *
  * What it checks, because a wrong leading dimension or a shape mismatch in
  * the engine is what it exists to catch: the arguments cuBLAS/cuBLASLt check
  * (null handles and descriptors, attribute sizes, ld >= rows, op(A) m x k,
  * op(B) k x n, C and D m x n, equal batch counts, supported types and
- * epilogues), plus what the real libraries leave undefined: an in-place C/D
- * with differing layouts, D overlapping A, B, the bias or itself across
+ * epilogues, an aux ld >= m and divisible by 8, an aux batch stride
+ * divisible by 8, an aux pointer for the epilogues that use one), plus what
+ * the real libraries leave undefined: an in-place C/D with differing
+ * layouts, D overlapping A, B, the bias, the aux matrix or itself across
+ * batch members, a written aux matrix overlapping an input or itself across
  * batch members, and data pointers less aligned than the preference the
  * algorithm was chosen under. A failed check prints one line on stderr,
  * "cudaemu: <function>: <what>", and returns CUBLAS_STATUS_INVALID_VALUE
@@ -30,14 +45,16 @@
  * cublasLtMatmulAlgoGetHeuristic returns one dummy algorithm, so the
  * engine's cuBLASLt path runs; CUDAEMU_LT_NO_ALGO=1 makes it find none
  * (CUBLAS_STATUS_NOT_SUPPORTED, 0 results), sending the engine to
- * cublasGemmStridedBatchedEx, and CUDAEMU_LT_NO_ALGO=bias finds none only
- * for the bias epilogue (the engine then adds the bias with its own kernel).
+ * cublasGemmStridedBatchedEx, and CUDAEMU_LT_NO_ALGO=epilogue (or its older
+ * name, bias) finds none for any epilogue but DEFAULT (the engine then adds
+ * the bias and applies GELU with its own kernels).
  * Streams are recorded and ignored: every call runs to completion on the
  * calling thread.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +115,9 @@ struct emu_desc {
 	const void *bias;
 	int64_t bias_batch_stride;
 	int32_t bias_type; /* -1: D's type */
+	void *aux;         /* the GELU input: written by GELU_AUX*, read by DGELU */
+	int64_t aux_ld, aux_batch_stride;
+	int32_t aux_type; /* -1: D's type */
 };
 
 /* Behind a cublasLtMatmulPreference_t. */
@@ -368,6 +388,9 @@ void s_check_alloc(const char *fn, const mat_view &v)
 	cudaemu_blas_check_range((const void *)lo, hi - lo, what);
 }
 
+/* The pointwise function after the bias, from the epilogue. */
+enum act_kind { ACT_NONE, ACT_GELU, ACT_DGELU };
+
 /* A problem ready to run: shapes checked, views built. */
 struct gemm_problem {
 	const char *fn;
@@ -376,9 +399,32 @@ struct gemm_problem {
 	int32_t op_a, op_b;
 	mat_view a, b, c, d;
 	float alpha, beta;
+	uint32_t epilogue; /* cublasLtEpilogue_t (0 on the cuBLAS path) */
 	bool has_bias;
 	mat_view bias; /* rows m, cols 1, stride = bias batch stride */
+	act_kind act;
+	bool aux_out, aux_in; /* aux written (GELU_AUX*) or read (DGELU) */
+	mat_view aux;         /* m x n, ld and stride from the descriptor */
 };
+
+/* The engine's GELU (cuda_kernels.cu's s_gelu and s_gelu_grad, the tanh
+ * approximation), term for term, so both compute the same fp32 value. */
+const float GELU_K = 0.7978845608028654f; /* sqrt(2 / pi) */
+
+float s_gelu(float v)
+{
+	const float u = GELU_K * (v + 0.044715f * v * v * v);
+	return 0.5f * v * (1.0f + tanhf(u));
+}
+
+/* d * gelu'(v) */
+float s_gelu_grad(float d, float v)
+{
+	const float u = GELU_K * (v + 0.044715f * v * v * v);
+	const float th = tanhf(u);
+	const float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+	return d * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+}
 
 /*
  * Checks that hold for every path once shapes agree: D's batch members
@@ -427,6 +473,29 @@ cublasStatus_t s_check_memory(const gemm_problem &p)
 		s_say(fn, "D overlaps the bias vector");
 		return CUBLAS_STATUS_INVALID_VALUE;
 	}
+	/* DGELU reads aux while writing D, GELU_AUX writes both: either way
+	 * a shared element is a race on the GPU */
+	if ((p.aux_out || p.aux_in) && s_views_overlap(p.d, p.aux)) {
+		s_say(fn, "D overlaps the epilogue's aux matrix (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER)");
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (p.aux_out) {
+		if (s_batch_overlaps(p.aux)) {
+			s_say(fn,
+			      "the %d members of the aux matrix's batch overlap (CUBLASLT_MATMUL_DESC_EPILOGUE_"
+			      "AUX_BATCH_STRIDE %lld for %lld x %lld with ld %lld): outputs would be written twice",
+			      p.aux.batch, (long long)p.aux.stride, (long long)p.aux.rows, (long long)p.aux.cols,
+			      (long long)p.aux.ld);
+			return CUBLAS_STATUS_INVALID_VALUE;
+		}
+		if ((reads_ab && (s_views_overlap(p.aux, p.a) || s_views_overlap(p.aux, p.b))) ||
+		    (reads_c && s_views_overlap(p.aux, p.c)) ||
+		    (p.has_bias && s_views_overlap(p.aux, p.bias))) {
+			s_say(fn, "the aux matrix the epilogue writes overlaps A, B, C or the bias: the product "
+				  "would read what it writes");
+			return CUBLAS_STATUS_INVALID_VALUE;
+		}
+	}
 	if (reads_c && p.c.base != p.d.base && s_views_overlap(p.d, p.c)) {
 		s_say(fn, "C and D overlap without being the same matrix (in place needs C == D)");
 		return CUBLAS_STATUS_INVALID_VALUE;
@@ -439,15 +508,17 @@ cublasStatus_t s_check_memory(const gemm_problem &p)
 		s_check_alloc(fn, p.c);
 	if (p.has_bias)
 		s_check_alloc(fn, p.bias);
+	if (p.aux_out || p.aux_in)
+		s_check_alloc(fn, p.aux);
 	s_check_alloc(fn, p.d);
 	return CUBLAS_STATUS_SUCCESS;
 }
 
 /*
- * D = alpha * op(A) op(B) + beta * C [+ bias], member by member. op(A)'s
- * rows and op(B)'s columns are unpacked to fp32 first, so the inner loop is
- * a plain fp32 dot product in k order. C is read before D is written at the
- * same element, so C == D is safe.
+ * D = alpha * op(A) op(B) + beta * C [+ bias], then the epilogue's GELU,
+ * member by member. op(A)'s rows and op(B)'s columns are unpacked to fp32
+ * first, so the inner loop is a plain fp32 dot product in k order. C is
+ * read before D is written at the same element, so C == D is safe.
  */
 void s_gemm_run(const gemm_problem &p)
 {
@@ -483,6 +554,12 @@ void s_gemm_run(const gemm_problem &p)
 					t += p.beta * s_load(p.c, b, i, j);
 				if (p.has_bias)
 					t += s_load(p.bias, b, i, 0);
+				if (p.aux_out)
+					s_store(p.aux, b, i, j, t);
+				if (p.act == ACT_GELU)
+					t = s_gelu(t);
+				else if (p.act == ACT_DGELU)
+					t = s_gelu_grad(t, s_load(p.aux, b, i, j));
 				s_store(p.d, b, i, j, t);
 			}
 		}
@@ -553,6 +630,87 @@ const char *s_describe(char *buf, size_t len, const char *name, const emu_layout
 	snprintf(buf, len, "%s %llu x %llu (ld %lld, batch %d)", name, (unsigned long long)l->rows,
 		 (unsigned long long)l->cols, (long long)l->ld, l->batch_count);
 	return buf;
+}
+
+/* The epilogues the emulator runs, as its messages list them. */
+const char *const EPILOGUES_SUPPORTED = "CUBLASLT_EPILOGUE_DEFAULT, _BIAS, _GELU, _GELU_BIAS, _GELU_AUX, "
+					"_GELU_AUX_BIAS or _DGELU";
+
+bool s_epilogue_supported(uint32_t e)
+{
+	switch (e) {
+	case CUBLASLT_EPILOGUE_DEFAULT:
+	case CUBLASLT_EPILOGUE_BIAS:
+	case CUBLASLT_EPILOGUE_GELU:
+	case CUBLASLT_EPILOGUE_GELU_BIAS:
+	case CUBLASLT_EPILOGUE_GELU_AUX:
+	case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+	case CUBLASLT_EPILOGUE_DGELU:
+		return true;
+	}
+	return false;
+}
+
+/*
+ * The epilogue's bias and aux matrix into p (m, n, batch set): the types,
+ * AUX_LD and AUX_BATCH_STRIDE as cuBLASLt requires them, then the views.
+ * SUCCESS, or INVALID_VALUE / NOT_SUPPORTED with one line said.
+ */
+cublasStatus_t s_lt_epilogue(const char *fn, const emu_desc *op, int32_t d_type, gemm_problem *p)
+{
+	const uint32_t e = op->epilogue;
+	if (!s_epilogue_supported(e)) {
+		s_say(fn, "epilogue %u is not supported (%s)", e, EPILOGUES_SUPPORTED);
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	p->epilogue = e;
+	p->act = e == CUBLASLT_EPILOGUE_DGELU ? ACT_DGELU
+		 : e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+				 e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+			 ? ACT_GELU
+			 : ACT_NONE;
+	p->aux_out = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+	p->aux_in = e == CUBLASLT_EPILOGUE_DGELU;
+	/* the _BIAS epilogues are the ones with BIAS's bit; DGELU (192) has
+	 * none, so a bias pointer set for it is not read */
+	p->has_bias = (e & CUBLASLT_EPILOGUE_BIAS) != 0;
+	if (p->has_bias) {
+		int32_t bt = op->bias_type == -1 ? d_type : op->bias_type;
+		if (bt != d_type) {
+			s_say(fn, "bias type %s with D of type %s is not supported (bias has D's type)",
+			      s_type_name(bt), s_type_name(d_type));
+			return CUBLAS_STATUS_NOT_SUPPORTED;
+		}
+		if (!s_view_init(&p->bias, fn, "bias", op->bias, bt, p->m, 1, p->m, op->bias_batch_stride,
+				 p->batch))
+			return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (!p->aux_out && !p->aux_in)
+		return CUBLAS_STATUS_SUCCESS;
+	int32_t at = op->aux_type == -1 ? d_type : op->aux_type;
+	if (at != d_type) {
+		s_say(fn,
+		      "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE %s with D of type %s is not supported (the "
+		      "GELU input has D's type)",
+		      s_type_name(at), s_type_name(d_type));
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	if (op->aux_ld < p->m || op->aux_ld % 8 != 0) {
+		s_say(fn,
+		      "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD is %lld: it must be at least D's %lld rows and "
+		      "divisible by 8",
+		      (long long)op->aux_ld, (long long)p->m);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (p->batch > 1 && op->aux_batch_stride % 8 != 0) {
+		s_say(fn, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE is %lld: it must be divisible by 8",
+		      (long long)op->aux_batch_stride);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (!s_view_init(&p->aux, fn, "aux", op->aux, at, p->m, p->n, op->aux_ld, op->aux_batch_stride,
+			 p->batch))
+		return CUBLAS_STATUS_INVALID_VALUE;
+	return CUBLAS_STATUS_SUCCESS;
 }
 
 /*
@@ -676,20 +834,9 @@ cublasStatus_t s_lt_problem(const char *fn, cublasLtMatmulDesc_t op_desc, cublas
 	p.batch = ld->batch_count;
 	p.op_a = op->trans_a == CUBLAS_OP_N ? CUBLAS_OP_N : CUBLAS_OP_T;
 	p.op_b = op->trans_b == CUBLAS_OP_N ? CUBLAS_OP_N : CUBLAS_OP_T;
-	if (op->epilogue == CUBLASLT_EPILOGUE_BIAS) {
-		int32_t bt = op->bias_type == -1 ? ld->type : op->bias_type;
-		if (bt != ld->type) {
-			s_say(fn, "bias type %s with D of type %s is not supported (bias has D's type)",
-			      s_type_name(bt), s_type_name(ld->type));
-			return CUBLAS_STATUS_NOT_SUPPORTED;
-		}
-		p.has_bias = true;
-		if (!s_view_init(&p.bias, fn, "bias", op->bias, bt, m, 1, m, op->bias_batch_stride, p.batch))
-			return CUBLAS_STATUS_INVALID_VALUE;
-	} else if (op->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-		s_say(fn, "epilogue %u is not supported (CUBLASLT_EPILOGUE_DEFAULT or _BIAS)", op->epilogue);
-		return CUBLAS_STATUS_NOT_SUPPORTED;
-	}
+	st = s_lt_epilogue(fn, op, ld->type, &p);
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return st;
 	if (!s_view_init(&p.a, fn, "A", a, la->type, (int64_t)la->rows, (int64_t)la->cols, la->ld,
 			 la->batch_stride, p.batch) ||
 	    !s_view_init(&p.b, fn, "B", b, lb->type, (int64_t)lb->rows, (int64_t)lb->cols, lb->ld,
@@ -712,13 +859,14 @@ uint32_t s_align_of(const void *ptr)
 }
 
 /* What CUDAEMU_LT_NO_ALGO asks: 0 (find algorithms), 1 (none), 2 (none
- * for the bias epilogue). */
+ * for an epilogue other than DEFAULT; "bias" is its name from when BIAS
+ * was the only other one). */
 int s_no_algo_mode(void)
 {
 	const char *e = getenv("CUDAEMU_LT_NO_ALGO");
 	if (!e || !*e || strcmp(e, "0") == 0)
 		return 0;
-	return strcmp(e, "bias") == 0 ? 2 : 1;
+	return strcmp(e, "epilogue") == 0 || strcmp(e, "bias") == 0 ? 2 : 1;
 }
 
 } /* namespace */
@@ -910,6 +1058,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublas
 	d->trans_a = d->trans_b = d->trans_c = CUBLAS_OP_N;
 	d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
 	d->bias_type = -1;
+	d->aux_type = -1;
 	*matmulDesc = reinterpret_cast<cublasLtMatmulDesc_t>(d);
 	return CUBLAS_STATUS_SUCCESS;
 }
@@ -930,9 +1079,11 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc)
 }
 
 /* Sets one descriptor attribute. Supported: COMPUTE_TYPE, SCALE_TYPE,
- * POINTER_MODE (host), TRANSA, TRANSB, TRANSC, EPILOGUE (DEFAULT, BIAS),
- * BIAS_POINTER, BIAS_BATCH_STRIDE, BIAS_DATA_TYPE; anything else is
- * NOT_SUPPORTED. INVALID_VALUE when buf is NULL or its size is wrong. */
+ * POINTER_MODE (host), TRANSA, TRANSB, TRANSC, EPILOGUE (DEFAULT, BIAS,
+ * GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU), BIAS_POINTER,
+ * BIAS_BATCH_STRIDE, BIAS_DATA_TYPE, EPILOGUE_AUX_POINTER, _AUX_LD,
+ * _AUX_BATCH_STRIDE, _AUX_DATA_TYPE; anything else is NOT_SUPPORTED.
+ * INVALID_VALUE when buf is NULL or its size is wrong. */
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
                                               cublasLtMatmulDescAttributes_t attr, const void *buf,
                                               size_t sizeInBytes)
@@ -981,8 +1132,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
 		if (!s_size_ok(fn, "CUBLASLT_MATMUL_DESC_EPILOGUE", buf, sizeInBytes, sizeof v))
 			return CUBLAS_STATUS_INVALID_VALUE;
 		memcpy(&v, buf, sizeof v);
-		if (v != CUBLASLT_EPILOGUE_DEFAULT && v != CUBLASLT_EPILOGUE_BIAS) {
-			s_say(fn, "epilogue %u is not supported (CUBLASLT_EPILOGUE_DEFAULT or _BIAS)", v);
+		if (!s_epilogue_supported(v)) {
+			s_say(fn, "epilogue %u is not supported (%s)", v, EPILOGUES_SUPPORTED);
 			return CUBLAS_STATUS_NOT_SUPPORTED;
 		}
 		d->epilogue = v;
@@ -999,6 +1150,36 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
 			return CUBLAS_STATUS_INVALID_VALUE;
 		memcpy(&d->bias_batch_stride, buf, sizeof d->bias_batch_stride);
 		return CUBLAS_STATUS_SUCCESS;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+		if (!s_size_ok(fn, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", buf, sizeInBytes, sizeof d->aux))
+			return CUBLAS_STATUS_INVALID_VALUE;
+		memcpy(&d->aux, buf, sizeof d->aux);
+		return CUBLAS_STATUS_SUCCESS;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+		if (!s_size_ok(fn, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD", buf, sizeInBytes, sizeof d->aux_ld))
+			return CUBLAS_STATUS_INVALID_VALUE;
+		memcpy(&d->aux_ld, buf, sizeof d->aux_ld);
+		return CUBLAS_STATUS_SUCCESS;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+		if (!s_size_ok(fn, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE", buf, sizeInBytes,
+			       sizeof d->aux_batch_stride))
+			return CUBLAS_STATUS_INVALID_VALUE;
+		memcpy(&d->aux_batch_stride, buf, sizeof d->aux_batch_stride);
+		return CUBLAS_STATUS_SUCCESS;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: {
+		/* whether it is D's type is checked where D is known */
+		int32_t v;
+		if (!s_size_ok(fn, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE", buf, sizeInBytes, sizeof v))
+			return CUBLAS_STATUS_INVALID_VALUE;
+		memcpy(&v, buf, sizeof v);
+		if (v != -1 && v != CUDA_R_16BF && v != CUDA_R_32F) {
+			s_say(fn, "aux type %s (%d) is not supported (-1, CUDA_R_16BF or CUDA_R_32F, as D)",
+			      s_type_name(v), v);
+			return CUBLAS_STATUS_NOT_SUPPORTED;
+		}
+		d->aux_type = v;
+		return CUBLAS_STATUS_SUCCESS;
+	}
 	default:
 		s_say(fn, "matmul attribute %d is not supported by cudaemu", (int)attr);
 		return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -1147,7 +1328,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return st;
 	int mode = s_no_algo_mode();
-	if (mode == 1 || (mode == 2 && p.has_bias))
+	if (mode == 1 || (mode == 2 && p.epilogue != CUBLASLT_EPILOGUE_DEFAULT))
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	cublasLtMatmulHeuristicResult_t *r = &heuristicResultsArray[0];
 	memset(r, 0, sizeof *r);
@@ -1195,6 +1376,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 	memcpy(&p.beta, beta, sizeof p.beta);
 	if (p.has_bias && !p.bias.base && p.m > 0) {
 		s_say(fn, "the bias epilogue is set but CUBLASLT_MATMUL_DESC_BIAS_POINTER is NULL");
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if ((p.aux_out || p.aux_in) && !p.aux.base && p.aux.hi > p.aux.lo) {
+		s_say(fn, "epilogue %u %s an aux matrix but CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER is NULL",
+		      p.epilogue, p.aux_out ? "writes" : "reads");
 		return CUBLAS_STATUS_INVALID_VALUE;
 	}
 	if (algo) {

@@ -8,9 +8,12 @@
  * must match the reference within 1e-5 of the sum of the magnitudes of the
  * terms (fp32 accumulation of k exact bf16 products), plus half a bf16 ulp
  * for a bf16 D; both paths must agree bit for bit; padding around D must be
- * untouched; C must not be read when beta is 0. Then each misuse the
- * emulator exists to catch must fail with the right status (the emulator
- * prints one line per failure on stderr, which is expected output here).
+ * untouched; C must not be read when beta is 0. The GELU epilogues
+ * (GELU_BIAS, GELU_AUX_BIAS, DGELU; bf16 and fp32 D) must match a host
+ * computation of the same fp32 expressions in the same order bit for bit,
+ * D and the aux matrix. Then each misuse the emulator exists to catch
+ * must fail with the right status (the emulator prints one line per
+ * failure on stderr, which is expected output here).
  * Exit status 0 when everything passes, 1 otherwise.
  */
 #include <cublasLt.h>
@@ -502,8 +505,8 @@ static void s_test_misuse(cublasLtHandle_t lt, cublasHandle_t h)
 		int64_t wide = CUBLAS_OP_T;
 		EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &wide, sizeof wide),
 			  CUBLAS_STATUS_INVALID_VALUE);
-		cublasLtEpilogue_t gelu = CUBLASLT_EPILOGUE_GELU_BIAS;
-		EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu, sizeof gelu),
+		cublasLtEpilogue_t relu = CUBLASLT_EPILOGUE_RELU;
+		EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &relu, sizeof relu),
 			  CUBLAS_STATUS_NOT_SUPPORTED);
 		cublasLtMatrixLayout_t l = s_layout(CUDA_R_16BF, 4, 4, 4, 1, 0);
 		int64_t bc = 2;
@@ -595,6 +598,335 @@ static void s_test_misuse(cublasLtHandle_t lt, cublasHandle_t h)
 	}
 }
 
+/*
+ * The GELU the emulator documents (the engine's tanh form), and its
+ * derivative times d, written out here as the reference: same fp32 terms
+ * in the same order, so a correct emulator agrees bit for bit.
+ */
+static float s_ref_gelu(float v)
+{
+	const float K = 0.7978845608028654f;
+	const float u = K * (v + 0.044715f * v * v * v);
+	return 0.5f * v * (1.0f + tanhf(u));
+}
+
+static float s_ref_gelu_grad(float d, float v)
+{
+	const float K = 0.7978845608028654f;
+	const float u = K * (v + 0.044715f * v * v * v);
+	const float th = tanhf(u);
+	const float du = K * (1.0f + 3.0f * 0.044715f * v * v);
+	return d * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+}
+
+/* The stored bits of element off, and those of v rounded to type t. */
+static uint32_t s_bits(const void *p, cudaDataType t, int64_t off)
+{
+	if (t == CUDA_R_16BF)
+		return ((const uint16_t *)p)[off];
+	uint32_t u;
+	memcpy(&u, (const float *)p + off, sizeof u);
+	return u;
+}
+
+static uint32_t s_round_bits(float v, cudaDataType t)
+{
+	if (t == CUDA_R_16BF)
+		return s_f32_to_bf16(v);
+	uint32_t u;
+	memcpy(&u, &v, sizeof u);
+	return u;
+}
+
+static void s_set_epilogue(cublasLtMatmulDesc_t op, cublasLtEpilogue_t ep)
+{
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
+		  CUBLAS_STATUS_SUCCESS);
+}
+
+static void s_set_aux(cublasLtMatmulDesc_t op, const void *aux, int64_t ld, int64_t stride)
+{
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+		  CUBLAS_STATUS_SUCCESS);
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld),
+		  CUBLAS_STATUS_SUCCESS);
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &stride,
+						 sizeof stride),
+		  CUBLAS_STATUS_SUCCESS);
+}
+
+/* One GELU-epilogue problem: bf16 A (m x k) and B (k x n), D in place over
+ * C with two rows of padding, the aux matrix with its own ld. */
+struct gelu_case {
+	const char *name;
+	cublasLtEpilogue_t epilogue;
+	bool bias;         /* expected to add the bias (a pointer is always set) */
+	int aux;           /* 0: none, 1: written (GELU input), 2: read (DGELU) */
+	int m, n, k, batch;
+	int64_t aux_ld;
+	float alpha, beta;
+	cudaDataType d_type;
+	bool aux_type_set; /* AUX_DATA_TYPE set to D's type, not left at -1 */
+};
+
+static void s_run_gelu_case(cublasLtHandle_t lt, const gelu_case &c)
+{
+	const cudaDataType BF = CUDA_R_16BF, dt = c.d_type;
+	const size_t eb = s_bytes(dt);
+	const int64_t m = c.m, n = c.n, k = c.k, nb = c.batch;
+	const int64_t sa = m * k, sb = k * n, ldd = m + 2, sd = ldd * n, ldx = c.aux_ld, sx = ldx * n;
+	buf a((size_t)(sa * nb) * 2), b((size_t)(sb * nb) * 2), d((size_t)(sd * nb) * eb),
+		c0((size_t)(sd * nb) * eb), bias((size_t)(m * nb) * eb), aux((size_t)(sx * nb) * eb),
+		aux0((size_t)(sx * nb) * eb);
+	for (int64_t i = 0; i < sa * nb; i++)
+		s_put(a.p, BF, i, s_rand());
+	for (int64_t i = 0; i < sb * nb; i++)
+		s_put(b.p, BF, i, s_rand());
+	if (c.beta != 0.0f)
+		for (int64_t bt = 0; bt < nb; bt++)
+			for (int64_t j = 0; j < n; j++)
+				for (int64_t i = 0; i < m; i++)
+					s_put(c0.p, dt, bt * sd + j * ldd + i, s_rand());
+	for (int64_t i = 0; i < m * nb; i++)
+		s_put(bias.p, dt, i, s_rand());
+	if (c.aux == 2) /* GELU inputs over the curved part, [-3, 3) */
+		for (int64_t i = 0; i < sx * nb; i++)
+			s_put(aux0.p, dt, i, 3.0f * s_rand());
+	memcpy(aux.p, aux0.p, aux.n_bytes);
+	memcpy(d.p, c0.p, d.n_bytes);
+
+	cublasLtMatmulDesc_t op = s_desc(false, false);
+	s_set_bias(op, bias.p, dt, nb > 1 ? m : 0);
+	s_set_epilogue(op, c.epilogue);
+	if (c.aux)
+		s_set_aux(op, aux.p, ldx, sx);
+	if (c.aux_type_set) {
+		int32_t at = dt;
+		EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
+							 sizeof at),
+			  CUBLAS_STATUS_SUCCESS);
+	}
+	cublasLtMatrixLayout_t la = s_layout(BF, m, k, m, c.batch, sa);
+	cublasLtMatrixLayout_t lb = s_layout(BF, k, n, k, c.batch, sb);
+	cublasLtMatrixLayout_t ld = s_layout(dt, m, n, ldd, c.batch, sd);
+	cublasLtMatmulPreference_t pref = s_pref(256);
+	cublasLtMatmulHeuristicResult_t res;
+	int n_res = -1;
+	EXPECT_ST(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &res, &n_res),
+		  CUBLAS_STATUS_SUCCESS);
+	EXPECT(n_res == 1, "%s: heuristic returned %d results", c.name, n_res);
+	EXPECT_ST(cublasLtMatmul(lt, op, &c.alpha, a.p, la, b.p, lb, &c.beta, d.p, ld, d.p, ld, &res.algo, nullptr,
+				 0, nullptr),
+		  CUBLAS_STATUS_SUCCESS);
+
+	int bad_d = 0, bad_aux = 0;
+	std::vector<bool> in_d((size_t)(sd * nb), false), in_aux((size_t)(sx * nb), false);
+	for (int64_t bt = 0; bt < nb; bt++)
+		for (int64_t j = 0; j < n; j++)
+			for (int64_t i = 0; i < m; i++) {
+				float acc = 0.0f;
+				for (int64_t l = 0; l < k; l++)
+					acc += (float)s_get(a.p, BF, bt * sa + l * m + i) *
+					       (float)s_get(b.p, BF, bt * sb + j * k + l);
+				float x = c.alpha * acc;
+				const int64_t od = bt * sd + j * ldd + i, ox = bt * sx + j * ldx + i;
+				if (c.beta != 0.0f)
+					x += c.beta * (float)s_get(c0.p, dt, od);
+				if (c.bias)
+					x += (float)s_get(bias.p, dt, (nb > 1 ? bt * m : 0) + i);
+				float want = c.aux == 2 ? s_ref_gelu_grad(x, (float)s_get(aux0.p, dt, ox)) : s_ref_gelu(x);
+				in_d[(size_t)od] = true;
+				if (s_bits(d.p, dt, od) != s_round_bits(want, dt) && bad_d++ < 3)
+					fprintf(stderr, "  %s: D[%d](%d,%d) = %.9g, reference %.9g\n", c.name, (int)bt,
+						(int)i, (int)j, s_get(d.p, dt, od), (double)want);
+				if (c.aux == 1) {
+					in_aux[(size_t)ox] = true;
+					if (s_bits(aux.p, dt, ox) != s_round_bits(x, dt) && bad_aux++ < 3)
+						fprintf(stderr, "  %s: aux[%d](%d,%d) = %.9g, GELU input %.9g\n", c.name,
+							(int)bt, (int)i, (int)j, s_get(aux.p, dt, ox), (double)x);
+				}
+			}
+	int touched = 0;
+	for (int64_t o = 0; o < sd * nb; o++)
+		if (!in_d[(size_t)o] && s_bits(d.p, dt, o) != s_bits(c0.p, dt, o))
+			touched++;
+	for (int64_t o = 0; o < sx * nb; o++)
+		if (!in_aux[(size_t)o] && s_bits(aux.p, dt, o) != s_bits(aux0.p, dt, o))
+			touched++;
+	EXPECT(bad_d == 0, "%s: %d of %d elements of D off the host GELU", c.name, bad_d, (int)(m * n * nb));
+	EXPECT(bad_aux == 0, "%s: %d of %d aux elements are not the rounded GELU input", c.name, bad_aux,
+	       (int)(m * n * nb));
+	EXPECT(touched == 0, "%s: %d padding elements of D or aux written (or DGELU's aux input)", c.name,
+	       touched);
+	printf("  %-34s %-20s ok=%d\n", c.name, "cublasLtMatmul", bad_d == 0 && bad_aux == 0 && touched == 0);
+	cublasLtMatmulPreferenceDestroy(pref);
+	cublasLtMatmulDescDestroy(op);
+	cublasLtMatrixLayoutDestroy(la);
+	cublasLtMatrixLayoutDestroy(lb);
+	cublasLtMatrixLayoutDestroy(ld);
+}
+
+static void s_test_gelu(cublasLtHandle_t lt)
+{
+	/* the reference is GELU: against the tanh form in double, and its
+	 * derivative against a central difference of that */
+	int off = 0;
+	for (double v = -4.0; v <= 4.0; v += 0.25) {
+		double g = 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+		double h = 1e-4, vp = v + h, vm = v - h;
+		double gp = 0.5 * vp * (1.0 + tanh(0.7978845608028654 * (vp + 0.044715 * vp * vp * vp)));
+		double gm = 0.5 * vm * (1.0 + tanh(0.7978845608028654 * (vm + 0.044715 * vm * vm * vm)));
+		if (fabs(s_ref_gelu((float)v) - g) > 1e-6 + 1e-6 * fabs(g) ||
+		    fabs(s_ref_gelu_grad(2.0f, (float)v) - 2.0 * (gp - gm) / (2 * h)) > 1e-5)
+			off++;
+	}
+	EXPECT(off == 0, "the test's GELU reference is off the tanh-form GELU at %d points", off);
+
+	const cudaDataType BF = CUDA_R_16BF, F = CUDA_R_32F;
+	const gelu_case cases[] = {
+		{"GELU_AUX_BIAS bf16, aux ld 16", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, 1, 10, 6, 19, 1, 16, 1.0f,
+		 0.0f, BF, false},
+		{"GELU_AUX_BIAS bf16 batched, beta", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, 1, 9, 5, 12, 2, 16, 0.75f,
+		 0.5f, BF, true},
+		{"GELU_AUX bf16 (bias ignored)", CUBLASLT_EPILOGUE_GELU_AUX, false, 1, 8, 3, 7, 1, 8, 1.0f, 0.0f, BF,
+		 false},
+		{"GELU_BIAS bf16, no aux", CUBLASLT_EPILOGUE_GELU_BIAS, true, 0, 7, 5, 13, 1, 0, 1.0f, 0.0f, BF, false},
+		{"GELU fp32", CUBLASLT_EPILOGUE_GELU, false, 0, 6, 4, 9, 1, 0, 1.5f, 1.0f, F, false},
+		{"DGELU bf16 (bias ignored)", CUBLASLT_EPILOGUE_DGELU, false, 2, 12, 7, 11, 1, 16, 1.0f, 0.0f, BF,
+		 false},
+		{"DGELU fp32 batched, beta", CUBLASLT_EPILOGUE_DGELU, false, 2, 5, 4, 9, 3, 8, 1.0f, 1.0f, F, true},
+		{"GELU_AUX_BIAS fp32, aux ld m", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, 1, 8, 6, 21, 1, 8, 1.0f, 0.0f,
+		 F, false},
+		{"GELU_AUX_BIAS fp32 batched", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, 1, 11, 3, 5, 2, 24, 1.0f, 0.25f,
+		 F, true},
+	};
+	printf("GELU epilogues against the host GELU, bit for bit:\n");
+	for (const gelu_case &c : cases)
+		s_run_gelu_case(lt, c);
+}
+
+/* The GELU epilogues' argument checks, with a D of 16 x 6 bf16 (ld 16). */
+static void s_test_gelu_misuse(cublasLtHandle_t lt)
+{
+	printf("GELU epilogue misuse:\n");
+	const cudaDataType BF = CUDA_R_16BF;
+	buf a(4096), b(4096), c(4096), bias(256), aux(8192);
+	memset(a.p, 0, a.n_bytes);
+	memset(b.p, 0, b.n_bytes);
+	memset(c.p, 0, c.n_bytes);
+	memset(bias.p, 0, bias.n_bytes);
+	memset(aux.p, 0, aux.n_bytes);
+	cublasStatus_t heur;
+	cublasLtMatrixLayout_t la = s_layout(BF, 16, 4, 16, 1, 0);
+	cublasLtMatrixLayout_t lb = s_layout(BF, 4, 6, 4, 1, 0);
+	cublasLtMatrixLayout_t lc = s_layout(BF, 16, 6, 16, 1, 0);
+	cublasLtMatrixLayout_t la2 = s_layout(BF, 16, 4, 16, 2, 64);
+	cublasLtMatrixLayout_t lb2 = s_layout(BF, 4, 6, 4, 2, 24);
+	cublasLtMatrixLayout_t lc2 = s_layout(BF, 16, 6, 16, 2, 96);
+
+	cublasLtMatmulDesc_t op = s_desc(false, false);
+	s_set_bias(op, bias.p, BF, 0);
+	s_set_epilogue(op, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+	/* the control */
+	s_set_aux(op, aux.p, 16, 0);
+	EXPECT_ST(s_try_lt(lt, op, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_SUCCESS);
+	/* a NULL aux pointer: the heuristic does not dereference it, the matmul would */
+	s_set_aux(op, nullptr, 16, 0);
+	EXPECT_ST(s_try_lt(lt, op, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	EXPECT(heur == CUBLAS_STATUS_SUCCESS, "NULL aux pointer: heuristic returned %d", (int)heur);
+	/* AUX_LD below m (16), not a multiple of 8, or never set */
+	s_set_aux(op, aux.p, 8, 0);
+	EXPECT_ST(s_try_lt(lt, op, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	EXPECT(heur == CUBLAS_STATUS_INVALID_VALUE, "AUX_LD 8 < m 16: heuristic returned %d", (int)heur);
+	s_set_aux(op, aux.p, 20, 0);
+	EXPECT_ST(s_try_lt(lt, op, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	EXPECT(heur == CUBLAS_STATUS_INVALID_VALUE, "AUX_LD 20: heuristic returned %d", (int)heur);
+	s_set_aux(op, aux.p, 0, 0);
+	EXPECT_ST(s_try_lt(lt, op, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	/* aux overlapping D, by a column */
+	s_set_aux(op, (uint16_t *)c.p + 5 * 16, 16, 0);
+	EXPECT_ST(s_try_lt(lt, op, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	/* batched: AUX_BATCH_STRIDE 100 not a multiple of 8; 64 < 16 x 6, members overlapping */
+	s_set_aux(op, aux.p, 16, 100);
+	EXPECT_ST(s_try_lt(lt, op, la2, a.p, lb2, b.p, lc2, c.p, lc2, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	s_set_aux(op, aux.p, 16, 64);
+	EXPECT_ST(s_try_lt(lt, op, la2, a.p, lb2, b.p, lc2, c.p, lc2, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	s_set_aux(op, aux.p, 16, 96);
+	EXPECT_ST(s_try_lt(lt, op, la2, a.p, lb2, b.p, lc2, c.p, lc2, c.p, &heur), CUBLAS_STATUS_SUCCESS);
+	/* AUX_DATA_TYPE other than D's: accepted by the descriptor, refused with D */
+	s_set_aux(op, aux.p, 16, 0);
+	int32_t at = CUDA_R_32F;
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at),
+		  CUBLAS_STATUS_SUCCESS);
+	EXPECT_ST(s_try_lt(lt, op, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_NOT_SUPPORTED);
+	EXPECT(heur == CUBLAS_STATUS_NOT_SUPPORTED, "AUX_DATA_TYPE fp32 for bf16 D: heuristic returned %d",
+	       (int)heur);
+	at = CUDA_R_8I;
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at),
+		  CUBLAS_STATUS_NOT_SUPPORTED);
+	at = -1;
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at),
+		  CUBLAS_STATUS_SUCCESS);
+	/* attribute sizes */
+	int32_t ld32 = 16;
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld32, sizeof ld32),
+		  CUBLAS_STATUS_INVALID_VALUE);
+	EXPECT_ST(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ld32, sizeof ld32),
+		  CUBLAS_STATUS_INVALID_VALUE);
+	cublasLtMatmulDescDestroy(op);
+
+	/* DGELU: a NULL aux input; aux overlapping D */
+	cublasLtMatmulDesc_t opd = s_desc(false, false);
+	s_set_epilogue(opd, CUBLASLT_EPILOGUE_DGELU);
+	s_set_aux(opd, nullptr, 16, 0);
+	EXPECT_ST(s_try_lt(lt, opd, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	s_set_aux(opd, c.p, 16, 0);
+	EXPECT_ST(s_try_lt(lt, opd, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_INVALID_VALUE);
+	s_set_aux(opd, aux.p, 16, 0);
+	EXPECT_ST(s_try_lt(lt, opd, la, a.p, lb, b.p, lc, c.p, lc, c.p, &heur), CUBLAS_STATUS_SUCCESS);
+
+	/* CUDAEMU_LT_NO_ALGO=epilogue (and its old name, bias): no algorithm
+	 * for any epilogue but DEFAULT */
+	cublasLtMatmulDesc_t opg = s_desc(false, false);
+	s_set_bias(opg, bias.p, BF, 0);
+	s_set_epilogue(opg, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+	s_set_aux(opg, aux.p, 16, 0);
+	cublasLtMatmulDesc_t opn = s_desc(false, false);
+	cublasLtMatmulPreference_t pref = s_pref(256);
+	cublasLtMatmulHeuristicResult_t res;
+	int n_res = -1;
+	const char *modes[2] = {"epilogue", "bias"};
+	for (int i = 0; i < 2; i++) {
+		setenv("CUDAEMU_LT_NO_ALGO", modes[i], 1);
+		n_res = -1;
+		EXPECT_ST(cublasLtMatmulAlgoGetHeuristic(lt, opg, la, lb, lc, lc, pref, 1, &res, &n_res),
+			  CUBLAS_STATUS_NOT_SUPPORTED);
+		EXPECT(n_res == 0, "CUDAEMU_LT_NO_ALGO=%s: %d results for GELU_AUX_BIAS", modes[i], n_res);
+		n_res = -1;
+		cublasLtMatmulAlgoGetHeuristic(lt, opd, la, lb, lc, lc, pref, 1, &res, &n_res);
+		EXPECT(n_res == 0, "CUDAEMU_LT_NO_ALGO=%s: %d results for DGELU", modes[i], n_res);
+		n_res = -1;
+		EXPECT_ST(cublasLtMatmulAlgoGetHeuristic(lt, opn, la, lb, lc, lc, pref, 1, &res, &n_res),
+			  CUBLAS_STATUS_SUCCESS);
+		EXPECT(n_res == 1, "CUDAEMU_LT_NO_ALGO=%s: %d results for DEFAULT", modes[i], n_res);
+	}
+	unsetenv("CUDAEMU_LT_NO_ALGO");
+	n_res = -1;
+	EXPECT_ST(cublasLtMatmulAlgoGetHeuristic(lt, opg, la, lb, lc, lc, pref, 1, &res, &n_res),
+		  CUBLAS_STATUS_SUCCESS);
+	EXPECT(n_res == 1, "CUDAEMU_LT_NO_ALGO unset: %d results for GELU_AUX_BIAS", n_res);
+	cublasLtMatmulPreferenceDestroy(pref);
+	cublasLtMatmulDescDestroy(opg);
+	cublasLtMatmulDescDestroy(opd);
+	cublasLtMatmulDescDestroy(opn);
+	cublasLtMatrixLayoutDestroy(la);
+	cublasLtMatrixLayoutDestroy(lb);
+	cublasLtMatrixLayoutDestroy(lc);
+	cublasLtMatrixLayoutDestroy(la2);
+	cublasLtMatrixLayoutDestroy(lb2);
+	cublasLtMatrixLayoutDestroy(lc2);
+}
+
 int main(void)
 {
 	cublasLtHandle_t lt = nullptr;
@@ -610,7 +942,9 @@ int main(void)
 	printf("products against double references:\n");
 	s_test_products(lt, h);
 	s_test_engine_mapping(lt);
+	s_test_gelu(lt);
 	s_test_misuse(lt, h);
+	s_test_gelu_misuse(lt);
 	EXPECT_ST(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
 	EXPECT_ST(cublasLtDestroy(lt), CUBLAS_STATUS_SUCCESS);
 	if (s_failures) {

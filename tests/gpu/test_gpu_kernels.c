@@ -87,6 +87,16 @@ static uint16_t *download16(const uint16_t *d, size_t n)
 	return h;
 }
 
+/* bf16 copy of x (host) and x rounded to bf16 in place */
+static uint16_t *to_bf16_rounding(float *x, size_t n)
+{
+	uint16_t *h = malloc(n * 2);
+	kernel_to_bf16(h, x, n);
+	for (size_t i = 0; i < n; i++)
+		x[i] = bf16_to_float(h[i]);
+	return h;
+}
+
 static int32_t *rand_tokens(int n, int V)
 {
 	int32_t *t = malloc((size_t)n * sizeof(int32_t));
@@ -428,64 +438,89 @@ static uint16_t *download16_rows(const uint16_t *d, int rows, int n, int ld)
  * holds NaN, which would poison every row that read it. The kernels read
  * float4 pieces where ld is a multiple of 4, then V's last V % 4 one by
  * one; other ld one by one throughout: the cases cover all three. */
-static void crossentropy_case(int N, int V, int ld)
+/* cuda_crossentropy_forward, or its bf16-logits twin when d_logits16 is
+ * given */
+static void ce_run(const float *d_logits, const uint16_t *d_logits16, float *losses, float *lse,
+                   float *dl, uint16_t *dl16, const int32_t *tg, int N, int V, int ld, float scale)
 {
-	char what[96];
+	if (d_logits16)
+		cuda_crossentropy_forward16(losses, lse, dl, dl16, d_logits16, tg, N, V, ld, scale, 0);
+	else
+		cuda_crossentropy_forward(losses, lse, dl, dl16, d_logits, tg, N, V, ld, scale, 0);
+}
+
+/* b16: the logits rounded to bf16 first (the reference sees the rounded
+ * values) and handed over as bf16, NaN in the padding likewise */
+static void crossentropy_case(int N, int V, int ld, bool b16)
+{
+	char what[128];
+	const char *kind = b16 ? "bf16 logits" : "fp32 logits";
 	const size_t n = (size_t)N * V, np = (size_t)N * ld;
 	float *logits = rand_floats(n, 3);
+	if (b16)
+		free(to_bf16_rounding(logits, n));
 	int32_t *tg = rand_tokens(N, V);
 	float *losses = malloc(F((size_t)N)), *lse = malloc(F((size_t)N));
 	float mean = kernel_crossentropy_forward(losses, lse, logits, tg, N, V);
 	float *padded = pad_rows(logits, N, V, ld, NAN);
 	float *d_logits = gpu_dup(padded, F(np));
+	uint16_t *d_logits16 = NULL;
+	if (b16) {
+		uint16_t *p16 = malloc(np * 2);
+		kernel_to_bf16(p16, padded, np);
+		d_logits16 = gpu_dup(p16, np * 2);
+		free(p16);
+	}
 	int32_t *d_tg = gpu_dup(tg, (size_t)N * 4);
 	float *d_losses = gpu_dup(NULL, F((size_t)N)), *d_lse = gpu_dup(NULL, F((size_t)N)),
 	      *d_mean = gpu_dup(NULL, F(1));
 	const float scale = 1.0f / N;
 	float *d_d = gpu_dup(NULL, F(np));
 	uint16_t *d_d16 = gpu_dup(NULL, np * 2);
-	cuda_crossentropy_forward(d_losses, d_lse, d_d, d_d16, d_logits, d_tg, N, V, ld, scale, 0);
+	ce_run(d_logits, d_logits16, d_losses, d_lse, d_d, d_d16, d_tg, N, V, ld, scale);
 	cuda_mean(d_mean, d_losses, N, 0);
 	float *gl = download(d_losses, (size_t)N), *gs = download(d_lse, (size_t)N), *gm = download(d_mean, 1);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: forward losses fp32", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d, %s: forward losses fp32", V, ld, kind);
 	expect(what, rel_err(gl, losses, (size_t)N), FP32_BOUND);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: forward lse fp32", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d, %s: forward lse fp32", V, ld, kind);
 	expect(what, rel_err(gs, lse, (size_t)N), FP32_BOUND);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: mean loss fp32", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d, %s: mean loss fp32", V, ld, kind);
 	expect(what, rel_err(gm, &mean, 1), FP32_BOUND);
 
 	kernel_crossentropy_backward_inplace(logits, lse, tg, N, V, scale);
 	bool pad_ok;
 	float *gd = download_rows(d_d, N, V, ld, &pad_ok);
 	uint16_t *gd16 = download16_rows(d_d16, N, V, ld);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: gradient fp32", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d, %s: gradient fp32", V, ld, kind);
 	expect(what, rel_err(gd, logits, n), FP32_BOUND);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: gradient bf16", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d, %s: gradient bf16", V, ld, kind);
 	expect(what, rel_err_bf16(gd16, logits, n), BF16_BOUND);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: gradient leaves the row padding alone",
-		 V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d, %s: gradient leaves the row padding alone",
+		 V, ld, kind);
 	expect_true(what, pad_ok);
 	/* without a gradient: the losses alone, the same bits */
 	float *d_l2 = gpu_dup(NULL, F((size_t)N));
-	cuda_crossentropy_forward(d_l2, d_lse, NULL, NULL, d_logits, d_tg, N, V, ld, scale, 0);
+	ce_run(d_logits, d_logits16, d_l2, d_lse, NULL, NULL, d_tg, N, V, ld, scale);
 	float *gl2 = download(d_l2, (size_t)N);
-	snprintf(what, sizeof what, "cross-entropy V %d ld %d: losses without a gradient, same bits", V, ld);
+	snprintf(what, sizeof what, "cross-entropy V %d ld %d, %s: losses without a gradient, same bits", V, ld, kind);
 	expect_true(what, memcmp(gl2, gl, F((size_t)N)) == 0);
 	free(gl2);
 	cudaFree(d_l2);
 	free(logits), free(tg), free(losses), free(lse), free(gl), free(gs), free(gm), free(gd), free(gd16);
 	free(padded);
 	cudaFree(d_logits), cudaFree(d_tg), cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_mean);
-	cudaFree(d_d), cudaFree(d_d16);
+	cudaFree(d_d), cudaFree(d_d16), cudaFree(d_logits16);
 }
 
 static void test_crossentropy(void)
 {
-	crossentropy_case(19, 1000, 1024); /* float4 pieces only */
-	crossentropy_case(7, 1003, 1024);  /* and a tail of 3 */
-	crossentropy_case(5, 999, 1001);   /* rows not 16-byte aligned */
-	crossentropy_case(3, 50257, 50304); /* GPT-2's rows, held in registers whole */
-	crossentropy_case(2, 51300, 51300); /* rows too long for the registers */
+	for (int b16 = 0; b16 < 2; b16++) {
+		crossentropy_case(19, 1000, 1024, b16); /* 4-wide pieces only */
+		crossentropy_case(7, 1003, 1024, b16);  /* and a tail of 3 */
+		crossentropy_case(5, 999, 1001, b16);   /* rows not aligned for 4-wide loads */
+		crossentropy_case(3, 50257, 50304, b16); /* GPT-2's rows, held in registers whole */
+		crossentropy_case(2, 51300, 51300, b16); /* rows too long for the registers */
+	}
 }
 
 static void test_conversions_and_sums(void)
@@ -567,16 +602,6 @@ static void test_adamw(void)
 
 /* ---- GEMM ---- */
 
-/* bf16 copy of x (host) and x rounded to bf16 in place */
-static uint16_t *to_bf16_rounding(float *x, size_t n)
-{
-	uint16_t *h = malloc(n * 2);
-	kernel_to_bf16(h, x, n);
-	for (size_t i = 0; i < n; i++)
-		x[i] = bf16_to_float(h[i]);
-	return h;
-}
-
 /* apart: with acc, the matrix added comes from C_in and C starts as NaN */
 static void gemm_case_ex(cuda_gemm_t *gm, const char *name, int M, int N, int K, bool ta, bool tb,
                          bool bias, bool acc, float alpha, int batch, bool apart)
@@ -634,6 +659,72 @@ static void gemm_case(cuda_gemm_t *gm, const char *name, int M, int N, int K, bo
 	gemm_case_ex(gm, name, M, N, K, ta, tb, bias, acc, alpha, batch, false);
 }
 
+/*
+ * bf16 output: C16 (M, N) = epi(A @ op(B) [+ bias16]) against the host's
+ * product of the same bf16 operands, then kernels.c's GELU (forward, or
+ * backward with a random aux as GELU's input). N not a multiple of 8 gives
+ * cuBLASLt no GELU epilogue (its aux ld must be), so cuda_gemm's own
+ * epilogue kernel runs on the product rounded to bf16: two roundings,
+ * hence twice bf16's bound (a missing or wrong epilogue is off by O(1)). With DGELU, the
+ * FC bias's gradient from the bf16 result (cuda_bias_backward16) is
+ * checked against kernels.c's column sums of the same values.
+ */
+static void gemm16_case(cuda_gemm_t *gm, const char *name, int M, int N, int K, bool tb, bool bias,
+                        cuda_gemm_epi_t epi)
+{
+	size_t na = (size_t)M * K, nbm = (size_t)K * N, nc = (size_t)M * N;
+	float *A = rand_floats(na, 1), *Bm = rand_floats(nbm, 1), *bv = rand_floats((size_t)N, 1);
+	float *pre = rand_floats(nc, 2); /* DGELU's aux: GELU's input */
+	uint16_t *A16 = to_bf16_rounding(A, na), *B16 = to_bf16_rounding(Bm, nbm);
+	uint16_t *bv16 = to_bf16_rounding(bv, (size_t)N), *pre16 = to_bf16_rounding(pre, nc);
+	float *x = malloc(F(nc)), *ref = malloc(F(nc));
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double sum = 0;
+			for (int k = 0; k < K; k++)
+				sum += (double)A[(size_t)i * K + k] *
+				       (tb ? Bm[(size_t)j * K + k] : Bm[(size_t)k * N + j]);
+			x[(size_t)i * N + j] = (float)(sum + (bias ? bv[j] : 0.0));
+		}
+	memcpy(ref, x, F(nc));
+	if (epi == CUDA_GEMM_EPI_GELU)
+		kernel_gelu_forward(ref, x, nc);
+	else if (epi == CUDA_GEMM_EPI_DGELU)
+		kernel_gelu_backward_inplace(ref, pre, nc);
+	uint16_t *d_A = gpu_dup(A16, na * 2), *d_B = gpu_dup(B16, nbm * 2), *d_bias = gpu_dup(bv16, (size_t)N * 2);
+	uint16_t *d_C = gpu_dup(NULL, nc * 2), *d_aux = gpu_dup(epi == CUDA_GEMM_EPI_DGELU ? pre16 : NULL, nc * 2);
+	cuda_gemm_args_t a;
+	memset(&a, 0, sizeof a);
+	a.M = M, a.N = N, a.K = K, a.A = d_A, a.B = d_B, a.trans_b = tb, a.C16 = d_C, a.alpha = 1.0f;
+	a.bias16 = bias ? d_bias : NULL;
+	a.epi = epi;
+	a.aux = epi != CUDA_GEMM_EPI_NONE ? d_aux : NULL;
+	cuda_gemm_run(gm, &a);
+	uint16_t *g = download16(d_C, nc);
+	expect(name, rel_err_bf16(g, ref, nc), 2 * BF16_BOUND);
+	if (epi == CUDA_GEMM_EPI_GELU) {
+		uint16_t *aux = download16(d_aux, nc);
+		expect("  its aux: GELU's input (bf16)", rel_err_bf16(aux, x, nc), 2 * BF16_BOUND);
+		free(aux);
+	}
+	if (epi == CUDA_GEMM_EPI_DGELU) {
+		float *gv = malloc(F(nc)), *db = rand_floats((size_t)N, 1), *dbr = malloc(F((size_t)N));
+		memcpy(dbr, db, F((size_t)N));
+		for (size_t i = 0; i < nc; i++)
+			gv[i] = bf16_to_float(g[i]);
+		kernel_bias_backward(dbr, gv, M, N);
+		float *d_db = gpu_dup(db, F((size_t)N)), *d_scr = gpu_dup(NULL, F(cuda_colsum_scratch_floats(M, N)));
+		cuda_bias_backward16(d_db, d_C, M, N, d_scr, 0);
+		float *gdb = download(d_db, (size_t)N);
+		expect("  bias gradient of the bf16 result", rel_err(gdb, dbr, (size_t)N), FP32_SUM_BOUND);
+		free(gv), free(db), free(dbr), free(gdb);
+		cudaFree(d_db), cudaFree(d_scr);
+	}
+	free(A), free(Bm), free(bv), free(pre), free(A16), free(B16), free(bv16), free(pre16), free(x),
+		free(ref), free(g);
+	cudaFree(d_A), cudaFree(d_B), cudaFree(d_bias), cudaFree(d_C), cudaFree(d_aux);
+}
+
 static void test_gemm(void)
 {
 	char err[256];
@@ -657,6 +748,17 @@ static void test_gemm(void)
 	gemm_case(gm, "gemm batched NT, alpha 0.25 (6 x 45x45x16)", 45, 45, 16, false, true, false, false,
 		  0.25f, 6);
 	gemm_case(gm, "gemm batched TN (6 x 45x16x45)", 45, 16, 45, true, false, false, false, 1, 6);
+	gemm16_case(gm, "gemm bf16 out NN + bias (48x96x64)", 48, 96, 64, false, true, CUDA_GEMM_EPI_NONE);
+	gemm16_case(gm, "gemm bf16 out NN + bias + GELU (64x256x96)", 64, 256, 96, false, true,
+		    CUDA_GEMM_EPI_GELU);
+	gemm16_case(gm, "gemm bf16 out NN + GELU, no bias (40x128x32)", 40, 128, 32, false, false,
+		    CUDA_GEMM_EPI_GELU);
+	gemm16_case(gm, "gemm bf16 out NN + bias + GELU, N 70 (33x70x48)", 33, 70, 48, false, true,
+		    CUDA_GEMM_EPI_GELU);
+	gemm16_case(gm, "gemm bf16 out NT + GELU backward (64x256x96)", 64, 256, 96, true, false,
+		    CUDA_GEMM_EPI_DGELU);
+	gemm16_case(gm, "gemm bf16 out NT + GELU backward, N 70 (33x70x48)", 33, 70, 48, true, false,
+		    CUDA_GEMM_EPI_DGELU);
 	int cached = cuda_gemm_cache_size(gm);
 	gemm_case(gm, "gemm NN + bias again (cached algorithm)", 33, 70, 48, false, false, true, false, 1, 0);
 	expect_true("gemm: a repeated problem reuses its cached algorithm",

@@ -49,8 +49,11 @@
  *     the wte blocks, the layer, ln_f, the wte blocks; backward: the wte
  *     blocks, ln_f, the layer), one at a time, each released, each hinted
  *     by the fetch before it within a pass (the forward's last hint is
- *     empty); the logits,
- *     the loss within STREAM_WTE_BOUND of the dense model's, the whole
+ *     empty); the logits within STREAM_LOGITS_BOUND and the loss within
+ *     STREAM_LOSS_REL of the dense model's (the logits are bf16, and the
+ *     LM head's per-block GEMMs may differ from the whole one in fp32's
+ *     last bits, which flips a bf16 rounding now and then: one flip is
+ *     up to 2^-8 of the largest logit, 3.9e-3), the whole
  *     gradient within STREAM_GRAD_BOUND (the LM head's GEMMs run per
  *     block and dlnf is summed over them; its last fp32 bits then flip
  *     bf16 roundings of the GEMM inputs all the way down: 1.1e-4 on an
@@ -79,6 +82,8 @@
 #define LOSS_REL 5e-3
 #define STREAM_WTE_BOUND 1e-5
 #define STREAM_GRAD_BOUND 1e-3
+#define STREAM_LOGITS_BOUND 8e-3
+#define STREAM_LOSS_REL 1e-4
 
 static const gpt2_config_t CFG = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = T};
 
@@ -284,8 +289,8 @@ static void test_streamed_grads(void)
 			ok = f.los[i] == want_los[i];
 		expect(ok, "streamed parameters: %.0f fetches in gpt2.h's order, each released once"
 		       " (%.0f wrong)", f.fetches, f.wrong);
-		expect(rel_err(lg_bare, lg_dense, nl) <= STREAM_WTE_BOUND && fabsf(l_bare - l_dense) <=
-		       STREAM_WTE_BOUND * fabsf(l_dense), "streamed parameters: logits rel err %.3g, loss"
+		expect(rel_err(lg_bare, lg_dense, nl) <= STREAM_LOGITS_BOUND && fabsf(l_bare - l_dense) <=
+		       STREAM_LOSS_REL * fabsf(l_dense), "streamed parameters: logits rel err %.3g, loss"
 		       " %.9g", rel_err(lg_bare, lg_dense, nl), l_bare);
 		e = rel_err(r.sum, want, n);
 		expect(e <= STREAM_GRAD_BOUND, "streamed parameters: gradient rel err %.3g (bound %.3g)",

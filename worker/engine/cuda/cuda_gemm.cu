@@ -4,11 +4,12 @@
  *
  * Per call: build the operation and layout descriptors (host-only, cheap),
  * look the problem up in the algorithm cache (key: shapes, strides,
- * transposes, bias, accumulate, batch, and the alignment of every pointer,
- * since cuBLASLt's heuristic picks kernels by it), run. When cuBLASLt has
- * no algorithm with the bias epilogue for a problem, the product runs
- * without it and a small kernel adds the bias after; the decision is cached
- * with the algorithm. When cuBLASLt has no algorithm at all (an unusual
+ * transposes, output type, bias, epilogue, accumulate, batch, and the
+ * alignment of every pointer, since cuBLASLt's heuristic picks kernels by
+ * it), run. When cuBLASLt has no algorithm with the epilogue (bias, GELU or
+ * its backward) for a problem, the product runs without it and a small
+ * kernel applies it after (k_add_bias, or cuda_gemm_epilogue16 for bf16
+ * output); the decision is cached with the algorithm. When cuBLASLt has no algorithm at all (an unusual
  * shape or alignment), the problem goes to cuBLAS's cublasGemmStridedBatchedEx
  * (same types, same column-major mapping), which takes any shape; that
  * decision is cached too, so a shape always runs the same code.
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "cuda_kernels.h"
 
 #define GEMM_WORKSPACE_BYTES (32u << 20)
 #define GEMM_CACHE_MAX 512
@@ -30,15 +32,15 @@
 typedef struct {
 	int M, N, K;
 	int64_t lda, ldb, ldc;
-	int trans_a, trans_b, has_bias, accumulate, batch;
+	int trans_a, trans_b, has_bias, accumulate, batch, c16, epi;
 	int64_t stride_a, stride_b, stride_c;
-	uint32_t align_a, align_b, align_c, align_cin, align_bias;
+	uint32_t align_a, align_b, align_c, align_cin, align_bias, align_aux;
 } gemm_key_t;
 
 typedef struct {
 	gemm_key_t key;
 	cublasLtMatmulAlgo_t algo;
-	bool bias_in_epilogue;
+	bool epilogue_in_lt; /* bias / GELU applied by cuBLASLt, else by our kernel after */
 	bool use_cublas; /* no cuBLASLt algorithm: cublasGemmStridedBatchedEx */
 } gemm_entry_t;
 
@@ -222,7 +224,9 @@ static void s_run_cublas(cuda_gemm_t *g, const cuda_gemm_args_t *a, cublasOperat
 	}
 	st = cublasGemmStridedBatchedEx(g->blas, op_b, op_a, a->N, a->M, a->K, &alpha, a->B, CUDA_R_16BF,
 					(int)ldb, batch > 1 ? a->stride_b : 0, a->A, CUDA_R_16BF, (int)lda,
-					batch > 1 ? a->stride_a : 0, &beta, a->C, CUDA_R_32F, (int)ldc,
+					batch > 1 ? a->stride_a : 0, &beta,
+					a->C16 ? (void *)a->C16 : (void *)a->C, a->C16 ? CUDA_R_16BF : CUDA_R_32F,
+					(int)ldc,
 					batch > 1 ? a->stride_c : 0, batch, CUBLAS_COMPUTE_32F,
 					CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS) {
@@ -234,9 +238,26 @@ static void s_run_cublas(cuda_gemm_t *g, const cuda_gemm_args_t *a, cublasOperat
 	}
 }
 
+/* A call cuda_gemm.h rules out: one line, exit 70. */
+static void s_misuse(const char *what)
+{
+	fprintf(stderr, "ringworker: fatal: cuda_gemm_run: %s\n", what);
+	exit(CUDA_EXIT_MISUSE);
+}
+
 extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 {
 	const int M = a->M, N = a->N, K = a->K;
+	if (!a->C == !a->C16)
+		s_misuse("exactly one of C (fp32) and C16 (bf16) is the output");
+	if (a->C16 && (a->accumulate || a->batch > 1 || a->bias))
+		s_misuse("bf16 output (C16) takes one product, no accumulate, and its bias as bias16");
+	if (!a->C16 && (a->epi != CUDA_GEMM_EPI_NONE || a->bias16 || a->aux))
+		s_misuse("a GELU epilogue, bias16 or aux without bf16 output (C16)");
+	if (a->epi != CUDA_GEMM_EPI_NONE && !a->aux)
+		s_misuse("a GELU epilogue without its aux matrix");
+	if (a->epi == CUDA_GEMM_EPI_DGELU && a->bias16)
+		s_misuse("GELU's backward epilogue takes no bias");
 	if (M <= 0 || N <= 0 || K <= 0)
 		return;
 	const int batch = a->batch > 1 ? a->batch : 1;
@@ -254,9 +275,11 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 	key.ldc = ldc;
 	key.trans_a = a->trans_a;
 	key.trans_b = a->trans_b;
-	key.has_bias = a->bias != NULL;
+	key.has_bias = a->bias != NULL || a->bias16 != NULL;
 	key.accumulate = a->accumulate;
 	key.batch = batch;
+	key.c16 = a->C16 != NULL;
+	key.epi = (int)a->epi;
 	if (batch > 1) {
 		key.stride_a = a->stride_a;
 		key.stride_b = a->stride_b;
@@ -264,16 +287,19 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 	}
 	key.align_a = s_align(a->A);
 	key.align_b = s_align(a->B);
-	key.align_c = s_align(a->C);
+	void *d_out = a->C16 ? (void *)a->C16 : (void *)a->C;
+	const void *bias = a->C16 ? (const void *)a->bias16 : (const void *)a->bias;
+	key.align_c = s_align(d_out);
+	key.align_aux = a->aux ? s_align(a->aux) : 0;
 	/* a C_in apart from C: cuBLASLt reads it as its C, writes our C as its D */
-	const float *c_in = a->accumulate && a->C_in ? a->C_in : a->C;
-	if (c_in != a->C && batch > 1) {
+	const void *c_in = a->accumulate && a->C_in ? (const void *)a->C_in : (const void *)d_out;
+	if (c_in != d_out && batch > 1) {
 		fprintf(stderr, "ringworker: fatal: cuda_gemm_run: C_in with a batch of %d products\n",
 			batch);
 		exit(CUDA_EXIT_MISUSE);
 	}
 	key.align_cin = s_align(c_in);
-	key.align_bias = a->bias ? s_align(a->bias) : 0;
+	key.align_bias = bias ? s_align(bias) : 0;
 
 	/*
 	 * Column-major problem: D (N x M, ld ldc) = op(B') (N x K) @ op(A') (K x M)
@@ -287,7 +313,8 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 					       : s_layout(CUDA_R_16BF, N, K, ldb, batch, a->stride_b);
 	cublasLtMatrixLayout_t la = a->trans_a ? s_layout(CUDA_R_16BF, M, K, lda, batch, a->stride_a)
 					       : s_layout(CUDA_R_16BF, K, M, lda, batch, a->stride_a);
-	cublasLtMatrixLayout_t lc = s_layout(CUDA_R_32F, N, M, ldc, batch, a->stride_c);
+	const cudaDataType_t tc = a->C16 ? CUDA_R_16BF : CUDA_R_32F;
+	cublasLtMatrixLayout_t lc = s_layout(tc, N, M, ldc, batch, a->stride_c);
 
 	gemm_entry_t *e = NULL;
 	for (int i = 0; i < g->n_cache; i++)
@@ -299,33 +326,47 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 	memset(&fresh, 0, sizeof fresh); /* use_cublas is read whichever way fresh is filled */
 	bool have_fresh = false;
 
+	const bool has_epi = bias || a->epi != CUDA_GEMM_EPI_NONE;
+	/* cuBLASLt's GELU aux needs rows a multiple of 8 elements apart */
+	const bool lt_epi = has_epi && (a->epi == CUDA_GEMM_EPI_NONE || ldc % 8 == 0);
 	cublasLtMatmulDesc_t op = NULL;
 	for (int attempt = 0; attempt < 2; attempt++) {
-		/* attempt 0: bias in the epilogue (when there is a bias); 1: without */
-		bool epi = a->bias && attempt == 0;
-		if (e && e->bias_in_epilogue != epi)
+		/* attempt 0: the epilogue in cuBLASLt (when there is one it takes); 1: without */
+		bool epi = lt_epi && attempt == 0;
+		if (e && e->epilogue_in_lt != epi)
 			continue;
 		LT_CHECK("descriptor", cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
 		s_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b);
 		s_set(op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a);
 		if (epi) {
-			cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-			cudaDataType_t bt = CUDA_R_32F;
+			/* GELU's aux is laid out as D: (N x M) column-major, ld ldc */
+			cublasLtEpilogue_t ep = a->epi == CUDA_GEMM_EPI_GELU
+							? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+								: CUBLASLT_EPILOGUE_GELU_AUX)
+						: a->epi == CUDA_GEMM_EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+										: CUBLASLT_EPILOGUE_BIAS;
 			s_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
-			s_set(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias, sizeof a->bias);
-			s_set(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+			if (bias) {
+				cudaDataType_t bt = tc; /* D's type, as cuBLASLt documents */
+				s_set(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+				s_set(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+			}
+			if (a->epi != CUDA_GEMM_EPI_NONE) {
+				s_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof a->aux);
+				s_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldc, sizeof ldc);
+			}
 		}
 		if (e)
 			break;
 		if (s_heuristic(g, op, lb, la, lc, &key, &fresh.algo)) {
 			fresh.key = key;
-			fresh.bias_in_epilogue = epi;
+			fresh.epilogue_in_lt = epi;
 			have_fresh = true;
 			break;
 		}
 		cublasLtMatmulDescDestroy(op);
 		op = NULL;
-		if (!a->bias)
+		if (!lt_epi)
 			break;
 	}
 	if (!e && !have_fresh) {
@@ -346,14 +387,14 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 	float alpha = a->alpha;
 	float beta = a->accumulate ? 1.0f : 0.0f;
 	if (e->use_cublas) {
-		if (c_in != a->C) /* cuBLAS works in place: C_in first */
+		if (c_in != d_out) /* cuBLAS works in place: C_in first */
 			CUDA_CHECK(cudaMemcpy2DAsync(a->C, (size_t)ldc * sizeof(float), c_in,
 						     (size_t)ldc * sizeof(float), (size_t)N * sizeof(float),
 						     (size_t)M, cudaMemcpyDeviceToDevice, g->stream));
 		s_run_cublas(g, a, op_b, op_a, lda, ldb, ldc, batch, alpha, beta);
 	} else {
 		cublasStatus_t st = cublasLtMatmul(g->lt, op, &alpha, a->B, lb, a->A, la, &beta, c_in, lc,
-						   a->C, lc, &e->algo, g->workspace, GEMM_WORKSPACE_BYTES,
+						   d_out, lc, &e->algo, g->workspace, GEMM_WORKSPACE_BYTES,
 						   g->stream);
 		if (st != CUBLAS_STATUS_SUCCESS) {
 			fprintf(stderr,
@@ -362,7 +403,9 @@ extern "C" void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a)
 			exit(CUDA_EXIT_DEVICE);
 		}
 	}
-	if (a->bias && !e->bias_in_epilogue) {
+	if (a->C16 && has_epi && !e->epilogue_in_lt) {
+		cuda_gemm_epilogue16(a->epi, a->C16, a->aux, a->bias16, M, N, ldc, g->stream);
+	} else if (a->bias && !e->epilogue_in_lt) {
 		size_t total = (size_t)batch * M * N;
 		size_t blocks = (total + 255) / 256;
 		k_add_bias<<<(unsigned)(blocks < 65535u * 16u ? blocks : 65535u * 16u), 256, 0, g->stream>>>(

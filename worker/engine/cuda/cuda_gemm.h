@@ -1,6 +1,9 @@
 /*
  * cuda_gemm: the GPU engine's GEMMs through cuBLASLt: bf16 operands, fp32
- * accumulation, fp32 output, row-major like the CPU engine's matmul.h.
+ * accumulation, fp32 or bf16 output, row-major like the CPU engine's
+ * matmul.h; with bf16 output, GELU or GELU's backward can ride in the
+ * GEMM's epilogue (the MLP's two big elementwise passes, which otherwise
+ * read and write the (N, 4C) activations once more each).
  *
  * The engine's tensors are row-major and its linear weights are stored
  * (in, out) as in HF's Conv1D; cuBLASLt is column-major. A row-major
@@ -33,6 +36,14 @@ extern "C" {
 
 typedef struct cuda_gemm cuda_gemm_t;
 
+/* What happens to each element x of the product (+ bias) on its way out;
+ * the GELU ones need bf16 output (C16) and an aux matrix. */
+typedef enum {
+	CUDA_GEMM_EPI_NONE = 0, /* C = x */
+	CUDA_GEMM_EPI_GELU,     /* aux = x (GELU's input, kept for backward), C = gelu(x) */
+	CUDA_GEMM_EPI_DGELU,    /* C = x * gelu'(aux): GELU's backward, no bias */
+} cuda_gemm_epi_t;
+
 /* A handle, its workspace and an empty cache, for work on `stream`
  * (borrowed; must outlive the cuda_gemm_t). NULL and one line in err when
  * cuBLASLt or the workspace cannot be had. */
@@ -50,9 +61,14 @@ typedef struct {
 	const uint16_t *B; /* bf16: (K, N) row-major, or (N, K) when trans_b */
 	int64_t ldb;       /* 0: dense (N, or K when trans_b) */
 	bool trans_b;
-	float *C;          /* fp32 (M, N) */
-	int64_t ldc;       /* 0: dense (N) */
-	const float *bias; /* fp32 (N), added to every row; NULL: none */
+	float *C;          /* fp32 (M, N); NULL when C16 is the output */
+	uint16_t *C16;     /* bf16 (M, N) output instead of C (one product, no accumulate) */
+	int64_t ldc;       /* 0: dense (N); C16's and aux's too */
+	const float *bias; /* fp32 (N), added to every row, with C; NULL: none */
+	const uint16_t *bias16; /* bf16 (N), the same with C16 (cuBLASLt's bias has D's type) */
+	cuda_gemm_epi_t epi;    /* with C16 only */
+	uint16_t *aux;     /* bf16 (M, N), rows ldc apart: GELU's input, written by EPI_GELU,
+			      read by EPI_DGELU; ldc a multiple of 8 */
 	float alpha;       /* scales op(A) @ op(B) (set it: 0 gives C = [bias] [+ C]) */
 	bool accumulate;   /* C += ... instead of C = ... */
 	const float *C_in; /* with accumulate and one product: C = C_in + ..., C_in laid
@@ -63,12 +79,16 @@ typedef struct {
 } cuda_gemm_args_t;
 
 /*
- * C = alpha * op(A) @ op(B) [+ bias] [+ C or C_in], enqueued on the stream. When
- * cuBLASLt has no algorithm with the bias epilogue the bias is added by a
- * kernel after the product; with none at all the product goes to cuBLAS's
- * cublasGemmStridedBatchedEx (cuda_gemm.cu). Exits through
- * CUDA_EXIT_DEVICE with "cuBLASLt matmul failed: <status>" (or cuBLAS's)
- * when the library fails (a programming or device error).
+ * C = alpha * op(A) @ op(B) [+ bias] [+ C or C_in], or C16 = epi(alpha *
+ * op(A) @ op(B) [+ bias16]), enqueued on the stream. When cuBLASLt has no
+ * algorithm with the epilogue (bias, GELU) the product runs without it and
+ * a kernel applies it after (with C16: to the bf16-rounded product); with
+ * none at all the product goes to cuBLAS's cublasGemmStridedBatchedEx
+ * (cuda_gemm.cu). Exits through CUDA_EXIT_DEVICE with "cuBLASLt matmul
+ * failed: <status>" (or cuBLAS's) when the library fails (a programming or
+ * device error), and through CUDA_EXIT_MISUSE when C16 is combined with
+ * accumulate or a batch, an epilogue is asked without C16, or C and C16
+ * are both or neither given.
  */
 void cuda_gemm_run(cuda_gemm_t *g, const cuda_gemm_args_t *a);
 

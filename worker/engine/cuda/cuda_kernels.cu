@@ -208,6 +208,31 @@ __device__ __forceinline__ void s_store4_bf16(bf16 *p, float a, float b, float c
 	q[1] = __floats2bfloat162_rn(c, d);
 }
 
+/* One element, and four adjacent ones (p 16-byte aligned for fp32, 8 for
+ * bf16), as fp32 */
+__device__ __forceinline__ float s_ldf(const float *p)
+{
+	return *p;
+}
+
+__device__ __forceinline__ float s_ldf(const bf16 *p)
+{
+	return __bfloat162float(*p);
+}
+
+__device__ __forceinline__ float4 s_ld4f(const float *p)
+{
+	return *reinterpret_cast<const float4 *>(p);
+}
+
+__device__ __forceinline__ float4 s_ld4f(const bf16 *p)
+{
+	const uint2 u = *reinterpret_cast<const uint2 *>(p);
+	const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+	const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+	return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 
 /* LayerNorm's row kernels read in float4 pieces when V4 (C a multiple of
  * 4 and every row pointer 16-byte aligned: s_ln_vec4), one float at a
@@ -641,6 +666,61 @@ extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, f
 	s_colsum_finish(db, NULL, scratch, NULL, n_chunks, C, stream);
 }
 
+/* k_colsum_partial's sums of dout for bf16 dout, four adjacent columns a
+ * thread (read as one 8-byte load) when V4: the same lanes, rows and order */
+template <bool V4>
+__global__ void k_colsum16_partial(float *p, const bf16 *dout, int N, int C)
+{
+	constexpr int W = V4 ? 4 : 1;
+	__shared__ float sh[COL_LANES][COL_TILE * W];
+	const int c = (blockIdx.x * COL_TILE + threadIdx.x) * W;
+	const int chunk = blockIdx.y;
+	const int r0 = chunk * COL_ROWS, r1 = r0 + COL_ROWS < N ? r0 + COL_ROWS : N;
+	float acc[W];
+	for (int j = 0; j < W; j++)
+		acc[j] = 0.0f;
+	if (c < C) {
+		for (int r = r0 + threadIdx.y; r < r1; r += COL_LANES) {
+			const size_t at = (size_t)r * C + c;
+			if constexpr (V4) {
+				const float4 d = s_ld4f(dout + at);
+				acc[0] += d.x;
+				acc[1] += d.y;
+				acc[2] += d.z;
+				acc[3] += d.w;
+			} else {
+				acc[0] += __bfloat162float(dout[at]);
+			}
+		}
+	}
+	for (int j = 0; j < W; j++)
+		sh[threadIdx.y][threadIdx.x * W + j] = acc[j];
+	__syncthreads();
+	if (threadIdx.y == 0 && c < C) {
+		for (int j = 0; j < W; j++) {
+			float s = 0.0f;
+			for (int y = 0; y < COL_LANES; y++)
+				s += sh[y][threadIdx.x * W + j];
+			p[(size_t)chunk * C + c + j] = s;
+		}
+	}
+}
+
+extern "C" void cuda_bias_backward16(float *db, const uint16_t *dout16, int N, int C, float *scratch,
+                                     cudaStream_t stream)
+{
+	const bf16 *d = reinterpret_cast<const bf16 *>(dout16);
+	const bool v4 = C % 4 == 0 && (uintptr_t)dout16 % 8 == 0;
+	const int cols = v4 ? 4 * COL_TILE : COL_TILE;
+	dim3 grid((unsigned)((C + cols - 1) / cols), (unsigned)s_chunks(N));
+	if (v4)
+		k_colsum16_partial<true><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(scratch, d, N, C);
+	else
+		k_colsum16_partial<false><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(scratch, d, N, C);
+	CUDA_CHECK_LAUNCH();
+	s_colsum_finish(db, NULL, scratch, NULL, s_chunks(N), C, stream);
+}
+
 /* ---- GELU ---- */
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -658,6 +738,38 @@ __device__ __forceinline__ float s_gelu_grad(float d, float v)
 	const float th = tanhf(u);
 	const float du = GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
 	return d * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+}
+
+/* cuda_gemm_epilogue16: one element a thread-step, grid-stride over M x N */
+__global__ void k_gemm_epilogue16(cuda_gemm_epi_t epi, bf16 *y, bf16 *aux, const bf16 *bias, int M, int N,
+                                  int64_t ld)
+{
+	const size_t total = (size_t)M * (size_t)N;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const int n = (int)(i % (size_t)N);
+		const size_t at = (i / (size_t)N) * (size_t)ld + (size_t)n;
+		float x = __bfloat162float(y[at]);
+		if (epi == CUDA_GEMM_EPI_DGELU) {
+			y[at] = __float2bfloat16_rn(s_gelu_grad(x, __bfloat162float(aux[at])));
+			continue;
+		}
+		if (bias)
+			x += __bfloat162float(bias[n]);
+		if (epi == CUDA_GEMM_EPI_GELU) {
+			aux[at] = __float2bfloat16_rn(x);
+			x = s_gelu(x);
+		}
+		y[at] = __float2bfloat16_rn(x);
+	}
+}
+
+extern "C" void cuda_gemm_epilogue16(cuda_gemm_epi_t epi, uint16_t *y, uint16_t *aux, const uint16_t *bias,
+                                     int M, int N, int64_t ld, cudaStream_t stream)
+{
+	k_gemm_epilogue16<<<s_grid((size_t)M * (size_t)N, 256), 256, 0, stream>>>(
+		epi, s_b16(y), aux ? s_b16(aux) : NULL, reinterpret_cast<const bf16 *>(bias), M, N, ld);
+	CUDA_CHECK_LAUNCH();
 }
 
 /* Elementwise kernels in pieces of 4 (float4 in, 4 bf16 out as one 8-byte
@@ -1067,25 +1179,25 @@ __device__ __forceinline__ void s_ce_grad1(float *dlogits, bf16 *dlogits16, size
  * vocabulary, still in L2) and the gradient written; the separate backward
  * kernel this replaces read the logits from memory once more and divided
  * a 64-bit index per element (5% of kernel time). */
+template <typename TL>
 __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits, bf16 *dlogits16,
-                                       const float *logits, const int32_t *targets, int V, int ld,
+                                       const TL *logits, const int32_t *targets, int V, int ld,
                                        float scale)
 {
 	__shared__ float shm[CE_BLOCK], shs[CE_BLOCK];
 	const size_t n = blockIdx.x, row = n * (size_t)ld;
-	const float *x = logits + row;
+	const TL *x = logits + row;
 	float m = -INFINITY, sum = 0.0f;
-	const int V4 = ld % 4 == 0 ? V / 4 : 0; /* rows 16-byte aligned, else all scalar */
-	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	const int V4 = ld % 4 == 0 ? V / 4 : 0; /* rows aligned for 4-wide loads, else all scalar */
 	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
-		const float4 v = x4[i];
+		const float4 v = s_ld4f(x + 4 * i);
 		s_lse_add(m, sum, v.x);
 		s_lse_add(m, sum, v.y);
 		s_lse_add(m, sum, v.z);
 		s_lse_add(m, sum, v.w);
 	}
 	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x)
-		s_lse_add(m, sum, x[v]);
+		s_lse_add(m, sum, s_ldf(x + v));
 	shm[threadIdx.x] = m;
 	shs[threadIdx.x] = sum;
 	__syncthreads();
@@ -1100,16 +1212,16 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
 	}
 	const float l = shm[0] + logf(shs[0]);
 	const int t = targets[n];
-	s_ce_loss(losses, lse, n, l, x[t]);
+	s_ce_loss(losses, lse, n, l, s_ldf(x + t));
 	if (!dlogits && !dlogits16)
 		return;
 	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
-		const float4 xv = x4[i];
+		const float4 xv = s_ld4f(x + 4 * i);
 		s_ce_grad4(dlogits, dlogits16, row, 4 * i, t, scale,
 			   make_float4(expf(xv.x - l), expf(xv.y - l), expf(xv.z - l), expf(xv.w - l)));
 	}
 	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x)
-		s_ce_grad1(dlogits, dlogits16, row, v, t, scale, expf(x[v] - l));
+		s_ce_grad1(dlogits, dlogits16, row, v, t, scale, expf(s_ldf(x + v) - l));
 }
 
 #define CE_CACHE 25 /* float4 pieces a thread holds: 25 * 4 * CE_BLOCK = 51200 logits */
@@ -1122,27 +1234,27 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
  * the logits are read from memory once, not twice as k_crossentropy_forward
  * does; then the max, the sum of 2^((x - max) log2 e) and the gradient come
  * from registers, each reduction a fixed tree (the same bits run to run). */
+template <typename TL>
 __global__ void __launch_bounds__(CE_BLOCK)
 	k_crossentropy_cached(float *losses, float *lse, float *dlogits, bf16 *dlogits16,
-			      const float *logits, const int32_t *targets, int V, int ld, float scale)
+			      const TL *logits, const int32_t *targets, int V, int ld, float scale)
 {
 	__shared__ float shr[CE_BLOCK / WARP];
 	const int threads = (int)blockDim.x, warps = threads / WARP;
 	__shared__ float bcast;
 	const size_t n = blockIdx.x, row = n * (size_t)ld;
-	const float *x = logits + row;
+	const TL *x = logits + row;
 	const int V4 = V / 4, tail = V - 4 * V4, lane = (int)threadIdx.x % WARP,
 		  warp = (int)threadIdx.x / WARP;
-	const float4 *x4 = reinterpret_cast<const float4 *>(x);
 	float4 c[CE_CACHE];
 	float m = -INFINITY;
 CK_UNROLL
 	for (int j = 0; j < CE_CACHE; j++) {
 		const int i = (int)threadIdx.x + j * threads;
-		c[j] = i < V4 ? x4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+		c[j] = i < V4 ? s_ld4f(x + 4 * i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
 		m = fmaxf(m, fmaxf(fmaxf(c[j].x, c[j].y), fmaxf(c[j].z, c[j].w)));
 	}
-	const float xt = (int)threadIdx.x < tail ? x[4 * V4 + threadIdx.x] : -INFINITY;
+	const float xt = (int)threadIdx.x < tail ? s_ldf(x + 4 * V4 + threadIdx.x) : -INFINITY;
 	m = fmaxf(m, xt);
 	/* the row's max: warps by shuffles, then the warps' in order */
 	for (int o = WARP / 2; o > 0; o /= 2)
@@ -1179,7 +1291,7 @@ CK_UNROLL
 	__syncthreads();
 	const float l = m + logf(bcast);
 	const int t = targets[n];
-	s_ce_loss(losses, lse, n, l, x[t]);
+	s_ce_loss(losses, lse, n, l, s_ldf(x + t));
 	if (!dlogits && !dlogits16)
 		return;
 	const float ll = l * LOG2E_F;
@@ -1199,10 +1311,9 @@ CK_UNROLL
 			   cuda_ex2_approx(fmaf(xt, LOG2E_F, -ll)));
 }
 
-extern "C" void cuda_crossentropy_forward(float *losses, float *lse, float *dlogits,
-                                          uint16_t *dlogits16, const float *logits,
-                                          const int32_t *targets, int N, int V, int ld, float scale,
-                                          cudaStream_t stream)
+template <typename TL>
+static void s_crossentropy(float *losses, float *lse, float *dlogits, uint16_t *dlogits16, const TL *logits,
+                           const int32_t *targets, int N, int V, int ld, float scale, cudaStream_t stream)
 {
 	bf16 *d16 = dlogits16 ? s_b16(dlogits16) : NULL;
 	if (ld % 4 == 0 && V / 4 <= CE_CACHE * CE_BLOCK) {
@@ -1211,13 +1322,30 @@ extern "C" void cuda_crossentropy_forward(float *losses, float *lse, float *dlog
 		int threads = (V / 4 + CE_CACHE - 1) / CE_CACHE;
 		threads = (threads + WARP - 1) / WARP * WARP;
 		threads = threads < WARP ? WARP : threads;
-		k_crossentropy_cached<<<(unsigned)N, (unsigned)threads, 0, stream>>>(losses, lse, dlogits, d16, logits,
-									     targets, V, ld, scale);
+		k_crossentropy_cached<TL><<<(unsigned)N, (unsigned)threads, 0, stream>>>(
+			losses, lse, dlogits, d16, logits, targets, V, ld, scale);
 	} else {
-		k_crossentropy_forward<<<(unsigned)N, CE_BLOCK, 0, stream>>>(losses, lse, dlogits, d16,
-									      logits, targets, V, ld, scale);
+		k_crossentropy_forward<TL><<<(unsigned)N, CE_BLOCK, 0, stream>>>(losses, lse, dlogits, d16,
+										  logits, targets, V, ld, scale);
 	}
 	CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_crossentropy_forward(float *losses, float *lse, float *dlogits,
+                                          uint16_t *dlogits16, const float *logits,
+                                          const int32_t *targets, int N, int V, int ld, float scale,
+                                          cudaStream_t stream)
+{
+	s_crossentropy(losses, lse, dlogits, dlogits16, logits, targets, N, V, ld, scale, stream);
+}
+
+extern "C" void cuda_crossentropy_forward16(float *losses, float *lse, float *dlogits,
+                                            uint16_t *dlogits16, const uint16_t *logits16,
+                                            const int32_t *targets, int N, int V, int ld, float scale,
+                                            cudaStream_t stream)
+{
+	s_crossentropy(losses, lse, dlogits, dlogits16, reinterpret_cast<const bf16 *>(logits16), targets, N,
+		       V, ld, scale, stream);
 }
 
 #define MEAN_BLOCK 1024

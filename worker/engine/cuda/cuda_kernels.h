@@ -32,6 +32,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_gemm.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -99,6 +101,22 @@ void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db, co
 void cuda_bias_backward(float *db, const float *dout, int N, int C, float *scratch,
                         cudaStream_t stream);
 
+/* db (C) += sum over the N rows of dout16 (N, C) bf16, in
+ * cuda_bias_backward's order; scratch as above */
+void cuda_bias_backward16(float *db, const uint16_t *dout16, int N, int C, float *scratch,
+                          cudaStream_t stream);
+
+/*
+ * The epilogue of a bf16-output GEMM (cuda_gemm.h) that cuBLASLt had no
+ * algorithm for, applied to its product y (M, N) bf16, rows ld apart, in
+ * place: EPI_NONE: y = y + bias; EPI_GELU: x = y [+ bias], aux = x,
+ * y = gelu(x); EPI_DGELU: y = y * gelu'(aux). bias (N) bf16 may be NULL;
+ * aux (M, N), rows ld apart, is needed by the GELU ones. Results rounded
+ * to bf16.
+ */
+void cuda_gemm_epilogue16(cuda_gemm_epi_t epi, uint16_t *y, uint16_t *aux, const uint16_t *bias, int M,
+                          int N, int64_t ld, cudaStream_t stream);
+
 /* out/out16 (n) = gelu(x) (tanh approximation) */
 void cuda_gelu_forward(float *out, uint16_t *out16, const float *x, size_t n, cudaStream_t stream);
 /* dx (N, C) = dy * gelu'(x), fp32 (dx, may be dy) and/or bf16 (dx16); NULL
@@ -156,6 +174,12 @@ void cuda_softmax_causal_backward(uint16_t *dpre16, float *dpre, const float *da
 void cuda_crossentropy_forward(float *losses, float *lse, float *dlogits, uint16_t *dlogits16,
                                const float *logits, const int32_t *targets, int N, int V, int ld,
                                float scale, cudaStream_t stream);
+/* the same for bf16 logits (what the model's LM head writes: half the
+ * bytes of fp32 to write and read back, at GPT-2's vocabulary the largest
+ * activation of a step); the arithmetic is fp32 as above */
+void cuda_crossentropy_forward16(float *losses, float *lse, float *dlogits, uint16_t *dlogits16,
+                                 const uint16_t *logits16, const int32_t *targets, int N, int V, int ld,
+                                 float scale, cudaStream_t stream);
 void cuda_mean(float *out, const float *x, int n, cudaStream_t stream);
 
 /* dst (n) = bf16(src) */

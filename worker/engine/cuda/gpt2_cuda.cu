@@ -19,17 +19,22 @@
  *   qkv (N, 3C) f32, att (B, H, T, T) bf16 (fused attention instead: q, k,
  *   v (B, H, T, hd) bf16 in qkv16 and att_lse (B, H, T) f32, qkv one
  *   layer's scratch), atty (N, C) bf16, res2 (N, C) f32,
- *   ln2 (N, C) bf16, ln2 mean/rstd, fch (N, 4C) f32 (before GELU),
+ *   ln2 (N, C) bf16, ln2 mean/rstd, fch (N, 4C) bf16 (before GELU),
  *   gelu (N, 4C) bf16, res3 (N, C) f32; lnf (N, C) bf16 and its mean/rstd;
- *   logits (N, V) f32; dlogits (N, V) bf16; losses (N), the loss;
- *   backward scratch: dres (N, C) f32 + bf16, dbig (N, 4C) f32 + bf16,
+ *   logits (N, V) bf16; dlogits (N, V) bf16; losses (N), the loss;
+ *   backward scratch: dres (N, C) f32 + bf16, dbig (N, 4C) bf16 (and f32
+ *   for GEMM attention's dqkv),
  *   dsmall (N, C) f32, column-sum partials, the sum of squares, attention
  *   scratch; token ids and the embedding-gradient index (int32).
  * Unlike the CPU engine, dlogits has a buffer of its own, so the logits
  * stay valid; forward with targets writes it (for a loss scale of 1) in the
  * cross-entropy kernel that reads the logits anyway, and backward's LM-head
  * products take the loss scale as their alpha. GELU's output is kept (bf16)
- * instead of recomputed.
+ * instead of recomputed. GELU runs in the FC GEMM's epilogue (fch, its
+ * input, written beside its output) and its backward in the epilogue of
+ * the GEMM that makes dgelu (reading fch), so the (N, 4C) activations are
+ * not read and written again by kernels of their own; both are bf16, as
+ * the GEMMs that read them want.
  *
  * Streaming (ZeRO-2/3, gpt2_cuda.h). Every kernel gets its parameters from
  * s_params_get and its gradient destination from s_grad_begin, which are
@@ -79,12 +84,12 @@ typedef struct {
 	float *res2;
 	uint16_t *ln2;
 	float *ln2_mean, *ln2_rstd;
-	float *fch;
+	uint16_t *fch;
 	uint16_t *gelu;
 	float *res3;
 	uint16_t *lnf;
 	float *lnf_mean, *lnf_rstd;
-	float *logits;
+	uint16_t *logits;
 	uint16_t *dlogits;
 	float *losses, *loss;
 	float *dres;
@@ -253,19 +258,19 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	a->ln2 = (uint16_t *)s_carve(base, &off, L * N * C, h);
 	a->ln2_mean = (float *)s_carve(base, &off, L * N, f);
 	a->ln2_rstd = (float *)s_carve(base, &off, L * N, f);
-	a->fch = (float *)s_carve(base, &off, L * N * 4 * C, f);
+	a->fch = (uint16_t *)s_carve(base, &off, L * N * 4 * C, h);
 	a->gelu = (uint16_t *)s_carve(base, &off, L * N * 4 * C, h);
 	a->res3 = (float *)s_carve(base, &off, L * N * C, f);
 	a->lnf = (uint16_t *)s_carve(base, &off, N * C, h);
 	a->lnf_mean = (float *)s_carve(base, &off, N, f);
 	a->lnf_rstd = (float *)s_carve(base, &off, N, f);
-	a->logits = (float *)s_carve(base, &off, N * s_logits_ld((int)V), f);
+	a->logits = (uint16_t *)s_carve(base, &off, N * s_logits_ld((int)V), h);
 	a->dlogits = (uint16_t *)s_carve(base, &off, N * s_logits_ld((int)V), h);
 	a->losses = (float *)s_carve(base, &off, N, f);
 	a->loss = (float *)s_carve(base, &off, 1, f);
 	a->dres = (float *)s_carve(base, &off, N * C, f);
 	a->dres16 = (uint16_t *)s_carve(base, &off, N * C, h);
-	a->dbig = (float *)s_carve(base, &off, N * 4 * C, f);
+	a->dbig = fused ? NULL : (float *)s_carve(base, &off, N * 4 * C, f);
 	a->dbig16 = (uint16_t *)s_carve(base, &off, N * 4 * C, h);
 	a->dsmall = (float *)s_carve(base, &off, N * C, f);
 	a->colsum = (float *)s_carve(base, &off, cuda_colsum_scratch_floats((int)N, (int)(4 * C)), f);
@@ -711,11 +716,17 @@ extern "C" void gpt2_cuda_get_moments(gpt2_cuda_t *m, float *ret_mom1, float *re
 
 extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
 {
-	const size_t V = (size_t)m->cfg.vocab_size;
-	CUDA_CHECK(cudaMemcpy2DAsync(ret_logits, V * sizeof(float), m->a.logits,
-				     s_logits_ld((int)V) * sizeof(float), V * sizeof(float),
+	const size_t V = (size_t)m->cfg.vocab_size, n = (size_t)m->B * m->T * V;
+	/* bf16 rows into the back half of the caller's floats, widened from the front */
+	uint16_t *h16 = (uint16_t *)ret_logits + n;
+	CUDA_CHECK(cudaMemcpy2DAsync(h16, V * sizeof(uint16_t), m->a.logits,
+				     s_logits_ld((int)V) * sizeof(uint16_t), V * sizeof(uint16_t),
 				     (size_t)m->B * m->T, cudaMemcpyDeviceToHost, m->stream));
 	CUDA_CHECK(cudaStreamSynchronize(m->stream));
+	for (size_t i = 0; i < n; i++) {
+		uint32_t bits = (uint32_t)h16[i] << 16;
+		memcpy(&ret_logits[i], &bits, sizeof bits);
+	}
 }
 
 /* ---- forward and backward ---- */
@@ -766,6 +777,20 @@ static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool 
                    const uint16_t *B, bool trans_b, const float *bias, float *C, bool accumulate)
 {
 	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate, 1.0f);
+}
+
+/* C16 (M, N) = epi(A (M, K) @ op(B) [+ bias16]), bf16 output, rows ldc
+ * apart (0: dense), as aux's for the GELU epilogues */
+static void s_gemm16(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, const uint16_t *B,
+                     bool trans_b, const uint16_t *bias16, uint16_t *C16, int64_t ldc, cuda_gemm_epi_t epi,
+                     uint16_t *aux)
+{
+	cuda_gemm_args_t a = s_args(M, N, K, A, 0, false, B, trans_b, NULL, NULL, ldc, false, 1.0f);
+	a.C16 = C16;
+	a.bias16 = bias16;
+	a.epi = epi;
+	a.aux = aux;
+	cuda_gemm_run(m->gemm, &a);
 }
 
 /* C (M, N) = res + A (M, K) @ B (K, N) + bias, dense: a residual branch
@@ -844,7 +869,7 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
 		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
-		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
+		uint16_t *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
 		const size_t lo = first_layer + (size_t)l * m->layer_floats;
 		params_view_t lp = s_params_get(m, lo, lo + m->layer_floats, true);
@@ -862,8 +887,8 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		s_gemm_residual(m, N, C, C, atty, P16(T_PROJ_W), P(T_PROJ_B), res2, x);
 		cuda_layernorm_forward(NULL, ln2, LAYER_SLICE(a->ln2_mean, l, 1),
 				       LAYER_SLICE(a->ln2_rstd, l, 1), res2, P(T_LN2_W), P(T_LN2_B), N, C, s);
-		s_gemm(m, N, 4 * C, C, ln2, false, P16(T_FC_W), false, P(T_FC_B), fch, false);
-		cuda_gelu_forward(NULL, gelu, fch, (size_t)N * 4 * C, s);
+		s_gemm16(m, N, 4 * C, C, ln2, P16(T_FC_W), false, P16(T_FC_B), gelu, 0, CUDA_GEMM_EPI_GELU,
+			 fch);
 		s_gemm_residual(m, N, C, 4 * C, gelu, P16(T_FCPROJ_W), P(T_FCPROJ_B), res3, res2);
 #undef P
 #undef P16
@@ -879,15 +904,15 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : v0 == 0 ? s_vocab_gemm(m) : V - v0;
 		params_view_t v = s_params_get(m, (size_t)v0 * C, (size_t)(v0 + nv) * C, true);
-		s_gemm_ld(m, N, nv, C, a->lnf, 0, false, v.p16, true, NULL, a->logits + v0, ld, false, 1.0f);
+		s_gemm16(m, N, nv, C, a->lnf, v.p16, true, NULL, a->logits + v0, ld, CUDA_GEMM_EPI_NONE, NULL);
 		s_params_put(m, v);
 	}
 	if (!targets)
 		return;
 	/* the losses, and dlogits for a loss scale of 1 (backward scales the
 	 * LM head's products by its loss_scale) */
-	cuda_crossentropy_forward(a->losses, NULL, NULL, a->dlogits, a->logits, d_targets, N, V, (int)ld,
-				  1.0f / (float)N, s);
+	cuda_crossentropy_forward16(a->losses, NULL, NULL, a->dlogits, a->logits, d_targets, N, V, (int)ld,
+				    1.0f / (float)N, s);
 	cuda_mean(a->loss, a->losses, N, s);
 	m->have_targets = true;
 }
@@ -961,7 +986,8 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
 		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
-		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
+		float *res2 = LAYER_SLICE(a->res2, l, C);
+		uint16_t *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
 		const size_t lo = first_layer + (size_t)l * m->layer_floats, hi = lo + m->layer_floats;
 		/* layer l's parameters and gradients, its first tensor's at 0 */
@@ -973,9 +999,10 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
 		s_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
 		cuda_bias_backward(G(T_FCPROJ_B), a->dres, N, C, a->colsum, s);
-		s_gemm(m, N, 4 * C, C, a->dres16, false, P16(T_FCPROJ_W), true, NULL, a->dbig, false);
-		/* GELU's backward to bf16 only, with the FC bias's gradient summed on the way */
-		cuda_gelu_backward_bias(NULL, a->dbig16, G(T_FC_B), a->dbig, fch, N, 4 * C, a->colsum, s);
+		/* GELU's backward in the product's epilogue, then the FC bias's gradient */
+		s_gemm16(m, N, 4 * C, C, a->dres16, P16(T_FCPROJ_W), true, NULL, a->dbig16, 0,
+			 CUDA_GEMM_EPI_DGELU, fch);
+		cuda_bias_backward16(G(T_FC_B), a->dbig16, N, 4 * C, a->colsum, s);
 		s_gemm(m, C, 4 * C, N, ln2, true, a->dbig16, false, NULL, G(T_FC_W), true);
 		s_gemm(m, N, C, 4 * C, a->dbig16, false, P16(T_FC_W), true, NULL, a->dsmall, false);
 		cuda_layernorm_backward(a->dres, a->dres16, G(T_LN2_W), G(T_LN2_B), a->dsmall, res2,

@@ -122,8 +122,9 @@ void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const int32_t *tar
 /* The mean loss of the last forward with targets (waits for it). */
 float gpt2_cuda_loss(gpt2_cuda_t *m);
 
-/* The logits (B, T, V) of the last forward into host memory (waits). They
- * stay valid through backward. */
+/* The logits (B, T, V) of the last forward into host memory (waits), as
+ * fp32 widened from the bf16 the model keeps them in. They stay valid
+ * through backward. */
 void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits);
 
 /* Set every gradient to zero (nothing when they are streamed). */
