@@ -21,8 +21,10 @@
 # Knobs: STEPS (20), WARMUP (3), BATCH (empty: the largest that fits),
 #        PEAK_TFLOPS (989: H100 SXM dense bf16; 756 for H100 PCIe),
 #        VOCABS ("50257 50304"), ATTENTIONS ("gemm fused"; the peers take
-#        the first one's batch), PEERS ("sdpa:50304 sdpa:50257"; empty:
-#        none), TORCH_PYTHON (python3: the one that imports torch).
+#        the first one's batch, or PEER_BATCH; where PyTorch runs out of
+#        memory there, it is tried again at 7/8 of the batch, up to 4
+#        times), PEERS ("sdpa:50304 sdpa:50257"; empty: none),
+#        TORCH_PYTHON (python3: the one that imports torch).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
@@ -57,12 +59,23 @@ done
 for p in $peers; do
   att=${p%%:*}; v=${p#*:}
   [ -f "$out/run-$first_att-$v.json" ] || { echo "gpu/run.sh: peer $p: no run of this engine at vocab $v" >&2; continue; }
-  b=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["batch"])' "$out/run-$first_att-$v.json")
-  echo "torch_train_step --device cuda --attention $att --vocab $v --batch $b..." >&2
-  "$torch_python" bench/torch_train_step.py --device cuda --precision bf16 --attention "$att" \
-    --seq 1024 --vocab "$v" --batch "$b" --steps "$steps" --warmup "$warmup" \
-    > "$out/peer-$att-$v.json" 2> "$out/peer-$att-$v.log" ||
-    { echo "gpu/run.sh: peer $p failed: $(tail -1 "$out/peer-$att-$v.log")" >&2; rm -f "$out/peer-$att-$v.json"; }
+  b=${PEER_BATCH:-$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["batch"])' "$out/run-$first_att-$v.json")}
+  for try in 1 2 3 4 5; do
+    echo "torch_train_step --device cuda --attention $att --vocab $v --batch $b..." >&2
+    if "$torch_python" bench/torch_train_step.py --device cuda --precision bf16 --attention "$att" \
+         --seq 1024 --vocab "$v" --batch "$b" --steps "$steps" --warmup "$warmup" \
+         > "$out/peer-$att-$v.json" 2> "$out/peer-$att-$v.log"; then
+      break
+    fi
+    rm -f "$out/peer-$att-$v.json"
+    if [ "$try" -lt 5 ] && grep -q OutOfMemoryError "$out/peer-$att-$v.log"; then
+      echo "gpu/run.sh: peer $p: out of GPU memory at batch $b; trying $((b * 7 / 8))" >&2
+      b=$((b * 7 / 8))
+      continue
+    fi
+    echo "gpu/run.sh: peer $p failed: $(tail -1 "$out/peer-$att-$v.log")" >&2
+    break
+  done
 done
 "$py" - "$out" "$build" "$steps" "$warmup" "$peak" "$peers" "$attentions" $vocabs <<'PY'
 import json, os, sys
@@ -93,7 +106,8 @@ for p in peers.split():
 if peer_rows:
     print("PyTorch on the same GPU in the same run (bench/torch_train_step.py --device cuda "
           f"--precision bf16: eager, bf16 autocast, fused AdamW), same model and vocab, at the "
-          f"batch of this engine's {atts[0]} run:")
+          f"batch of this engine's {atts[0]} run or the largest below it that PyTorch fits "
+          f"(trying 7/8 of the batch after running out of memory):")
     print()
     over = " | ".join(f"this engine ({a}) over it" for a in atts)
     print(f"| peer | vocab | batch x T | step ms | tokens/s | MFU | GPU memory | {over} |")
