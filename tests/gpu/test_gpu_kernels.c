@@ -212,6 +212,31 @@ static void test_layernorm(int N, int C)
 	snprintf(name, sizeof name, "layernorm backward %dx%d repeats bit for bit", N, C);
 	expect_true(name, memcmp(a1, a2, F((size_t)C)) == 0);
 
+	/* dout in bf16 (cuda_layernorm_backward16): the same bits as fp32 dout
+	 * holding the same values */
+	float *dx0 = rand_floats(n, 1), *dw0 = rand_floats((size_t)C, 1), *r[2][3];
+	uint16_t *h16 = to_bf16_rounding(dout, n), *d_dout16 = gpu_dup(h16, n * 2);
+	gpu_must(cudaMemcpy(d_dout, dout, F(n), cudaMemcpyHostToDevice), "upload");
+	for (int k = 0; k < 2; k++) {
+		gpu_must(cudaMemcpy(d_dx, dx0, F(n), cudaMemcpyHostToDevice), "upload");
+		gpu_must(cudaMemcpy(d_dw, dw0, F((size_t)C), cudaMemcpyHostToDevice), "upload");
+		gpu_must(cudaMemcpy(d_db, dw0, F((size_t)C), cudaMemcpyHostToDevice), "upload");
+		if (k == 0)
+			cuda_layernorm_backward(d_dx, NULL, d_dw, d_db, d_dout, d_x, d_mean, d_rstd, d_w, N, C,
+						d_scr, 0);
+		else
+			cuda_layernorm_backward16(d_dx, NULL, d_dw, d_db, d_dout16, d_x, d_mean, d_rstd, d_w, N,
+						  C, d_scr, 0);
+		r[k][0] = download(d_dx, n), r[k][1] = download(d_dw, (size_t)C), r[k][2] = download(d_db, (size_t)C);
+	}
+	snprintf(name, sizeof name, "layernorm backward %dx%d from bf16 dout: the same bits", N, C);
+	expect_true(name, memcmp(r[0][0], r[1][0], F(n)) == 0 && memcmp(r[0][1], r[1][1], F((size_t)C)) == 0 &&
+				  memcmp(r[0][2], r[1][2], F((size_t)C)) == 0);
+	for (int k = 0; k < 2; k++)
+		free(r[k][0]), free(r[k][1]), free(r[k][2]);
+	free(dx0), free(dw0), free(h16);
+	cudaFree(d_dout16);
+
 	free(x), free(w), free(b), free(out), free(mean), free(rstd), free(g), free(gm), free(gr);
 	free(g16), free(dout), free(dx), free(dw), free(db), free(gdx), free(gdw), free(gdb), free(gdx16);
 	free(dw2), free(a1), free(a2);
@@ -230,6 +255,25 @@ static void test_bias_backward(void)
 	cuda_bias_backward(d_db, d_dout, N, C, d_scr, 0);
 	float *g = download(d_db, (size_t)C);
 	expect("bias backward 300x200 fp32", rel_err(g, db, (size_t)C), FP32_SUM_BOUND);
+	/* bf16 dout: the same bits as fp32 dout holding the same values, also
+	 * one element off 8-byte alignment (one column at a time) */
+	uint16_t *h16 = to_bf16_rounding(dout, (size_t)N * C), *d16 = gpu_dup(NULL, ((size_t)N * C + 1) * 2);
+	float *zero = calloc((size_t)C, sizeof(float));
+	gpu_must(cudaMemcpy(d_dout, dout, F((size_t)N * C), cudaMemcpyHostToDevice), "upload");
+	float *want[3];
+	for (int k = 0; k < 3; k++) {
+		gpu_must(cudaMemcpy(d16 + (k == 2), h16, (size_t)N * C * 2, cudaMemcpyHostToDevice), "upload");
+		gpu_must(cudaMemcpy(d_db, zero, F((size_t)C), cudaMemcpyHostToDevice), "upload");
+		if (k == 0)
+			cuda_bias_backward(d_db, d_dout, N, C, d_scr, 0);
+		else
+			cuda_bias_backward16(d_db, d16 + (k == 2), N, C, d_scr, 0);
+		want[k] = download(d_db, (size_t)C);
+	}
+	expect_true("bias backward 300x200 from bf16 dout: the same bits, aligned or not",
+		    memcmp(want[0], want[1], F((size_t)C)) == 0 && memcmp(want[0], want[2], F((size_t)C)) == 0);
+	free(want[0]), free(want[1]), free(want[2]), free(h16), free(zero);
+	cudaFree(d16);
 	free(dout), free(db), free(g);
 	cudaFree(d_dout), cudaFree(d_db), cudaFree(d_scr);
 }
@@ -895,10 +939,9 @@ static void flash_case(int B, int T, int C, int H)
 	cuda_attention_scratch_t as;
 	cuda_attention_scratch_carve(&as, d_scr, B, T, C, H, true);
 	float *d_qkv = gpu_dup(qkv, F(nqkv)), *d_out = gpu_dup(NULL, F(nc)), *d_lse = gpu_dup(NULL, F(nrows));
-	uint16_t *d_out16 = gpu_dup(NULL, nc * 2), *d_q = gpu_dup(NULL, nc * 2), *d_k = gpu_dup(NULL, nc * 2),
-		 *d_v = gpu_dup(NULL, nc * 2);
-	cuda_attention_split(d_q, d_k, d_v, d_qkv, B, T, C, H, s);
-	cuda_flash_forward(d_out, d_out16, d_lse, d_q, d_k, d_v, B, T, C, H, s);
+	uint16_t *d_out16 = gpu_dup(NULL, nc * 2), *d_qkv16 = gpu_dup(NULL, nqkv * 2);
+	cuda_to_bf16(d_qkv16, d_qkv, nqkv, s); /* as the model's QKV GEMM writes them */
+	cuda_flash_forward(d_out, d_out16, d_lse, d_qkv16, B, T, C, H, s);
 	float *g = download(d_out, nc), *glse = download(d_lse, nrows);
 	uint16_t *g16 = download16(d_out16, nc);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: out fp32", T, hd);
@@ -912,7 +955,7 @@ static void flash_case(int B, int T, int C, int H)
 	kernel_attention_backward(dqkv, dout, qkv, att, scr, B, T, C, H);
 	float *d_dout = gpu_dup(dout, F(nc)), *d_dqkv = gpu_dup(NULL, F(nqkv));
 	uint16_t *d_dqkv16 = gpu_dup(NULL, nqkv * 2);
-	cuda_flash_backward(d_dqkv, d_dqkv16, NULL, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C,
+	cuda_flash_backward(d_dqkv, d_dqkv16, NULL, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C,
 			    H, s);
 	float *gd = download(d_dqkv, nqkv);
 	uint16_t *gd16 = download16(d_dqkv16, nqkv);
@@ -927,7 +970,7 @@ static void flash_case(int B, int T, int C, int H)
 	expect(what, rel_err_bf16(gd16, dqkv, nqkv), ATT_BWD_BOUND);
 	/* no atomics: a second backward gives the same bits */
 	gpu_must(cudaMemset(d_dqkv, 0, F(nqkv)), "clear");
-	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H, s);
+	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C, H, s);
 	float *gd2 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward twice, same bits", T, hd);
 	expect_true(what, memcmp(gd, gd2, F(nqkv)) == 0);
@@ -935,13 +978,32 @@ static void flash_case(int B, int T, int C, int H)
 	 * separate kernels, not the fused one; D's sums in another order */
 	float *d_dout1 = gpu_dup(NULL, F(nc + 1));
 	gpu_must(cudaMemcpy(d_dout1 + 1, dout, F(nc), cudaMemcpyHostToDevice), "upload");
-	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout1 + 1, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C,
+	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout1 + 1, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C,
 			    H, s);
 	float *gd3 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward, dout unaligned", T, hd);
 	expect(what, rel_err(gd3, gd, nqkv), FP32_SUM_BOUND);
 	free(gd3);
 	cudaFree(d_dout1);
+	/* dout in bf16, as the model hands it: the kernels round dout to bf16
+	 * before using it, so the same bits; one element off 8-byte alignment,
+	 * the separate kernels again */
+	uint16_t *dout16 = malloc(nc * 2), *d_dout16 = gpu_dup(NULL, (nc + 1) * 2);
+	kernel_to_bf16(dout16, dout, nc);
+	gpu_must(cudaMemcpy(d_dout16, dout16, nc * 2, cudaMemcpyHostToDevice), "upload");
+	cuda_flash_backward(d_dqkv, NULL, NULL, NULL, d_dout16, d_qkv16, d_out16, d_lse, &as, B, T, C, H, s);
+	gd3 = download(d_dqkv, nqkv);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: backward from bf16 dout, same bits", T, hd);
+	expect_true(what, memcmp(gd3, gd, F(nqkv)) == 0);
+	free(gd3);
+	gpu_must(cudaMemcpy(d_dout16 + 1, dout16, nc * 2, cudaMemcpyHostToDevice), "upload");
+	cuda_flash_backward(d_dqkv, NULL, NULL, NULL, d_dout16 + 1, d_qkv16, d_out16, d_lse, &as, B, T, C, H,
+			    s);
+	gd3 = download(d_dqkv, nqkv);
+	snprintf(what, sizeof what, "fused attention T %d hd %d: backward, bf16 dout unaligned", T, hd);
+	expect(what, rel_err(gd3, gd, nqkv), FP32_SUM_BOUND);
+	free(gd3), free(dout16);
+	cudaFree(d_dout16);
 	/* the qkv bias gradient summed inside, with no fp32 dqkv written: added
 	 * to random values, against the column sums of the fp32 dqkv above (the
 	 * same values in another order) and of the CPU's */
@@ -958,7 +1020,7 @@ static void flash_case(int B, int T, int C, int H)
 	}
 	float *d_db = gpu_dup(db0, F((size_t)3 * C));
 	gpu_must(cudaMemset(d_dqkv16, 0xff, nqkv * 2), "fill");
-	cuda_flash_backward(NULL, d_dqkv16, d_db, d_dout, d_q, d_k, d_v, d_out16, d_lse, &as, B, T, C, H,
+	cuda_flash_backward(NULL, d_dqkv16, d_db, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C, H,
 			    s);
 	float *gdb = download(d_db, (size_t)3 * C);
 	uint16_t *gd16b = download16(d_dqkv16, nqkv);
@@ -975,7 +1037,7 @@ static void flash_case(int B, int T, int C, int H)
 	free(qkv), free(out), free(att), free(scr), free(lse), free(g), free(glse), free(g16);
 	free(dout), free(dqkv), free(gd), free(gd16), free(gd2);
 	cudaFree(d_scr), cudaFree(d_qkv), cudaFree(d_out), cudaFree(d_lse), cudaFree(d_out16);
-	cudaFree(d_q), cudaFree(d_k), cudaFree(d_v), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
+	cudaFree(d_qkv16), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
 }
 
 static uint16_t bf16_of_int(int v)

@@ -18,7 +18,9 @@
  * they are in memory (rows of HD, padded by 8 elements so that ldmatrix's
  * eight rows fall in distinct banks); B fragments come by ldmatrix, with
  * .trans where the tile holds B itself rather than its columns (V in P V,
- * q and dy in dk and dv, K in dS K).
+ * q and dy in dk and dv, K in dS K). q, k and v are read in place from the
+ * QKV GEMM's bf16 output (B, T, 3C): a head's rows are 3C apart, each one
+ * HD contiguous elements, so no kernel splits them into heads first.
  *
  * Forward (per query tile): online softmax in base 2 (scores times
  * scale * log2 e), running max and sum per row, the output rescaled as the
@@ -48,6 +50,7 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_load.h"
 #include "cuda_ptx.h"
 
 #define FA_TILE 64                 /* rows per block, keys or queries per staged tile */
@@ -55,6 +58,11 @@
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_PAD 8                   /* bf16 elements after each staged row */
 #define LOG2E 1.4426950408889634f
+/* q, k, v are read where the QKV GEMM wrote them: qkv16 (B, T, 3C) rows,
+ * head h of batch b at column h HD of part q, k or v; block bh = b H + h */
+#define FA_LD(H, HD) ((size_t)3 * (H) * (HD))
+#define FA_BASE(bh, T, H, HD) \
+	((size_t)((bh) / (H)) * (T) * FA_LD(H, HD) + (size_t)((bh) % (H)) * (HD))
 
 typedef __nv_bfloat16 bf16;
 
@@ -154,33 +162,34 @@ template <int N> __device__ __forceinline__ void s_cp_wait()
 #endif
 }
 
-/* A fragments of rows r0 .. r0 + 15 of a (T, HD) matrix (zeros past T):
- * register i of chunk kk holds row r0 + g + 8 (i & 1), columns
- * 16 kk + 8 (i >> 1) + 2 tig, +1 */
+/* A fragments of rows r0 .. r0 + 15 of a (T, HD) matrix whose rows are ld
+ * apart (zeros past T): register i of chunk kk holds row r0 + g + 8 (i & 1),
+ * columns 16 kk + 8 (i >> 1) + 2 tig, +1 */
 template <int HD>
 __device__ __forceinline__ void s_load_a(uint32_t a[HD / 16][4], const uint16_t *m, int r0, int T,
-                                         int g, int tig)
+                                         int g, int tig, int ld)
 {
 	FA_UNROLL
 	for (int kk = 0; kk < HD / 16; kk++)
 		FA_UNROLL
 		for (int i = 0; i < 4; i++) {
 			const int r = r0 + g + (i & 1) * 8, c = kk * 16 + (i >> 1) * 8 + 2 * tig;
-			a[kk][i] = r < T ? s_ld2(m + (size_t)r * HD + c) : 0u;
+			a[kk][i] = r < T ? s_ld2(m + (r * ld + c)) : 0u;
 		}
 }
 
-/* rows r0 .. r0 + 63 of a (T, HD) matrix into sh by cp.async (not
+/* rows r0 .. r0 + 63 of a (T, HD) matrix whose rows are ld apart (a
+ * multiple of 8; T ld < 2^31, s_require) into sh by cp.async (not
  * committed), zeros past T */
 template <int HD, int THREADS = FA_THREADS>
 __device__ __forceinline__ void s_stage_rows(uint16_t (*sh)[HD + FA_PAD], const uint16_t *m, int r0,
-                                             int T)
+                                             int T, int ld)
 {
 	constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
 	for (int w = threadIdx.x; w < FA_TILE * CHUNKS; w += THREADS) {
 		const int r = w / CHUNKS, c = (w % CHUNKS) * 8;
 		const bool in = r0 + r < T;
-		s_cp<16>(&sh[r][c], m + (in ? (size_t)(r0 + r) * HD + c : 0), in);
+		s_cp<16>(&sh[r][c], m + (in ? (r0 + r) * ld + c : 0), in);
 	}
 }
 
@@ -294,15 +303,16 @@ __global__ void __launch_bounds__(FA_FWD_THREADS)
 	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
-	const size_t base = (size_t)bh * T * HD;
+	const int ld = (int)FA_LD(H, HD);
+	const size_t base = FA_BASE(bh, T, H, HD);
 	const int r0 = qt * FA_TILE + warp * 16 * MT; /* this warp's first query */
-	s_stage_rows<HD, NT>(ks[0], k + base, 0, T);
-	s_stage_rows<HD, NT>(vs[0], v + base, 0, T);
+	s_stage_rows<HD, NT>(ks[0], k + base, 0, T, ld);
+	s_stage_rows<HD, NT>(vs[0], v + base, 0, T, ld);
 	s_cp_commit();
 	uint32_t qa[MT][HD / 16][4];
 	FA_UNROLL
 	for (int m = 0; m < MT; m++)
-		s_load_a<HD>(qa[m], q + base, r0 + 16 * m, T, g, tig);
+		s_load_a<HD>(qa[m], q + base, r0 + 16 * m, T, g, tig, ld);
 	float o[MT][HD / 8][4];
 	/* per tile m, rows g and g + 8: the running max of the raw scores
 	 * and the sum of 2^(score * scale_log2 - max * scale_log2) */
@@ -318,8 +328,8 @@ __global__ void __launch_bounds__(FA_FWD_THREADS)
 	for (int kt = 0; kt <= qt; kt++) {
 		const int buf = kt & 1;
 		if (kt < qt) {
-			s_stage_rows<HD, NT>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T);
-			s_stage_rows<HD, NT>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T);
+			s_stage_rows<HD, NT>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T, ld);
+			s_stage_rows<HD, NT>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T, ld);
 			s_cp_commit();
 			s_cp_wait<1>();
 		} else {
@@ -436,14 +446,14 @@ __global__ void k_flash_rowdot(float *D, const bf16 *dy, const bf16 *y16, int T,
 }
 
 /* dy's head split and D together: one block per row (b, t) of dout (B, T, C)
- * fp32, thread i its channels 4 i .. 4 i + 3 (float4; dout and y16 rows
- * 16- and 8-byte aligned, C / 4 <= 1024): dy (B*H, T, HD) = bf16 of them,
+ * fp32 or bf16, thread i its channels 4 i .. 4 i + 3 (one load; dout rows
+ * 16-byte aligned for fp32, 8 for bf16, y16's 8, C / 4 <= 1024): dy
+ * (B*H, T, HD) = bf16 of them,
  * and D (B*H, T) = the sum over the head's HD / 4 threads (adjacent, within
  * a warp) of bf16(dout) * y16, the head split and k_flash_rowdot in one
  * read of dout. */
-template <int HD>
-__global__ void k_flash_dy_rowdot(bf16 *dy, float *D, const float *dout, const bf16 *y16, int T,
-                                  int H)
+template <int HD, typename TD>
+__global__ void k_flash_dy_rowdot(bf16 *dy, float *D, const TD *dout, const bf16 *y16, int T, int H)
 {
 	constexpr int GROUP = HD / 4; /* threads of a head: 4, 8 or 16 */
 	const int C = H * HD, t = (int)(blockIdx.x % (unsigned)T), b = (int)(blockIdx.x / (unsigned)T);
@@ -452,7 +462,7 @@ __global__ void k_flash_dy_rowdot(bf16 *dy, float *D, const float *dout, const b
 	float acc = 0.0f;
 	if (in) {
 		const size_t row = (size_t)blockIdx.x * C;
-		const float4 g = *reinterpret_cast<const float4 *>(dout + row + c);
+		const float4 g = cuda_ld4f(dout + row + c);
 		const __nv_bfloat162 g01 = __floats2bfloat162_rn(g.x, g.y), g23 = __floats2bfloat162_rn(g.z, g.w);
 		const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(y16 + row + c);
 		const float2 a = __bfloat1622float2(g01), bb = __bfloat1622float2(g23);
@@ -549,15 +559,17 @@ __global__ void __launch_bounds__(FA_THREADS)
 	const int bh = (int)blockIdx.x, kt = (int)blockIdx.y, n_tiles = (int)gridDim.y;
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
-	const size_t base = (size_t)bh * T * HD, rows_at = (size_t)bh * T;
+	const int ld = (int)FA_LD(H, HD);
+	const size_t base = FA_BASE(bh, T, H, HD), rows_at = (size_t)bh * T;
+	const uint16_t *dyb = dy + rows_at * HD; /* dy: (B*H, T, HD) */
 	const int k0 = kt * FA_TILE + warp * 16; /* this warp's first key */
-	s_stage_rows<HD>(qs[0], q + base, kt * FA_TILE, T);
-	s_stage_rows<HD>(dys[0], dy + base, kt * FA_TILE, T);
+	s_stage_rows<HD>(qs[0], q + base, kt * FA_TILE, T, ld);
+	s_stage_rows<HD>(dys[0], dyb, kt * FA_TILE, T, HD);
 	s_stage_rowstats(ls[0], ds[0], lse2, D, rows_at, kt * FA_TILE, T);
 	s_cp_commit();
 	uint32_t ka[HD / 16][4], va[HD / 16][4];
-	s_load_a<HD>(ka, k + base, k0, T, g, tig);
-	s_load_a<HD>(va, v + base, k0, T, g, tig);
+	s_load_a<HD>(ka, k + base, k0, T, g, tig, ld);
+	s_load_a<HD>(va, v + base, k0, T, g, tig, ld);
 	float dka[HD / 8][4], dva[HD / 8][4];
 	FA_UNROLL
 	for (int dt = 0; dt < HD / 8; dt++)
@@ -567,8 +579,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 	for (int qt = kt; qt < n_tiles; qt++) {
 		const int q0 = qt * FA_TILE, buf = (qt - kt) & 1;
 		if (qt + 1 < n_tiles) {
-			s_stage_rows<HD>(qs[buf ^ 1], q + base, q0 + FA_TILE, T);
-			s_stage_rows<HD>(dys[buf ^ 1], dy + base, q0 + FA_TILE, T);
+			s_stage_rows<HD>(qs[buf ^ 1], q + base, q0 + FA_TILE, T, ld);
+			s_stage_rows<HD>(dys[buf ^ 1], dyb, q0 + FA_TILE, T, HD);
 			s_stage_rowstats(ls[buf ^ 1], ds[buf ^ 1], lse2, D, rows_at, q0 + FA_TILE, T);
 			s_cp_commit();
 			s_cp_wait<1>();
@@ -640,8 +652,10 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* dq into dqkv / dqkv16: grid (B*H, query tiles), the last first; the K
  * and V tiles double-buffered */
+/* three blocks (12 warps) an SM, as before q, k and v were read in place:
+ * their runtime row stride took it to 174 registers, and two */
 template <int HD>
-__global__ void __launch_bounds__(FA_THREADS)
+__global__ void __launch_bounds__(FA_THREADS, 3)
 	k_flash_backward_q(float *dqkv, bf16 *dqkv16, float *bias_partial, const uint16_t *q,
 			   const uint16_t *k, const uint16_t *v, const uint16_t *dy, const float *lse2,
 			   const float *D, int T, int H, float scale_log2, float scale)
@@ -651,14 +665,15 @@ __global__ void __launch_bounds__(FA_THREADS)
 	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
-	const size_t base = (size_t)bh * T * HD;
+	const int ld = (int)FA_LD(H, HD);
+	const size_t base = FA_BASE(bh, T, H, HD);
 	const int r0 = qt * FA_TILE + warp * 16;
-	s_stage_rows<HD>(ks[0], k + base, 0, T);
-	s_stage_rows<HD>(vs[0], v + base, 0, T);
+	s_stage_rows<HD>(ks[0], k + base, 0, T, ld);
+	s_stage_rows<HD>(vs[0], v + base, 0, T, ld);
 	s_cp_commit();
 	uint32_t qa[HD / 16][4], dya[HD / 16][4];
-	s_load_a<HD>(qa, q + base, r0, T, g, tig);
-	s_load_a<HD>(dya, dy + base, r0, T, g, tig);
+	s_load_a<HD>(qa, q + base, r0, T, g, tig, ld);
+	s_load_a<HD>(dya, dy + (size_t)bh * T * HD, r0, T, g, tig, HD);
 	float lrow[2], drow[2];
 	FA_UNROLL
 	for (int h = 0; h < 2; h++) {
@@ -673,8 +688,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 	for (int kt = 0; kt <= qt; kt++) {
 		const int buf = kt & 1;
 		if (kt < qt) {
-			s_stage_rows<HD>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T);
-			s_stage_rows<HD>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T);
+			s_stage_rows<HD>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T, ld);
+			s_stage_rows<HD>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T, ld);
 			s_cp_commit();
 			s_cp_wait<1>();
 		} else {
@@ -750,7 +765,7 @@ __global__ void k_flash_mma_probe(float *d1, float *d2, float *d3, const uint16_
 		shk[i / 16][i % 16] = bt[(i % 16) * 16 + i / 16];
 	__syncthreads();
 	uint32_t af[1][4], b[4], pa[4];
-	s_load_a<16>(af, a, 0, 16, g, tig);
+	s_load_a<16>(af, a, 0, 16, g, tig, 16);
 	float x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, y[4] = {0.0f, 0.0f, 0.0f, 0.0f}, z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	float w[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 	s_frag_b_nk(b, sh, 0, 0, lane); /* b1 and b2 */
@@ -785,13 +800,20 @@ extern "C" bool cuda_flash_supported(int C, int H)
 	return hd == 16 || hd == 32 || hd == 64;
 }
 
-static void s_require(int C, int H)
+static void s_require(int T, int C, int H)
 {
 	if (!cuda_flash_supported(C, H)) {
 		fprintf(stderr,
 			"ringworker: fatal: fused attention with a head size of %d (n_embd %d / n_head "
 			"%d): only 16, 32 and 64 are built\n",
 			H > 0 ? C / H : 0, C, H);
+		exit(CUDA_EXIT_MISUSE);
+	}
+	if ((long long)T * 3 * C >= 2147483647LL) { /* a head's rows are addressed in int */
+		fprintf(stderr,
+			"ringworker: fatal: fused attention over %d x 3 x %d elements a sequence: more "
+			"than 2^31\n",
+			T, C);
 		exit(CUDA_EXIT_MISUSE);
 	}
 }
@@ -806,11 +828,11 @@ static void s_require(int C, int H)
 			launch(64);                                                               \
 	} while (0)
 
-extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t *q,
-                                   const uint16_t *k, const uint16_t *v, int B, int T, int C, int H,
-                                   cudaStream_t stream)
+extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t *qkv16,
+                                   int B, int T, int C, int H, cudaStream_t stream)
 {
-	s_require(C, H);
+	s_require(T, C, H);
+	const uint16_t *q = qkv16, *k = qkv16 + C, *v = qkv16 + 2 * C;
 	const int hd = C / H;
 	const float scale_log2 = LOG2E / sqrtf((float)hd);
 	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
@@ -823,25 +845,42 @@ extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, con
 }
 
 extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, float *dbias, const float *dout,
-                                    const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                    const uint16_t *dout16, const uint16_t *qkv16,
                                     const uint16_t *out16, const float *lse2,
                                     const cuda_attention_scratch_t *s, int B, int T, int C, int H,
                                     cudaStream_t stream)
 {
-	s_require(C, H);
+	s_require(T, C, H);
+	const uint16_t *q = qkv16, *k = qkv16 + C, *v = qkv16 + 2 * C;
 	const int hd = C / H, rows = B * H * T;
 	const float scale = 1.0f / sqrtf((float)hd), scale_log2 = LOG2E * scale;
 	bf16 *d16 = reinterpret_cast<bf16 *>(dqkv16);
 	const bf16 *y16 = reinterpret_cast<const bf16 *>(out16);
-	if (C % 4 == 0 && C / 4 <= 1024 && (uintptr_t)dout % 16 == 0 && (uintptr_t)out16 % 8 == 0) {
+	if (!dout == !dout16) {
+		fprintf(stderr, "ringworker: fatal: cuda_flash_backward: exactly one of dout and dout16\n");
+		exit(CUDA_EXIT_MISUSE);
+	}
+	const bf16 *g16 = reinterpret_cast<const bf16 *>(dout16);
+	const bool dout_aligned = dout ? (uintptr_t)dout % 16 == 0 : (uintptr_t)dout16 % 8 == 0;
+	if (C % 4 == 0 && C / 4 <= 1024 && dout_aligned && (uintptr_t)out16 % 8 == 0) {
 		const unsigned threads = (unsigned)((C / 4 + 31) / 32 * 32);
 		bf16 *dy16 = reinterpret_cast<bf16 *>(s->dy);
-#define DYROW(HD) \
-	k_flash_dy_rowdot<HD><<<(unsigned)(B * T), threads, 0, stream>>>(dy16, s->rowdot, dout, y16, T, H)
+#define DYROW(HD)                                                                                       \
+	do {                                                                                            \
+		if (dout)                                                                               \
+			k_flash_dy_rowdot<HD, float><<<(unsigned)(B * T), threads, 0, stream>>>(dy16, s->rowdot, dout, \
+											 y16, T, H);            \
+		else                                                                                    \
+			k_flash_dy_rowdot<HD, bf16><<<(unsigned)(B * T), threads, 0, stream>>>(dy16, s->rowdot, g16,  \
+											 y16, T, H);            \
+	} while (0)
 		FA_DISPATCH(hd, DYROW);
 #undef DYROW
 	} else {
-		cuda_heads_split(s->dy, dout, B, T, C, H, stream);
+		if (dout)
+			cuda_heads_split(s->dy, dout, B, T, C, H, stream);
+		else
+			cuda_heads_split16(s->dy, dout16, B, T, C, H, stream);
 		const bf16 *dy16 = reinterpret_cast<const bf16 *>(s->dy);
 #define ROWDOT(HD) \
 	k_flash_rowdot<HD><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(s->rowdot, dy16, y16, T, H, rows)

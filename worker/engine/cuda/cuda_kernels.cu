@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "cuda_load.h"
 #include "cuda_ptx.h"
 
 #define WARP 32
@@ -208,32 +209,6 @@ __device__ __forceinline__ void s_store4_bf16(bf16 *p, float a, float b, float c
 	q[1] = __floats2bfloat162_rn(c, d);
 }
 
-/* One element, and four adjacent ones (p 16-byte aligned for fp32, 8 for
- * bf16), as fp32 */
-__device__ __forceinline__ float s_ldf(const float *p)
-{
-	return *p;
-}
-
-__device__ __forceinline__ float s_ldf(const bf16 *p)
-{
-	return __bfloat162float(*p);
-}
-
-__device__ __forceinline__ float4 s_ld4f(const float *p)
-{
-	return *reinterpret_cast<const float4 *>(p);
-}
-
-__device__ __forceinline__ float4 s_ld4f(const bf16 *p)
-{
-	const uint2 u = *reinterpret_cast<const uint2 *>(p);
-	const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
-	const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
-	return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-
-
 /* LayerNorm's row kernels read in float4 pieces when V4 (C a multiple of
  * 4 and every row pointer 16-byte aligned: s_ln_vec4), one float at a
  * time otherwise; the same math either way, a lane's partial sums taken
@@ -346,8 +321,8 @@ __device__ __forceinline__ float4 s_lnb_dx4(float4 acc, float4 xv, float4 dv, fl
 			   acc.w + rs * (dv.w * wv.w - mean_g - (xv.w - mu) * rs * mean_gx));
 }
 
-template <bool V4>
-__global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *dout, const float *x,
+template <bool V4, typename TD>
+__global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const TD *dout, const float *x,
                                           const float *mean, const float *rstd, const float *w,
                                           int N, int C)
 {
@@ -355,18 +330,18 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 	int lane = threadIdx.x % WARP;
 	if (row >= N)
 		return;
-	const float *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
+	const float *xr = x + (size_t)row * C;
+	const TD *dr = dout + (size_t)row * C;
 	float *dxr = dx + (size_t)row * C;
 	float mu = mean[row], rs = rstd[row];
 	float sg = 0.0f, sgx = 0.0f;
 	if (V4) {
-		const float4 *x4 = reinterpret_cast<const float4 *>(xr), *d4 = reinterpret_cast<const float4 *>(dr),
-			     *w4 = reinterpret_cast<const float4 *>(w);
+		const float4 *x4 = reinterpret_cast<const float4 *>(xr), *w4 = reinterpret_cast<const float4 *>(w);
 		for (int c = lane; c < C / 4; c += WARP)
-			s_lnb_sums4(sg, sgx, x4[c], d4[c], w4[c], mu, rs);
+			s_lnb_sums4(sg, sgx, x4[c], cuda_ld4f(dr + 4 * c), w4[c], mu, rs);
 	} else {
 		for (int c = lane; c < C; c += WARP) {
-			float g = dr[c] * w[c];
+			float g = cuda_ldf(dr + c) * w[c];
 			sg += g;
 			sgx += g * (xr[c] - mu) * rs;
 		}
@@ -374,11 +349,11 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 	float mean_g = s_warp_sum(sg) / (float)C;
 	float mean_gx = s_warp_sum(sgx) / (float)C;
 	if (V4) {
-		const float4 *x4 = reinterpret_cast<const float4 *>(xr), *d4 = reinterpret_cast<const float4 *>(dr),
-			     *w4 = reinterpret_cast<const float4 *>(w);
+		const float4 *x4 = reinterpret_cast<const float4 *>(xr), *w4 = reinterpret_cast<const float4 *>(w);
 		float4 *dx4 = reinterpret_cast<float4 *>(dxr);
 		for (int c = lane; c < C / 4; c += WARP) {
-			const float4 r = s_lnb_dx4(dx4[c], x4[c], d4[c], w4[c], mu, rs, mean_g, mean_gx);
+			const float4 r = s_lnb_dx4(dx4[c], x4[c], cuda_ld4f(dr + 4 * c), w4[c], mu, rs, mean_g,
+						   mean_gx);
 			dx4[c] = r;
 			if (dx16)
 				s_store4_bf16(dx16 + (size_t)row * C + 4 * c, r.x, r.y, r.z, r.w);
@@ -386,7 +361,7 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
 	} else {
 		for (int c = lane; c < C; c += WARP) {
 			float xhat = (xr[c] - mu) * rs;
-			float d = dxr[c] + rs * (dr[c] * w[c] - mean_g - xhat * mean_gx);
+			float d = dxr[c] + rs * (cuda_ldf(dr + c) * w[c] - mean_g - xhat * mean_gx);
 			dxr[c] = d;
 			if (dx16)
 				dx16[(size_t)row * C + c] = __float2bfloat16_rn(d);
@@ -406,9 +381,9 @@ __global__ void k_layernorm_backward_rows(float *dx, bf16 *dx16, const float *do
  */
 #define LNB_ROWS 64
 #define LNB_MAX_N4 8 /* C up to 1024 */
-template <int N4>
+template <int N4, typename TD>
 __global__ void __launch_bounds__(ROW_BLOCK)
-	k_layernorm_backward_fused(float *dx, bf16 *dx16, float *p0, float *p1, const float *dout,
+	k_layernorm_backward_fused(float *dx, bf16 *dx16, float *p0, float *p1, const TD *dout,
 				   const float *x, const float *mean, const float *rstd,
 				   const float *w, int N, int C)
 {
@@ -422,8 +397,8 @@ __global__ void __launch_bounds__(ROW_BLOCK)
 	for (int j = 0; j < N4; j++)
 		aw[j] = ab[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	for (int row = r0 + warp; row < r1; row += ROW_BLOCK / WARP) {
-		const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C),
-			     *d4 = reinterpret_cast<const float4 *>(dout + (size_t)row * C);
+		const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C);
+		const TD *dr = dout + (size_t)row * C;
 		float4 *dx4 = reinterpret_cast<float4 *>(dx + (size_t)row * C);
 		float4 xv[N4], dv[N4];
 		const float mu = mean[row], rs = rstd[row];
@@ -431,7 +406,7 @@ __global__ void __launch_bounds__(ROW_BLOCK)
 		CK_UNROLL
 		for (int j = 0; j < N4; j++) {
 			xv[j] = x4[lane + WARP * j];
-			dv[j] = d4[lane + WARP * j];
+			dv[j] = cuda_ld4f(dr + 4 * (lane + WARP * j));
 		}
 		CK_UNROLL
 		for (int j = 0; j < N4; j++)
@@ -478,8 +453,8 @@ __global__ void __launch_bounds__(ROW_BLOCK)
  * same bits). With LN, p0 gets sum dout * xhat and p1 sum dout; without,
  * p0 gets sum dout.
  */
-template <bool LN, bool V4>
-__global__ void k_colsum_partial(float *p0, float *p1, const float *dout, const float *x,
+template <bool LN, bool V4, typename TD>
+__global__ void k_colsum_partial(float *p0, float *p1, const TD *dout, const float *x,
                                  const float *mean, const float *rstd, int N, int C)
 {
 	constexpr int W = V4 ? 4 : 1; /* columns per thread */
@@ -496,14 +471,14 @@ __global__ void k_colsum_partial(float *p0, float *p1, const float *dout, const 
 			const size_t at = (size_t)r * C + c;
 			float d[W], xv[W];
 			if constexpr (V4) {
-				const float4 dv = *reinterpret_cast<const float4 *>(dout + at);
+				const float4 dv = cuda_ld4f(dout + at);
 				d[0] = dv.x, d[1] = dv.y, d[2] = dv.z, d[3] = dv.w;
 				if (LN) {
 					const float4 v = *reinterpret_cast<const float4 *>(x + at);
 					xv[0] = v.x, xv[1] = v.y, xv[2] = v.z, xv[3] = v.w;
 				}
 			} else {
-				d[0] = dout[at];
+				d[0] = cuda_ldf(dout + at);
 				if (LN)
 					xv[0] = x[at];
 			}
@@ -537,19 +512,20 @@ __global__ void k_colsum_partial(float *p0, float *p1, const float *dout, const 
 }
 
 /* k_colsum_partial's launch: V4 where C and the pointers allow */
-template <bool LN>
-static void s_colsum_partial(float *p0, float *p1, const float *dout, const float *x,
+template <bool LN, typename TD>
+static void s_colsum_partial(float *p0, float *p1, const TD *dout, const float *x,
                              const float *mean, const float *rstd, int N, int C,
                              cudaStream_t stream)
 {
-	const bool v4 = C % 4 == 0 && (uintptr_t)dout % 16 == 0 && (!LN || (uintptr_t)x % 16 == 0);
+	const bool v4 = C % 4 == 0 && (uintptr_t)dout % (4 * sizeof(TD)) == 0 &&
+			(!LN || (uintptr_t)x % 16 == 0);
 	const int cols = v4 ? 4 * COL_TILE : COL_TILE;
 	dim3 grid((unsigned)((C + cols - 1) / cols), (unsigned)((N + COL_ROWS - 1) / COL_ROWS));
 	if (v4)
-		k_colsum_partial<LN, true><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
+		k_colsum_partial<LN, true, TD><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
 			p0, p1, dout, x, mean, rstd, N, C);
 	else
-		k_colsum_partial<LN, false><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
+		k_colsum_partial<LN, false, TD><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(
 			p0, p1, dout, x, mean, rstd, N, C);
 	CUDA_CHECK_LAUNCH();
 }
@@ -613,19 +589,19 @@ extern "C" size_t cuda_colsum_scratch_floats(int N, int C)
 	return 2 * (size_t)((N + rows - 1) / rows) * (size_t)C;
 }
 
-extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db,
-                                        const float *dout, const float *x, const float *mean,
-                                        const float *rstd, const float *w, int N, int C,
-                                        float *scratch, cudaStream_t stream)
+template <typename TD>
+static void s_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db, const TD *dout,
+                                 const float *x, const float *mean, const float *rstd, const float *w,
+                                 int N, int C, float *scratch, cudaStream_t stream)
 {
 	bf16 *d16 = dx16 ? s_b16(dx16) : NULL;
-	const bool v4 = s_ln_vec4(C, dx, dout, x, w, dx16);
+	const bool v4 = s_ln_vec4(C, dx, x, w, w, dx16) && (uintptr_t)dout % (4 * sizeof(TD)) == 0;
 	if (v4 && C % (4 * WARP) == 0 && C / (4 * WARP) <= LNB_MAX_N4) {
 		const int n_chunks = (N + LNB_ROWS - 1) / LNB_ROWS;
 		float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;
 #define LNB(N4)                                                                                   \
 	case N4:                                                                                  \
-		k_layernorm_backward_fused<N4><<<(unsigned)n_chunks, ROW_BLOCK, 0, stream>>>(         \
+		k_layernorm_backward_fused<N4, TD><<<(unsigned)n_chunks, ROW_BLOCK, 0, stream>>>(     \
 			dx, d16, p0, p1, dout, x, mean, rstd, w, N, C);                           \
 		break
 		switch (C / (4 * WARP)) {
@@ -646,16 +622,33 @@ extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, fl
 	int rows_per_block = ROW_BLOCK / WARP;
 	unsigned grid_rows = (unsigned)((N + rows_per_block - 1) / rows_per_block);
 	if (v4)
-		k_layernorm_backward_rows<true><<<grid_rows, ROW_BLOCK, 0, stream>>>(dx, d16, dout, x, mean,
-										     rstd, w, N, C);
+		k_layernorm_backward_rows<true, TD><<<grid_rows, ROW_BLOCK, 0, stream>>>(dx, d16, dout, x, mean,
+											 rstd, w, N, C);
 	else
-		k_layernorm_backward_rows<false><<<grid_rows, ROW_BLOCK, 0, stream>>>(dx, d16, dout, x, mean,
-										      rstd, w, N, C);
+		k_layernorm_backward_rows<false, TD><<<grid_rows, ROW_BLOCK, 0, stream>>>(dx, d16, dout, x,
+											  mean, rstd, w, N, C);
 	CUDA_CHECK_LAUNCH();
 	int n_chunks = s_chunks(N);
 	float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;
 	s_colsum_partial<true>(p0, p1, dout, x, mean, rstd, N, C, stream);
 	s_colsum_finish(dw, db, p0, p1, n_chunks, C, stream);
+}
+
+extern "C" void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db,
+                                        const float *dout, const float *x, const float *mean,
+                                        const float *rstd, const float *w, int N, int C,
+                                        float *scratch, cudaStream_t stream)
+{
+	s_layernorm_backward(dx, dx16, dw, db, dout, x, mean, rstd, w, N, C, scratch, stream);
+}
+
+extern "C" void cuda_layernorm_backward16(float *dx, uint16_t *dx16, float *dw, float *db,
+                                          const uint16_t *dout16, const float *x, const float *mean,
+                                          const float *rstd, const float *w, int N, int C,
+                                          float *scratch, cudaStream_t stream)
+{
+	s_layernorm_backward(dx, dx16, dw, db, reinterpret_cast<const bf16 *>(dout16), x, mean, rstd, w, N,
+			     C, scratch, stream);
 }
 
 extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, float *scratch,
@@ -666,58 +659,11 @@ extern "C" void cuda_bias_backward(float *db, const float *dout, int N, int C, f
 	s_colsum_finish(db, NULL, scratch, NULL, n_chunks, C, stream);
 }
 
-/* k_colsum_partial's sums of dout for bf16 dout, four adjacent columns a
- * thread (read as one 8-byte load) when V4: the same lanes, rows and order */
-template <bool V4>
-__global__ void k_colsum16_partial(float *p, const bf16 *dout, int N, int C)
-{
-	constexpr int W = V4 ? 4 : 1;
-	__shared__ float sh[COL_LANES][COL_TILE * W];
-	const int c = (blockIdx.x * COL_TILE + threadIdx.x) * W;
-	const int chunk = blockIdx.y;
-	const int r0 = chunk * COL_ROWS, r1 = r0 + COL_ROWS < N ? r0 + COL_ROWS : N;
-	float acc[W];
-	for (int j = 0; j < W; j++)
-		acc[j] = 0.0f;
-	if (c < C) {
-		for (int r = r0 + threadIdx.y; r < r1; r += COL_LANES) {
-			const size_t at = (size_t)r * C + c;
-			if constexpr (V4) {
-				const float4 d = s_ld4f(dout + at);
-				acc[0] += d.x;
-				acc[1] += d.y;
-				acc[2] += d.z;
-				acc[3] += d.w;
-			} else {
-				acc[0] += __bfloat162float(dout[at]);
-			}
-		}
-	}
-	for (int j = 0; j < W; j++)
-		sh[threadIdx.y][threadIdx.x * W + j] = acc[j];
-	__syncthreads();
-	if (threadIdx.y == 0 && c < C) {
-		for (int j = 0; j < W; j++) {
-			float s = 0.0f;
-			for (int y = 0; y < COL_LANES; y++)
-				s += sh[y][threadIdx.x * W + j];
-			p[(size_t)chunk * C + c + j] = s;
-		}
-	}
-}
-
 extern "C" void cuda_bias_backward16(float *db, const uint16_t *dout16, int N, int C, float *scratch,
                                      cudaStream_t stream)
 {
-	const bf16 *d = reinterpret_cast<const bf16 *>(dout16);
-	const bool v4 = C % 4 == 0 && (uintptr_t)dout16 % 8 == 0;
-	const int cols = v4 ? 4 * COL_TILE : COL_TILE;
-	dim3 grid((unsigned)((C + cols - 1) / cols), (unsigned)s_chunks(N));
-	if (v4)
-		k_colsum16_partial<true><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(scratch, d, N, C);
-	else
-		k_colsum16_partial<false><<<grid, dim3(COL_TILE, COL_LANES), 0, stream>>>(scratch, d, N, C);
-	CUDA_CHECK_LAUNCH();
+	s_colsum_partial<false>(scratch, NULL, reinterpret_cast<const bf16 *>(dout16), NULL, NULL, NULL, N, C,
+				stream);
 	s_colsum_finish(db, NULL, scratch, NULL, s_chunks(N), C, stream);
 }
 
@@ -959,31 +905,45 @@ extern "C" void cuda_attention_split(uint16_t *q, uint16_t *k, uint16_t *v, cons
 	CUDA_CHECK_LAUNCH();
 }
 
-template <bool V4>
-__global__ void k_heads_split(bf16 *y16, const float *x, int T, int C, int H)
+template <bool V4, typename TX>
+__global__ void k_heads_split(bf16 *y16, const TX *x, int T, int C, int H)
 {
 	const int b = (int)(blockIdx.x / (unsigned)T), t = (int)(blockIdx.x % (unsigned)T), hd = C / H;
-	const float *src = x + (size_t)blockIdx.x * C;
+	const TX *src = x + (size_t)blockIdx.x * C;
 	if (V4) {
 		for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-			const float4 val = *reinterpret_cast<const float4 *>(src + c);
+			const float4 val = cuda_ld4f(src + c);
 			s_store4_bf16(y16 + s_head_at(b, t, c, T, H, hd), val.x, val.y, val.z, val.w);
 		}
 	} else {
 		for (int c = threadIdx.x; c < C; c += blockDim.x)
-			y16[s_head_at(b, t, c, T, H, hd)] = __float2bfloat16_rn(src[c]);
+			y16[s_head_at(b, t, c, T, H, hd)] = __float2bfloat16_rn(cuda_ldf(src + c));
 	}
+}
+
+template <typename TX>
+static void s_heads_split(uint16_t *y16, const TX *x, int B, int T, int C, int H, cudaStream_t stream)
+{
+	const unsigned grid = (unsigned)B * (unsigned)T;
+	const bool v4 = C % 4 == 0 && (C / H) % 4 == 0 && (uintptr_t)x % (4 * sizeof(TX)) == 0 &&
+			(uintptr_t)y16 % 8 == 0;
+	if (v4)
+		k_heads_split<true, TX><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(y16), x, T, C, H);
+	else
+		k_heads_split<false, TX><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(y16), x, T, C, H);
+	CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void cuda_heads_split(uint16_t *y16, const float *x, int B, int T, int C, int H,
                                  cudaStream_t stream)
 {
-	const unsigned grid = (unsigned)B * (unsigned)T;
-	if (s_heads_vec4(C, H, x, y16, y16, y16))
-		k_heads_split<true><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(y16), x, T, C, H);
-	else
-		k_heads_split<false><<<grid, ROW_BLOCK, 0, stream>>>(s_b16(y16), x, T, C, H);
-	CUDA_CHECK_LAUNCH();
+	s_heads_split(y16, x, B, T, C, H, stream);
+}
+
+extern "C" void cuda_heads_split16(uint16_t *y16, const uint16_t *x16, int B, int T, int C, int H,
+                                   cudaStream_t stream)
+{
+	s_heads_split(y16, reinterpret_cast<const bf16 *>(x16), B, T, C, H, stream);
 }
 
 __global__ void k_heads_merge(float *out, bf16 *out16, const float *y, int T, int C, int H)
@@ -1190,14 +1150,14 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
 	float m = -INFINITY, sum = 0.0f;
 	const int V4 = ld % 4 == 0 ? V / 4 : 0; /* rows aligned for 4-wide loads, else all scalar */
 	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
-		const float4 v = s_ld4f(x + 4 * i);
+		const float4 v = cuda_ld4f(x + 4 * i);
 		s_lse_add(m, sum, v.x);
 		s_lse_add(m, sum, v.y);
 		s_lse_add(m, sum, v.z);
 		s_lse_add(m, sum, v.w);
 	}
 	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x)
-		s_lse_add(m, sum, s_ldf(x + v));
+		s_lse_add(m, sum, cuda_ldf(x + v));
 	shm[threadIdx.x] = m;
 	shs[threadIdx.x] = sum;
 	__syncthreads();
@@ -1212,16 +1172,16 @@ __global__ void k_crossentropy_forward(float *losses, float *lse, float *dlogits
 	}
 	const float l = shm[0] + logf(shs[0]);
 	const int t = targets[n];
-	s_ce_loss(losses, lse, n, l, s_ldf(x + t));
+	s_ce_loss(losses, lse, n, l, cuda_ldf(x + t));
 	if (!dlogits && !dlogits16)
 		return;
 	for (int i = threadIdx.x; i < V4; i += blockDim.x) {
-		const float4 xv = s_ld4f(x + 4 * i);
+		const float4 xv = cuda_ld4f(x + 4 * i);
 		s_ce_grad4(dlogits, dlogits16, row, 4 * i, t, scale,
 			   make_float4(expf(xv.x - l), expf(xv.y - l), expf(xv.z - l), expf(xv.w - l)));
 	}
 	for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x)
-		s_ce_grad1(dlogits, dlogits16, row, v, t, scale, expf(s_ldf(x + v) - l));
+		s_ce_grad1(dlogits, dlogits16, row, v, t, scale, expf(cuda_ldf(x + v) - l));
 }
 
 #define CE_CACHE 25 /* float4 pieces a thread holds: 25 * 4 * CE_BLOCK = 51200 logits */
@@ -1251,10 +1211,10 @@ __global__ void __launch_bounds__(CE_BLOCK)
 CK_UNROLL
 	for (int j = 0; j < CE_CACHE; j++) {
 		const int i = (int)threadIdx.x + j * threads;
-		c[j] = i < V4 ? s_ld4f(x + 4 * i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+		c[j] = i < V4 ? cuda_ld4f(x + 4 * i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
 		m = fmaxf(m, fmaxf(fmaxf(c[j].x, c[j].y), fmaxf(c[j].z, c[j].w)));
 	}
-	const float xt = (int)threadIdx.x < tail ? s_ldf(x + 4 * V4 + threadIdx.x) : -INFINITY;
+	const float xt = (int)threadIdx.x < tail ? cuda_ldf(x + 4 * V4 + threadIdx.x) : -INFINITY;
 	m = fmaxf(m, xt);
 	/* the row's max: warps by shuffles, then the warps' in order */
 	for (int o = WARP / 2; o > 0; o /= 2)
@@ -1291,7 +1251,7 @@ CK_UNROLL
 	__syncthreads();
 	const float l = m + logf(bcast);
 	const int t = targets[n];
-	s_ce_loss(losses, lse, n, l, s_ldf(x + t));
+	s_ce_loss(losses, lse, n, l, cuda_ldf(x + t));
 	if (!dlogits && !dlogits16)
 		return;
 	const float ll = l * LOG2E_F;

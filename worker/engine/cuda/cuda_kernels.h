@@ -97,6 +97,12 @@ void cuda_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db, co
                              const float *x, const float *mean, const float *rstd, const float *w,
                              int N, int C, float *scratch, cudaStream_t stream);
 
+/* the same with dout16 (N, C) in bf16 (the model's MLP and attention
+ * gradients, as their GEMMs write them) */
+void cuda_layernorm_backward16(float *dx, uint16_t *dx16, float *dw, float *db, const uint16_t *dout16,
+                               const float *x, const float *mean, const float *rstd, const float *w,
+                               int N, int C, float *scratch, cudaStream_t stream);
+
 /* db (C) += sum over the N rows of dout (N, C); scratch as above */
 void cuda_bias_backward(float *db, const float *dout, int N, int C, float *scratch,
                         cudaStream_t stream);
@@ -137,6 +143,9 @@ void cuda_gelu_backward_bias(float *dx, uint16_t *dx16, float *db, const float *
 void cuda_attention_split(uint16_t *q, uint16_t *k, uint16_t *v, const float *qkv, int B, int T,
                           int C, int H, cudaStream_t stream);
 void cuda_heads_split(uint16_t *y16, const float *x, int B, int T, int C, int H, cudaStream_t stream);
+/* cuda_heads_split of a bf16 x16 (B, T, C) */
+void cuda_heads_split16(uint16_t *y16, const uint16_t *x16, int B, int T, int C, int H,
+                        cudaStream_t stream);
 void cuda_heads_merge(float *out, uint16_t *out16, const float *y, int B, int T, int C, int H,
                       cudaStream_t stream);
 void cuda_attention_merge_grads(float *dqkv, uint16_t *dqkv16, const float *dq, const float *dk,

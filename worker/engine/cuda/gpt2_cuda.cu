@@ -16,20 +16,25 @@
  *
  * Arena (per-layer tensors indexed with the max sizes, as in gpt2.c):
  *   encoded (N, C) f32; per layer: ln1 (N, C) bf16, ln1 mean/rstd (N),
- *   qkv (N, 3C) f32, att (B, H, T, T) bf16 (fused attention instead: q, k,
- *   v (B, H, T, hd) bf16 in qkv16 and att_lse (B, H, T) f32, qkv one
- *   layer's scratch), atty (N, C) bf16, res2 (N, C) f32,
+ *   qkv (N, 3C) f32, att (B, H, T, T) bf16 (fused attention instead:
+ *   qkv16 (N, 3C) bf16, the QKV GEMM's output that the flash kernels read
+ *   in place, and att_lse (B, H, T) f32), atty (N, C) bf16, res2 (N, C) f32,
  *   ln2 (N, C) bf16, ln2 mean/rstd, fch (N, 4C) bf16 (before GELU),
  *   gelu (N, 4C) bf16, res3 (N, C) f32; lnf (N, C) bf16 and its mean/rstd;
  *   logits (N, V) bf16; dlogits (N, V) bf16; losses (N), the loss;
  *   backward scratch: dres (N, C) f32 + bf16, dbig (N, 4C) bf16 (and f32
  *   for GEMM attention's dqkv),
- *   dsmall (N, C) f32, column-sum partials, the sum of squares, attention
+ *   dsmall (N, C) f32 (dlnf) and bf16 (the layers' dx of attention and
+ *   MLP, as their GEMMs write them), column-sum partials, the sum of squares, attention
  *   scratch; token ids and the embedding-gradient index (int32).
  * Unlike the CPU engine, dlogits has a buffer of its own, so the logits
  * stay valid; forward with targets writes it (for a loss scale of 1) in the
  * cross-entropy kernel that reads the logits anyway, and backward's LM-head
- * products take the loss scale as their alpha. GELU's output is kept (bf16)
+ * products take the loss scale as their alpha. Inside the layers the
+ * gradients GEMMs hand to kernels are bf16 (dx of the MLP and attention,
+ * into LayerNorm's and attention's backward; the residual's gradient dres
+ * stays fp32 beside its bf16 copy, which the bias gradients are summed
+ * from), as the activations are. GELU's output is kept (bf16)
  * instead of recomputed. GELU runs in the FC GEMM's epilogue (fch, its
  * input, written beside its output) and its backward in the epilogue of
  * the GEMM that makes dgelu (reading fch), so the (N, 4C) activations are
@@ -76,8 +81,8 @@ typedef struct {
 	float *encoded;
 	uint16_t *ln1;
 	float *ln1_mean, *ln1_rstd;
-	float *qkv;        /* per layer; fused attention: one layer's, scratch */
-	uint16_t *qkv16;   /* fused attention only: q, k, v per layer, maxN C apart */
+	float *qkv;        /* per layer; NULL with fused attention */
+	uint16_t *qkv16;   /* fused attention only: (N, 3C) per layer */
 	uint16_t *att;     /* NULL with fused attention */
 	float *att_lse;    /* fused attention only */
 	uint16_t *atty;
@@ -97,6 +102,7 @@ typedef struct {
 	float *dbig;
 	uint16_t *dbig16;
 	float *dsmall;
+	uint16_t *dsmall16;
 	float *colsum;
 	double *sumsq, *sumsq_scratch;
 	void *att_scratch;
@@ -243,7 +249,7 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	a->ln1_mean = (float *)s_carve(base, &off, L * N, f);
 	a->ln1_rstd = (float *)s_carve(base, &off, L * N, f);
 	if (fused) {
-		a->qkv = (float *)s_carve(base, &off, N * 3 * C, f);
+		a->qkv = NULL;
 		a->qkv16 = (uint16_t *)s_carve(base, &off, L * N * 3 * C, h);
 		a->att = NULL;
 		a->att_lse = (float *)s_carve(base, &off, L * N * H, f);
@@ -273,6 +279,7 @@ static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_
 	a->dbig = fused ? NULL : (float *)s_carve(base, &off, N * 4 * C, f);
 	a->dbig16 = (uint16_t *)s_carve(base, &off, N * 4 * C, h);
 	a->dsmall = (float *)s_carve(base, &off, N * C, f);
+	a->dsmall16 = (uint16_t *)s_carve(base, &off, N * C, h);
 	a->colsum = (float *)s_carve(base, &off, cuda_colsum_scratch_floats((int)N, (int)(4 * C)), f);
 	a->sumsq = (double *)s_carve(base, &off, 1, sizeof(double));
 	a->sumsq_scratch = (double *)s_carve(base, &off, cuda_sum_squares_scratch(), sizeof(double));
@@ -863,8 +870,8 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
-		float *qkv = m->fused ? a->qkv : LAYER_SLICE(a->qkv, l, 3 * C);
-		uint16_t *q16 = m->fused ? LAYER_SLICE(a->qkv16, l, 3 * C) : NULL; /* k, v follow */
+		float *qkv = m->fused ? NULL : LAYER_SLICE(a->qkv, l, 3 * C);
+		uint16_t *qkv16 = m->fused ? LAYER_SLICE(a->qkv16, l, 3 * C) : NULL;
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
 		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
@@ -877,13 +884,14 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 #define P16(which) (lp.p16 + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 		cuda_layernorm_forward(NULL, ln1, LAYER_SLICE(a->ln1_mean, l, 1),
 				       LAYER_SLICE(a->ln1_rstd, l, 1), x, P(T_LN1_W), P(T_LN1_B), N, C, s);
-		s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
-		if (m->fused) {
-			cuda_attention_split(q16, q16 + maxN * C, q16 + 2 * maxN * C, qkv, B, T, C, H, s);
-			cuda_flash_forward(NULL, atty, att_lse, q16, q16 + maxN * C, q16 + 2 * maxN * C, B, T,
-					   C, H, s);
-		} else
+		if (m->fused) { /* q, k, v in bf16, read by the flash kernels as they lie */
+			s_gemm16(m, N, 3 * C, C, ln1, P16(T_QKV_W), false, P16(T_QKV_B), qkv16, 0,
+				 CUDA_GEMM_EPI_NONE, NULL);
+			cuda_flash_forward(NULL, atty, att_lse, qkv16, B, T, C, H, s);
+		} else {
+			s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
 			cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
+		}
 		s_gemm_residual(m, N, C, C, atty, P16(T_PROJ_W), P(T_PROJ_B), res2, x);
 		cuda_layernorm_forward(NULL, ln2, LAYER_SLICE(a->ln2_mean, l, 1),
 				       LAYER_SLICE(a->ln2_rstd, l, 1), res2, P(T_LN2_W), P(T_LN2_B), N, C, s);
@@ -982,7 +990,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
 		uint16_t *ln1 = LAYER_SLICE(a->ln1, l, C), *ln2 = LAYER_SLICE(a->ln2, l, C);
 		float *qkv = m->fused ? NULL : LAYER_SLICE(a->qkv, l, 3 * C);
-		const uint16_t *q16 = m->fused ? LAYER_SLICE(a->qkv16, l, 3 * C) : NULL;
+		const uint16_t *qkv16 = m->fused ? LAYER_SLICE(a->qkv16, l, 3 * C) : NULL;
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C);
 		uint16_t *att = m->fused ? NULL : LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *att_lse = m->fused ? LAYER_SLICE(a->att_lse, l, H) : NULL;
@@ -998,34 +1006,38 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 #define G(which) (lg + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
 		s_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
-		cuda_bias_backward(G(T_FCPROJ_B), a->dres, N, C, a->colsum, s);
+		cuda_bias_backward16(G(T_FCPROJ_B), a->dres16, N, C, a->colsum, s);
 		/* GELU's backward in the product's epilogue, then the FC bias's gradient */
 		s_gemm16(m, N, 4 * C, C, a->dres16, P16(T_FCPROJ_W), true, NULL, a->dbig16, 0,
 			 CUDA_GEMM_EPI_DGELU, fch);
 		cuda_bias_backward16(G(T_FC_B), a->dbig16, N, 4 * C, a->colsum, s);
 		s_gemm(m, C, 4 * C, N, ln2, true, a->dbig16, false, NULL, G(T_FC_W), true);
-		s_gemm(m, N, C, 4 * C, a->dbig16, false, P16(T_FC_W), true, NULL, a->dsmall, false);
-		cuda_layernorm_backward(a->dres, a->dres16, G(T_LN2_W), G(T_LN2_B), a->dsmall, res2,
-					LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
-					P(T_LN2_W), N, C, a->colsum, s);
+		s_gemm16(m, N, C, 4 * C, a->dbig16, P16(T_FC_W), true, NULL, a->dsmall16, 0, CUDA_GEMM_EPI_NONE,
+			 NULL);
+		cuda_layernorm_backward16(a->dres, a->dres16, G(T_LN2_W), G(T_LN2_B), a->dsmall16, res2,
+					  LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
+					  P(T_LN2_W), N, C, a->colsum, s);
 
 		/* attention: res2 = x + attn(ln1 @ Wqkv + bqkv) @ Wproj + bproj; dres holds d res2 */
 		s_gemm(m, C, C, N, atty, true, a->dres16, false, NULL, G(T_PROJ_W), true);
-		cuda_bias_backward(G(T_PROJ_B), a->dres, N, C, a->colsum, s);
-		s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
+		cuda_bias_backward16(G(T_PROJ_B), a->dres16, N, C, a->colsum, s);
 		if (m->fused) { /* dqkv in bf16 only, its bias gradient summed on the way */
-			cuda_flash_backward(NULL, a->dbig16, G(T_QKV_B), a->dsmall, q16, q16 + maxN * C,
-					    q16 + 2 * maxN * C, atty, att_lse, &m->att_s, B, T, C, H, s);
+			s_gemm16(m, N, C, C, a->dres16, P16(T_PROJ_W), true, NULL, a->dsmall16, 0,
+				 CUDA_GEMM_EPI_NONE, NULL);
+			cuda_flash_backward(NULL, a->dbig16, G(T_QKV_B), NULL, a->dsmall16, qkv16, atty,
+					    att_lse, &m->att_s, B, T, C, H, s);
 		} else {
+			s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
 			cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s,
 						B, T, C, H, s);
 			cuda_bias_backward(G(T_QKV_B), a->dbig, N, 3 * C, a->colsum, s);
 		}
 		s_gemm(m, C, 3 * C, N, ln1, true, a->dbig16, false, NULL, G(T_QKV_W), true);
-		s_gemm(m, N, C, 3 * C, a->dbig16, false, P16(T_QKV_W), true, NULL, a->dsmall, false);
-		cuda_layernorm_backward(a->dres, a->dres16, G(T_LN1_W), G(T_LN1_B), a->dsmall, x,
-					LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
-					P(T_LN1_W), N, C, a->colsum, s);
+		s_gemm16(m, N, C, 3 * C, a->dbig16, P16(T_QKV_W), true, NULL, a->dsmall16, 0, CUDA_GEMM_EPI_NONE,
+			 NULL);
+		cuda_layernorm_backward16(a->dres, a->dres16, G(T_LN1_W), G(T_LN1_B), a->dsmall16, x,
+					  LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
+					  P(T_LN1_W), N, C, a->colsum, s);
 #undef P
 #undef P16
 #undef G
