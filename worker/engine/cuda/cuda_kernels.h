@@ -1,6 +1,7 @@
 /*
  * cuda_kernels: GPT-2's non-GEMM layers on the GPU, forward and backward,
- * as C-callable launchers: embeddings, LayerNorm, GELU (tanh), the causal
+ * as C-callable launchers: embeddings, LayerNorm, GELU (tanh; as the
+ * epilogue of a bf16 GEMM that cuBLASLt had no algorithm for), the causal
  * softmax of attention and the head (un)permutes around its GEMMs,
  * cross-entropy, bias gradients, AdamW, the global sum of squares, and
  * fp32 -> bf16 conversion. The GPU twin of worker/engine/kernels.c, which is
@@ -123,14 +124,6 @@ void cuda_bias_backward16(float *db, const uint16_t *dout16, int N, int C, float
 void cuda_gemm_epilogue16(cuda_gemm_epi_t epi, uint16_t *y, uint16_t *aux, const uint16_t *bias, int M,
                           int N, int64_t ld, cudaStream_t stream);
 
-/* out/out16 (n) = gelu(x) (tanh approximation) */
-void cuda_gelu_forward(float *out, uint16_t *out16, const float *x, size_t n, cudaStream_t stream);
-/* dx (N, C) = dy * gelu'(x), fp32 (dx, may be dy) and/or bf16 (dx16); NULL
- * skips one. db (C), unless NULL, ADDS the column sums of dx (the bias
- * gradient of the layer before GELU), in cuda_bias_backward's order, with
- * cuda_colsum_scratch_floats(N, C) floats of scratch. */
-void cuda_gelu_backward_bias(float *dx, uint16_t *dx16, float *db, const float *dy, const float *x,
-                             int N, int C, float *scratch, cudaStream_t stream);
 
 /*
  * Attention's data movement. qkv (B, T, 3C) holds q, k, v side by side
