@@ -9,10 +9,11 @@
  * it), run. When cuBLASLt has no algorithm with the epilogue (bias, GELU or
  * its backward) for a problem, the product runs without it and a small
  * kernel applies it after (k_add_bias, or cuda_gemm_epilogue16 for bf16
- * output); the decision is cached with the algorithm. When cuBLASLt has no algorithm at all (an unusual
- * shape or alignment), the problem goes to cuBLAS's cublasGemmStridedBatchedEx
- * (same types, same column-major mapping), which takes any shape; that
- * decision is cached too, so a shape always runs the same code.
+ * output); the decision is cached with the algorithm. When cuBLASLt has
+ * no algorithm at all (an unusual shape or alignment), the problem goes to
+ * cuBLAS's cublasGemmStridedBatchedEx (same types, same column-major
+ * mapping), which takes any shape; that decision is cached too, so a shape
+ * always runs the same code.
  */
 #include "cuda_gemm.h"
 

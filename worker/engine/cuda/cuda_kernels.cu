@@ -595,7 +595,8 @@ static void s_layernorm_backward(float *dx, uint16_t *dx16, float *dw, float *db
                                  int N, int C, float *scratch, cudaStream_t stream)
 {
 	bf16 *d16 = dx16 ? s_b16(dx16) : NULL;
-	const bool v4 = s_ln_vec4(C, dx, x, w, w, dx16) && (uintptr_t)dout % (4 * sizeof(TD)) == 0;
+	/* the fp32 rows 16-byte aligned; dout's 4 elements, 8 bytes for bf16 */
+	const bool v4 = s_ln_vec4(C, dx, x, w, NULL, dx16) && (uintptr_t)dout % (4 * sizeof(TD)) == 0;
 	if (v4 && C % (4 * WARP) == 0 && C / (4 * WARP) <= LNB_MAX_N4) {
 		const int n_chunks = (N + LNB_ROWS - 1) / LNB_ROWS;
 		float *p0 = scratch, *p1 = scratch + (size_t)n_chunks * C;

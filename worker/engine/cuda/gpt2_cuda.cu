@@ -23,10 +23,10 @@
  *   gelu (N, 4C) bf16, res3 (N, C) f32; lnf (N, C) bf16 and its mean/rstd;
  *   logits (N, V) bf16; dlogits (N, V) bf16; losses (N), the loss;
  *   backward scratch: dres (N, C) f32 + bf16, dbig (N, 4C) bf16 (and f32
- *   for GEMM attention's dqkv),
- *   dsmall (N, C) f32 (dlnf) and bf16 (the layers' dx of attention and
- *   MLP, as their GEMMs write them), column-sum partials, the sum of squares, attention
- *   scratch; token ids and the embedding-gradient index (int32).
+ *   for GEMM attention's dqkv), dsmall (N, C) f32 (dlnf) and bf16 (the
+ *   layers' dx of attention and MLP, as their GEMMs write them),
+ *   column-sum partials, the sum of squares, attention scratch; token ids
+ *   and the embedding-gradient index (int32).
  * Unlike the CPU engine, dlogits has a buffer of its own, so the logits
  * stay valid; forward with targets writes it (for a loss scale of 1) in the
  * cross-entropy kernel that reads the logits anyway, and backward's LM-head
@@ -34,8 +34,8 @@
  * gradients GEMMs hand to kernels are bf16 (dx of the MLP and attention,
  * into LayerNorm's and attention's backward; the residual's gradient dres
  * stays fp32 beside its bf16 copy, which the bias gradients are summed
- * from), as the activations are. GELU's output is kept (bf16)
- * instead of recomputed. GELU runs in the FC GEMM's epilogue (fch, its
+ * from), as the activations are. GELU's output is kept (bf16) instead
+ * of recomputed. GELU runs in the FC GEMM's epilogue (fch, its
  * input, written beside its output) and its backward in the epilogue of
  * the GEMM that makes dgelu (reading fch), so the (N, 4C) activations are
  * not read and written again by kernels of their own; both are bf16, as
