@@ -64,8 +64,9 @@
  * tensor table and flat parameter buffer, never run), through which
  * initialisation, resume and snapshots go exactly as on the CPU. zero1
  * works there too, the same steps on device memory (train_cuda.h): the
- * last backward is not overlapped; the reduce-scatter fills train_cuda's
- * shard buffer, the norm's partial sum comes from it and the pairs go
+ * last backward starts the reduce-scatter into train_cuda's shard buffer
+ * range by range as it makes them final, as the all-reduce above (and
+ * train_reduce_grads waits for it), the norm's partial sum comes from it and the pairs go
  * through device memory, AdamW steps the shard's range with the shard's
  * m and v (the GPU model holds no moments), and the all-gather writes the
  * model's parameters in place before their bf16 copy is refreshed.
@@ -530,14 +531,15 @@ static float s_forward(train_t *t)
 	return gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
 }
 
-/* Backward of the last forward. On the GPU with a comm and no sharding,
- * the last micro-step's backward also starts the gradient all-reduce layer
- * by layer (train_reduce_grads waits for it). */
+/* Backward of the last forward. On the GPU with a comm, unsharded or
+ * zero1, the last micro-step's backward also starts the gradient
+ * all-reduce or reduce-scatter layer by layer (train_reduce_grads waits
+ * for it). */
 static void s_backward(train_t *t, float loss_scale, bool last)
 {
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (t->gpu) {
-		train_cuda_backward(t->gpu, loss_scale, last && !t->sharded ? t->comm : NULL);
+		train_cuda_backward(t->gpu, loss_scale, last && !t->zero ? t->comm : NULL);
 		return;
 	}
 #endif

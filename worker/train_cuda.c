@@ -33,7 +33,8 @@ struct train_cuda {
 	float *shard_grads, *shard_m, *shard_v; /* in shard_state, or zero2's shard_t's */
 	float *shard_params; /* zero3: the shard_t's master shard; else NULL */
 	float grad_scale; /* the clipping factor of the last train_cuda_clip or _set_clip */
-	comm_t *reduce;   /* the overlapped all-reduce of the last backward, if any */
+	comm_t *reduce;   /* the comm of the last backward's overlapped all-reduce or
+			   * zero1 reduce-scatter, until waited for; else NULL */
 	int reduce_rc;    /* its first error */
 	char name[256];
 };
@@ -310,20 +311,31 @@ float train_cuda_forward(train_cuda_t *g, const int32_t *inputs, const int32_t *
 	return gpt2_cuda_loss(g->model);
 }
 
-/* gpt2_cuda's callback: a range of gradients is final, reduce it behind
- * the event. After a failure the rest is not started (comm_wait reports). */
+/* gpt2_cuda's callback: a range of gradients is final: all-reduce it
+ * (unsharded) or reduce-scatter it into the shard's gradients (zero1),
+ * behind the event. After a failure the rest is not started (comm_wait
+ * reports). */
 static void s_grads_ready(void *ctx, size_t offset, size_t n, cudaEvent_t ready)
 {
 	train_cuda_t *g = ctx;
 	if (g->reduce_rc < 0)
 		return;
-	int rc = comm_allreduce_sum_f32_async(g->reduce, gpt2_cuda_grads(g->model) + offset, n, ready);
+	float *grads = gpt2_cuda_grads(g->model);
+	int rc = g->sharded ? comm_reduce_scatter_range_sum_f32_async(g->reduce, grads, g->shard_grads,
+								      g->shard.counts, offset, n, ready)
+			    : comm_allreduce_sum_f32_async(g->reduce, grads + offset, n, ready);
 	if (rc < 0)
 		g->reduce_rc = rc;
 }
 
 void train_cuda_backward(train_cuda_t *g, float scale, comm_t *reduce)
 {
+	if (reduce && g->sharded && g->shard.zero) {
+		/* zero2/3 stream their gradients to the shard_t instead */
+		fprintf(stderr, "ringworker: fatal: train_cuda_backward: a comm to reduce over with "
+				"zero2 or zero3\n");
+		exit(EX_SOFTWARE);
+	}
 	g->reduce = reduce;
 	g->reduce_rc = 0;
 	gpt2_cuda_set_grads_ready(g->model, reduce ? s_grads_ready : NULL, g);
@@ -352,6 +364,8 @@ double train_cuda_clip(train_cuda_t *g, double grad_clip)
 
 int train_cuda_reduce_scatter(train_cuda_t *g, comm_t *comm)
 {
+	if (g->reduce) /* started range by range by the last backward */
+		return train_cuda_reduce_wait(g);
 	gpt2_cuda_sync(g->model); /* backward has written the gradients */
 	return comm_reduce_scatter_sum_f32(comm, gpt2_cuda_grads(g->model), g->shard_grads,
 					   g->shard.counts);

@@ -51,8 +51,9 @@ int train_cuda_probe(char *err, size_t errlen);
  * counts (W entries, borrowed for the trainer's life) are every rank's
  * count, for the reduce-scatter and the all-gather. The reduced gradients
  * of the shard: zero1 (zero NULL), a device buffer of len floats of
- * train_cuda's, filled by train_cuda_reduce_scatter from the model's full
- * gradient buffer; zero2, the shard_grads of `zero` (borrowed; a shard_t on
+ * train_cuda's, reduce-scattered into from the model's full gradient
+ * buffer (range by range during the last backward, or by
+ * train_cuda_reduce_scatter); zero2, the shard_grads of `zero` (borrowed; a shard_t on
  * device memory, shard_mem_cuda, with buffers of max_range floats), to
  * which backward streams its gradients range by range: the GPU model then
  * has no gradient buffer at all. zero3: `zero` also keeps the master shard
@@ -122,13 +123,17 @@ float train_cuda_forward(train_cuda_t *g, const int32_t *inputs, const int32_t *
 /* Backward of the last forward: adds d(scale * loss)/d(params) to the
  * gradients (zero2: hands them to the shard_t range by range, whose
  * reduce-scatters shard_sync waits for). Waits, so that the gradients may
- * go to a collective and the phase's time is the GPU's. With `reduce` (an NCCL comm; NULL: none), the
- * gradients are also all-reduced over it as backward makes each layer's
- * final (comm_allreduce_sum_f32_async, overlapped with the rest of
- * backward); train_cuda_reduce_wait finishes that. */
+ * go to a collective and the phase's time is the GPU's. With `reduce` (an
+ * NCCL comm; NULL: none; unsharded or zero1 only), the gradients also go
+ * over it as backward makes each layer's final, overlapped with the rest
+ * of backward: unsharded, all-reduced in place
+ * (comm_allreduce_sum_f32_async); zero1, reduce-scattered into the shard's
+ * gradients (comm_reduce_scatter_range_sum_f32_async).
+ * train_cuda_reduce_wait, or for zero1 train_cuda_reduce_scatter, finishes
+ * that. */
 void train_cuda_backward(train_cuda_t *g, float scale, comm_t *reduce);
 
-/* Wait for the all-reduce the last train_cuda_backward started; 0 (also
+/* Wait for the collectives the last train_cuda_backward started; 0 (also
  * when it started none) or the comm's error. */
 int train_cuda_reduce_wait(train_cuda_t *g);
 
@@ -139,7 +144,9 @@ int train_cuda_reduce_wait(train_cuda_t *g);
 double train_cuda_clip(train_cuda_t *g, double grad_clip);
 
 /* zero1: the reduce-scatter (sum) over comm of the model's gradients
- * into the shard's (waits). 0 or the comm's error. */
+ * into the shard's (waits): waiting for the one the last backward started
+ * range by range when it was given the comm, else the whole buffer at
+ * once. 0 or the comm's error. */
 int train_cuda_reduce_scatter(train_cuda_t *g, comm_t *comm);
 
 /* Sharded: the sum of squares of the shard's reduced gradients (double;

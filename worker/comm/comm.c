@@ -5,7 +5,10 @@
  */
 #include "comm_impl.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sysexits.h>
 
 comm_t *comm_make(const comm_ops_t *ops, void *impl, int rank, int world_size)
 {
@@ -56,6 +59,52 @@ int comm_wait(comm_t *c)
 int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const size_t *counts)
 {
 	return c->ops->reduce_scatter_sum_f32(c->impl, in, out, counts);
+}
+
+/* Ranks whose range counts fit on the stack; more are malloc'ed. */
+#define RANGE_STACK_RANKS 256
+
+int comm_reduce_scatter_range_sum_f32_async(comm_t *c, const float *in, float *out,
+                                            const size_t *counts, size_t lo, size_t n,
+                                            void *after_event)
+{
+	int W = c->world_size;
+	size_t total = 0;
+	for (int r = 0; r < W; r++)
+		total += counts[r];
+	if (lo > total || n > total - lo) {
+		fprintf(stderr,
+		        "ringworker: fatal: comm_reduce_scatter_range_sum_f32_async: the range [%zu, "
+		        "%zu + %zu) runs past the %zu elements of the counts\n",
+		        lo, lo, n, total);
+		exit(EX_SOFTWARE);
+	}
+	size_t stack[RANGE_STACK_RANKS];
+	size_t *sub = W <= RANGE_STACK_RANKS ? stack : malloc((size_t)W * sizeof *sub);
+	if (!sub)
+		return -ENOMEM;
+	/* Each rank's part of [lo, lo + n): the parts are contiguous and in
+	 * rank order, so the range is a reduce-scatter of its own with these
+	 * counts, from in + lo, into this rank's part from where the range
+	 * enters it. */
+	size_t off = 0, hi = lo + n, out_at = 0;
+	for (int r = 0; r < W; r++) {
+		size_t a = lo > off ? lo : off;
+		size_t b = hi < off + counts[r] ? hi : off + counts[r];
+		sub[r] = b > a ? b - a : 0;
+		if (r == c->rank && sub[r])
+			out_at = a - off;
+		off += counts[r];
+	}
+	int rc;
+	if (c->ops->reduce_scatter_sum_f32_async)
+		rc = c->ops->reduce_scatter_sum_f32_async(c->impl, in + lo, out + out_at, sub,
+		                                         after_event);
+	else
+		rc = c->ops->reduce_scatter_sum_f32(c->impl, in + lo, out + out_at, sub);
+	if (sub != stack)
+		free(sub);
+	return rc;
 }
 
 int comm_allgather_f32(comm_t *c, const float *in, float *out, const size_t *counts)

@@ -151,6 +151,25 @@ int comm_wait(comm_t *c);
  * rank; some may be 0. */
 int comm_reduce_scatter_sum_f32(comm_t *c, const float *in, float *out, const size_t *counts);
 
+/*
+ * Elements [lo, lo + n) of the reduce-scatter above, started and not waited
+ * for, as comm_allreduce_sum_f32_async (the GPU trainer's ZeRO-1 reduces
+ * each layer's gradients while backward goes on to the next). `in`, `out`
+ * and `counts` are the whole reduce-scatter's; only the range is summed,
+ * and the part of it inside this rank's part lands at its place in `out`
+ * (the rest of `out` is untouched). Ranges that tile [0, sum of counts)
+ * give the whole reduce-scatter's result. NCCL: enqueued on the comm's
+ * stream behind `after_event`; neither buffer may be touched until
+ * comm_wait returned 0. Gloo: synchronous. 0 or the error, as the
+ * synchronous call (-ENOMEM, with comm_last_error unchanged, when the
+ * range's counts cannot be allocated past 256 ranks). A range that runs
+ * past the sum of the counts is a programming error: one line on stderr
+ * and exit 70 (EX_SOFTWARE).
+ */
+int comm_reduce_scatter_range_sum_f32_async(comm_t *c, const float *in, float *out,
+                                            const size_t *counts, size_t lo, size_t n,
+                                            void *after_event);
+
 /* Each rank gives its part `in` (counts[rank] floats); `out` (sum of counts)
  * receives every rank's part in rank order. `in` is either outside `out` or
  * exactly at its own place in it (out + the sum of counts[0..rank)), the

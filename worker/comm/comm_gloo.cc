@@ -449,6 +449,7 @@ const comm_ops_t kGlooOps = {
 	nullptr, /* no stream */
 	gloo_free,
 	nullptr, /* no async all-reduce: comm.c runs the synchronous one */
+	nullptr, /* nor reduce-scatter */
 	nullptr, /* nothing to wait for */
 	nullptr, /* no cancel: a peer's closed connection fails the collective */
 };

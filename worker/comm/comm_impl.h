@@ -29,9 +29,12 @@ typedef struct {
 	void *(*stream)(const void *impl);
 	/* Free the state (after closing or aborting what it holds). */
 	void (*free)(void *impl);
-	/* comm_allreduce_sum_f32_async and comm_wait; NULL where every
+	/* comm_allreduce_sum_f32_async, comm_reduce_scatter_range_sum_f32_async
+	 * (comm.c hands it the range's counts) and comm_wait; NULL where every
 	 * collective is synchronous (Gloo): comm.c then runs the plain one. */
 	int (*allreduce_sum_f32_async)(void *impl, float *buf, size_t n, void *after_event);
+	int (*reduce_scatter_sum_f32_async)(void *impl, const float *in, float *out,
+	                                    const size_t *counts, void *after_event);
 	int (*wait)(void *impl);
 	/* comm_cancel; NULL: not supported (a no-op) */
 	void (*cancel)(void *impl);

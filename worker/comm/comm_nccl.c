@@ -27,9 +27,12 @@
  *                   its own place in `out`). Uneven: one ncclBroadcast per
  *                   rank with a non-empty part, rooted at it, in one group,
  *                   each straight into its place in `out`; same reasons.
- *   all-reduce      ncclAllReduce in place. The _async form enqueues it
- *                   behind the caller's event and returns; nccl_wait then
- *                   waits for the stream like every other call does.
+ *   all-reduce      ncclAllReduce in place.
+ *   _async forms    the all-reduce and the reduce-scatter (whole, or a
+ *                   range of it: comm.c turns a range into counts) are
+ *                   enqueued behind the caller's event, and the call
+ *                   returns; nccl_wait then waits for the stream like
+ *                   every other call does.
  *   broadcast       ncclBroadcast in place, as bytes.
  *   barrier         an all-reduce of one float in a device scratch word.
  *
@@ -85,6 +88,7 @@ typedef struct {
 	int failed;            /* the first failure's code, sticky */
 	bool aborted;          /* comm_abort ran */
 	atomic_bool cancel;    /* comm_cancel asked, from any thread: the poll loops end it */
+	const char *pending;   /* the last _async collective's name, for nccl_wait's errors */
 	char first_err[ERR_BYTES];
 	char err[ERR_BYTES];
 } nccl_comm_t;
@@ -282,6 +286,16 @@ static bool s_counts(const nccl_comm_t *c, const size_t *counts, size_t *ret_n)
 
 /* ---- the operations ---- */
 
+/* Make the comm's stream wait for `after_event` (a cudaEvent_t; NULL: no
+ * wait). 0 or the error. */
+static int s_after(nccl_comm_t *c, const char *op, void *after_event)
+{
+	if (!after_event)
+		return 0;
+	cudaError_t e = cudaStreamWaitEvent(c->stream, (cudaEvent_t)after_event, 0);
+	return e == cudaSuccess ? 0 : s_fail_cuda(c, op, e, "cudaStreamWaitEvent");
+}
+
 /* The all-reduce enqueued on the comm's stream, behind after_event when it
  * is not NULL; *ret_deadline is the bound it started under. 0 or the error. */
 static int s_allreduce_enqueue(nccl_comm_t *c, float *buf, size_t n, void *after_event,
@@ -292,11 +306,9 @@ static int s_allreduce_enqueue(nccl_comm_t *c, float *buf, size_t n, void *after
 	int rc = s_begin(c, op);
 	if (rc < 0 || n == 0)
 		return rc;
-	if (after_event) {
-		cudaError_t e = cudaStreamWaitEvent(c->stream, (cudaEvent_t)after_event, 0);
-		if (e != cudaSuccess)
-			return s_fail_cuda(c, op, e, "cudaStreamWaitEvent");
-	}
+	rc = s_after(c, op, after_event);
+	if (rc < 0)
+		return rc;
 	return s_settle(c, op, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream),
 	                *ret_deadline);
 }
@@ -312,8 +324,10 @@ static int nccl_allreduce_sum_f32(void *impl, float *buf, size_t n)
 /* Enqueued behind after_event and not waited for: nccl_wait finishes it. */
 static int nccl_allreduce_sum_f32_async(void *impl, float *buf, size_t n, void *after_event)
 {
+	nccl_comm_t *c = impl;
 	int64_t deadline;
-	return s_allreduce_enqueue(impl, buf, n, after_event, &deadline);
+	c->pending = "all-reduce";
+	return s_allreduce_enqueue(c, buf, n, after_event, &deadline);
 }
 
 static void nccl_cancel(void *impl)
@@ -325,17 +339,22 @@ static void nccl_cancel(void *impl)
 static int nccl_wait(void *impl)
 {
 	nccl_comm_t *c = impl;
-	const char *op = "all-reduce";
+	const char *op = c->pending ? c->pending : "started collectives";
+	c->pending = NULL;
 	int rc = s_begin(c, op);
 	if (rc < 0)
 		return rc;
 	return s_wait_stream(c, op, s_now_ms() + c->timeout_ms);
 }
 
-static int nccl_reduce_scatter_sum_f32(void *impl, const float *in, float *out, const size_t *counts)
+/* The reduce-scatter enqueued on the comm's stream behind after_event
+ * (NULL: no wait); *ret_deadline is the bound it started under. 0 or the
+ * error. */
+static int s_reduce_scatter_enqueue(nccl_comm_t *c, const float *in, float *out,
+                                    const size_t *counts, void *after_event, int64_t *ret_deadline)
 {
-	nccl_comm_t *c = impl;
 	const char *op = "reduce-scatter";
+	*ret_deadline = s_now_ms() + c->timeout_ms;
 	int rc = s_begin(c, op);
 	if (rc < 0)
 		return rc;
@@ -343,11 +362,13 @@ static int nccl_reduce_scatter_sum_f32(void *impl, const float *in, float *out, 
 	bool equal = s_counts(c, counts, &n);
 	if (n == 0)
 		return 0;
-	int64_t deadline = s_now_ms() + c->timeout_ms;
+	rc = s_after(c, op, after_event);
+	if (rc < 0)
+		return rc;
 	if (equal)
-		return s_finish(c, op,
+		return s_settle(c, op,
 		                ncclReduceScatter(in, out, counts[0], ncclFloat, ncclSum, c->nccl, c->stream),
-		                deadline);
+		                *ret_deadline);
 	/* Uneven: a reduce to each rank of its part. Calls inside a group only
 	 * queue work; ncclGroupEnd reports, and must run even after a refusal. */
 	ncclResult_t first = ncclGroupStart();
@@ -366,7 +387,25 @@ static int nccl_reduce_scatter_sum_f32(void *impl, const float *in, float *out, 
 	ncclResult_t end = ncclGroupEnd();
 	if (first != ncclSuccess) /* part of the group may have gone out: fatal */
 		return s_fail_nccl(c, op, first);
-	return s_finish(c, op, end, deadline);
+	return s_settle(c, op, end, *ret_deadline);
+}
+
+static int nccl_reduce_scatter_sum_f32(void *impl, const float *in, float *out, const size_t *counts)
+{
+	nccl_comm_t *c = impl;
+	int64_t deadline;
+	int rc = s_reduce_scatter_enqueue(c, in, out, counts, NULL, &deadline);
+	return rc < 0 ? rc : s_wait_stream(c, "reduce-scatter", deadline);
+}
+
+/* Enqueued behind after_event and not waited for: nccl_wait finishes it. */
+static int nccl_reduce_scatter_sum_f32_async(void *impl, const float *in, float *out,
+                                             const size_t *counts, void *after_event)
+{
+	nccl_comm_t *c = impl;
+	int64_t deadline;
+	c->pending = "reduce-scatter";
+	return s_reduce_scatter_enqueue(c, in, out, counts, after_event, &deadline);
 }
 
 static int nccl_allgather_f32(void *impl, const float *in, float *out, const size_t *counts)
@@ -507,6 +546,7 @@ static const comm_ops_t s_nccl_ops = {
 	.stream = nccl_stream,
 	.free = nccl_free,
 	.allreduce_sum_f32_async = nccl_allreduce_sum_f32_async,
+	.reduce_scatter_sum_f32_async = nccl_reduce_scatter_sum_f32_async,
 	.wait = nccl_wait,
 	.cancel = nccl_cancel,
 };

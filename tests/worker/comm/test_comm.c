@@ -6,7 +6,9 @@
  * sum is exact whatever its order.
  *
  *   test_comm collectives W   every collective, even and uneven counts (some
- *                             0), several roots, barrier ordering, bitwise
+ *                             0), the reduce-scatter also in ranges (the
+ *                             _async form, synchronous here), several
+ *                             roots, barrier ordering, bitwise
  *                             agreement across ranks and across repeats
  *   test_comm join-timeout    rank 2 of 3 never starts: the others' join
  *                             fails within the timeout, naming rank 2
@@ -106,7 +108,11 @@ static void s_check_allreduce(comm_t *c, size_t n)
 	free(buf);
 }
 
-static void s_check_reduce_scatter(comm_t *c, const size_t *counts)
+/* range 0: one comm_reduce_scatter_sum_f32; else the same in successive
+ * ranges of `range` elements (the last one shorter) through
+ * comm_reduce_scatter_range_sum_f32_async (synchronous on Gloo), then
+ * comm_wait: the same result. */
+static void s_check_reduce_scatter(comm_t *c, const size_t *counts, size_t range)
 {
 	int W = comm_world_size(c), r = comm_rank(c);
 	size_t n = 0, off = 0;
@@ -119,13 +125,20 @@ static void s_check_reduce_scatter(comm_t *c, const size_t *counts)
 	float *out = malloc((counts[r] ? counts[r] : 1) * sizeof(float));
 	for (size_t j = 0; j < n; j++)
 		in[j] = (float)((j % 100000) * (size_t)(r + 1));
-	CHECK_RC(c, comm_reduce_scatter_sum_f32(c, in, out, counts));
+	if (!range) {
+		CHECK_RC(c, comm_reduce_scatter_sum_f32(c, in, out, counts));
+	} else {
+		for (size_t lo = 0; lo < n; lo += range)
+			CHECK_RC(c, comm_reduce_scatter_range_sum_f32_async(
+					    c, in, out, counts, lo, lo + range < n ? range : n - lo, NULL));
+		CHECK_RC(c, comm_wait(c));
+	}
 	size_t bad = 0;
 	for (size_t j = 0; j < counts[r]; j++) {
 		double want = (double)((off + j) % 100000) * W * (W + 1) / 2;
 		if (out[j] != (float)want && bad++ < 3)
-			fprintf(stderr, "rank %d: reduce-scatter: out[%zu] = %g, want %g\n", r, j,
-				(double)out[j], want);
+			fprintf(stderr, "rank %d: reduce-scatter (ranges of %zu): out[%zu] = %g, want %g\n",
+				r, range, j, (double)out[j], want);
 	}
 	CHECK(bad == 0);
 	free(in);
@@ -236,10 +249,14 @@ static void s_rank_collectives(const char *dir, int rank, int W)
 		holes[i] = i % 2 == 1 ? 0 : 2 + (size_t)i; /* odd ranks get nothing */
 		big[i] = 300000 + 17 * (size_t)i;
 	}
-	s_check_reduce_scatter(c, even);
-	s_check_reduce_scatter(c, uneven);
-	s_check_reduce_scatter(c, holes);
-	s_check_reduce_scatter(c, big);
+	s_check_reduce_scatter(c, even, 0);
+	s_check_reduce_scatter(c, uneven, 0);
+	s_check_reduce_scatter(c, holes, 0);
+	s_check_reduce_scatter(c, big, 0);
+	s_check_reduce_scatter(c, even, 50); /* ranges across ranks' parts */
+	s_check_reduce_scatter(c, uneven, 7);
+	s_check_reduce_scatter(c, holes, 1);
+	s_check_reduce_scatter(c, big, 100003);
 	s_check_allgather(c, even);
 	s_check_allgather(c, uneven);
 	s_check_allgather(c, holes);

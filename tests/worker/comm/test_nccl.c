@@ -14,7 +14,10 @@
  *                             all-gather with equal, uneven (W > 1) and all-0
  *                             counts, all-gather in place, broadcast of an
  *                             odd byte count from every root, barrier, a bad
- *                             root (-EINVAL, the comm still usable), then
+ *                             root (-EINVAL, the comm still usable), the
+ *                             _async all-reduce and reduce-scatter in
+ *                             ranges behind an event (together, the whole
+ *                             collective's result), then
  *                             comm_abort: -ECANCELED and a line saying so.
  *                             Skips when fewer than W GPUs are visible.
  *   test_nccl cancel          two GPUs: rank 1 stops taking part after one
@@ -93,13 +96,13 @@ static double s_now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Device copies of host data and back. n may be 0 (one float is
- * allocated so that the pointer is a real device pointer). */
+/* Device copies of host data (h NULL: uninitialized) and back. n may be 0
+ * (one float is allocated so that the pointer is a real device pointer). */
 static float *s_to_device(const float *h, size_t n)
 {
 	float *d = NULL;
 	CUDA_OK(cudaMalloc((void **)&d, (n ? n : 1) * sizeof(float)));
-	if (n)
+	if (n && h)
 		CUDA_OK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
 	return d;
 }
@@ -173,6 +176,74 @@ static void s_check_reduce_scatter(comm_t *c, const size_t *counts)
 	CUDA_OK(cudaFree(d_out));
 	free(h_in);
 	free(h_out);
+}
+
+/* The _async forms, started behind an event recorded on another stream
+ * after that stream wrote the input, then waited for together: the
+ * all-reduce in pieces, and the reduce-scatter of `counts` in ranges cut
+ * at `cuts` (ascending, inside [0, n]; ranges that straddle ranks and
+ * empty ones), which together give the whole collective's result. With
+ * `partial`, only the first range runs: the rest of this rank's part keeps
+ * its -1s. */
+static void s_check_async(comm_t *c, const size_t *counts, const size_t *cuts, int n_cuts,
+                          bool partial)
+{
+	int W = comm_world_size(c), r = comm_rank(c);
+	size_t n = s_sum(counts, W), off = 0;
+	for (int i = 0; i < r; i++)
+		off += counts[i];
+	float *h_in = malloc((n ? n : 1) * sizeof(float));
+	float *h_out = malloc((counts[r] ? counts[r] : 1) * sizeof(float));
+	for (size_t j = 0; j < n; j++)
+		h_in[j] = (float)((j % 100000) * (size_t)(r + 1));
+	for (size_t j = 0; j < counts[r]; j++)
+		h_out[j] = -1;
+	float *d_in = s_to_device(NULL, n), *d_out = s_to_device(h_out, counts[r]);
+	float *d_sum = s_to_device(NULL, n);
+	cudaStream_t st;
+	cudaEvent_t ready;
+	CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+	if (n) {
+		CUDA_OK(cudaMemcpyAsync(d_in, h_in, n * sizeof(float), cudaMemcpyHostToDevice, st));
+		CUDA_OK(cudaMemcpyAsync(d_sum, h_in, n * sizeof(float), cudaMemcpyHostToDevice, st));
+	}
+	CUDA_OK(cudaEventRecord(ready, st));
+	size_t lo = 0;
+	for (int k = 0; k <= n_cuts && !(partial && k > 0); k++) {
+		size_t hi = k < n_cuts ? cuts[k] : n;
+		CHECK_RC(c, comm_reduce_scatter_range_sum_f32_async(c, d_in, d_out, counts, lo, hi - lo,
+		                                                    ready));
+		CHECK_RC(c, comm_allreduce_sum_f32_async(c, d_sum + lo, hi - lo, ready));
+		lo = hi;
+	}
+	size_t end = partial ? (n_cuts ? cuts[0] : n) : n;
+	CHECK_RC(c, comm_wait(c));
+	s_to_host(h_out, d_out, counts[r]);
+	size_t bad = 0;
+	for (size_t j = 0; j < counts[r]; j++) {
+		double want = off + j < end ? (double)((off + j) % 100000) * W * (W + 1) / 2 : -1.0;
+		if (h_out[j] != (float)want && bad++ < 3)
+			fprintf(stderr, "rank %d: reduce-scatter in ranges%s: out[%zu] = %g, want %g\n", r,
+			        partial ? " (the first only)" : "", j, (double)h_out[j], want);
+	}
+	float *h_sum = malloc((n ? n : 1) * sizeof(float));
+	s_to_host(h_sum, d_sum, n);
+	for (size_t j = 0; j < n; j++) {
+		double want = j < end ? (double)(j % 100000) * W * (W + 1) / 2 : (double)h_in[j];
+		if (h_sum[j] != (float)want && bad++ < 3)
+			fprintf(stderr, "rank %d: all-reduce in pieces%s: [%zu] = %g, want %g\n", r,
+			        partial ? " (the first only)" : "", j, (double)h_sum[j], want);
+	}
+	CHECK(bad == 0);
+	CUDA_OK(cudaEventDestroy(ready));
+	CUDA_OK(cudaStreamDestroy(st));
+	CUDA_OK(cudaFree(d_in));
+	CUDA_OK(cudaFree(d_out));
+	CUDA_OK(cudaFree(d_sum));
+	free(h_in);
+	free(h_out);
+	free(h_sum);
 }
 
 /* in_place: `in` is this rank's own place inside `out`. */
@@ -291,6 +362,15 @@ static int s_rank_collectives(const char *dir, int rank, int W)
 		s_check_allgather(c, sets[s], false);
 		s_check_allgather(c, sets[s], true);
 	}
+	/* Ranges cut inside ranks' parts, at their edges, and empty ones. */
+	size_t n_uneven = s_sum(uneven, W);
+	size_t cuts[] = {0, 1, 1, 2500, uneven[0], uneven[0] + 3, n_uneven / 2 + 1, n_uneven - 1};
+	for (size_t k = 1; k < sizeof cuts / sizeof cuts[0]; k++) /* W 1: inside [0, n], ascending */
+		cuts[k] = cuts[k] > n_uneven ? n_uneven : cuts[k] < cuts[k - 1] ? cuts[k - 1] : cuts[k];
+	s_check_async(c, uneven, cuts, (int)(sizeof cuts / sizeof cuts[0]), false);
+	s_check_async(c, uneven, cuts + 3, 1, true);
+	s_check_async(c, equal, (const size_t[]){1537 * (size_t)W / 3}, 1, false);
+	s_check_async(c, zeros, NULL, 0, false);
 	for (int root = 0; root < W; root++) {
 		s_check_broadcast(c, 1001, root);
 		s_check_broadcast(c, 0, root);
