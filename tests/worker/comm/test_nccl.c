@@ -144,7 +144,12 @@ static void s_check_allreduce(comm_t *c, size_t n)
 	free(h);
 }
 
-static void s_check_reduce_scatter(comm_t *c, const size_t *counts)
+/* A reduce-scatter's host buffers for this rank: the input (n = the sum
+ * of counts: small integers times rank + 1, so every sum is exact) and
+ * this rank's part of the output, all -1; *ret_off is where that part
+ * starts. */
+static void s_rs_host(const comm_t *c, const size_t *counts, size_t *ret_n, size_t *ret_off,
+                      float **ret_in, float **ret_out)
 {
 	int W = comm_world_size(c), r = comm_rank(c);
 	size_t n = s_sum(counts, W), off = 0;
@@ -156,6 +161,18 @@ static void s_check_reduce_scatter(comm_t *c, const size_t *counts)
 		h_in[j] = (float)((j % 100000) * (size_t)(r + 1));
 	for (size_t j = 0; j < counts[r]; j++)
 		h_out[j] = -1;
+	*ret_n = n;
+	*ret_off = off;
+	*ret_in = h_in;
+	*ret_out = h_out;
+}
+
+static void s_check_reduce_scatter(comm_t *c, const size_t *counts)
+{
+	int W = comm_world_size(c), r = comm_rank(c);
+	size_t n, off;
+	float *h_in, *h_out;
+	s_rs_host(c, counts, &n, &off, &h_in, &h_out);
 	float *d_in = s_to_device(h_in, n), *d_out = s_to_device(h_out, counts[r]);
 	CHECK_RC(c, comm_reduce_scatter_sum_f32(c, d_in, d_out, counts));
 	s_to_host(h_out, d_out, counts[r]);
@@ -189,15 +206,9 @@ static void s_check_async(comm_t *c, const size_t *counts, const size_t *cuts, i
                           bool partial)
 {
 	int W = comm_world_size(c), r = comm_rank(c);
-	size_t n = s_sum(counts, W), off = 0;
-	for (int i = 0; i < r; i++)
-		off += counts[i];
-	float *h_in = malloc((n ? n : 1) * sizeof(float));
-	float *h_out = malloc((counts[r] ? counts[r] : 1) * sizeof(float));
-	for (size_t j = 0; j < n; j++)
-		h_in[j] = (float)((j % 100000) * (size_t)(r + 1));
-	for (size_t j = 0; j < counts[r]; j++)
-		h_out[j] = -1;
+	size_t n, off;
+	float *h_in, *h_out;
+	s_rs_host(c, counts, &n, &off, &h_in, &h_out);
 	float *d_in = s_to_device(NULL, n), *d_out = s_to_device(h_out, counts[r]);
 	float *d_sum = s_to_device(NULL, n);
 	cudaStream_t st;
