@@ -27,7 +27,9 @@
  *     bytes per parameter of the shard (S = ceil(N / W)); zero1's gradients
  *     4 per parameter plus 4 per shard slot, zero2's no full buffer (the
  *     parameters alone are 6 bytes per parameter: the model holds none),
- *     zero3's parameters less than a replica's (at world 2).
+ *     zero3's parameters less than a replica's (at world 2);
+ *   - zero1's reduce-scatter is started by the last backward itself
+ *     (s_overlap_main, on train_cuda at world 1).
  *
  * The model is gpu-step's (2 layers, 4 heads, 64 channels, bytes, seq_len
  * 32), 8 steps, 2 micro-steps, validation every 4. The tolerances are
@@ -53,7 +55,9 @@
 #include "comm.h"
 #include "comm_kv_dir.h"
 #include "jobspec.h"
+#include "gpt2.h"
 #include "train.h"
+#include "train_cuda.h"
 
 #define SKIP 77
 #define STEPS 8
@@ -408,6 +412,107 @@ static void s_run_sharded(const run_result_t *plain, int W, int B)
 	}
 }
 
+/*
+ * zero1's overlap, on train_cuda itself at NCCL world 1 (the shard is the
+ * whole buffer), in a child: a backward not given the comm starts nothing
+ * (comm_wait, then the shard's gradients are still zero); the synchronous
+ * reduce-scatter then fills the shard (sum of squares `ref`); a backward
+ * at half the scale given the comm has started the reduce-scatter itself,
+ * so comm_wait alone leaves the shard at a quarter of `ref` (halving is
+ * exact); train_cuda_reduce_scatter then only waits and changes nothing.
+ */
+static int s_overlap_main(const char *kv_dir)
+{
+	if (s_visible[0][0])
+		setenv("CUDA_VISIBLE_DEVICES", s_visible[0], 1);
+	enum { B = 2, T = 32 };
+	const gpt2_config_t cfg = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256,
+				   .seq_len = T};
+	char err[512];
+	gpt2_t *host = gpt2_create(&cfg, B, T, GPT2_PRECISION_BF16, err, sizeof err);
+	if (!host) {
+		fprintf(stderr, "overlap: %s\n", err);
+		return 1;
+	}
+	gpt2_init_params(host, 1234);
+	size_t n = gpt2_num_params(host);
+	comm_kv_t kv = comm_kv_dir_make(kv_dir);
+	comm_t *comm = comm_nccl_new(&kv, 0, 1, 0, 60000, err, sizeof err);
+	if (!comm) {
+		fprintf(stderr, "overlap: %s\n", err);
+		return 1;
+	}
+	const size_t counts[1] = {n};
+	const train_cuda_shard_t shard = {.lo = 0, .len = n, .count = n, .counts = counts};
+	int code = 0;
+	train_cuda_t *g = train_cuda_new(&cfg, B, T, 1, &shard, &code, err, sizeof err);
+	float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+	if (!g || !m || !v) {
+		fprintf(stderr, "overlap: %s\n", g ? "out of memory" : err);
+		return 1;
+	}
+	train_cuda_upload(g, gpt2_params(host), m, v);
+	int32_t in[B * T], tg[B * T];
+	for (int i = 0; i < B * T; i++) {
+		in[i] = (i * 37 + 11) % 256;
+		tg[i] = (i * 53 + 7) % 256;
+	}
+
+	train_cuda_zero_grad(g);
+	train_cuda_forward(g, in, tg, B, T);
+	train_cuda_backward(g, 1.0f, NULL);
+	CHECK(comm_wait(comm) == 0);
+	CHECK(train_cuda_shard_sum_squares(g) == 0.0);
+	CHECK(train_cuda_reduce_scatter(g, comm) == 0);
+	const double ref = train_cuda_shard_sum_squares(g);
+	CHECK(ref > 0);
+
+	train_cuda_zero_grad(g);
+	train_cuda_forward(g, in, tg, B, T);
+	train_cuda_backward(g, 0.5f, comm);
+	CHECK(comm_wait(comm) == 0);
+	const double started = train_cuda_shard_sum_squares(g);
+	CHECK(fabs(started - 0.25 * ref) <= 1e-6 * ref);
+	CHECK(train_cuda_reduce_scatter(g, comm) == 0);
+	CHECK(train_cuda_shard_sum_squares(g) == started);
+	printf("gpu-ddp: zero1 at NCCL world 1: after a backward at half the scale given the comm,"
+	       " comm_wait alone leaves the shard's sum of squares at %.9g of a quarter of the"
+	       " synchronous reduce-scatter's (1: backward started the reduce-scatter)\n",
+	       started / (0.25 * ref));
+	fflush(stdout); /* the child ends with _exit */
+	train_cuda_free(g);
+	comm_free(comm);
+	gpt2_free(host);
+	free(m);
+	free(v);
+	return s_failures ? 1 : 0;
+}
+
+/* s_overlap_main in its own process (CUDA must not start in the parent). */
+static void s_run_overlap(void)
+{
+	char kv_dir[4200];
+	snprintf(kv_dir, sizeof kv_dir, "%s/kv-overlap", s_dir);
+	if (mkdir(kv_dir, 0700) < 0) {
+		perror(kv_dir);
+		exit(2);
+	}
+	fflush(stdout); /* or the child would print the parent's buffer again */
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("fork");
+		exit(2);
+	}
+	if (pid == 0)
+		_exit(s_overlap_main(kv_dir));
+	int status;
+	waitpid(pid, &status, 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "FAIL: the zero1 overlap check (status %d)\n", status);
+		s_failures++;
+	}
+}
+
 int main(void)
 {
 	char why[600];
@@ -450,6 +555,7 @@ int main(void)
 	printf("gpu-ddp: NCCL world 1 gives the bits of one process over %d steps\n", STEPS);
 
 	s_run_sharded(&alone, 1, 4);
+	s_run_overlap();
 
 	if (n_gpus < 2) {
 		printf("gpu-ddp: 1 GPU visible: world 2 not run (NCCL needs a GPU per rank)\n");
