@@ -65,11 +65,12 @@
  * initialisation, resume and snapshots go exactly as on the CPU. zero1
  * works there too, the same steps on device memory (train_cuda.h): the
  * last backward starts the reduce-scatter into train_cuda's shard buffer
- * range by range as it makes them final, as the all-reduce above (and
- * train_reduce_grads waits for it), the norm's partial sum comes from it and the pairs go
- * through device memory, AdamW steps the shard's range with the shard's
- * m and v (the GPU model holds no moments), and the all-gather writes the
- * model's parameters in place before their bf16 copy is refreshed.
+ * range by range as it makes them final, as it does the all-reduce above
+ * (train_reduce_grads waits for it); the norm's partial sum comes from
+ * that buffer and the pairs go through device memory, AdamW steps the
+ * shard's range with the shard's m and v (the GPU model holds no
+ * moments), and the all-gather writes the model's parameters in place
+ * before their bf16 copy is refreshed.
  * zero2 as well, with the shard_t on device memory (shard_mem_cuda): the
  * GPU model has no gradient buffer and its backward streams each range's
  * gradients to the shard_t, as the CPU engine's does. zero3 too: the GPU
