@@ -53,10 +53,10 @@ int train_cuda_probe(char *err, size_t errlen);
  * of the shard: zero1 (zero NULL), a device buffer of len floats of
  * train_cuda's, reduce-scattered into from the model's full gradient
  * buffer (range by range during the last backward, or by
- * train_cuda_reduce_scatter); zero2, the shard_grads of `zero` (borrowed; a shard_t on
- * device memory, shard_mem_cuda, with buffers of max_range floats), to
- * which backward streams its gradients range by range: the GPU model then
- * has no gradient buffer at all. zero3: `zero` also keeps the master shard
+ * train_cuda_reduce_scatter); zero2, the shard_grads of `zero` (borrowed;
+ * a shard_t on device memory, shard_mem_cuda, with buffers of max_range
+ * floats), to which backward streams its gradients range by range: the
+ * GPU model then has no gradient buffer at all. zero3: `zero` also keeps the master shard
  * of the parameters (shard_params), and the GPU model has no parameters
  * either: it fetches every range from the shard_t (an all-gather) just
  * before using it, and AdamW steps the master shard.
