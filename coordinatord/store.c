@@ -22,6 +22,7 @@
 
 #include <sqlite3.h>
 
+#include "fsutil.h"
 #include "store_migrations.h"
 
 enum {
@@ -272,27 +273,6 @@ static int exec(store_t *st, const char *sql)
 	return sqlite_err(sqlite3_exec(st->db, sql, NULL, NULL, NULL));
 }
 
-/* Create the folders above `path` (mkdir -p of its dirname). */
-static int make_parent_dirs(const char *path)
-{
-	char *dir = strdup(path);
-	if (!dir)
-		return -ENOMEM;
-	for (char *p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
-			int e = -errno;
-			free(dir);
-			return e;
-		}
-		*p = '/';
-	}
-	free(dir);
-	return 0;
-}
-
 /* The highest version recorded in schema_migrations; 0 when the table does
  * not exist (a new file). */
 static int recorded_version(store_t *st, int *ret_version)
@@ -404,7 +384,7 @@ store_t *store_open(const char *path, store_open_mode_t mode, char *errbuf, size
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
 	if (mode == STORE_OPEN_WRITER) {
 		flags |= SQLITE_OPEN_CREATE;
-		int r = make_parent_dirs(path);
+		int r = fs_mkdir_parent(path, 0750);
 		if (r < 0) {
 			errorf(errbuf, errlen, "database %s: cannot create its folder: %s", path, strerror(-r));
 			goto fail;
