@@ -234,7 +234,7 @@ void snap_manifest_clear(snap_manifest_t *m)
 
 /* Fills m (owning what it points to) from root; the caller clears m on failure. */
 int snap_manifest_from_json(json_t *root, const char *where, snap_manifest_t *m, char *err,
-                              size_t err_len)
+                            size_t err_len)
 {
 	char ctx[96];
 	int64_t v = 0;
