@@ -3,7 +3,9 @@
  * metrics, checkpoints, trace, workers). Each parses its own options, makes its REST call(s) through
  * rest.c and prints either an aligned table (table.c) or, with --json, the
  * server's JSON for scripts. ringctl.c only parses the global options and
- * dispatches here.
+ * dispatches here. commands.c holds the table; the commands live by family
+ * in commands_jobs.c, commands_artifacts.c, commands_status.c and export.c,
+ * on the helpers of commands_common.c.
  */
 #ifndef RINGCTL_COMMANDS_H
 #define RINGCTL_COMMANDS_H

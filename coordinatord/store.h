@@ -2,6 +2,9 @@
  * store: the coordinator's SQLite database (jobs, events, idempotency keys,
  * workers, ranks of each attempt with their memory, per-step metrics,
  * committed checkpoints, per-step phase traces, schema migrations).
+ * store.c opens, migrates and holds the transactions; the queries live by
+ * subject in store_jobs.c, store_cluster.c (workers, ranks),
+ * store_metrics.c (metrics, traces) and store_checkpoints.c.
  *
  * One store_t wraps one SQLite connection and its prepared statements, and is
  * used by one thread only. The broker loop opens the single writer

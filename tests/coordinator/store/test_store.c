@@ -3,7 +3,8 @@
  *
  * Migrations (a new file gets the whole schema and its record; reopening
  * applies nothing twice; a database from a newer version is refused and left
- * byte-for-byte unchanged; a reader refuses an unmigrated file), job and
+ * byte-for-byte unchanged; a reader refuses an unmigrated file; a file in
+ * the way of the database's folder is refused), job and
  * event CRUD, list filters and paging, idempotency keys, group commit and
  * rollback, strings stored exactly as sent, readers running on their own
  * connections while the writer commits, ranks' memory, committed
@@ -134,6 +135,15 @@ static void test_migrations(void)
 	fclose(f);
 	st = store_open(path, STORE_OPEN_WRITER, err, sizeof err);
 	CHECK(st == NULL && strstr(err, path), "garbage file: %s", err);
+	store_close(st);
+
+	/* A file where the database's folder should be: refused by the
+	 * writer's mkdir -p (fs_mkdir_parent), with the path in the message. */
+	path_in_tmp(path, sizeof path, "garbage.db/sub/x.db");
+	st = store_open(path, STORE_OPEN_WRITER, err, sizeof err);
+	CHECK(st == NULL && strstr(err, path) && strstr(err, "cannot create its folder") &&
+	          strstr(err, strerror(ENOTDIR)),
+	      "a file in the way of the folder: %s", err);
 	store_close(st);
 }
 
