@@ -29,6 +29,7 @@
 #include <zmq.h>
 
 #include "clock.h"
+#include "exitcode.h"
 #include "log.h"
 #include "metrics.h"
 #include "gang.h"
@@ -449,18 +450,22 @@ static int spec_max_restarts(const json_t *spec)
 	return n < 0 ? 0 : n > INT_MAX ? INT_MAX : (int)n;
 }
 
-/* What an exit status that no restart can fix means (docs/training.md), or
- * NULL when a restart may help (signals, collectives, memory, anything else). */
-static const char *exit_not_retryable(int exit_code, int sig)
+/* What a failure that no restart can fix is (api/exitcode.h), or NULL when
+ * a restart may help (signals, collectives, memory, anything else). */
+static const char *not_retryable(rm_failure_t kind)
 {
-	if (sig != 0)
-		return NULL;
-	switch (exit_code) {
-	case 2: return "a job spec error";
-	case 3: return "a data error";
-	case 5: return "training diverged";
-	default: return NULL;
-	}
+	return rm_failure_retryable(kind) ? NULL : rm_failure_describe(kind);
+}
+
+/* The failure kind of a FAILED or RANK_EXITED payload: its `failure` code
+ * when it carries one this build knows, else what exit status `exit_code`
+ * (signal `sig`) means (an older worker). */
+static rm_failure_t payload_failure(const json_t *p, int exit_code, int sig)
+{
+	json_t *v = json_object_get(p, "failure");
+	if (json_is_integer(v) && rm_failure_valid(json_integer_value(v)))
+		return (rm_failure_t)json_integer_value(v);
+	return rm_exit_failure(exit_code, sig);
 }
 
 /* A rank of a failed attempt is gone once its agent reported its exit, or
@@ -894,7 +899,7 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 	if (rr->failed_reason) {
 		/* the rank said why in its FAILED; its exit status says whether to retry */
 		snprintf(cause, sizeof cause, "rank %lld failed: %s", (long long)rank, rr->failed_reason);
-		attempt_failed(f, at, cause, exit_not_retryable((int)code, (int)sig), detection_us);
+		attempt_failed(f, at, cause, not_retryable(payload_failure(p, (int)code, (int)sig)), detection_us);
 		return;
 	}
 	if (code == 0 && sig == 0) {
@@ -902,7 +907,7 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 		return;
 	}
 	describe_exit(cause, sizeof cause, (int)rank, (int)code, (int)sig, error);
-	attempt_failed(f, at, cause, exit_not_retryable((int)code, (int)sig), detection_us);
+	attempt_failed(f, at, cause, not_retryable(payload_failure(p, (int)code, (int)sig)), detection_us);
 }
 
 static void on_agent(fabric_t *f, const char *ident, const char *node, wire_type_t type, json_t *p)
@@ -1294,7 +1299,9 @@ static void on_snapshot_failed(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	else
 		snprintf(reason, sizeof reason, "snapshot of step %lld failed on rank %d: %.300s; no snapshot of "
 		         "this attempt is committed", (long long)step, rank, error);
-	log_warn("job %s attempt %d: %s", at->job_id, at->attempt, reason);
+	json_t *kind = json_object_get(p, "failure");
+	log_warn("job %s attempt %d: %s (failure: %s)", at->job_id, at->attempt, reason,
+	         json_is_integer(kind) ? rm_failure_name((rm_failure_t)json_integer_value(kind)) : "not given");
 	if (tx(f))
 		wrote(f, store_event_insert(f->st, at->job_id, "snapshot_failed", NULL, NULL, reason, at->attempt,
 		                            clock_wall_us()),
@@ -1599,9 +1606,9 @@ static void on_failed(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	json_t *code = json_object_get(p, "exit_code");
 	char cause[REASON_BYTES];
 	snprintf(cause, sizeof cause, "rank %d failed: %s", rank, reason);
-	if (json_is_integer(code) || at->restarts >= at->max_restarts) {
-		int c = json_is_integer(code) ? (int)json_integer_value(code) : 1;
-		attempt_failed(f, at, cause, exit_not_retryable(c, 0), 0);
+	if (json_is_integer(code) || json_object_get(p, "failure") || at->restarts >= at->max_restarts) {
+		int c = json_is_integer(code) ? (int)json_integer_value(code) : RM_EXIT_USAGE;
+		attempt_failed(f, at, cause, not_retryable(payload_failure(p, c, 0)), 0);
 		return;
 	}
 	if (rr->failed_reason)

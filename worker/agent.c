@@ -26,6 +26,7 @@
 #include <jansson.h>
 #include <zmq.h>
 
+#include "exitcode.h"
 #include "fabric.h"
 #include "gpus.h"
 #include "wire.h"
@@ -271,9 +272,9 @@ static void s_send_register(agent_t *a)
 static void s_send_exited(agent_t *a, const slot_t *s, int exit_code, int sig)
 {
 	s_send(a, WIRE_RANK_EXITED,
-	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", s->job, "attempt", s->attempt,
+	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "job", s->job, "attempt", s->attempt,
 	                 "rank", s->rank, "exit_code", exit_code, "signal", sig, "error",
-	                 s->last_error));
+	                 s->last_error, "failure", (int)rm_exit_failure(exit_code, sig)));
 }
 
 /* A RANK_EXITED for a SPAWN that never ran (bad device, fork failed). */
@@ -283,8 +284,9 @@ static void s_refuse_spawn(agent_t *a, const char *job, int attempt, int rank, c
 	char msg[ERROR_MAX_BYTES];
 	snprintf(msg, sizeof msg, "ringworker agent: error: %s", why);
 	s_send(a, WIRE_RANK_EXITED,
-	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", job, "attempt", attempt, "rank",
-	                 rank, "exit_code", 1, "signal", 0, "error", msg));
+	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "job", job, "attempt", attempt, "rank",
+	                 rank, "exit_code", RM_EXIT_USAGE, "signal", 0, "error", msg, "failure",
+	                 (int)RM_FAILURE_SPAWN));
 }
 
 /* Copy a string, cut to fit `n` bytes (always terminated). */
@@ -418,7 +420,7 @@ static void s_child_fail(const char *what)
 	(void)!write(2, pre, sizeof pre - 1);
 	(void)!write(2, what, strlen(what));
 	(void)!write(2, "\n", 1);
-	_exit(127);
+	_exit(RM_EXIT_EXEC);
 }
 
 static void s_spawn(agent_t *a, const json_t *p)
@@ -567,7 +569,7 @@ static void s_spawn(agent_t *a, const json_t *p)
 		/* A rank must not outlive its agent, even one killed with -9. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
-			_exit(127);
+			_exit(RM_EXIT_EXEC);
 		sched_setaffinity(0, sizeof cpus, &cpus);
 		sigprocmask(SIG_SETMASK, &a->old_mask, NULL);
 		execve(a->exe, (char *const *)argv, env);
@@ -644,8 +646,9 @@ static void s_kill(agent_t *a, const json_t *p)
 		int p_attempt = (int)json_integer_value(json_object_get(s->pending, "attempt"));
 		int p_rank = (int)json_integer_value(json_object_get(s->pending, "rank"));
 		s_send(a, WIRE_RANK_EXITED,
-		       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", job, "attempt", p_attempt,
-		                 "rank", p_rank, "exit_code", -1, "signal", SIGTERM, "error", ""));
+		       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "job", job, "attempt", p_attempt,
+		                 "rank", p_rank, "exit_code", -1, "signal", SIGTERM, "error", "", "failure",
+		                 (int)RM_FAILURE_SIGNAL));
 		json_decref(s->pending);
 		s->pending = NULL;
 		n++;
