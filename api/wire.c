@@ -60,7 +60,8 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                       {"exit_code", F_INT},
 	                       {"signal", F_INT},
 	                       {"error", F_STR},
-	                       {"exited_at_us", F_UINT, OPT}}},
+	                       {"exited_at_us", F_UINT, OPT},
+	                       {"failure", F_UINT, OPT}}},
 	[WIRE_REGISTERED] = {"REGISTERED", {{"heartbeat_ms", F_INT}, {"dead_after", F_INT}}},
 	[WIRE_SPAWN] = {"SPAWN",
 	                {{"job", F_STR},
@@ -94,7 +95,7 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	                  "loss, lr, grad_norm, tokens_per_s and ms, or params_bytes, grads_bytes, "
 	                  "optim_bytes and activations_bytes, or both"},
 	[WIRE_DONE] = {"DONE", {{"step", F_INT}, {"loss", F_NUM}}},
-	[WIRE_FAILED] = {"FAILED", {{"reason", F_STR}, {"exit_code", F_INT, OPT}}},
+	[WIRE_FAILED] = {"FAILED", {{"reason", F_STR}, {"exit_code", F_INT, OPT}, {"failure", F_UINT, OPT}}},
 	[WIRE_JOINED] = {"JOINED",
 	                 {{"job", F_STR},
 	                  {"attempt", F_INT},
@@ -116,7 +117,7 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	[WIRE_METRICS_RESEND] = {"METRICS_RESEND", {{"from_step", F_UINT}, {"to_step", F_UINT}}},
 	[WIRE_PARKED] = {"PARKED", {{"step", F_UINT}}},
 	[WIRE_REJOIN] = {"REJOIN", {{"job", F_STR}, {"attempt", F_INT}}},
-	[WIRE_SNAPSHOT_FAILED] = {"SNAPSHOT_FAILED", {{"step", F_UINT}, {"error", F_STR}}},
+	[WIRE_SNAPSHOT_FAILED] = {"SNAPSHOT_FAILED", {{"step", F_UINT}, {"error", F_STR}, {"failure", F_UINT, OPT}}},
 	[WIRE_TRACE] = {"TRACE",
 	                {{"step", F_UINT}, {"start_unix_us", F_UINT}, {"dur_us", F_UNUM}, {"events", F_ARR}}},
 };

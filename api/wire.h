@@ -34,7 +34,10 @@
  *                exit_code:int (-1 when killed by a signal), signal:int (0 when exited),
  *                error:str (the rank's last line on stderr that says "error", or "");
  *                optional exited_at_us:uint (the agent's wall clock at waitpid, Unix
- *                microseconds: the coordinator reports how long the news took)
+ *                microseconds: the coordinator reports how long the news took);
+ *                optional failure:uint (an rm_failure_t of api/exitcode.h, what
+ *                the status means; without it the coordinator derives it from
+ *                exit_code and signal with rm_exit_failure)
  * coordinator -> agent
  *   REGISTERED   heartbeat_ms:int, dead_after:int
  *   SPAWN        job:str, attempt:int, rank:int, world_size:int,
@@ -79,14 +82,17 @@
  *                it died): the coordinator answers METRICS_RESEND.
  *   DONE         step:int, loss:real
  *   FAILED       reason:str; optional exit_code:int (the status the rank exits
- *                with: it tells the coordinator whether a restart can help; without
- *                it the coordinator waits up to 2 s for the agent's RANK_EXITED)
+ *                with), optional failure:uint (an rm_failure_t of api/exitcode.h):
+ *                they tell the coordinator whether a restart can help (the
+ *                failure code first, else the exit status); with neither the
+ *                coordinator waits up to 2 s for the agent's RANK_EXITED
  *   SNAPSHOT_WRITTEN    step:uint, file:str, bytes:uint, xxh3:hex16
  *                this rank's shard of `step` (`file`, a plain file name such as
  *                "rank-1-of-4.safetensors", `bytes` long, XXH3-64 `xxh3`) is
  *                written and fsync'ed under <checkpoint dir>/step-<NNNNNNNN>.tmp/
  *   SNAPSHOT_FAILED  step:uint, error:str (one line: "write rank-1-of-2.safetensors: No
- *                space left on device"): this rank's shard of `step` could not be
+ *                space left on device"), optional failure:uint (an rm_failure_t,
+ *                RM_FAILURE_IO from this worker): this rank's shard of `step` could not be
  *                written; that snapshot never commits, the previous one stays latest
  *   SNAPSHOT_COMMITTED  step:uint, bytes:uint (all files), path:str (the committed
  *                folder), deleted:[uint] (steps retention removed; may be [])
@@ -173,8 +179,10 @@
  *     durable.
  *
  * Recovery (docs/coordinator.md "Recovery"): when a rank of a live attempt
- * fails (RANK_EXITED with a signal or a status other than 0, 2, 3, 5; FAILED;
- * its agent declared dead) and the job has restarts left, the attempt is
+ * fails (RANK_EXITED with a signal or a status other than 0; FAILED;
+ * its agent declared dead), the failure is retryable (rm_failure_retryable
+ * of api/exitcode.h: not a spec, data or divergence error) and the job has
+ * restarts left, the attempt is
  * stale from then on (snapshot reports get ERROR 409). Its surviving ranks
  * (connected, agent alive, not exited) get ABORT {rejoin: true}: each answers
  * PARKED at once and drops its communicator and training state at the end

@@ -7,7 +7,10 @@
  * placement, priority then FIFO, packed onto few nodes), restarts the rank
  * group of a job whose rank failed (recovery: ABORT and KILL of the failed
  * attempt, backoff, placement of attempt + 1, the `recovered` event), and
- * records every change in the store.
+ * records every change in the store. The parts live in their own modules
+ * (agents.c, ranks.c, kv.c, snapcommit.c, attempt.c, placement.c, scheduler.c)
+ * over the shared state of fabric_int.h; this header is all that the rest
+ * of the daemon sees.
  *
  * Everything here runs on the broker loop's thread, which owns the writer
  * store_t: writes open a transaction lazily and fabric_flush() commits it

@@ -26,6 +26,7 @@
 #include <jansson.h>
 #include <zmq.h>
 
+#include "exitcode.h"
 #include "fabric.h"
 #include "gpus.h"
 #include "wire.h"
@@ -271,9 +272,9 @@ static void s_send_register(agent_t *a)
 static void s_send_exited(agent_t *a, const slot_t *s, int exit_code, int sig)
 {
 	s_send(a, WIRE_RANK_EXITED,
-	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", s->job, "attempt", s->attempt,
+	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "job", s->job, "attempt", s->attempt,
 	                 "rank", s->rank, "exit_code", exit_code, "signal", sig, "error",
-	                 s->last_error));
+	                 s->last_error, "failure", (int)rm_exit_failure(exit_code, sig)));
 }
 
 /* A RANK_EXITED for a SPAWN that never ran (bad device, fork failed). */
@@ -283,8 +284,9 @@ static void s_refuse_spawn(agent_t *a, const char *job, int attempt, int rank, c
 	char msg[ERROR_MAX_BYTES];
 	snprintf(msg, sizeof msg, "ringworker agent: error: %s", why);
 	s_send(a, WIRE_RANK_EXITED,
-	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", job, "attempt", attempt, "rank",
-	                 rank, "exit_code", 1, "signal", 0, "error", msg));
+	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "job", job, "attempt", attempt, "rank",
+	                 rank, "exit_code", RM_EXIT_USAGE, "signal", 0, "error", msg, "failure",
+	                 (int)RM_FAILURE_SPAWN));
 }
 
 /* Copy a string, cut to fit `n` bytes (always terminated). */
@@ -418,15 +420,18 @@ static void s_child_fail(const char *what)
 	(void)!write(2, pre, sizeof pre - 1);
 	(void)!write(2, what, strlen(what));
 	(void)!write(2, "\n", 1);
-	_exit(127);
+	_exit(RM_EXIT_EXEC);
 }
 
-static void s_spawn(agent_t *a, const json_t *p)
+/*
+ * The device slot a SPAWN `p` (of rank `rank` of `job`'s `attempt`) starts a
+ * process on, or -1 when the SPAWN is answered here: ignored (a repeat),
+ * refused (RANK_EXITED: shutting down, a bad job id or device, a slot with
+ * a rank already waiting), taken by a parked survivor (adopt), or left
+ * pending until the device's old rank is gone.
+ */
+static int s_spawn_slot(agent_t *a, const json_t *p, const char *job, int attempt, int rank)
 {
-	const char *job = json_string_value(json_object_get(p, "job"));
-	int attempt = (int)json_integer_value(json_object_get(p, "attempt"));
-	int rank = (int)json_integer_value(json_object_get(p, "rank"));
-	int world = (int)json_integer_value(json_object_get(p, "world_size"));
 	const json_t *dev = json_object_get(p, "device");
 	const char *kind = json_string_value(json_object_get(dev, "kind"));
 	json_int_t index = json_integer_value(json_object_get(dev, "index"));
@@ -438,15 +443,15 @@ static void s_spawn(agent_t *a, const json_t *p)
 		      s_pending_matches(a->slots[i].pending, job, attempt, rank);
 	if (dup) {
 		s_log(a, "rank %s/%d/%d already runs here; SPAWN ignored", job, attempt, rank);
-		return;
+		return -1;
 	}
 	if (a->stopping) {
 		s_refuse_spawn(a, job, attempt, rank, "the agent is shutting down");
-		return;
+		return -1;
 	}
 	if (strlen(job) >= JOB_MAX_BYTES || strchr(job, '/')) {
 		s_refuse_spawn(a, job, attempt, rank, "job id too long or contains '/'");
-		return;
+		return -1;
 	}
 	int slot_i = -1;
 	if (kind && strcmp(kind, "cpu") == 0 && index >= 0 && index < a->n_cpu)
@@ -460,10 +465,8 @@ static void s_spawn(agent_t *a, const json_t *p)
 		snprintf(why, sizeof why, "no device %s:%lld on node %s (it has cpu:0..cpu:%d and %s)",
 		         kind ? kind : "?", (long long)index, a->node, a->n_cpu - 1, gpus);
 		s_refuse_spawn(a, job, attempt, rank, why);
-		return;
+		return -1;
 	}
-	char dev_name[32];
-	s_slot_label(a, slot_i, dev_name, sizeof dev_name);
 	slot_t *s = &a->slots[slot_i];
 	/* A survivor of the failed attempt `adopt`, parked in its process on
 	 * this device, becomes this attempt's rank (the coordinator sends it
@@ -475,12 +478,14 @@ static void s_spawn(agent_t *a, const json_t *p)
 			s_log(a, "rank %s/%d/%d (pid %d) rejoins as attempt %d in its process", job, s->attempt,
 			      rank, (int)s->pid, attempt);
 			s->attempt = attempt;
-			return;
+			return -1;
 		}
 		s_log(a, "rank %s/%lld/%d is no longer running here: spawning attempt %d afresh", job,
 		      (long long)json_integer_value(adopt), rank, attempt);
 	}
 	if (s->busy) {
+		char dev_name[32];
+		s_slot_label(a, slot_i, dev_name, sizeof dev_name);
 		if (s->pending) {
 			snprintf(why, sizeof why, "device %s is busy with rank %s/%d/%d and rank %s/%lld/%lld waits for it",
 			         dev_name, s->job, s->attempt, s->rank,
@@ -488,15 +493,79 @@ static void s_spawn(agent_t *a, const json_t *p)
 			         (long long)json_integer_value(json_object_get(s->pending, "attempt")),
 			         (long long)json_integer_value(json_object_get(s->pending, "rank")));
 			s_refuse_spawn(a, job, attempt, rank, why);
-			return;
+			return -1;
 		}
 		/* The coordinator placed it here, so it holds the old rank finished. */
 		s->pending = json_incref((json_t *)p);
 		s->pending_term_at_us = fabric_now_us() + (int64_t)PENDING_GRACE_MS * 1000;
 		s_log(a, "rank %s/%d/%d waits for %s, still held by rank %s/%d/%d (pid %d)", job,
 		      attempt, rank, dev_name, s->job, s->attempt, s->rank, (int)s->pid);
-		return;
+		return -1;
 	}
+	return slot_i;
+}
+
+/* The command line of a rank process (its number arguments kept in `ra`). */
+typedef struct {
+	char attempt[16], rank[16], world[16], timeout[16], step_timeout[16];
+	const char *argv[24];
+} rank_args_t;
+
+static void s_rank_args(agent_t *a, const char *job, int attempt, int rank, int world, rank_args_t *ra)
+{
+	snprintf(ra->attempt, sizeof ra->attempt, "%d", attempt);
+	snprintf(ra->rank, sizeof ra->rank, "%d", rank);
+	snprintf(ra->world, sizeof ra->world, "%d", world);
+	int k = 0;
+	ra->argv[k++] = "ringworker";
+	ra->argv[k++] = "rank";
+	ra->argv[k++] = "--coordinator";
+	ra->argv[k++] = fabric_endpoint(a->fab);
+	ra->argv[k++] = "--job";
+	ra->argv[k++] = job;
+	ra->argv[k++] = "--attempt";
+	ra->argv[k++] = ra->attempt;
+	ra->argv[k++] = "--rank";
+	ra->argv[k++] = ra->rank;
+	ra->argv[k++] = "--world-size";
+	ra->argv[k++] = ra->world;
+	ra->argv[k++] = "--host";
+	ra->argv[k++] = a->advertise;
+	if (a->opt->data_root) {
+		ra->argv[k++] = "--data-root";
+		ra->argv[k++] = a->opt->data_root;
+	}
+	if (a->opt->checkpoint_root) {
+		ra->argv[k++] = "--checkpoint-root";
+		ra->argv[k++] = a->opt->checkpoint_root;
+	}
+	if (a->opt->comm_timeout_ms > 0) {
+		snprintf(ra->timeout, sizeof ra->timeout, "%d", a->opt->comm_timeout_ms);
+		ra->argv[k++] = "--comm-timeout-ms";
+		ra->argv[k++] = ra->timeout;
+	}
+	if (a->opt->step_timeout_ms > 0) {
+		snprintf(ra->step_timeout, sizeof ra->step_timeout, "%d", a->opt->step_timeout_ms);
+		ra->argv[k++] = "--step-timeout-ms";
+		ra->argv[k++] = ra->step_timeout;
+	}
+	ra->argv[k] = NULL;
+}
+
+static void s_spawn(agent_t *a, const json_t *p)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	int attempt = (int)json_integer_value(json_object_get(p, "attempt"));
+	int rank = (int)json_integer_value(json_object_get(p, "rank"));
+	int world = (int)json_integer_value(json_object_get(p, "world_size"));
+	char why[512];
+
+	int slot_i = s_spawn_slot(a, p, job, attempt, rank);
+	if (slot_i < 0)
+		return;
+	char dev_name[32];
+	s_slot_label(a, slot_i, dev_name, sizeof dev_name);
+	slot_t *s = &a->slots[slot_i];
 
 	cpu_set_t cpus;
 	/* A GPU rank's CPUs: the node's CPUs split between its GPUs. */
@@ -505,46 +574,9 @@ static void s_spawn(agent_t *a, const json_t *p)
 	                    : agent_cpu_share(&a->avail, slot_i, a->n_cpu, &cpus);
 	if (n_threads < 1)
 		n_threads = 1;
-	char s_attempt[16], s_rank[16], s_world[16], s_timeout[16];
-	snprintf(s_attempt, sizeof s_attempt, "%d", attempt);
-	snprintf(s_rank, sizeof s_rank, "%d", rank);
-	snprintf(s_world, sizeof s_world, "%d", world);
-	const char *argv[24];
-	int k = 0;
-	argv[k++] = "ringworker";
-	argv[k++] = "rank";
-	argv[k++] = "--coordinator";
-	argv[k++] = fabric_endpoint(a->fab);
-	argv[k++] = "--job";
-	argv[k++] = job;
-	argv[k++] = "--attempt";
-	argv[k++] = s_attempt;
-	argv[k++] = "--rank";
-	argv[k++] = s_rank;
-	argv[k++] = "--world-size";
-	argv[k++] = s_world;
-	argv[k++] = "--host";
-	argv[k++] = a->advertise;
-	if (a->opt->data_root) {
-		argv[k++] = "--data-root";
-		argv[k++] = a->opt->data_root;
-	}
-	if (a->opt->checkpoint_root) {
-		argv[k++] = "--checkpoint-root";
-		argv[k++] = a->opt->checkpoint_root;
-	}
-	if (a->opt->comm_timeout_ms > 0) {
-		snprintf(s_timeout, sizeof s_timeout, "%d", a->opt->comm_timeout_ms);
-		argv[k++] = "--comm-timeout-ms";
-		argv[k++] = s_timeout;
-	}
-	char s_step_timeout[16];
-	if (a->opt->step_timeout_ms > 0) {
-		snprintf(s_step_timeout, sizeof s_step_timeout, "%d", a->opt->step_timeout_ms);
-		argv[k++] = "--step-timeout-ms";
-		argv[k++] = s_step_timeout;
-	}
-	argv[k] = NULL;
+	rank_args_t ra;
+	s_rank_args(a, job, attempt, rank, world, &ra);
+	const char *const *argv = ra.argv;
 
 	char **env = s_rank_env(n_threads, gpu);
 	int pipefd[2] = {-1, -1};
@@ -567,7 +599,7 @@ static void s_spawn(agent_t *a, const json_t *p)
 		/* A rank must not outlive its agent, even one killed with -9. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
-			_exit(127);
+			_exit(RM_EXIT_EXEC);
 		sched_setaffinity(0, sizeof cpus, &cpus);
 		sigprocmask(SIG_SETMASK, &a->old_mask, NULL);
 		execve(a->exe, (char *const *)argv, env);
@@ -644,8 +676,9 @@ static void s_kill(agent_t *a, const json_t *p)
 		int p_attempt = (int)json_integer_value(json_object_get(s->pending, "attempt"));
 		int p_rank = (int)json_integer_value(json_object_get(s->pending, "rank"));
 		s_send(a, WIRE_RANK_EXITED,
-		       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s}", "job", job, "attempt", p_attempt,
-		                 "rank", p_rank, "exit_code", -1, "signal", SIGTERM, "error", ""));
+		       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "job", job, "attempt", p_attempt,
+		                 "rank", p_rank, "exit_code", -1, "signal", SIGTERM, "error", "", "failure",
+		                 (int)RM_FAILURE_SIGNAL));
 		json_decref(s->pending);
 		s->pending = NULL;
 		n++;

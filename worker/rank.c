@@ -36,6 +36,7 @@
 #include <zmq.h>
 
 #include "comm.h"
+#include "exitcode.h"
 #include "fabric.h"
 #include "jobspec.h"
 #include "snapshot.h"
@@ -181,12 +182,21 @@ static void s_send_final(rank_t *r, wire_type_t type, json_t *payload)
 	}
 }
 
-/* FAILED with the exit status the process is about to end with, so that
- * the coordinator knows at once whether a restart can help. */
+/* train_run's statuses are compared with api/exitcode.h's below. */
+_Static_assert((int)RM_EXIT_OK == (int)TRAIN_EXIT_OK && (int)RM_EXIT_USAGE == (int)TRAIN_EXIT_USAGE &&
+                       (int)RM_EXIT_SPEC == (int)TRAIN_EXIT_SPEC && (int)RM_EXIT_DATA == (int)TRAIN_EXIT_DATA &&
+                       (int)RM_EXIT_NOMEM == (int)TRAIN_EXIT_NOMEM && (int)RM_EXIT_DIVERGED == (int)TRAIN_EXIT_DIVERGED &&
+                       (int)RM_EXIT_COMM == (int)TRAIN_EXIT_COMM && (int)RM_EXIT_ABORTED == (int)TRAIN_EXIT_ABORTED,
+               "api/exitcode.h and worker/train.h disagree on an exit status");
+
+/* FAILED with the exit status the process is about to end with and the
+ * failure kind it means (api/exitcode.h), so that the coordinator knows at
+ * once whether a restart can help. */
 static void s_send_failed(rank_t *r, const char *reason, int exit_code)
 {
 	s_send_final(r, WIRE_FAILED,
-	             json_pack("{s:s, s:i}", "reason", reason, "exit_code", exit_code));
+	             json_pack("{s:s, s:i, s:i}", "reason", reason, "exit_code", exit_code, "failure",
+	                       (int)rm_exit_failure(exit_code, 0)));
 }
 
 /* An ABORT for this attempt ends the process at once, unless it asks the
@@ -210,7 +220,7 @@ static void s_check_abort(rank_t *r, wire_type_t type, const json_t *p)
 	fprintf(stderr, "ringworker rank: aborted by the coordinator: %s\n",
 	        json_string_value(json_object_get(p, "reason")));
 	fflush(stderr);
-	_exit(TRAIN_EXIT_ABORTED);
+	_exit(RM_EXIT_ABORTED);
 }
 
 /*
@@ -417,7 +427,8 @@ static int s_on_snapshot(void *ctx, const train_snapshot_t *snap)
 static void s_on_snapshot_failed(void *ctx, int64_t step, const char *error)
 {
 	rank_t *r = ctx;
-	s_send(r, WIRE_SNAPSHOT_FAILED, json_pack("{s:I, s:s}", "step", (json_int_t)step, "error", error));
+	s_send(r, WIRE_SNAPSHOT_FAILED, json_pack("{s:I, s:s, s:i}", "step", (json_int_t)step, "error", error,
+	                                          "failure", (int)RM_FAILURE_IO));
 }
 
 static void s_commit(rank_t *r, const json_t *p)
@@ -523,7 +534,7 @@ static void s_deadline(struct timespec *ts, long ms)
  * RANK_WATCHDOG_FACTOR x the longest step so far) after the previous one
  * means the training thread is stuck where no collective timeout reaches
  * (a compute or I/O hang, a deadlock). The rank cannot rejoin with a stuck
- * thread: it reports FAILED and exits with RANK_EXIT_WATCHDOG, and the job
+ * thread: it reports FAILED and exits with RM_EXIT_WATCHDOG, and the job
  * recovers without it.
  */
 static void s_watchdog(rank_t *r)
@@ -559,10 +570,10 @@ static void s_watchdog(rank_t *r)
 	struct timespec until;
 	s_deadline(&until, 200); /* a send holds it for microseconds */
 	if (pthread_mutex_timedlock(&r->lock, &until) != 0)
-		_exit(RANK_EXIT_WATCHDOG);
+		_exit(RM_EXIT_WATCHDOG);
 	pthread_mutex_unlock(&r->lock);
-	s_send_failed(r, reason, RANK_EXIT_WATCHDOG);
-	_exit(RANK_EXIT_WATCHDOG);
+	s_send_failed(r, reason, RM_EXIT_WATCHDOG);
+	_exit(RM_EXIT_WATCHDOG);
 }
 
 /* REJOIN {attempt}: the attempt this rank becomes once training stopped. */
@@ -834,7 +845,7 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 	int rc = s_wait_for(r, WIRE_JOINED, NULL, RANK_JOIN_TIMEOUT_MS, &p, err, sizeof err);
 	if (rc < 0) {
 		s_err("JOIN %s/%d/%d: %s", o->job, o->attempt, o->rank, err);
-		return TRAIN_EXIT_COMM;
+		return RM_EXIT_COMM;
 	}
 	int world = (int)json_integer_value(json_object_get(p, "world_size"));
 	int every = (int)json_integer_value(json_object_get(p, "metrics_every"));
@@ -856,8 +867,8 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 		snprintf(reason, sizeof reason, "ringworker rank: error: the job spec from the coordinator is invalid: %s",
 		         jerr.message);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason, TRAIN_EXIT_SPEC);
-		return TRAIN_EXIT_SPEC;
+		s_send_failed(r, reason, RM_EXIT_SPEC);
+		return RM_EXIT_SPEC;
 	}
 	if (world != o->world_size) {
 		char reason[256];
@@ -865,9 +876,9 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 		         "ringworker rank: error: JOINED says world size %d, the agent said %d", world,
 		         o->world_size);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason, TRAIN_EXIT_USAGE);
+		s_send_failed(r, reason, RM_EXIT_USAGE);
 		jobspec_free(ret_spec);
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	const char *paths[2][2] = {{"data.train", ret_spec->data.train}, {"data.val", ret_spec->data.val}};
 	for (int i = 0; i < 2; i++) {
@@ -879,16 +890,16 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 		         "to the agent's --data-root, without '..'",
 		         paths[i][0], paths[i][1]);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason, TRAIN_EXIT_SPEC);
+		s_send_failed(r, reason, RM_EXIT_SPEC);
 		jobspec_free(ret_spec);
-		return TRAIN_EXIT_SPEC;
+		return RM_EXIT_SPEC;
 	}
 	r->last_step = ret_spec->train.steps;
 	return 0;
 }
 
 /*
- * After training stopped on a failed collective (rc TRAIN_EXIT_COMM) or on
+ * After training stopped on a failed collective (rc RM_EXIT_COMM) or on
  * ABORT {rejoin: true}: keep the process for the next attempt. Waits (up to
  * PARK_ASK_MS) to be asked to rejoin unless it was already, answers PARKED
  * unless the watcher did, and waits (up to PARK_TIMEOUT_MS) for REJOIN
@@ -959,7 +970,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	char err[512];
 	/* A cuda rank on a node without a usable GPU fails before the rendezvous. */
 	int usable = train_check_device(spec, err, sizeof err);
-	if (usable != TRAIN_EXIT_OK) {
+	if (usable != RM_EXIT_OK) {
 		char reason[700];
 		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: %s", o->rank, err);
 		fprintf(stderr, "%s\n", reason);
@@ -979,8 +990,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: rendezvous failed: %s",
 		         o->rank, err);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason, TRAIN_EXIT_COMM);
-		return TRAIN_EXIT_COMM;
+		s_send_failed(r, reason, RM_EXIT_COMM);
+		return RM_EXIT_COMM;
 	}
 	double t1 = s_unix_now();
 	r->rendezvous_ms = (t1 - t0) * 1e3;
@@ -992,8 +1003,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	FILE *log = fopencookie(r, "w", io);
 	if (!log) {
 		comm_free(comm);
-		s_send_failed(r, "ringworker rank: error: out of memory", TRAIN_EXIT_NOMEM);
-		return TRAIN_EXIT_NOMEM;
+		s_send_failed(r, "ringworker rank: error: out of memory", RM_EXIT_NOMEM);
+		return RM_EXIT_NOMEM;
 	}
 	setvbuf(log, NULL, _IOLBF, 0);
 	train_options_t topt = {
@@ -1038,7 +1049,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	int rc = train_run(spec, &topt);
 	fflush(stdout);
 	fclose(log);
-	if (rc == TRAIN_EXIT_OK && r->watching)
+	if (rc == RM_EXIT_OK && r->watching)
 		s_wait_last_commit(r);
 
 	if (r->watching) {
@@ -1048,23 +1059,23 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	}
 	r->comm = NULL;
 	bool asked = atomic_load(&r->rejoin_asked);
-	if (rc == TRAIN_EXIT_COMM || (rc == TRAIN_EXIT_ABORTED && asked)) {
+	if (rc == RM_EXIT_COMM || (rc == RM_EXIT_ABORTED && asked)) {
 		/* Drop the communicator first: peers still blocked with this rank
 		 * fail at once and park too. */
 		comm_free(comm);
 		comm = NULL;
-		if (rc == TRAIN_EXIT_COMM && !asked) {
+		if (rc == RM_EXIT_COMM && !asked) {
 			char reason[ERROR_MAX_BYTES + 64];
 			snprintf(reason, sizeof reason, "%s",
 			         r->last_error[0] ? r->last_error : "ringworker rank: error: a collective failed");
 			s_send_failed(r, reason, rc);
 		}
 		r->next_attempt = s_park(r);
-	} else if (rc == TRAIN_EXIT_OK) {
+	} else if (rc == RM_EXIT_OK) {
 		/* The last step's report went out as METRICS; DONE repeats it. */
 		s_send_final(r, WIRE_DONE, json_pack("{s:I, s:o}", "step", (json_int_t)r->done_step,
 		                                      "loss", s_real(r->done_loss)));
-	} else if (rc != TRAIN_EXIT_ABORTED) {
+	} else if (rc != RM_EXIT_ABORTED) {
 		char reason[ERROR_MAX_BYTES + 64];
 		if (r->last_error[0])
 			snprintf(reason, sizeof reason, "%s", r->last_error);
@@ -1093,7 +1104,7 @@ static int s_attempt(const rank_options_t *opt, void *zctx, int *ret_next)
 	rank_t *r = calloc(1, sizeof *r); /* large (the kept rows): not on the stack */
 	if (!r) {
 		s_err("out of memory");
-		return TRAIN_EXIT_NOMEM;
+		return RM_EXIT_NOMEM;
 	}
 	r->opt = opt;
 	r->zctx = zctx;
@@ -1107,13 +1118,13 @@ static int s_attempt(const rank_options_t *opt, void *zctx, int *ret_next)
 	int rc;
 	if (n < 0 || (size_t)n >= sizeof identity) {
 		s_err("job id '%s' is too long", opt->job);
-		rc = TRAIN_EXIT_USAGE;
+		rc = RM_EXIT_USAGE;
 		goto out;
 	}
 	r->fab = fabric_new(zctx, opt->coordinator, identity, err, sizeof err);
 	if (!r->fab) {
 		s_err("%s", err);
-		rc = TRAIN_EXIT_USAGE;
+		rc = RM_EXIT_USAGE;
 		goto out;
 	}
 	jobspec_t spec = {0};
@@ -1133,17 +1144,17 @@ int rank_run(const rank_options_t *opt)
 {
 	if (sodium_init() < 0) {
 		s_err("libsodium failed to initialise");
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	void *zctx = zmq_ctx_new();
 	if (!zctx) {
 		s_err("cannot create a ZeroMQ context: %s", zmq_strerror(errno));
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	rank_options_t cur = *opt;
 	int rc, next;
 	/* A survivor of a failed attempt rejoins the next one in this process. */
-	while ((rc = s_attempt(&cur, zctx, &next)) != TRAIN_EXIT_OK && next > cur.attempt)
+	while ((rc = s_attempt(&cur, zctx, &next)) != RM_EXIT_OK && next > cur.attempt)
 		cur.attempt = next;
 	zmq_ctx_term(zctx);
 	return rc;

@@ -4,13 +4,15 @@
  * sets (training row, memory figures), the snapshot commit messages' field
  * checks (non-negative integers, XXH3 hex), the recovery fields (JOINED's
  * resume, METRICS' resumed_from_step / load_ms / rendezvous_ms,
- * RANK_EXITED's exited_at_us, FAILED's exit_code), TRACE's step times, a wrong protocol frame,
+ * RANK_EXITED's exited_at_us, FAILED's exit_code), the failure codes of
+ * FAILED, RANK_EXITED and SNAPSHOT_FAILED and their meaning (api/exitcode.h), TRACE's step times, a wrong protocol frame,
  * unknown types, oversized payloads, wrong frame counts; and a real ZeroMQ
  * ROUTER/DEALER pair over loopback TCP carrying messages both ways with
  * wire_send / wire_recv, including malformed ones. Prints "N passed, M
  * failed"; exits non-zero on any failure.
  */
 #include "wire.h"
+#include "exitcode.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -447,6 +449,69 @@ static void test_recovery_fields(void)
 	      strstr(err, "exit_code"));
 }
 
+/* The failure code: optional on FAILED, RANK_EXITED and SNAPSHOT_FAILED (old
+ * payloads without it still decode), an integer >= 0 when present, and it
+ * survives the round trip; exit statuses map to the kinds the coordinator
+ * decides on. */
+static void test_failure_code(void)
+{
+	char err[256], buf[512];
+	const char *failed = "{\"reason\":\"boom\",\"exit_code\":2%s}";
+	const char *exited = "{\"job\":\"j\",\"attempt\":1,\"rank\":1,\"exit_code\":3,\"signal\":0,"
+	                     "\"error\":\"\"%s}";
+	const char *snap = "{\"step\":20,\"error\":\"No space left on device\"%s}";
+	const char *types[] = {"FAILED", "RANK_EXITED", "SNAPSHOT_FAILED"};
+	const char *fmts[] = {failed, exited, snap};
+	for (int t = 0; t < 3; t++) {
+		snprintf(buf, sizeof buf, fmts[t], "");
+		CHECK(s_try(types[t], buf, err, sizeof err) == 0); /* an old payload */
+		snprintf(buf, sizeof buf, fmts[t], ",\"failure\":2");
+		CHECK(s_try(types[t], buf, err, sizeof err) == 0);
+		snprintf(buf, sizeof buf, fmts[t], ",\"failure\":99");
+		CHECK(s_try(types[t], buf, err, sizeof err) == 0); /* a newer peer's kind: the receiver judges */
+		snprintf(buf, sizeof buf, fmts[t], ",\"failure\":-1");
+		CHECK(s_try(types[t], buf, err, sizeof err) == -EINVAL && strstr(err, "\"failure\""));
+		snprintf(buf, sizeof buf, fmts[t], ",\"failure\":\"spec\"");
+		CHECK(s_try(types[t], buf, err, sizeof err) == -EINVAL && strstr(err, "\"failure\""));
+		snprintf(buf, sizeof buf, fmts[t], ",\"failure\":1.5");
+		CHECK(s_try(types[t], buf, err, sizeof err) == -EINVAL && strstr(err, "\"failure\""));
+	}
+	/* encode and decode agree: the code comes back as sent */
+	json_t *p = json_pack("{s:s, s:i, s:i}", "reason", "bad data", "exit_code", RM_EXIT_DATA, "failure",
+	                      (int)rm_exit_failure(RM_EXIT_DATA, 0));
+	char *enc = NULL;
+	size_t len = 0;
+	CHECK(wire_encode(WIRE_FAILED, p, &enc, &len, err, sizeof err) == 0);
+	const void *frames[3] = {WIRE_PROTOCOL, "FAILED", enc};
+	size_t sizes[3] = {strlen(WIRE_PROTOCOL), 6, len};
+	wire_type_t type = 0;
+	json_t *back = NULL;
+	CHECK(enc && wire_decode(3, frames, sizes, &type, &back, err, sizeof err) == 0 && type == WIRE_FAILED);
+	CHECK(back && json_integer_value(json_object_get(back, "failure")) == RM_FAILURE_DATA);
+	json_decref(back);
+	free(enc);
+	json_decref(p);
+	/* what the codes mean */
+	CHECK(rm_exit_failure(0, 0) == RM_FAILURE_NONE && rm_exit_failure(-1, 9) == RM_FAILURE_SIGNAL);
+	CHECK(rm_exit_failure(RM_EXIT_SPEC, 0) == RM_FAILURE_SPEC && rm_exit_failure(RM_EXIT_COMM, 0) == RM_FAILURE_COMM);
+	CHECK(rm_exit_failure(RM_EXIT_EXEC, 0) == RM_FAILURE_SPAWN && rm_exit_failure(134, 0) == RM_FAILURE_UNKNOWN);
+	CHECK(!rm_exit_retryable(RM_EXIT_SPEC, 0) && !rm_exit_retryable(RM_EXIT_DATA, 0) &&
+	      !rm_exit_retryable(RM_EXIT_DIVERGED, 0));
+	CHECK(rm_exit_retryable(RM_EXIT_SPEC, 9)); /* a signal: whatever the status */
+	int retryable[] = {RM_EXIT_OK, RM_EXIT_USAGE, RM_EXIT_NOMEM, RM_EXIT_COMM, RM_EXIT_ABORTED, RM_EXIT_WATCHDOG,
+	                   RM_EXIT_EXEC, 42};
+	for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++)
+		CHECK(rm_exit_retryable(retryable[i], 0));
+	CHECK(strcmp(rm_exit_describe(RM_EXIT_SPEC), "a job spec error") == 0);
+	CHECK(strcmp(rm_exit_describe(RM_EXIT_DATA), "a data error") == 0);
+	CHECK(strcmp(rm_exit_describe(RM_EXIT_DIVERGED), "training diverged") == 0);
+	CHECK(rm_failure_valid(RM_FAILURE_MAX) && !rm_failure_valid(RM_FAILURE_MAX + 1) && !rm_failure_valid(-1));
+	CHECK(rm_failure_retryable((rm_failure_t)99) && strcmp(rm_failure_name((rm_failure_t)99), "unknown") == 0);
+	for (int k = 0; k <= RM_FAILURE_MAX; k++)
+		CHECK(rm_failure_describe((rm_failure_t)k)[0] &&
+		      (k == RM_FAILURE_UNKNOWN || strcmp(rm_failure_name((rm_failure_t)k), "unknown") != 0));
+}
+
 /* TRACE: the step's start on the wall clock is an integer >= 0 (Unix
  * microseconds), its duration a number >= 0; the events are an array
  * (their contents are the coordinator's to check: coordinatord/traces.c). */
@@ -482,6 +547,7 @@ int main(void)
 	s_run("snapshot_fields", test_snapshot_fields);
 	s_run("recovery_fields", test_recovery_fields);
 	s_run("trace_fields", test_trace_fields);
+	s_run("failure_code", test_failure_code);
 	s_run("bad_frames", test_bad_frames);
 	s_run("encode_refuses", test_encode_refuses);
 	s_run("sockets", test_sockets);

@@ -1,0 +1,51 @@
+/*
+ * agents: the node agents on the broker loop: REGISTER (devices, and the
+ * ranks an agent runs, reconciled against the live attempts), HEARTBEAT,
+ * RANK_EXITED (a rank's exit status, which may fail its attempt), agents
+ * declared dead after dead_after silent intervals, and the coordinator's
+ * own HEARTBEATs (api/wire.h).
+ *
+ * Agents live in the fabric's `agents` map (fabric_int.h) for the life of
+ * the fabric, dead ones included; their devices are sorted by (kind,
+ * index) and point at the attempt that owns them.
+ */
+#ifndef RINGMASTER_COORDINATORD_AGENTS_H
+#define RINGMASTER_COORDINATORD_AGENTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "fabric_int.h"
+
+/* A message of type `type` from the agent on `node` (identity `ident`):
+ * REGISTER, HEARTBEAT or RANK_EXITED; anything else gets ERROR 400, and an
+ * agent not registered (or declared dead) ERROR 404 unless it registers. */
+void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_type_t type, json_t *p);
+
+/* Declare dead the agents silent for longer than dead_after intervals
+ * (mono `now`): their ranks' attempts fail (or drain), their devices are
+ * freed, the store says so. */
+void agents_expire(fabric_t *f, int64_t now);
+
+/* HEARTBEAT to every alive agent; heartbeats heard since the last call are
+ * written to the store. */
+void agents_heartbeat(fabric_t *f);
+
+/* Parse REGISTER's devices (borrowed) into a sorted array: 0 and *ret
+ * (malloc'ed, NULL when empty) and *ret_n, or -EINVAL / -ENOMEM with
+ * `detail` naming the field. */
+int agents_parse_devices(const json_t *arr, device_t **ret, int *ret_n, char *detail, size_t dlen);
+
+/* The agent of `node`, added (not alive, no devices) when unknown; NULL on
+ * out-of-memory. */
+agent_t *agents_get_or_add(fabric_t *f, const char *node);
+
+/* The agent spoke: its last-seen times are now (the wall one to be stored). */
+void agents_touch(agent_t *a);
+
+/* The agent's device of `kind` and `index`, or NULL. */
+device_t *agents_device(agent_t *a, int kind, int index);
+
+#endif
