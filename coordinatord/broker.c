@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <sodium.h>
 #include <systemd/sd-daemon.h>
 #include <zmq.h>
@@ -281,6 +282,20 @@ static void new_job_id(char out[STORE_ID_BYTES])
 	out[22] = '\0';
 }
 
+/* The reply body: the job's view (jobview.h). 0 or -ENOMEM. */
+static int set_job_body(cmd_t *c, const store_job_t *job)
+{
+	json_t *view = jobview_job(job);
+	char *text = view ? json_dumps(view, JSON_COMPACT) : NULL;
+	json_decref(view);
+	if (!text)
+		return -ENOMEM;
+	sbuf_reset(&c->body);
+	sbuf_puts(&c->body, text);
+	free(text);
+	return c->body.failed ? -ENOMEM : 0;
+}
+
 /* Apply one SUBMIT inside the open transaction. 0 (with c->status set) or a
  * negative errno that fails the whole group. */
 static int apply_submit(broker_t *b, cmd_t *c)
@@ -330,9 +345,7 @@ static int apply_submit(broker_t *b, cmd_t *c)
 	}
 	if (r < 0)
 		return r;
-	sbuf_reset(&c->body);
-	jobview_job(&c->body, &job);
-	if (c->body.failed)
+	if (set_job_body(c, &job) < 0)
 		return -ENOMEM;
 	c->status = 201;
 	snprintf(c->job_id, sizeof c->job_id, "%s", job.id);
@@ -376,10 +389,9 @@ static int apply_cancel(broker_t *b, cmd_t *c)
 	r = store_job_get(b->store, id, &job);
 	if (r < 0)
 		return r;
-	sbuf_reset(&c->body);
-	jobview_job(&c->body, &job);
+	r = set_job_body(c, &job);
 	store_job_clear(&job);
-	if (c->body.failed)
+	if (r < 0)
 		return -ENOMEM;
 	c->status = 200;
 	snprintf(c->job_id, sizeof c->job_id, "%s", id);

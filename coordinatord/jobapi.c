@@ -23,19 +23,83 @@
 
 /* ---- GET handlers ---- */
 
+/*
+ * A list being filled by a store_*_list callback: the views so far and the
+ * key of the last one (for the next page). A callback returns -ENOMEM when
+ * the view cannot be built, which stops the listing.
+ */
 typedef struct {
-	sbuf_t *out;
-	int *n;
-} rank_view_ctx_t;
+	json_t *items;
+	long long last;
+} list_ctx_t;
 
-static int job_rank_fn(const store_rank_t *r, void *userdata)
+static int list_append(list_ctx_t *l, json_t *item, long long key)
 {
-	rank_view_ctx_t *v = userdata;
-	if ((*v->n)++)
-		sbuf_putc(v->out, ',');
-	jobview_rank(v->out, r);
+	if (!item || json_array_append_new(l->items, item) < 0)
+		return -ENOMEM;
+	l->last = key;
 	return 0;
 }
+
+static int rank_fn(const store_rank_t *r, void *userdata)
+{
+	return list_append(userdata, jobview_rank(r), r->rank);
+}
+
+static int checkpoint_fn(const store_checkpoint_t *cp, void *userdata)
+{
+	return list_append(userdata, jobview_checkpoint(cp), cp->step);
+}
+
+static int job_fn(const store_job_t *job, void *userdata)
+{
+	return list_append(userdata, jobview_job(job), job->seq);
+}
+
+static int event_fn(const store_event_t *ev, void *userdata)
+{
+	return list_append(userdata, jobview_event(ev), ev->id);
+}
+
+static int metric_fn(const store_metric_t *m, void *userdata)
+{
+	return list_append(userdata, jobview_metric(m), m->step);
+}
+
+/*
+ * Answer a listing that ended with `r`: 404 (-ENOENT, no such job), 500 (a
+ * view could not be built), 503 (the store failed) or 200 with `doc` (a
+ * json_pack format taking the list and `next`, both stolen). Takes l->items
+ * and `next` in every case.
+ */
+static enum MHD_Result list_reply(request_t *rq, int r, list_ctx_t *l, const char *key, json_t *next,
+                                  const char *next_key)
+{
+	if (r < 0 || !l->items) {
+		json_decref(l->items);
+		json_decref(next);
+		if (r == -ENOENT)
+			return request_job_not_found(rq);
+		if (r == -ENOMEM || !l->items)
+			return request_problem(rq, 500, "out of memory while building the response", NULL);
+		return request_db_unavailable(rq);
+	}
+	json_t *doc = next_key ? json_pack("{so so}", key, l->items, next_key, next ? next : json_null())
+	                       : json_pack("{so}", key, l->items);
+	return request_reply_json(rq, 200, doc);
+}
+
+/* next_cursor: the cursor after the page's last item, null on the last page. */
+static json_t *next_cursor(bool more, const list_ctx_t *l)
+{
+	if (!more || json_array_size(l->items) == 0)
+		return json_null();
+	char cur[JOBVIEW_CURSOR_BYTES];
+	jobview_cursor_encode(l->last, cur);
+	return json_string(cur);
+}
+
+/* ---- GET handlers ---- */
 
 enum MHD_Result jobapi_get(request_t *rq)
 {
@@ -52,30 +116,20 @@ enum MHD_Result jobapi_get(request_t *rq)
 		return request_job_not_found(rq);
 	if (r < 0)
 		return request_db_unavailable(rq);
-	sbuf_reset(&rq->thread->out);
-	jobview_job_open(&rq->thread->out, &job);
-	sbuf_puts(&rq->thread->out, ",\"ranks\":[");
-	int n_ranks = 0;
-	r = store_rank_list_attempt(st, id, job.attempt, job_rank_fn, &(rank_view_ctx_t){&rq->thread->out, &n_ranks});
+	list_ctx_t l = {.items = json_array()};
+	r = l.items ? store_rank_list_attempt(st, id, job.attempt, rank_fn, &l) : -ENOMEM;
+	json_t *doc = r == 0 ? jobview_job(&job) : NULL;
 	store_job_clear(&job);
-	if (r < 0)
-		return request_db_unavailable(rq);
-	sbuf_puts(&rq->thread->out, "]}");
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
-}
-
-typedef struct {
-	sbuf_t *out;
-	int n;
-} view_list_t;
-
-static int checkpoint_fn(const store_checkpoint_t *cp, void *userdata)
-{
-	view_list_t *l = userdata;
-	if (l->n++)
-		sbuf_putc(l->out, ',');
-	jobview_checkpoint(l->out, cp);
-	return 0;
+	if (r == -ENOENT)
+		r = -EIO; /* the job was there a moment ago */
+	if (r == 0 && (!doc || json_object_set(doc, "ranks", l.items) < 0))
+		r = -ENOMEM;
+	if (r < 0) {
+		json_decref(doc);
+		return list_reply(rq, r, &l, NULL, NULL, NULL);
+	}
+	json_decref(l.items);
+	return request_reply_json(rq, 200, doc);
 }
 
 enum MHD_Result jobapi_checkpoints(request_t *rq)
@@ -86,16 +140,9 @@ enum MHD_Result jobapi_checkpoints(request_t *rq)
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
-	sbuf_reset(&rq->thread->out);
-	sbuf_puts(&rq->thread->out, "{\"checkpoints\":[");
-	view_list_t l = {.out = &rq->thread->out};
-	int r = store_checkpoint_list(st, id, checkpoint_fn, &l);
-	if (r == -ENOENT)
-		return request_job_not_found(rq);
-	if (r < 0)
-		return request_db_unavailable(rq);
-	sbuf_puts(&rq->thread->out, "]}");
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
+	list_ctx_t l = {.items = json_array()};
+	int r = l.items ? store_checkpoint_list(st, id, checkpoint_fn, &l) : -ENOMEM;
+	return list_reply(rq, r, &l, "checkpoints", NULL, NULL);
 }
 
 /* ---- GET /v1/jobs/{id}/trace ---- */
@@ -287,47 +334,6 @@ static int parse_paging(request_t *rq, bool allow_state, int *ret_limit,
 	return 0;
 }
 
-typedef struct {
-	sbuf_t *out;
-	int n;
-	long long last;
-} list_ctx_t;
-
-static int list_job_fn(const store_job_t *job, void *userdata)
-{
-	list_ctx_t *l = userdata;
-	if (l->n++)
-		sbuf_putc(l->out, ',');
-	jobview_job(l->out, job);
-	l->last = job->seq;
-	return 0;
-}
-
-static int list_event_fn(const store_event_t *ev, void *userdata)
-{
-	list_ctx_t *l = userdata;
-	if (l->n++)
-		sbuf_putc(l->out, ',');
-	jobview_event(l->out, ev);
-	l->last = ev->id;
-	return 0;
-}
-
-static void put_next_cursor(sbuf_t *out, bool more, long long last)
-{
-	sbuf_puts(out, "],\"next_cursor\":");
-	if (more) {
-		char cur[JOBVIEW_CURSOR_BYTES];
-		jobview_cursor_encode(last, cur);
-		sbuf_putc(out, '"');
-		sbuf_puts(out, cur);
-		sbuf_putc(out, '"');
-	} else {
-		sbuf_puts(out, "null");
-	}
-	sbuf_putc(out, '}');
-}
-
 enum MHD_Result jobapi_list(request_t *rq)
 {
 	char detail[256];
@@ -341,15 +347,12 @@ enum MHD_Result jobapi_list(request_t *rq)
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
-	sbuf_reset(&rq->thread->out);
-	sbuf_puts(&rq->thread->out, "{\"jobs\":[");
-	list_ctx_t l = {.out = &rq->thread->out};
+	list_ctx_t l = {.items = json_array()};
 	bool more = false;
-	int r = store_job_list(st, has_state ? &state : NULL, after, limit, list_job_fn, &l, &more);
-	if (r < 0)
-		return request_db_unavailable(rq);
-	put_next_cursor(&rq->thread->out, more && l.n > 0, l.last);
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
+	int r = l.items ? store_job_list(st, has_state ? &state : NULL, after, limit, job_fn, &l, &more) : -ENOMEM;
+	if (r == -ENOENT)
+		r = -EIO; /* not a job's list: no 404 here */
+	return list_reply(rq, r, &l, "jobs", r == 0 ? next_cursor(more, &l) : NULL, "next_cursor");
 }
 
 enum MHD_Result jobapi_events(request_t *rq)
@@ -368,17 +371,10 @@ enum MHD_Result jobapi_events(request_t *rq)
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
-	sbuf_reset(&rq->thread->out);
-	sbuf_puts(&rq->thread->out, "{\"events\":[");
-	list_ctx_t l = {.out = &rq->thread->out};
+	list_ctx_t l = {.items = json_array()};
 	bool more = false;
-	int r = store_event_list(st, id, after, limit, list_event_fn, &l, &more);
-	if (r == -ENOENT)
-		return request_job_not_found(rq);
-	if (r < 0)
-		return request_db_unavailable(rq);
-	put_next_cursor(&rq->thread->out, more && l.n > 0, l.last);
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
+	int r = l.items ? store_event_list(st, id, after, limit, event_fn, &l, &more) : -ENOMEM;
+	return list_reply(rq, r, &l, "events", r == 0 ? next_cursor(more, &l) : NULL, "next_cursor");
 }
 
 /* ---- GET /v1/jobs/{id}/metrics ---- */
@@ -402,22 +398,6 @@ static enum MHD_Result metrics_query_iter(void *cls, enum MHD_ValueKind kind, co
 	else if (!q->bad_key)
 		q->bad_key = key;
 	return MHD_YES;
-}
-
-typedef struct {
-	sbuf_t *out;
-	int n;
-	long long last_step;
-} metric_list_ctx_t;
-
-static int list_metric_fn(const store_metric_t *m, void *userdata)
-{
-	metric_list_ctx_t *l = userdata;
-	if (l->n++)
-		sbuf_putc(l->out, ',');
-	jobview_metric(l->out, m);
-	l->last_step = m->step;
-	return 0;
 }
 
 enum MHD_Result jobapi_metrics(request_t *rq)
@@ -462,22 +442,11 @@ enum MHD_Result jobapi_metrics(request_t *rq)
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
-	sbuf_reset(&rq->thread->out);
-	sbuf_puts(&rq->thread->out, "{\"metrics\":[");
-	metric_list_ctx_t l = {.out = &rq->thread->out};
+	list_ctx_t l = {.items = json_array()};
 	bool more = false;
-	int r = store_metric_list(st, id, since, limit, list_metric_fn, &l, &more);
-	if (r == -ENOENT)
-		return request_job_not_found(rq);
-	if (r < 0)
-		return request_db_unavailable(rq);
-	sbuf_puts(&rq->thread->out, "],\"next_since_step\":");
-	if (more && l.n > 0)
-		sbuf_printf(&rq->thread->out, "%lld", l.last_step + 1);
-	else
-		sbuf_puts(&rq->thread->out, "null");
-	sbuf_putc(&rq->thread->out, '}');
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
+	int r = l.items ? store_metric_list(st, id, since, limit, metric_fn, &l, &more) : -ENOMEM;
+	json_t *next = r == 0 && more && json_array_size(l.items) > 0 ? json_integer(l.last + 1) : NULL;
+	return list_reply(rq, r, &l, "metrics", next, "next_since_step");
 }
 
 /*

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobview.h"
 #include "metrics.h"
 #include "store.h"
 
@@ -57,88 +58,76 @@ static int collect_rank(const store_rank_t *r, void *userdata)
 }
 
 typedef struct {
-	sbuf_t *out;
-	int n;
+	json_t *workers;
 	rank_rows_t *ranks;
 	size_t next; /* first rank row not yet consumed */
 } workers_ctx_t;
 
+/* The worker's ranks: the rank rows of its node, which start at wc->next
+ * (both lists are in node order); *ret_n_running of them placed or joined. */
+static json_t *worker_ranks(workers_ctx_t *wc, const char *node, size_t *ret_n_running)
+{
+	/* skip rank rows of nodes without a worker row */
+	while (wc->next < wc->ranks->n && strcmp(wc->ranks->rows[wc->next].node, node) < 0)
+		wc->next++;
+	json_t *ranks = json_array();
+	size_t n_running = 0;
+	while (wc->next < wc->ranks->n && strcmp(wc->ranks->rows[wc->next].node, node) == 0) {
+		const rank_row_t *r = &wc->ranks->rows[wc->next++];
+		n_running += strcmp(r->state, "placed") == 0 || strcmp(r->state, "joined") == 0;
+		json_t *v = json_pack("{so si si s{so si} so}", "job", jobview_string(r->job_id), "attempt", r->attempt,
+		                      "rank", r->rank, "device", "kind", jobview_string(r->device_kind), "index",
+		                      r->device_index, "state", jobview_string(r->state));
+		if (!v || json_array_append_new(ranks, v) < 0) {
+			json_decref(ranks);
+			return NULL;
+		}
+	}
+	*ret_n_running = n_running;
+	return ranks;
+}
+
 static int list_worker_fn(const store_worker_t *w, void *userdata)
 {
 	workers_ctx_t *wc = userdata;
-	sbuf_t *out = wc->out;
-	if (wc->n++)
-		sbuf_putc(out, ',');
-	sbuf_puts(out, "{\"node\":");
-	sbuf_json_string(out, w->node, strlen(w->node));
-	sbuf_puts(out, ",\"state\":");
-	sbuf_json_string(out, w->state, strlen(w->state));
-	sbuf_puts(out, ",\"devices\":");
-	sbuf_puts(out, w->devices_json);
-	sbuf_puts(out, ",\"last_heartbeat\":");
-	if (w->has_heartbeat)
-		sbuf_json_time(out, w->last_heartbeat_us);
-	else
-		sbuf_puts(out, "null");
-	sbuf_puts(out, ",\"registered_at\":");
-	if (w->registered_at_us)
-		sbuf_json_time(out, w->registered_at_us);
-	else
-		sbuf_puts(out, "null");
-	/* skip rank rows of nodes without a worker row (both lists are in node order) */
-	while (wc->next < wc->ranks->n && strcmp(wc->ranks->rows[wc->next].node, w->node) < 0)
-		wc->next++;
-	size_t first = wc->next, n_running = 0;
-	while (wc->next < wc->ranks->n && strcmp(wc->ranks->rows[wc->next].node, w->node) == 0) {
-		const rank_row_t *r = &wc->ranks->rows[wc->next++];
-		n_running += strcmp(r->state, "placed") == 0 || strcmp(r->state, "joined") == 0;
-	}
-	sbuf_printf(out, ",\"running_ranks\":%zu,\"ranks\":[", n_running);
-	for (size_t i = first; i < wc->next; i++) {
-		const rank_row_t *r = &wc->ranks->rows[i];
-		if (i > first)
-			sbuf_putc(out, ',');
-		sbuf_puts(out, "{\"job\":");
-		sbuf_json_string(out, r->job_id, strlen(r->job_id));
-		sbuf_printf(out, ",\"attempt\":%d,\"rank\":%d,\"device\":{\"kind\":", r->attempt, r->rank);
-		sbuf_json_string(out, r->device_kind, strlen(r->device_kind));
-		sbuf_printf(out, ",\"index\":%d},\"state\":", r->device_index);
-		sbuf_json_string(out, r->state, strlen(r->state));
-		sbuf_putc(out, '}');
-	}
-	sbuf_puts(out, "]}");
+	size_t n_running = 0;
+	json_t *ranks = worker_ranks(wc, w->node, &n_running);
+	json_t *devices = json_loads(w->devices_json ? w->devices_json : "null", JSON_DECODE_ANY, NULL);
+	json_t *v = json_pack("{so so so so so sI so}", "node", jobview_string(w->node), "state",
+	                      jobview_string(w->state), "devices", devices, "last_heartbeat",
+	                      w->has_heartbeat ? jobview_time(w->last_heartbeat_us) : json_null(), "registered_at",
+	                      w->registered_at_us ? jobview_time(w->registered_at_us) : json_null(),
+	                      "running_ranks", (json_int_t)n_running, "ranks", ranks);
+	if (!v || json_array_append_new(wc->workers, v) < 0)
+		return -ENOMEM;
 	return 0;
 }
 
 enum MHD_Result opsapi_workers(request_t *rq)
 {
 	store_t *st = request_reader(rq);
-	sbuf_t *out = &rq->thread->out;
 	rank_rows_t ranks = {0};
 	int r = st ? store_rank_list_active(st, collect_rank, &ranks) : -EIO;
-	workers_ctx_t wc = {.out = out, .ranks = &ranks};
-	if (r == 0) {
-		sbuf_reset(out);
-		sbuf_puts(out, "{\"workers\":[");
-		r = store_worker_list(st, list_worker_fn, &wc);
-		sbuf_puts(out, "]}");
-	}
+	workers_ctx_t wc = {.workers = json_array(), .ranks = &ranks};
+	if (r == 0)
+		r = wc.workers ? store_worker_list(st, list_worker_fn, &wc) : -ENOMEM;
 	for (size_t i = 0; i < ranks.n; i++)
 		free(ranks.rows[i].node);
 	free(ranks.rows);
-	if (r < 0)
+	if (r < 0) {
+		json_decref(wc.workers);
+		if (r == -ENOMEM)
+			return request_problem(rq, 500, "out of memory while building the response", NULL);
 		return request_db_unavailable(rq);
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
+	}
+	return request_reply_json(rq, 200, json_pack("{so}", "workers", wc.workers));
 }
 
 /* ---- GET /healthz, /readyz ---- */
 
 enum MHD_Result opsapi_healthz(request_t *rq)
 {
-	sbuf_t *out = &rq->thread->out;
-	sbuf_reset(out);
-	sbuf_puts(out, "{\"status\":\"ok\"}");
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
+	return request_reply_json(rq, 200, json_pack("{ss}", "status", "ok"));
 }
 
 enum MHD_Result opsapi_readyz(request_t *rq)
@@ -150,10 +139,7 @@ enum MHD_Result opsapi_readyz(request_t *rq)
 	broker_client_t *bc = request_client(rq);
 	if (!bc || broker_client_ping(bc, PING_TIMEOUT_MS) < 0)
 		return request_problem(rq, 503, "the writer loop did not answer within 1 s", NULL);
-	sbuf_t *out = &rq->thread->out;
-	sbuf_reset(out);
-	sbuf_puts(out, "{\"status\":\"ready\"}");
-	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
+	return request_reply_json(rq, 200, json_pack("{ss}", "status", "ready"));
 }
 
 /* ---- GET /metrics ---- */
