@@ -23,7 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
 #include <sodium.h>
 #include <systemd/sd-daemon.h>
 #include <zmq.h>
@@ -285,14 +284,8 @@ static void new_job_id(char out[STORE_ID_BYTES])
 /* The reply body: the job's view (jobview.h). 0 or -ENOMEM. */
 static int set_job_body(cmd_t *c, const store_job_t *job)
 {
-	json_t *view = jobview_job(job);
-	char *text = view ? json_dumps(view, JSON_COMPACT) : NULL;
-	json_decref(view);
-	if (!text)
-		return -ENOMEM;
 	sbuf_reset(&c->body);
-	sbuf_puts(&c->body, text);
-	free(text);
+	jobview_job(&c->body, job);
 	return c->body.failed ? -ENOMEM : 0;
 }
 

@@ -51,11 +51,6 @@ static int checkpoint_fn(const store_checkpoint_t *cp, void *userdata)
 	return list_append(userdata, jobview_checkpoint(cp), cp->step);
 }
 
-static int job_fn(const store_job_t *job, void *userdata)
-{
-	return list_append(userdata, jobview_job(job), job->seq);
-}
-
 static int event_fn(const store_event_t *ev, void *userdata)
 {
 	return list_append(userdata, jobview_event(ev), ev->id);
@@ -89,6 +84,23 @@ static enum MHD_Result list_reply(request_t *rq, int r, list_ctx_t *l, const cha
 	return request_reply_json(rq, 200, doc);
 }
 
+/* A page of job objects, written by hand into `out`. */
+typedef struct {
+	sbuf_t *out;
+	int n;
+	long long last;
+} job_list_t;
+
+static int job_fn(const store_job_t *job, void *userdata)
+{
+	job_list_t *l = userdata;
+	if (l->n++)
+		sbuf_putc(l->out, ',');
+	jobview_job(l->out, job);
+	l->last = job->seq;
+	return 0;
+}
+
 /* next_cursor: the cursor after the page's last item, null on the last page. */
 static json_t *next_cursor(bool more, const list_ctx_t *l)
 {
@@ -118,18 +130,26 @@ enum MHD_Result jobapi_get(request_t *rq)
 		return request_db_unavailable(rq);
 	list_ctx_t l = {.items = json_array()};
 	r = l.items ? store_rank_list_attempt(st, id, job.attempt, rank_fn, &l) : -ENOMEM;
-	json_t *doc = r == 0 ? jobview_job(&job) : NULL;
-	store_job_clear(&job);
-	if (r == -ENOENT)
-		r = -EIO; /* the job was there a moment ago */
-	if (r == 0 && (!doc || json_object_set(doc, "ranks", l.items) < 0))
+	char *ranks = r == 0 ? json_dumps(l.items, JSON_COMPACT) : NULL;
+	if (r == 0 && !ranks)
 		r = -ENOMEM;
 	if (r < 0) {
-		json_decref(doc);
+		store_job_clear(&job);
+		if (r == -ENOENT)
+			r = -EIO; /* the job was there a moment ago */
 		return list_reply(rq, r, &l, NULL, NULL, NULL);
 	}
 	json_decref(l.items);
-	return request_reply_json(rq, 200, doc);
+	/* the job object by hand (jobview.h says why), its ranks from jansson */
+	sbuf_t *out = &rq->thread->out;
+	sbuf_reset(out);
+	jobview_job_open(out, &job);
+	store_job_clear(&job);
+	sbuf_puts(out, ",\"ranks\":");
+	sbuf_puts(out, ranks);
+	sbuf_putc(out, '}');
+	free(ranks);
+	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
 }
 
 enum MHD_Result jobapi_checkpoints(request_t *rq)
@@ -194,15 +214,15 @@ enum MHD_Result jobapi_trace(request_t *rq)
 	MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, trace_query_iter, &q);
 	if (q.bad_key) {
 		snprintf(detail, sizeof detail, "unknown query parameter \"%.64s\" (allowed: attempt, rank)", q.bad_key);
-		return request_problem(rq, 400, detail, NULL);
+		return request_bad_request(rq, detail, NULL);
 	}
 	if (q.n_attempt > 1 || q.n_rank > 1)
-		return request_problem(rq, 400, "each query parameter may appear once", NULL);
+		return request_bad_request(rq, "each query parameter may appear once", NULL);
 	long attempt = -1, rank = -1;
 	if (query_int(rq, "attempt", 1, INT32_MAX, &attempt, detail, sizeof detail) < 0)
-		return request_problem(rq, 400, detail, "attempt");
+		return request_bad_request(rq, detail, "attempt");
 	if (query_int(rq, "rank", 0, JOBSPEC_MAX_WORLD_SIZE - 1, &rank, detail, sizeof detail) < 0)
-		return request_problem(rq, 400, detail, "rank");
+		return request_bad_request(rq, detail, "rank");
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
@@ -343,16 +363,29 @@ enum MHD_Result jobapi_list(request_t *rq)
 	bool has_state;
 	store_job_state_t state;
 	if (parse_paging(rq, true, &limit, &after, &has_state, &state, detail, sizeof detail, &pointer) < 0)
-		return request_problem(rq, 400, detail, pointer);
+		return request_bad_request(rq, detail, pointer);
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
-	list_ctx_t l = {.items = json_array()};
+	/* job objects by hand (jobview.h says why) */
+	sbuf_t *out = &rq->thread->out;
+	sbuf_reset(out);
+	sbuf_puts(out, "{\"jobs\":[");
+	job_list_t l = {.out = out};
 	bool more = false;
-	int r = l.items ? store_job_list(st, has_state ? &state : NULL, after, limit, job_fn, &l, &more) : -ENOMEM;
-	if (r == -ENOENT)
-		r = -EIO; /* not a job's list: no 404 here */
-	return list_reply(rq, r, &l, "jobs", r == 0 ? next_cursor(more, &l) : NULL, "next_cursor");
+	int r = store_job_list(st, has_state ? &state : NULL, after, limit, job_fn, &l, &more);
+	if (r < 0)
+		return request_db_unavailable(rq);
+	sbuf_puts(out, "],\"next_cursor\":");
+	if (more && l.n > 0) {
+		char cur[JOBVIEW_CURSOR_BYTES];
+		jobview_cursor_encode(l.last, cur);
+		sbuf_printf(out, "\"%s\"", cur);
+	} else {
+		sbuf_puts(out, "null");
+	}
+	sbuf_putc(out, '}');
+	return request_reply_out(rq, 200, REQUEST_JSON_TYPE);
 }
 
 enum MHD_Result jobapi_events(request_t *rq)
@@ -367,7 +400,7 @@ enum MHD_Result jobapi_events(request_t *rq)
 	bool has_state;
 	store_job_state_t state;
 	if (parse_paging(rq, false, &limit, &after, &has_state, &state, detail, sizeof detail, &pointer) < 0)
-		return request_problem(rq, 400, detail, pointer);
+		return request_bad_request(rq, detail, pointer);
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
@@ -411,10 +444,10 @@ enum MHD_Result jobapi_metrics(request_t *rq)
 	if (q.bad_key) {
 		snprintf(detail, sizeof detail, "unknown query parameter \"%.64s\" (allowed: since_step, limit)",
 		         q.bad_key);
-		return request_problem(rq, 400, detail, NULL);
+		return request_bad_request(rq, detail, NULL);
 	}
 	if (q.n_since > 1 || q.n_limit > 1)
-		return request_problem(rq, 400, "each query parameter may appear once", NULL);
+		return request_bad_request(rq, "each query parameter may appear once", NULL);
 	long long since = 0;
 	int limit = METRICS_DEFAULT_LIMIT;
 	const char *v;
@@ -424,7 +457,7 @@ enum MHD_Result jobapi_metrics(request_t *rq)
 		long long n = strtoll(v, &end, 10);
 		if (errno || end == v || *end || n < 0) {
 			snprintf(detail, sizeof detail, "since_step must be an integer >= 0 (got \"%.64s\")", v);
-			return request_problem(rq, 400, detail, "since_step");
+			return request_bad_request(rq, detail, "since_step");
 		}
 		since = n;
 	}
@@ -435,7 +468,7 @@ enum MHD_Result jobapi_metrics(request_t *rq)
 		if (errno || end == v || *end || n < 1 || n > METRICS_MAX_LIMIT) {
 			snprintf(detail, sizeof detail, "limit must be an integer from 1 to %d (got \"%.64s\")",
 			         METRICS_MAX_LIMIT, v);
-			return request_problem(rq, 400, detail, "limit");
+			return request_bad_request(rq, detail, "limit");
 		}
 		limit = (int)n;
 	}
@@ -510,13 +543,13 @@ enum MHD_Result jobapi_submit(request_t *rq)
 		return request_problem(rq, 413, detail, NULL);
 	}
 	if (rq->body.len == 0)
-		return request_problem(rq, 400, "request body is empty; send the job spec as a JSON object", "");
+		return request_bad_request(rq, "request body is empty; send the job spec as a JSON object", "");
 	if (rq->body.failed)
 		return request_problem(rq, 500, "out of memory while reading the request body", NULL);
 	/* jansson's own check: a string it refuses is not valid UTF-8 */
 	json_t *utf8 = json_stringn(rq->body.data, rq->body.len);
 	if (!utf8)
-		return request_problem(rq, 400, "request body is not valid UTF-8", "");
+		return request_bad_request(rq, "request body is not valid UTF-8", "");
 	json_decref(utf8);
 	jobspec_t spec;
 	jobspec_error_t err;
@@ -525,7 +558,7 @@ enum MHD_Result jobapi_submit(request_t *rq)
 	if (jobspec_parse(rq->body.data, rq->body.len, &spec, &err) < 0) {
 		err.pointer[sizeof err.pointer - 1] = '\0';
 		err.message[sizeof err.message - 1] = '\0';
-		return request_problem(rq, 400, err.message[0] ? err.message : "invalid job spec", err.pointer);
+		return request_bad_request(rq, err.message[0] ? err.message : "invalid job spec", err.pointer);
 	}
 	const char *pointer = NULL;
 	int status = check_resume_from(rq, &spec, detail, sizeof detail, &pointer);

@@ -6,6 +6,7 @@
 #include "jobview.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,9 @@ json_t *jobview_string(const char *s)
 	return j;
 }
 
-json_t *jobview_time(long long at_us)
+/* RFC 3339 UTC with microseconds ("2025-01-02T03:04:05.000006Z"); false
+ * when the time cannot be shown. */
+static bool format_time(long long at_us, char out[80])
 {
 	time_t secs = (time_t)(at_us / 1000000);
 	long long frac = at_us % 1000000;
@@ -42,11 +45,16 @@ json_t *jobview_time(long long at_us)
 	}
 	struct tm tm;
 	if (!gmtime_r(&secs, &tm))
-		return json_null();
-	char text[64];
-	snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-	         tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-	return json_string(text);
+		return false;
+	snprintf(out, 80, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+	         tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+	return true;
+}
+
+json_t *jobview_time(long long at_us)
+{
+	char text[80];
+	return format_time(at_us, text) ? json_string(text) : json_null();
 }
 
 json_t *jobview_real(double v)
@@ -54,35 +62,51 @@ json_t *jobview_real(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
-/* Build-time checked members: an object, or NULL when any member failed. */
-static json_t *checked(json_t *obj, int failed)
+/* ---- the job object, by hand (see jobview.h) ---- */
+
+static void put_str(sbuf_t *out, const char *s)
 {
-	if (failed) {
-		json_decref(obj);
-		return NULL;
-	}
-	return obj;
+	sbuf_json_string(out, s, s ? strlen(s) : 0);
 }
 
-json_t *jobview_job(const store_job_t *job)
+static void put_time(sbuf_t *out, long long at_us)
 {
-	json_t *o = json_object();
-	if (!o)
-		return NULL;
-	json_t *spec = job->spec_json && job->spec_json[0] ? json_loads(job->spec_json, 0, NULL) : json_null();
-	int failed = json_object_set_new(o, "id", jobview_string(job->id));
-	failed |= json_object_set_new(o, "name", jobview_string(job->name));
-	failed |= json_object_set_new(o, "state", json_string(store_job_state_name(job->state)));
-	failed |= json_object_set_new(o, "priority", json_integer(job->priority));
-	failed |= json_object_set_new(o, "world_size", json_integer(job->world_size));
-	failed |= json_object_set_new(o, "attempt", json_integer(job->attempt));
-	failed |= json_object_set_new(o, "restarts", json_integer(job->restarts));
-	failed |= json_object_set_new(o, "spec", spec);
-	failed |= json_object_set_new(o, "created_at", jobview_time(job->created_at_us));
-	failed |= json_object_set_new(o, "updated_at", jobview_time(job->updated_at_us));
-	failed |= json_object_set_new(o, "state_reason", jobview_string(job->state_reason));
-	return checked(o, failed);
+	char text[80];
+	if (format_time(at_us, text))
+		sbuf_printf(out, "\"%s\"", text);
+	else
+		sbuf_puts(out, "null");
 }
+
+void jobview_job(sbuf_t *out, const store_job_t *job)
+{
+	jobview_job_open(out, job);
+	sbuf_putc(out, '}');
+}
+
+void jobview_job_open(sbuf_t *out, const store_job_t *job)
+{
+	sbuf_puts(out, "{\"id\":");
+	put_str(out, job->id);
+	sbuf_puts(out, ",\"name\":");
+	put_str(out, job->name);
+	sbuf_puts(out, ",\"state\":");
+	put_str(out, store_job_state_name(job->state));
+	sbuf_printf(out, ",\"priority\":%d,\"world_size\":%d,\"attempt\":%d,\"restarts\":%d,\"spec\":",
+	            job->priority, job->world_size, job->attempt, job->restarts);
+	if (job->spec_json && job->spec_json[0])
+		sbuf_puts(out, job->spec_json);
+	else
+		sbuf_puts(out, "null");
+	sbuf_puts(out, ",\"created_at\":");
+	put_time(out, job->created_at_us);
+	sbuf_puts(out, ",\"updated_at\":");
+	put_time(out, job->updated_at_us);
+	sbuf_puts(out, ",\"state_reason\":");
+	put_str(out, job->state_reason);
+}
+
+/* ---- the other views, with jansson ---- */
 
 json_t *jobview_rank(const store_rank_t *r)
 {

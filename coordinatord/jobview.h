@@ -21,10 +21,14 @@
 
 #include <jansson.h>
 
+#include "sbuf.h"
 #include "store.h"
 
-/* The job object for `job` (borrowed). */
-json_t *jobview_job(const store_job_t *job);
+/* Append the job object for `job` (borrowed). */
+void jobview_job(sbuf_t *out, const store_job_t *job);
+/* The same without its closing '}': the caller appends more members
+ * (",\"ranks\":...") and the '}'. */
+void jobview_job_open(sbuf_t *out, const store_job_t *job);
 
 /* One rank of an attempt: {"rank","node","device":{"kind","index"},
  * "state","memory"}, memory being {"params_bytes","grads_bytes",
