@@ -85,6 +85,14 @@ static const route_t *route_request(http_t *h, struct MHD_Connection *conn, cons
 	return route_match(url, rq->method, rq);
 }
 
+/* Hand the request to its route's handler. The place for the route's
+ * permission check (route->perm): every route is ROUTE_PERM_PUBLIC until the
+ * API has authentication. */
+static enum MHD_Result dispatch(const route_t *route, request_t *rq)
+{
+	return route->handler(rq);
+}
+
 /* Answer a request that needs no per-request state: a route that reads no
  * body (every GET), no route, or a method the route does not allow. Runs on
  * the handler's last call, not the first: a response queued on the first
@@ -99,7 +107,7 @@ static enum MHD_Result answer_simple(http_t *h, struct MHD_Connection *conn, con
 		return MHD_NO;
 	if (!route)
 		return rq.allow ? request_method_not_allowed(&rq) : request_no_route(&rq);
-	return route->handler(&rq);
+	return dispatch(route, &rq);
 }
 
 /* application/json, any case, optionally followed by parameters. */
@@ -251,7 +259,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	br->rq.thread = thread_get(h);
 	if (!br->rq.thread)
 		return MHD_NO;
-	return br->route->handler(&br->rq);
+	return dispatch(br->route, &br->rq);
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
