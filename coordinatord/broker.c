@@ -5,7 +5,8 @@
  *   client -> loop   [cmd_hdr_t] [args...]   (the ROUTER prepends the identity)
  *   loop -> client   [reply_hdr_t] [body]
  * SUBMIT args are [name] [spec_json] [idempotency key or empty]; CANCEL has
- * [job id]; PING has none. Each command carries a sequence number so that a
+ * [job id]; PING has none. s_cmds lists the commands: to add one, give it a
+ * CMD_ type, an apply function and a row there, and a client function. Each command carries a sequence number so that a
  * client that gave up waiting skips the late answer to its previous command.
  */
 #include "broker.h"
@@ -61,15 +62,18 @@ typedef struct {
 	uint32_t seq;
 	int32_t status;
 	uint32_t replayed;
+	char job_id[STORE_ID_BYTES];
 } reply_hdr_t;
 
 typedef struct {
 	unsigned char identity[256];
 	size_t identity_len;
 	cmd_hdr_t hdr;
+	const struct cmd_kind *kind; /* s_cmds row of hdr.type */
 	char *arg[3]; /* malloc'ed, NUL-terminated */
 	int status;
 	bool replayed;
+	char job_id[STORE_ID_BYTES]; /* set with a 2xx status */
 	sbuf_t body;
 } cmd_t;
 
@@ -197,8 +201,10 @@ static void cmd_clear(cmd_t *c)
 		free(c->arg[i]);
 		c->arg[i] = NULL;
 	}
+	c->kind = NULL;
 	c->status = 0;
 	c->replayed = false;
+	c->job_id[0] = '\0';
 	sbuf_reset(&c->body);
 }
 
@@ -207,6 +213,7 @@ static void cmd_problem(cmd_t *c, int status, const char *detail)
 	sbuf_reset(&c->body);
 	c->status = status;
 	c->replayed = false;
+	c->job_id[0] = '\0';
 	problem_render(&c->body, status, detail, NULL);
 }
 
@@ -249,14 +256,14 @@ static char *msg_strdup(zmq_msg_t *m)
 	return s;
 }
 
-static void send_reply(broker_t *b, const unsigned char *identity, size_t identity_len,
-                       uint32_t seq, int status, bool replayed, const char *body, size_t body_len)
+static void send_reply(broker_t *b, const cmd_t *c)
 {
-	reply_hdr_t h = {.seq = seq, .status = status, .replayed = replayed};
-	if (zmq_send(b->writer, identity, identity_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+	reply_hdr_t h = {.seq = c->hdr.seq, .status = c->status, .replayed = c->replayed};
+	snprintf(h.job_id, sizeof h.job_id, "%s", c->job_id);
+	if (zmq_send(b->writer, c->identity, c->identity_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
 		return;
 	zmq_send(b->writer, &h, sizeof h, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-	zmq_send(b->writer, body ? body : "", body ? body_len : 0, ZMQ_DONTWAIT);
+	zmq_send(b->writer, c->body.data ? c->body.data : "", c->body.len, ZMQ_DONTWAIT);
 }
 
 static void new_job_id(char out[STORE_ID_BYTES])
@@ -272,6 +279,14 @@ static void new_job_id(char out[STORE_ID_BYTES])
 		out[2 + i] = alphabet[v & 31];
 	}
 	out[22] = '\0';
+}
+
+/* The reply body: the job's view (jobview.h). 0 or -ENOMEM. */
+static int set_job_body(cmd_t *c, const store_job_t *job)
+{
+	sbuf_reset(&c->body);
+	jobview_job(&c->body, job);
+	return c->body.failed ? -ENOMEM : 0;
 }
 
 /* Apply one SUBMIT inside the open transaction. 0 (with c->status set) or a
@@ -292,6 +307,7 @@ static int apply_submit(broker_t *b, cmd_t *c)
 				sbuf_puts(&c->body, body ? body : "");
 				c->status = status;
 				c->replayed = true;
+				snprintf(c->job_id, sizeof c->job_id, "%s", job_id);
 			} else {
 				char detail[512];
 				snprintf(detail, sizeof detail,
@@ -322,11 +338,10 @@ static int apply_submit(broker_t *b, cmd_t *c)
 	}
 	if (r < 0)
 		return r;
-	sbuf_reset(&c->body);
-	jobview_job(&c->body, &job);
-	if (c->body.failed)
+	if (set_job_body(c, &job) < 0)
 		return -ENOMEM;
 	c->status = 201;
+	snprintf(c->job_id, sizeof c->job_id, "%s", job.id);
 	if (has_key) {
 		r = store_idem_put(b->store, key, c->hdr.body_hash, 201, c->body.data, job.id,
 		                   job.created_at_us);
@@ -367,14 +382,54 @@ static int apply_cancel(broker_t *b, cmd_t *c)
 	r = store_job_get(b->store, id, &job);
 	if (r < 0)
 		return r;
-	sbuf_reset(&c->body);
-	jobview_job(&c->body, &job);
+	r = set_job_body(c, &job);
 	store_job_clear(&job);
-	if (c->body.failed)
+	if (r < 0)
 		return -ENOMEM;
 	c->status = 200;
+	snprintf(c->job_id, sizeof c->job_id, "%s", id);
 	log_info("job %s cancelled", id);
 	return 0;
+}
+
+/* After the group's commit: the workers' side may act on it now. */
+static void submit_committed(broker_t *b, const cmd_t *c)
+{
+	if (c->status == 201 && !c->replayed)
+		fabric_mark_dirty(b->fabric);
+}
+
+static void cancel_committed(broker_t *b, const cmd_t *c)
+{
+	if (c->status == 200)
+		fabric_job_cancelled(b->fabric, c->arg[0], "cancelled by request");
+}
+
+/*
+ * The commands, one row each: the header's type, its name (for logs), the
+ * argument frames it carries, what it does inside the group's transaction
+ * (NULL: answered at once, without the store) and what follows its commit.
+ */
+typedef struct cmd_kind {
+	uint32_t type;
+	const char *name;
+	int n_args;
+	int (*apply)(broker_t *b, cmd_t *c);
+	void (*committed)(broker_t *b, const cmd_t *c);
+} cmd_kind_t;
+
+static const cmd_kind_t s_cmds[] = {
+	{CMD_PING, "ping", 0, NULL, NULL},
+	{CMD_SUBMIT, "submit", 3, apply_submit, submit_committed},
+	{CMD_CANCEL, "cancel", 1, apply_cancel, cancel_committed},
+};
+
+static const cmd_kind_t *cmd_kind(uint32_t type)
+{
+	for (size_t i = 0; i < sizeof s_cmds / sizeof s_cmds[0]; i++)
+		if (s_cmds[i].type == type)
+			return &s_cmds[i];
+	return NULL;
 }
 
 /* Parse one command message into c. false when it is not a valid command
@@ -389,12 +444,10 @@ static bool parse_cmd(cmd_t *c, zmq_msg_t *parts, int n)
 	memcpy(&c->hdr, zmq_msg_data(&parts[1]), sizeof c->hdr);
 	if (c->hdr.magic != CMD_MAGIC)
 		return false;
-	int want = c->hdr.type == CMD_SUBMIT ? 3 : c->hdr.type == CMD_CANCEL ? 1 : 0;
-	if (c->hdr.type != CMD_PING && c->hdr.type != CMD_SUBMIT && c->hdr.type != CMD_CANCEL)
+	c->kind = cmd_kind(c->hdr.type);
+	if (!c->kind || n != 2 + c->kind->n_args)
 		return false;
-	if (n != 2 + want)
-		return false;
-	for (int i = 0; i < want; i++) {
+	for (int i = 0; i < c->kind->n_args; i++) {
 		c->arg[i] = msg_strdup(&parts[2 + i]);
 		if (!c->arg[i])
 			return false;
@@ -420,8 +473,9 @@ static void handle_commands(broker_t *b)
 			cmd_clear(c);
 			continue;
 		}
-		if (c->hdr.type == CMD_PING) {
-			send_reply(b, c->identity, c->identity_len, c->hdr.seq, 200, false, NULL, 0);
+		if (!c->kind->apply) {
+			c->status = 200;
+			send_reply(b, c);
 			cmd_clear(c);
 			continue;
 		}
@@ -434,7 +488,7 @@ static void handle_commands(broker_t *b)
 	int r = store_begin(b->store);
 	for (int i = 0; i < n_cmd && r == 0; i++) {
 		cmd_t *c = &b->group[i];
-		r = c->hdr.type == CMD_SUBMIT ? apply_submit(b, c) : apply_cancel(b, c);
+		r = c->kind->apply(b, c);
 	}
 	if (r == 0) {
 		r = store_commit(b->store);
@@ -451,19 +505,12 @@ static void handle_commands(broker_t *b)
 			            "the coordinator could not write to its database; nothing was stored, retry later");
 	}
 	metrics_record_commit(n_cmd, r == 0);
-	for (int i = 0; i < n_cmd && r == 0; i++) {
-		/* committed: now the workers' side may act on it */
-		cmd_t *c = &b->group[i];
-		if (c->hdr.type == CMD_CANCEL && c->status == 200)
-			fabric_job_cancelled(b->fabric, c->arg[0], "cancelled by request");
-		else if (c->hdr.type == CMD_SUBMIT && c->status == 201 && !c->replayed)
-			fabric_mark_dirty(b->fabric);
-	}
+	for (int i = 0; i < n_cmd && r == 0; i++)
+		if (b->group[i].kind->committed)
+			b->group[i].kind->committed(b, &b->group[i]);
 	for (int i = 0; i < n_cmd; i++) {
-		cmd_t *c = &b->group[i];
-		send_reply(b, c->identity, c->identity_len, c->hdr.seq, c->status, c->replayed, c->body.data,
-		           c->body.len);
-		cmd_clear(c);
+		send_reply(b, &b->group[i]);
+		cmd_clear(&b->group[i]);
 	}
 }
 
@@ -637,6 +684,8 @@ static int call(broker_client_t *c, cmd_hdr_t *hdr, const char *const *args, int
 		if (mine && ret) {
 			ret->status = h.status;
 			ret->replayed = h.replayed != 0;
+			h.job_id[sizeof h.job_id - 1] = '\0';
+			memcpy(ret->job_id, h.job_id, sizeof ret->job_id);
 			ret->body = msg_strdup(&parts[1]);
 			ret->body_len = zmq_msg_size(&parts[1]);
 		}

@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "store.h"
 
 typedef struct broker broker_t;
 typedef struct broker_client broker_client_t;
@@ -71,6 +72,7 @@ typedef struct {
 	bool replayed;  /* an idempotent replay of a stored answer */
 	char *body;     /* malloc'ed, NUL-terminated: job JSON or a problem document */
 	size_t body_len;
+	char job_id[STORE_ID_BYTES]; /* the job submitted or cancelled; "" on a problem */
 } broker_reply_t;
 
 void broker_reply_clear(broker_reply_t *r);

@@ -1,16 +1,10 @@
 /*
  * http: the REST API (v1), served by libmicrohttpd's internal thread pool.
  *
- * Routes (the table http_routes() returns is what --print-routes prints and
- * what the OpenAPI agreement test compares with api/openapi.yaml):
- *   GET  /v1/jobs                 list (state, limit, cursor)
- *   POST /v1/jobs                 submit (Idempotency-Key honoured)
- *   GET  /v1/jobs/{id}            show
- *   POST /v1/jobs/{id}/cancel     cancel
- *   GET  /v1/jobs/{id}/events     events
- *   GET  /v1/jobs/{id}/metrics    per-step metrics of rank 0 (since_step, limit)
- *   GET  /v1/workers              workers, their devices and the ranks placed on them
- *   GET  /healthz, /readyz, /metrics
+ * The routes are listed once, in routes.c's table (routes.h): method, path
+ * template, handler (jobapi.c, opsapi.c), metrics label and permission.
+ * `ringmasterd --print-routes` prints it; the tests compare it with
+ * api/openapi.yaml and send every route every method it does not allow.
  *
  * Each handler thread lazily opens its own reader store_t and broker client
  * (thread-local, never shared) and keeps one reusable response buffer, so the
@@ -26,14 +20,6 @@
 #include "config.h"
 
 typedef struct http http_t;
-
-typedef struct {
-	const char *method; /* "GET", "POST" */
-	const char *path;   /* template, "/v1/jobs/{id}" */
-} http_route_t;
-
-/* The routes served, as a static array of *ret_n entries (borrowed). */
-const http_route_t *http_routes(size_t *ret_n);
 
 /*
  * Bind cfg's listen address and start serving with cfg->http_threads

@@ -1,19 +1,81 @@
 /*
  * jobview: JSON of jobs, ranks, events, metrics rows and checkpoints, and
- * list cursors (see jobview.h).
+ * list cursors (see jobview.h). json_pack's "o" steals its argument even
+ * when the pack fails, and a NULL "o" fails it, so a view is whole or NULL.
  */
 #include "jobview.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sodium.h>
+
+#include "sbuf.h"
+
+json_t *jobview_string(const char *s)
+{
+	if (!s)
+		return json_null();
+	json_t *j = json_string(s);
+	if (j)
+		return j;
+	/* not valid UTF-8 (or out of memory): sbuf's writer puts U+FFFD in
+	 * place of the bytes that break it, and jansson reads that back */
+	sbuf_t b = {0};
+	sbuf_json_string(&b, s, strlen(s));
+	j = b.failed ? NULL : json_loadb(b.data, b.len, JSON_DECODE_ANY, NULL);
+	sbuf_free(&b);
+	return j;
+}
+
+/* RFC 3339 UTC with microseconds ("2025-01-02T03:04:05.000006Z"); false
+ * when the time cannot be shown. */
+static bool format_time(long long at_us, char out[80])
+{
+	time_t secs = (time_t)(at_us / 1000000);
+	long long frac = at_us % 1000000;
+	if (frac < 0) {
+		frac += 1000000;
+		secs -= 1;
+	}
+	struct tm tm;
+	if (!gmtime_r(&secs, &tm))
+		return false;
+	snprintf(out, 80, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+	         tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+	return true;
+}
+
+json_t *jobview_time(long long at_us)
+{
+	char text[80];
+	return format_time(at_us, text) ? json_string(text) : json_null();
+}
+
+json_t *jobview_real(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* ---- the job object, by hand (see jobview.h) ---- */
 
 static void put_str(sbuf_t *out, const char *s)
 {
 	sbuf_json_string(out, s, s ? strlen(s) : 0);
+}
+
+static void put_time(sbuf_t *out, long long at_us)
+{
+	char text[80];
+	if (format_time(at_us, text))
+		sbuf_printf(out, "\"%s\"", text);
+	else
+		sbuf_puts(out, "null");
 }
 
 void jobview_job(sbuf_t *out, const store_job_t *job)
@@ -37,77 +99,48 @@ void jobview_job_open(sbuf_t *out, const store_job_t *job)
 	else
 		sbuf_puts(out, "null");
 	sbuf_puts(out, ",\"created_at\":");
-	sbuf_json_time(out, job->created_at_us);
+	put_time(out, job->created_at_us);
 	sbuf_puts(out, ",\"updated_at\":");
-	sbuf_json_time(out, job->updated_at_us);
+	put_time(out, job->updated_at_us);
 	sbuf_puts(out, ",\"state_reason\":");
 	put_str(out, job->state_reason);
 }
 
-void jobview_rank(sbuf_t *out, const store_rank_t *r)
+/* ---- the other views, with jansson ---- */
+
+json_t *jobview_rank(const store_rank_t *r)
 {
-	sbuf_printf(out, "{\"rank\":%d,\"node\":", r->rank);
-	put_str(out, r->node);
-	sbuf_puts(out, ",\"device\":{\"kind\":");
-	put_str(out, r->device_kind);
-	sbuf_printf(out, ",\"index\":%d},\"state\":", r->device_index);
-	put_str(out, r->state);
-	sbuf_puts(out, ",\"memory\":");
-	if (r->has_memory)
-		sbuf_printf(out,
-		            "{\"params_bytes\":%lld,\"grads_bytes\":%lld,\"optim_bytes\":%lld,"
-		            "\"activations_bytes\":%lld}}",
-		            (long long)r->memory.params_bytes, (long long)r->memory.grads_bytes,
-		            (long long)r->memory.optim_bytes, (long long)r->memory.activations_bytes);
-	else
-		sbuf_puts(out, "null}");
+	json_t *memory = r->has_memory ? json_pack("{sI sI sI sI}", "params_bytes", (json_int_t)r->memory.params_bytes,
+	                                           "grads_bytes", (json_int_t)r->memory.grads_bytes, "optim_bytes",
+	                                           (json_int_t)r->memory.optim_bytes, "activations_bytes",
+	                                           (json_int_t)r->memory.activations_bytes)
+	                               : json_null();
+	return json_pack("{si so s{so si} so so}", "rank", r->rank, "node", jobview_string(r->node), "device", "kind",
+	                 jobview_string(r->device_kind), "index", r->device_index, "state", jobview_string(r->state),
+	                 "memory", memory);
 }
 
-void jobview_checkpoint(sbuf_t *out, const store_checkpoint_t *c)
+json_t *jobview_checkpoint(const store_checkpoint_t *c)
 {
-	sbuf_printf(out, "{\"step\":%lld,\"committed_at\":", (long long)c->step);
-	sbuf_json_time(out, c->committed_at_us);
-	sbuf_printf(out, ",\"bytes\":%lld,\"world_size\":%d,\"attempt\":%d,\"path\":", (long long)c->bytes,
-	            c->world_size, c->attempt);
-	put_str(out, c->path);
-	sbuf_putc(out, '}');
+	return json_pack("{sI so sI si si so}", "step", (json_int_t)c->step, "committed_at",
+	                 jobview_time(c->committed_at_us), "bytes", (json_int_t)c->bytes, "world_size", c->world_size,
+	                 "attempt", c->attempt, "path", jobview_string(c->path));
 }
 
-void jobview_event(sbuf_t *out, const store_event_t *ev)
+json_t *jobview_event(const store_event_t *ev)
 {
-	sbuf_printf(out, "{\"id\":%lld,\"type\":", (long long)ev->id);
-	put_str(out, ev->type);
-	sbuf_puts(out, ",\"at\":");
-	sbuf_json_time(out, ev->at_us);
-	sbuf_puts(out, ",\"from\":");
-	put_str(out, ev->from_state);
-	sbuf_puts(out, ",\"to\":");
-	put_str(out, ev->to_state);
-	sbuf_puts(out, ",\"reason\":");
-	put_str(out, ev->reason);
-	sbuf_printf(out, ",\"attempt\":%d}", ev->attempt);
+	return json_pack("{sI so so so so so si}", "id", (json_int_t)ev->id, "type", jobview_string(ev->type), "at",
+	                 jobview_time(ev->at_us), "from", jobview_string(ev->from_state), "to",
+	                 jobview_string(ev->to_state), "reason", jobview_string(ev->reason), "attempt", ev->attempt);
 }
 
-void jobview_metric(sbuf_t *out, const store_metric_t *m)
+json_t *jobview_metric(const store_metric_t *m)
 {
-	sbuf_printf(out, "{\"step\":%lld,\"loss\":", (long long)m->step);
-	sbuf_json_real(out, m->loss);
-	sbuf_puts(out, ",\"lr\":");
-	sbuf_json_real(out, m->lr);
-	sbuf_puts(out, ",\"grad_norm\":");
-	sbuf_json_real(out, m->grad_norm);
-	sbuf_puts(out, ",\"tokens_per_s\":");
-	sbuf_json_real(out, m->tokens_per_s);
-	sbuf_puts(out, ",\"ms\":");
-	sbuf_json_real(out, m->ms);
-	sbuf_puts(out, ",\"val_loss\":");
-	if (m->has_val_loss)
-		sbuf_json_real(out, m->val_loss);
-	else
-		sbuf_puts(out, "null");
-	sbuf_printf(out, ",\"attempt\":%d,\"time\":", m->attempt);
-	sbuf_json_time(out, m->at_us);
-	sbuf_putc(out, '}');
+	return json_pack("{sI so so so so so so si so}", "step", (json_int_t)m->step, "loss", jobview_real(m->loss),
+	                 "lr", jobview_real(m->lr), "grad_norm", jobview_real(m->grad_norm), "tokens_per_s",
+	                 jobview_real(m->tokens_per_s), "ms", jobview_real(m->ms), "val_loss",
+	                 m->has_val_loss ? jobview_real(m->val_loss) : json_null(), "attempt", m->attempt, "time",
+	                 jobview_time(m->at_us));
 }
 
 void jobview_cursor_encode(long long n, char out[JOBVIEW_CURSOR_BYTES])

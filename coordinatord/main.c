@@ -24,15 +24,16 @@
 #include "config.h"
 #include "http.h"
 #include "log.h"
+#include "routes.h"
 
 #define SHUTDOWN_GRACE_MS 10000
 
 static void print_routes(void)
 {
 	size_t n;
-	const http_route_t *routes = http_routes(&n);
+	const route_t *routes = route_table(&n);
 	for (size_t i = 0; i < n; i++)
-		printf("%s %s\n", routes[i].method, routes[i].path);
+		printf("%s %s\n", route_method_name(routes[i].method), routes[i].path);
 }
 
 int main(int argc, char **argv)

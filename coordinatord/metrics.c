@@ -41,6 +41,11 @@ metrics_method_t metrics_method_index(const char *method)
 	return METRICS_METHOD_OTHER;
 }
 
+const char *metrics_method_name(metrics_method_t method)
+{
+	return (unsigned)method < METRICS_N_METHODS ? s_method_names[method] : "OTHER";
+}
+
 void metrics_init(const char *const *route_names, int n_routes)
 {
 	s_route_names = route_names;

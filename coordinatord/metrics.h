@@ -33,6 +33,8 @@ typedef enum {
 
 /* Map an HTTP method string to its index (METRICS_METHOD_OTHER if unknown). */
 metrics_method_t metrics_method_index(const char *method);
+/* The method's name ("GET"; "OTHER" for METRICS_METHOD_OTHER), static. */
+const char *metrics_method_name(metrics_method_t method);
 
 /* Register the route labels (borrowed, must outlive the process' use of
  * metrics); index n is the `route` argument of metrics_record. At most

@@ -38,3 +38,14 @@ void problem_render(sbuf_t *out, int status, const char *detail, const char *poi
 	}
 	sbuf_putc(out, '}');
 }
+
+char *problem_dumps(int status, const char *detail, const char *pointer, size_t *ret_len)
+{
+	sbuf_t b = {0};
+	problem_render(&b, status, detail, pointer);
+	if (b.failed) {
+		sbuf_free(&b);
+		return NULL;
+	}
+	return sbuf_steal(&b, ret_len);
+}

@@ -5,11 +5,9 @@
  */
 #include "sbuf.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static bool reserve(sbuf_t *b, size_t extra)
 {
@@ -179,23 +177,6 @@ void sbuf_json_string(sbuf_t *b, const char *s, size_t n)
 	b->data[b->len] = '\0';
 }
 
-void sbuf_json_time(sbuf_t *b, long long at_us)
-{
-	time_t secs = (time_t)(at_us / 1000000);
-	long long frac = at_us % 1000000;
-	if (frac < 0) {
-		frac += 1000000;
-		secs -= 1;
-	}
-	struct tm tm;
-	if (!gmtime_r(&secs, &tm)) {
-		sbuf_append(b, "null", 4);
-		return;
-	}
-	sbuf_printf(b, "\"%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
-	            tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-}
-
 char *sbuf_steal(sbuf_t *b, size_t *ret_len)
 {
 	if (b->failed || !b->data) {
@@ -208,12 +189,4 @@ char *sbuf_steal(sbuf_t *b, size_t *ret_len)
 	b->data = NULL;
 	b->len = b->cap = 0;
 	return p;
-}
-
-void sbuf_json_real(sbuf_t *b, double v)
-{
-	if (isfinite(v))
-		sbuf_printf(b, "%.17g", v);
-	else
-		sbuf_append(b, "null", 4);
 }

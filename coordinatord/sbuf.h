@@ -1,6 +1,10 @@
 /*
  * sbuf: a growable byte buffer for building response bodies.
  *
+ * REST JSON is built with jansson (jobview.h); sbuf_json_string remains for
+ * the two writers that stay by hand: problem documents (problem.h: a detail
+ * may echo bytes that are not UTF-8) and the Chrome trace (traces.c).
+ *
  * HTTP threads keep one sbuf per thread and reuse it for every request, so the
  * hot GET path allocates only when a body is larger than any before it. The
  * contents are always NUL-terminated so they can be handed to printf-like
@@ -32,12 +36,6 @@ void sbuf_putc(sbuf_t *b, char c);
 void sbuf_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append `s` (n bytes of UTF-8) as a quoted JSON string; NULL appends null. */
 void sbuf_json_string(sbuf_t *b, const char *s, size_t n);
-/* Append a Unix-epoch microsecond time as RFC 3339 UTC with microseconds,
- * quoted ("2025-01-02T03:04:05.000006Z"). */
-void sbuf_json_time(sbuf_t *b, long long at_us);
-/* Append a number with enough digits to read back the same double
- * (%.17g); NaN and infinities, which JSON cannot carry, append null. */
-void sbuf_json_real(sbuf_t *b, double v);
 /* Take the contents (malloc'ed, NUL-terminated) and leave the buffer empty.
  * Returns NULL if the buffer failed or is empty-and-unallocated. */
 char *sbuf_steal(sbuf_t *b, size_t *ret_len);

@@ -1,5 +1,6 @@
 """The routes ringmasterd serves (ringmasterd --print-routes, which prints
-http.c's route table) are exactly the paths and methods of api/openapi.yaml."""
+coordinatord/routes.c's table, one METHOD PATH line per row) are exactly the
+paths and methods of api/openapi.yaml."""
 import re
 import subprocess
 import sys

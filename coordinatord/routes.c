@@ -1,0 +1,126 @@
+/*
+ * routes: the route table and its matcher (see routes.h).
+ */
+#include "routes.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "jobapi.h"
+#include "opsapi.h"
+
+#define P ROUTE_PERM_PUBLIC
+
+/* The API: one row per method and path, in the order /metrics lists them. */
+static const route_t s_routes[] = {
+	{METRICS_METHOD_GET, "/v1/jobs", jobapi_list, "/v1/jobs", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/jobs", jobapi_submit, "/v1/jobs", P, ROUTE_BODY_JSON},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}", jobapi_get, "/v1/jobs/{id}", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/jobs/{id}/cancel", jobapi_cancel, "/v1/jobs/{id}/cancel", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/events", jobapi_events, "/v1/jobs/{id}/events", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/metrics", jobapi_metrics, "/v1/jobs/{id}/metrics", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/checkpoints", jobapi_checkpoints, "/v1/jobs/{id}/checkpoints", P,
+	 ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/trace", jobapi_trace, "/v1/jobs/{id}/trace", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/workers", opsapi_workers, "/v1/workers", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/healthz", opsapi_healthz, "/healthz", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/readyz", opsapi_readyz, "/readyz", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/metrics", opsapi_metrics, "/metrics", P, ROUTE_BODY_NONE},
+};
+#define N_ROUTES (sizeof s_routes / sizeof s_routes[0])
+
+/* Derived by route_init: each row's label index and its path's Allow list. */
+static const char *s_labels[METRICS_MAX_ROUTES];
+static int s_n_labels;
+static int s_label_of[N_ROUTES];
+static char s_allow[N_ROUTES][64];
+
+const route_t *route_table(size_t *ret_n)
+{
+	*ret_n = N_ROUTES;
+	return s_routes;
+}
+
+const char *route_method_name(metrics_method_t method)
+{
+	return metrics_method_name(method);
+}
+
+const char *const *route_init(int *ret_n)
+{
+	s_n_labels = 0;
+	for (size_t i = 0; i < N_ROUTES; i++) {
+		int l = 0;
+		while (l < s_n_labels && strcmp(s_labels[l], s_routes[i].label) != 0)
+			l++;
+		if (l == s_n_labels && s_n_labels < METRICS_MAX_ROUTES - 1)
+			s_labels[s_n_labels++] = s_routes[i].label;
+		s_label_of[i] = l;
+		s_allow[i][0] = '\0';
+		for (size_t j = 0; j < N_ROUTES; j++) {
+			if (strcmp(s_routes[j].path, s_routes[i].path) != 0)
+				continue;
+			size_t n = strlen(s_allow[i]);
+			snprintf(s_allow[i] + n, sizeof s_allow[i] - n, "%s%s", n ? ", " : "",
+			         route_method_name(s_routes[j].method));
+		}
+	}
+	s_labels[s_n_labels] = ROUTE_UNMATCHED_LABEL;
+	*ret_n = s_n_labels + 1;
+	return s_labels;
+}
+
+/* Whether `url` fits `tmpl`, a {name} segment matching one non-empty
+ * segment; the last such segment goes to *ret_seg and *ret_seg_len. */
+static bool path_fits(const char *tmpl, const char *url, const char **ret_seg, size_t *ret_seg_len)
+{
+	while (*tmpl && *url) {
+		if (*tmpl == '{') {
+			const char *close = strchr(tmpl, '}');
+			size_t n = strcspn(url, "/");
+			if (!close || n == 0)
+				return false;
+			*ret_seg = url;
+			*ret_seg_len = n;
+			tmpl = close + 1;
+			url += n;
+			continue;
+		}
+		if (*tmpl != *url)
+			return false;
+		tmpl++;
+		url++;
+	}
+	return *tmpl == '\0' && *url == '\0';
+}
+
+const route_t *route_match(const char *url, metrics_method_t method, request_t *rq)
+{
+	rq->label = s_n_labels;
+	rq->path = ROUTE_UNMATCHED_LABEL;
+	rq->allow = NULL;
+	rq->seg = NULL;
+	rq->seg_len = 0;
+	rq->id[0] = '\0';
+	for (size_t i = 0; i < N_ROUTES; i++) {
+		const char *seg = NULL;
+		size_t seg_len = 0;
+		if (!path_fits(s_routes[i].path, url, &seg, &seg_len))
+			continue;
+		if (!rq->allow) {
+			/* the first row of the path: the path's label and Allow */
+			rq->label = s_label_of[i];
+			rq->path = s_routes[i].path;
+			rq->allow = s_allow[i];
+			rq->seg = seg;
+			rq->seg_len = seg_len;
+			if (seg && seg_len < STORE_ID_BYTES) {
+				memcpy(rq->id, seg, seg_len);
+				rq->id[seg_len] = '\0';
+			}
+		}
+		if (s_routes[i].method == method)
+			return &s_routes[i];
+	}
+	return NULL;
+}
