@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 
 #include "clock.h"
 #include "fabric.h"
+#include "fsutil.h"
 #include "jobview.h"
 #include "log.h"
 #include "metrics.h"
@@ -95,7 +95,8 @@ struct broker_client {
 	uint32_t seq;
 };
 
-/* mkdir -p of the folder holding `path`. */
+/* mkdir -p of the folder holding `path` (api/fsutil.h), which must then be
+ * writable. 0 or a negative errno with a message in `err`. */
 static int make_parent_dirs(const char *path, char *err, size_t errlen)
 {
 	char dir[4096];
@@ -104,21 +105,10 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen)
 	if (!slash || slash == dir)
 		return 0;
 	*slash = '\0';
-	for (char *p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
-			int e = errno;
-			snprintf(err, errlen, "cannot create database folder %s: %s", dir, strerror(e));
-			return -e;
-		}
-		*p = '/';
-	}
-	if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
-		int e = errno;
-		snprintf(err, errlen, "cannot create database folder %s: %s", dir, strerror(e));
-		return -e;
+	int r = fs_mkdir_p(dir, 0750);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot create database folder %s: %s", dir, strerror(-r));
+		return r;
 	}
 	if (access(dir, W_OK) < 0) {
 		int e = errno;
