@@ -44,10 +44,10 @@
  * replica.
  *
  * zero2 and zero3 stream through worker/shard.c instead: the engine has no
- * gradient buffer (GPT2_STREAM_GRADS) and hands each range's gradients to
+ * gradient buffer (MODEL_STREAM_GRADS) and hands each range's gradients to
  * the shard_t during backward, which reduce-scatters them into grad_shard on
  * its own thread (train_reduce_grads only waits for the last one). zero3's
- * engine has no parameters either (GPT2_STREAM_ALL): the shard_t keeps the
+ * engine has no parameters either (MODEL_STREAM_ALL): the shard_t keeps the
  * master shard and all-gathers each range just before the engine uses it,
  * AdamW updates that shard, and train_gather_params only forgets the
  * gathered ranges. docs/training.md has the details and the memory figures.
@@ -95,7 +95,7 @@
 #include <omp.h>
 
 #include "data.h"
-#include "gpt2.h"
+#include "model.h"
 #include "optim.h"
 #include "shard.h"
 #include "snapw.h"
@@ -125,7 +125,7 @@ typedef struct {
 	int W, rank;
 	float *rank_vals; /* (max(W, W * eval_batches)): one slot per rank or validation batch */
 
-	gpt2_t *model; /* on cuda: the host side of the GPU's state, never run (see above) */
+	model_t *model; /* on cuda: the host side of the GPU's state, never run (see above) */
 	struct train_cuda *gpu; /* parallel.device cuda: the GPU side; else NULL */
 	size_t n_params;
 	float *adam_m; /* (n_params), or (shard_len) when sharded */
@@ -232,8 +232,8 @@ static int s_open_data(train_t *t, const char *field, const char *path, uint64_t
 	return TRAIN_EXIT_OK;
 }
 
-/* The gpt2_stream_t of zero2/zero3: the shard_t behind the engine's calls. */
-static const float *s_stream_fetch(void *ctx, gpt2_range_t r, gpt2_range_t next)
+/* The model_stream_t of zero2/zero3: the shard_t behind the engine's calls. */
+static const float *s_stream_fetch(void *ctx, model_range_t r, model_range_t next)
 {
 	train_t *t = ctx;
 	return shard_fetch(t->zero, r.lo, r.hi, next.lo, next.hi);
@@ -245,13 +245,13 @@ static void s_stream_release(void *ctx, const float *p)
 	shard_release(t->zero, p);
 }
 
-static float *s_stream_grad_begin(void *ctx, gpt2_range_t r)
+static float *s_stream_grad_begin(void *ctx, model_range_t r)
 {
 	train_t *t = ctx;
 	return shard_grad_begin(t->zero, r.lo, r.hi);
 }
 
-static void s_stream_grad_end(void *ctx, float *g, gpt2_range_t r)
+static void s_stream_grad_end(void *ctx, float *g, model_range_t r)
 {
 	train_t *t = ctx;
 	shard_grad_end(t->zero, g, r.lo, r.hi);
@@ -265,34 +265,51 @@ static float *s_master(train_t *t)
 {
 	if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
 		return shard_params(t->zero);
-	return gpt2_params(t->model) + t->shard_lo;
+	return model_params(t->model) + t->shard_lo;
+}
+
+/* The streaming mode of the spec's sharding (zero2: gradients, zero3:
+ * parameters too; model.h). */
+static model_streaming_t s_streaming(const train_t *t)
+{
+	return t->sharding == JOBSPEC_SHARDING_ZERO2 ? MODEL_STREAM_GRADS
+		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? MODEL_STREAM_ALL : MODEL_DENSE;
+}
+
+/* A CPU model of the spec's architecture (model_create); on failure the
+ * exit code its error code calls for: out of memory, or a model the
+ * engine refuses (the spec was validated, so rarely that). */
+static int s_model_create(train_t *t, const model_config_t *cfg, const model_options_t *mo)
+{
+	char err[512] = "";
+	int rc = model_create(t->spec->model.arch, MODEL_DEVICE_CPU, cfg, mo, &t->model, err,
+			      sizeof err);
+	if (rc < 0)
+		return s_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
+			       err[0] ? err : "cannot create the model");
+	return TRAIN_EXIT_OK;
 }
 
 /* The CPU model for the spec (parallel.device cpu). */
-static int s_create_cpu(train_t *t, const gpt2_config_t *cfg)
+static int s_create_cpu(train_t *t, const model_config_t *cfg)
 {
-	const jobspec_t *spec = t->spec;
-	char err[512] = "";
-	gpt2_precision_t precision = spec->train.precision == JOBSPEC_PRECISION_BF16
-		? GPT2_PRECISION_BF16 : GPT2_PRECISION_FP32;
-	gpt2_streaming_t mode = t->sharding == JOBSPEC_SHARDING_ZERO2 ? GPT2_STREAM_GRADS
-		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? GPT2_STREAM_ALL : GPT2_DENSE;
-	gpt2_stream_t stream = {t, s_stream_fetch, s_stream_release, s_stream_grad_begin,
-				s_stream_grad_end};
-	t->model = gpt2_create_streamed(cfg, t->B, t->T, precision, mode, &stream, err, sizeof err);
-	if (!t->model) {
-		/* The spec was validated, so what is left is mostly memory. */
-		bool memory = strstr(err, "memory") || strstr(err, "fit");
-		return s_error(t, memory ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
-			       err[0] ? err : "cannot create the model");
-	}
-	return TRAIN_EXIT_OK;
+	model_stream_t stream = {t, s_stream_fetch, s_stream_release, s_stream_grad_begin,
+				 s_stream_grad_end};
+	model_options_t mo = {
+		.max_B = t->B,
+		.max_T = t->T,
+		.precision = t->spec->train.precision == JOBSPEC_PRECISION_BF16 ? MODEL_PRECISION_BF16
+										 : MODEL_PRECISION_FP32,
+		.streaming = s_streaming(t),
+		.stream = &stream,
+	};
+	return s_model_create(t, cfg, &mo);
 }
 
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 /* The gradient hooks of the GPU path's host model, which never runs
  * backward: reaching them is a programming error. */
-static float *s_host_model_grad_begin(void *ctx, gpt2_range_t r)
+static float *s_host_model_grad_begin(void *ctx, model_range_t r)
 {
 	(void)ctx;
 	(void)r;
@@ -300,7 +317,7 @@ static float *s_host_model_grad_begin(void *ctx, gpt2_range_t r)
 	exit(EX_SOFTWARE);
 }
 
-static void s_host_model_grad_end(void *ctx, float *g, gpt2_range_t r)
+static void s_host_model_grad_end(void *ctx, float *g, model_range_t r)
 {
 	(void)g;
 	s_host_model_grad_begin(ctx, r);
@@ -309,31 +326,27 @@ static void s_host_model_grad_end(void *ctx, float *g, gpt2_range_t r)
 /* parallel.device cuda, before the GPU model: as t->model the host side of
  * its state: the CPU model's tensor table (manifests), flat parameter
  * buffer (initialisation, resume, snapshots, reports) and FLOP count, made
- * for 1 x 1 tokens without a gradient buffer (GPT2_STREAM_GRADS) and never
+ * for 1 x 1 tokens without a gradient buffer (MODEL_STREAM_GRADS) and never
  * run. */
-static int s_create_host_model(train_t *t, const gpt2_config_t *cfg)
+static int s_create_host_model(train_t *t, const model_config_t *cfg)
 {
-	char err[512] = "";
-	gpt2_stream_t never = {t, NULL, NULL, s_host_model_grad_begin, s_host_model_grad_end};
-	t->model = gpt2_create_streamed(cfg, 1, 1, GPT2_PRECISION_FP32, GPT2_STREAM_GRADS, &never, err,
-					sizeof err);
-	if (!t->model)
-		return s_error(t, strstr(err, "memory") ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
-			       err[0] ? err : "cannot create the model");
-	return TRAIN_EXIT_OK;
+	model_stream_t never = {t, NULL, NULL, s_host_model_grad_begin, s_host_model_grad_end};
+	model_options_t mo = {.max_B = 1, .max_T = 1, .precision = MODEL_PRECISION_FP32,
+			      .streaming = MODEL_STREAM_GRADS, .stream = &never};
+	return s_model_create(t, cfg, &mo);
 }
 
 /* The GPU model (train_cuda.h), once the shard layout is known (zero1: the
  * GPU holds its shard's moments only). n_vals: the most host values a
  * collective sends. */
-static int s_create_gpu(train_t *t, const gpt2_config_t *cfg, size_t n_vals)
+static int s_create_gpu(train_t *t, const model_config_t *cfg, size_t n_vals)
 {
 	char err[512] = "";
 	int code = TRAIN_EXIT_USAGE;
 	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts,
-				    t->zero, t->zero ? gpt2_max_range(t->model) : 0};
-	t->gpu = train_cuda_new(cfg, t->B, t->T, n_vals, t->sharded ? &shard : NULL, &code, err,
-				sizeof err);
+				    t->zero};
+	t->gpu = train_cuda_new(t->spec->model.arch, cfg, t->B, t->T, n_vals,
+				t->sharded ? &shard : NULL, &code, err, sizeof err);
 	if (!t->gpu)
 		return s_error(t, code, "%s", err);
 	return TRAIN_EXIT_OK;
@@ -403,7 +416,7 @@ static int s_setup(train_t *t)
 			return rc;
 	}
 
-	gpt2_config_t cfg = {
+	model_config_t cfg = {
 		.n_layer = spec->model.n_layer,
 		.n_head = spec->model.n_head,
 		.n_embd = spec->model.n_embd,
@@ -420,9 +433,8 @@ static int s_setup(train_t *t)
 		rc = s_create_cpu(t, &cfg);
 	if (rc != TRAIN_EXIT_OK)
 		return rc;
-	t->n_params = gpt2_num_params(t->model);
-	gpt2_streaming_t mode = t->sharding == JOBSPEC_SHARDING_ZERO2 ? GPT2_STREAM_GRADS
-		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? GPT2_STREAM_ALL : GPT2_DENSE;
+	t->n_params = model_num_params(t->model);
+	model_streaming_t mode = s_streaming(t);
 
 	t->shard_len = t->n_params;
 	t->shard_lo = 0;
@@ -450,19 +462,19 @@ static int s_setup(train_t *t)
 		}
 		t->shard_count = t->shard_counts[t->rank];
 		t->grad_shard = t->grad_own;
-		if (mode != GPT2_DENSE) {
+		if (mode != MODEL_DENSE) {
 			const shard_mem_t *mem = &shard_mem_host;
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 			if (cuda) /* zero2's buffers next to the GPU's NCCL comm */
 				mem = &shard_mem_cuda;
 #endif
-			t->zero = shard_new(t->comm, t->n_params, gpt2_max_range(t->model),
-					    mode == GPT2_STREAM_ALL, mem, err, sizeof err);
+			t->zero = shard_new(t->comm, t->n_params, model_max_range(t->model),
+					    mode == MODEL_STREAM_ALL, mem, err, sizeof err);
 			if (!t->zero)
 				return s_error(t, TRAIN_EXIT_NOMEM, "%s", err);
 			t->grad_shard = shard_grads(t->zero);
 		}
-		if (mode == GPT2_STREAM_ALL && t->opt->report_params) {
+		if (mode == MODEL_STREAM_ALL && t->opt->report_params) {
 			t->params_full = calloc(t->n_params, sizeof(float));
 			if (!t->params_full)
 				return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
@@ -501,7 +513,7 @@ static void s_teardown(train_t *t)
 	snapw_free(t->snapw);
 	free(t->snap_tensors);
 	shard_free(t->zero);
-	gpt2_free(t->model);
+	model_free(t->model);
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	train_cuda_free(t->gpu);
 #endif
@@ -519,7 +531,7 @@ static void s_zero_grad(train_t *t)
 		return;
 	}
 #endif
-	gpt2_zero_grad(t->model);
+	model_zero_grad(t->model);
 }
 
 /* Forward of t->inputs and t->targets (B, T); the mean loss. */
@@ -529,7 +541,7 @@ static float s_forward(train_t *t)
 	if (t->gpu)
 		return train_cuda_forward(t->gpu, t->inputs, t->targets, t->B, t->T);
 #endif
-	return gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
+	return model_forward(t->model, t->inputs, t->targets, t->B, t->T);
 }
 
 /* Backward of the last forward. On the GPU with a comm, unsharded or
@@ -545,7 +557,7 @@ static void s_backward(train_t *t, float loss_scale, bool last)
 	}
 #endif
 	(void)last;
-	gpt2_backward(t->model, loss_scale);
+	model_backward(t->model, loss_scale);
 }
 
 /* In place: n host floats summed over ranks (through device memory for an
@@ -576,7 +588,7 @@ static void s_state_to_device(train_t *t)
 {
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (t->gpu)
-		train_cuda_upload(t->gpu, gpt2_params(t->model), t->adam_m, t->adam_v);
+		train_cuda_upload(t->gpu, model_params(t->model), t->adam_m, t->adam_v);
 #else
 	(void)t;
 #endif
@@ -587,7 +599,7 @@ static void s_state_to_host(train_t *t)
 {
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (t->gpu)
-		train_cuda_download(t->gpu, gpt2_params(t->model), t->adam_m, t->adam_v);
+		train_cuda_download(t->gpu, model_params(t->model), t->adam_m, t->adam_v);
 #else
 	(void)t;
 #endif
@@ -604,10 +616,10 @@ static const float *s_report_params(train_t *t)
 	if (t->gpu) {
 		if (!t->opt->report_params)
 			return NULL;
-		train_cuda_download(t->gpu, gpt2_params(t->model), NULL, NULL);
+		train_cuda_download(t->gpu, model_params(t->model), NULL, NULL);
 	}
 #endif
-	return gpt2_params(t->model);
+	return model_params(t->model);
 }
 
 static size_t s_activation_bytes(const train_t *t)
@@ -619,7 +631,7 @@ static size_t s_activation_bytes(const train_t *t)
 		return a;
 	}
 #endif
-	return gpt2_activation_bytes(t->model);
+	return model_activation_bytes(t->model);
 }
 
 /*
@@ -704,7 +716,7 @@ static int s_reduce_grads_flat(train_t *t)
 	if (t->gpu)
 		return train_cuda_reduce_wait(t->gpu);
 #endif
-	return comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params);
+	return comm_allreduce_sum_f32(t->comm, model_grads(t->model), t->n_params);
 }
 
 /* zero1: the reduce-scatter of the gradients into this rank's shard (on
@@ -715,7 +727,7 @@ static int s_reduce_scatter_grads(train_t *t)
 	if (t->gpu)
 		return train_cuda_reduce_scatter(t->gpu, t->comm);
 #endif
-	return comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
+	return comm_reduce_scatter_sum_f32(t->comm, model_grads(t->model), t->grad_shard,
 					   t->shard_counts);
 }
 
@@ -768,7 +780,7 @@ static int train_clip_grads(train_t *t, int64_t step, double *ret_norm)
 	}
 #endif
 	if (!t->sharded) {
-		float *g = gpt2_grads(t->model);
+		float *g = model_grads(t->model);
 		double norm = sqrt(optim_sum_squares(g, t->n_params));
 		if (clip > 0 && isfinite(norm) && norm > clip)
 			optim_scale(g, t->n_params, (float)(clip / norm));
@@ -822,12 +834,14 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 		return;
 	}
 #endif
+	int n_tensors;
+	const model_tensor_t *tensors = model_tensors(t->model, &n_tensors);
 	if (!t->sharded)
-		optim_adamw_update(t->model, gpt2_params(t->model), gpt2_grads(t->model), t->adam_m,
-				   t->adam_v, lo, hi, &hp);
+		optim_adamw_update(tensors, n_tensors, model_params(t->model), model_grads(t->model),
+				   t->adam_m, t->adam_v, lo, hi, &hp);
 	else if (hi > lo)
-		optim_adamw_update_shard(t->model, s_master(t), t->grad_shard, t->adam_m, t->adam_v,
-					 lo, hi, &hp);
+		optim_adamw_update_shard(tensors, n_tensors, s_master(t), t->grad_shard, t->adam_m,
+					 t->adam_v, lo, hi, &hp);
 }
 
 /* Sharded: every rank's updated range into every rank's flat parameter
@@ -854,7 +868,7 @@ static int train_gather_params(train_t *t, int64_t step)
 	} else
 #endif
 	{
-		float *p = gpt2_params(t->model);
+		float *p = model_params(t->model);
 		/* An empty last shard may start past the end of the buffer. */
 		const float *mine = t->shard_count ? p + t->shard_lo : p;
 		rc = comm_allgather_f32(t->comm, mine, p, t->shard_counts);
@@ -877,8 +891,8 @@ static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, si
 		return;
 	}
 #endif
-	*ret_params = gpt2_param_bytes(t->model) + (t->zero ? shard_param_bytes(t->zero) : 0);
-	*ret_grads = gpt2_grad_bytes(t->model) + (t->zero ? shard_grad_bytes(t->zero) : 0) +
+	*ret_params = model_param_bytes(t->model) + (t->zero ? shard_param_bytes(t->zero) : 0);
+	*ret_grads = model_grad_bytes(t->model) + (t->zero ? shard_grad_bytes(t->zero) : 0) +
 		     (t->grad_own ? t->shard_len * sizeof(float) : 0);
 	*ret_optim = 2 * t->shard_len * sizeof(float);
 }
@@ -985,10 +999,10 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 	if (t->comm)
 		snprintf(ranks, sizeof ranks, " x %d ranks", t->W);
 	fprintf(f,
-		"ringworker train: %s (%s) | gpt2 %d layers, %d heads, %d channels, vocab %d, seq_len %d"
+		"ringworker train: %s (%s) | %s %d layers, %d heads, %d channels, vocab %d, seq_len %d"
 		" | %.2fM params | batch %d x %d micro-steps%s | %" PRId64 " steps | %d threads\n",
 		s->name ? s->name : "job", t->opt->spec_name ? t->opt->spec_name : "spec",
-		s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
+		s->model.arch, s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
 		(double)t->n_params / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	if (t->gpu) {
@@ -1065,10 +1079,10 @@ static void s_manifest(const train_t *t, int64_t step, uint64_t cursor, snap_man
 				   (json_int_t)((int64_t)t->B * t->A * t->W));
 	m->rng = json_pack("{s:I, s:s}", "seed", (json_int_t)sp->train.seed, "sampler",
 			   "permutation of (seed, global sample index); no other random state");
-	m->model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", "gpt2", "n_layer",
+	m->model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", sp->model.arch, "n_layer",
 			     sp->model.n_layer, "n_head", sp->model.n_head, "n_embd", sp->model.n_embd,
 			     "vocab_size", sp->model.vocab_size, "seq_len", sp->model.seq_len);
-	m->n_tensors = gpt2_num_tensors(t->model);
+	model_tensors(t->model, &m->n_tensors);
 	m->tensors = t->snap_tensors;
 }
 
@@ -1258,7 +1272,7 @@ static void s_snapshot_take(train_t *t, int64_t step)
 	const float *p = NULL, *m = NULL, *v = NULL;
 	if (count > 0) {
 		/* sharded: the shard arrays start at lo; none: everything is whole */
-		p = t->sharded ? s_master(t) : gpt2_params(t->model) + lo;
+		p = t->sharded ? s_master(t) : model_params(t->model) + lo;
 		m = t->sharded ? t->adam_m : t->adam_m + lo;
 		v = t->sharded ? t->adam_v : t->adam_v + lo;
 	}
@@ -1381,7 +1395,7 @@ static int s_resume(train_t *t)
 		if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
 			rc = s_read(t, s, "params", lo, count, shard_params(t->zero));
 		else
-			rc = s_read(t, s, "params", 0, (int64_t)t->n_params, gpt2_params(t->model));
+			rc = s_read(t, s, "params", 0, (int64_t)t->n_params, model_params(t->model));
 		if (rc == TRAIN_EXIT_OK)
 			rc = s_read(t, s, "adam_m", lo, count, t->adam_m);
 		if (rc == TRAIN_EXIT_OK)
@@ -1407,9 +1421,9 @@ static void s_init_params(train_t *t)
 {
 	uint64_t seed = t->spec->train.seed;
 	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->gpu)
-		gpt2_init_params(t->model, seed);
+		model_init_params(t->model, seed);
 	else if (t->shard_count)
-		gpt2_init_range(t->model, seed, t->shard_lo, t->shard_lo + t->shard_count,
+		model_init_range(t->model, seed, t->shard_lo, t->shard_lo + t->shard_count,
 				shard_params(t->zero));
 }
 
@@ -1418,14 +1432,15 @@ static int s_snapshot_setup(train_t *t)
 {
 	if (!t->opt->checkpoint_dir)
 		return TRAIN_EXIT_OK;
-	int n = gpt2_num_tensors(t->model);
+	int n;
+	const model_tensor_t *tensors = model_tensors(t->model, &n);
 	t->snap_tensors = calloc((size_t)n, sizeof *t->snap_tensors);
 	t->snapw = snapw_new();
 	if (!t->snap_tensors || !t->snapw)
 		return s_error(t, TRAIN_EXIT_NOMEM, "cannot start the snapshot writer: %s",
 			       strerror(errno ? errno : ENOMEM));
 	for (int i = 0; i < n; i++) {
-		const gpt2_tensor_t *g = gpt2_tensor(t->model, i);
+		const model_tensor_t *g = &tensors[i];
 		snap_tensor_t *x = &t->snap_tensors[i];
 		snprintf(x->name, sizeof x->name, "%s", g->name);
 		x->ndim = g->ndim;
@@ -1595,7 +1610,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		fprintf(f,
 			" | mean %.0f tok/s, %.1f GFLOP/s | %zu params | time: data %.1f%%, forward %.1f%%,"
 			" backward %.1f%%, ",
-			tok_s, tok_s * gpt2_flops_per_token(t.model, t.T) / 1e9, t.n_params,
+			tok_s, tok_s * model_flops_per_token(t.model, t.T) / 1e9, t.n_params,
 			100 * t.times.data_s / busy, 100 * t.times.forward_s / busy,
 			100 * t.times.backward_s / busy);
 		if (t.comm)
