@@ -81,7 +81,6 @@
  */
 #include "train.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -89,7 +88,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include <omp.h>
@@ -98,7 +96,7 @@
 #include "model.h"
 #include "optim.h"
 #include "shard.h"
-#include "snapw.h"
+#include "train_snap.h"
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 #include "shard_mem_cuda.h"
 #include "train_cuda.h"
@@ -154,14 +152,8 @@ typedef struct {
 	int32_t *inputs;  /* (B, T) */
 	int32_t *targets; /* (B, T) */
 
-	/* Snapshots (opt->checkpoint_dir) and resuming. */
-	snapw_t *snapw;
-	snap_tensor_t *snap_tensors; /* (n_tensors) the model's table for manifests */
-	int64_t snap_step;           /* step of the write in flight or unreported; 0: none */
-	uint64_t snap_cursor;        /* the data cursor after that step */
-	int64_t start_step;          /* 1, or the resumed snapshot's step + 1 */
-	double load_ms;
-	char skipped[1024];          /* snapshots passed over on resume */
+	tsnap_t *snap;      /* snapshots (opt->checkpoint_dir) and resuming */
+	int64_t start_step; /* 1, or the resumed snapshot's step + 1 */
 
 	train_times_t times;
 	trace_t trace; /* the phases of the current step: NVTX ranges, and times when profiled */
@@ -510,8 +502,7 @@ static void s_teardown(train_t *t)
 	free(t->norm_parts);
 	free(t->norm_counts);
 	free(t->params_full);
-	snapw_free(t->snapw);
-	free(t->snap_tensors);
+	tsnap_free(t->snap);
 	shard_free(t->zero);
 	model_free(t->model);
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
@@ -1035,240 +1026,16 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 	fflush(f);
 }
 
-/* ---- snapshots ---- */
+/* ---- snapshots (train_snap.c) ---- */
 
-/* The range of the flat buffer this rank writes: its ZeRO shard, or under
- * `none` (every rank holds everything) the same slice, so that all ranks
- * write in parallel and the layout is one for every mode. */
-static void s_snap_range(const train_t *t, int64_t *ret_lo, int64_t *ret_count)
-{
-	snap_shard_range((int64_t)t->n_params, t->W, t->rank, ret_lo, ret_count);
-}
-
-/* mkdir -p: every missing folder of path. 0 or a negative errno. */
-static int s_mkdir(const char *path)
-{
-	char buf[4096];
-	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-		return -ENAMETOOLONG;
-	for (char *c = buf + 1;; c++) {
-		if (*c != '/' && *c != '\0')
-			continue;
-		char was = *c;
-		*c = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*c = was;
-		if (!was)
-			return 0;
-	}
-}
-
-/* Everything a manifest of `step` says but its files. The JSON objects are
- * new references; s_manifest_clear drops them. */
-static void s_manifest(const train_t *t, int64_t step, uint64_t cursor, snap_manifest_t *m)
-{
-	const jobspec_t *sp = t->spec;
-	memset(m, 0, sizeof *m);
-	m->step = step;
-	m->world_size = t->W;
-	snprintf(m->sharding, sizeof m->sharding, "%s", jobspec_sharding_name(sp->parallel.sharding));
-	m->n_params = (int64_t)t->n_params;
-	m->adam_t = step;
-	m->data_cursor = json_pack("{s:I, s:I}", "cursor", (json_int_t)cursor, "global_batch",
-				   (json_int_t)((int64_t)t->B * t->A * t->W));
-	m->rng = json_pack("{s:I, s:s}", "seed", (json_int_t)sp->train.seed, "sampler",
-			   "permutation of (seed, global sample index); no other random state");
-	m->model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", sp->model.arch, "n_layer",
-			     sp->model.n_layer, "n_head", sp->model.n_head, "n_embd", sp->model.n_embd,
-			     "vocab_size", sp->model.vocab_size, "seq_len", sp->model.seq_len);
-	model_tensors(t->model, &m->n_tensors);
-	m->tensors = t->snap_tensors;
-}
-
-static void s_manifest_clear(snap_manifest_t *m)
-{
-	json_decref(m->data_cursor);
-	json_decref(m->rng);
-	json_decref(m->model);
-}
-
-/* The steps of the committed `step-N` folders of job_dir (malloc'ed into
- * *ret_steps). Returns how many, or a negative errno with err set. */
-static int s_list_steps(const char *job_dir, int64_t **ret_steps, char *err, size_t errlen)
-{
-	*ret_steps = NULL;
-	DIR *d = opendir(job_dir);
-	if (!d) {
-		int e = errno;
-		snprintf(err, errlen, "cannot list %s: %s", job_dir, strerror(e));
-		return -e;
-	}
-	int64_t *steps = NULL;
-	size_t n = 0, cap = 0;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		long long st;
-		int used = 0;
-		if (sscanf(e->d_name, "step-%lld%n", &st, &used) != 1 || e->d_name[used] != '\0')
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			int64_t *grown = realloc(steps, cap * sizeof *steps);
-			if (!grown) {
-				free(steps);
-				closedir(d);
-				snprintf(err, errlen, "out of memory");
-				return -ENOMEM;
-			}
-			steps = grown;
-		}
-		steps[n++] = st;
-	}
-	closedir(d);
-	*ret_steps = steps;
-	return (int)n;
-}
-
-/* Finish the deletes a crash interrupted: `step-N.deleting` folders (a
- * snap_remove renamed them, then the process died) are never loaded; they
- * only take space. */
-static void s_finish_deletes(const char *job_dir)
-{
-	DIR *d = opendir(job_dir);
-	if (!d)
-		return;
-	struct dirent *e;
-	char path[4096], err[512];
-	while ((e = readdir(d))) {
-		size_t n = strlen(e->d_name);
-		if (strncmp(e->d_name, "step-", 5) != 0 || n < 9 ||
-		    strcmp(e->d_name + n - 9, ".deleting") != 0)
-			continue;
-		snprintf(path, sizeof path, "%s/%s", job_dir, e->d_name);
-		(void)snap_remove(path, err, sizeof err);
-	}
-	closedir(d);
-}
-
-int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
-                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen)
-{
-	s_finish_deletes(job_dir);
-	int64_t *steps;
-	int listed = s_list_steps(job_dir, &steps, err, errlen);
-	if (listed < 0)
-		return listed;
-	size_t n = (size_t)listed;
-	bool *keep = calloc(n ? n : 1, sizeof(bool));
-	if (!keep) {
-		free(steps);
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	snap_retention(steps, n, keep_last, keep_every, keep);
-	int deleted = 0, rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (keep[i])
-			continue;
-		char name[SNAP_DIRNAME_MAX], path[4096];
-		snprintf(path, sizeof path, "%s/%s", job_dir, snap_step_dirname(steps[i], name, sizeof name));
-		rc = snap_remove(path, err, errlen);
-		if (rc == 0 && deleted < max_deleted)
-			ret_deleted[deleted++] = steps[i];
-	}
-	free(keep);
-	free(steps);
-	return rc < 0 ? rc : deleted;
-}
-
-/* One process alone: its shard is the whole snapshot; commit it and apply
- * retention. */
-static void s_commit_alone(train_t *t, const train_snapshot_t *snap)
-{
-	snap_manifest_t m = *snap->manifest;
-	snap_file_t file = {.rank = 0, .lo = 0, .count = (int64_t)t->n_params,
-			    .bytes = snap->shard->bytes};
-	snprintf(file.name, sizeof file.name, "%s", snap->shard->name);
-	memcpy(file.xxh3, snap->shard->xxh3, sizeof file.xxh3);
-	m.n_files = 1;
-	m.files = &file;
-	char err[1024];
-	if (snap_commit(snap->tmp_dir, snap->final_dir, &m, err, sizeof err) < 0) {
-		s_error(t, 0, "snapshot of step %" PRId64 " not committed: %s", snap->step, err);
-		return;
-	}
-	int64_t deleted[64];
-	if (train_snapshot_retention(t->opt->checkpoint_dir, t->spec->checkpoint.keep_last,
-				     t->spec->checkpoint.keep_every, deleted, 64, err, sizeof err) < 0)
-		s_error(t, 0, "snapshot retention in %s: %s", t->opt->checkpoint_dir, err);
-}
-
-/* A snapshot of `step` this rank could not write: logged, and told to the
- * caller (it never commits; the previous one stays the latest). */
-static void s_snapshot_failed(train_t *t, int64_t step, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void s_snapshot_failed(train_t *t, int64_t step, const char *fmt, ...)
-{
-	char why[700];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
-	va_end(ap);
-	s_error(t, 0, "snapshot of step %" PRId64 " not written: %s", step, why);
-	if (t->opt->on_snapshot_failed)
-		t->opt->on_snapshot_failed(t->opt->on_snapshot_ctx, step, why);
-}
-
-/* Hand a finished write to the caller (or commit it alone). */
-static void s_snapshot_report(train_t *t, const snapw_result_t *res)
-{
-	if (res->status < 0) {
-		s_snapshot_failed(t, res->step, "%s", res->error);
-		return;
-	}
-	char name[SNAP_DIRNAME_MAX], tmp[4096 + 8], fin[4096];
-	snap_step_dirname(res->step, name, sizeof name);
-	snprintf(fin, sizeof fin, "%s/%s", t->opt->checkpoint_dir, name);
-	snprintf(tmp, sizeof tmp, "%s.tmp", fin);
-	snap_manifest_t m;
-	s_manifest(t, res->step, t->snap_cursor, &m);
-	train_snapshot_t snap = {res->step, tmp, fin, &res->shard, &m, (double)res->write_us / 1e3};
-	if (t->opt->on_snapshot)
-		t->opt->on_snapshot(t->opt->on_snapshot_ctx, &snap);
-	else if (!t->comm)
-		s_commit_alone(t, &snap);
-	s_manifest_clear(&m);
-}
-
-/* Report the write in flight once it is done; with `wait`, wait for it. */
-static void s_snapshot_poll(train_t *t, bool wait)
-{
-	if (!t->snap_step)
-		return;
-	snapw_result_t res;
-	int done = wait ? (snapw_wait(t->snapw, &res), 1) : snapw_poll(t->snapw, &res);
-	if (done != 1)
-		return;
-	t->snap_step = 0;
-	s_snapshot_report(t, &res);
-}
-
-/* Copy this rank's state after `step` aside and queue its write. */
+/* Copy this rank's state after `step` to the host and queue its write. */
 static void s_snapshot_take(train_t *t, int64_t step)
 {
-	s_snapshot_poll(t, true); /* at most one in flight */
-	char name[SNAP_DIRNAME_MAX], tmp[4096];
-	snprintf(tmp, sizeof tmp, "%s/%s.tmp", t->opt->checkpoint_dir,
-		 snap_step_dirname(step, name, sizeof name));
-	int rc = s_mkdir(tmp);
-	if (rc < 0) {
-		s_snapshot_failed(t, step, "cannot create %s: %s", tmp, strerror(-rc));
+	if (!tsnap_begin(t->snap, step))
 		return;
-	}
 	s_state_to_host(t);
 	int64_t lo, count;
-	s_snap_range(t, &lo, &count);
+	tsnap_range(t->snap, &lo, &count);
 	const float *p = NULL, *m = NULL, *v = NULL;
 	if (count > 0) {
 		/* sharded: the shard arrays start at lo; none: everything is whole */
@@ -1276,141 +1043,29 @@ static void s_snapshot_take(train_t *t, int64_t step)
 		m = t->sharded ? t->adam_m : t->adam_m + lo;
 		v = t->sharded ? t->adam_v : t->adam_v + lo;
 	}
-	rc = snapw_submit(t->snapw, tmp, t->rank, t->W, step, (int64_t)t->n_params, lo, count, p, m,
-			  v);
-	if (rc < 0) {
-		s_snapshot_failed(t, step, "%s", strerror(-rc));
-		return;
-	}
-	t->snap_step = step;
-	t->snap_cursor = data_loader_cursor(&t->loader);
+	tsnap_submit(t->snap, step, p, m, v, data_loader_cursor(&t->loader));
 }
 
-static void s_on_skip(int64_t step, const char *reason, void *ctx)
-{
-	train_t *t = ctx;
-	size_t n = strlen(t->skipped);
-	snprintf(t->skipped + n, sizeof t->skipped - n, "%sstep %" PRId64 ": %s", n ? "; " : "", step,
-		 reason);
-	s_error(t, 0, "snapshot of step %" PRId64 " passed over: %s", step, reason);
-}
-
-/* Reads [lo, lo + count) of one of the snapshot's flat buffers. */
-static int s_read(train_t *t, snap_t *s, const char *which, int64_t lo, int64_t count, float *out)
-{
-	char err[1024];
-	if (count > 0 && snap_read_range(s, which, lo, count, out, err, sizeof err) < 0)
-		return s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: %s", snap_dir(s), err);
-	return TRAIN_EXIT_OK;
-}
-
-/* Rank 0, resuming with a bound: committed folders past it were renamed
- * but never recorded (rank 0 died in between); they will be written again,
- * so they go. */
-static void s_remove_orphans(train_t *t, int64_t bound)
-{
-	int64_t *steps;
-	char err[1024];
-	int n = s_list_steps(t->opt->checkpoint_dir, &steps, err, sizeof err);
-	for (int i = 0; i < n; i++) {
-		if (steps[i] <= bound)
-			continue;
-		char name[SNAP_DIRNAME_MAX], path[4096];
-		snprintf(path, sizeof path, "%s/%s", t->opt->checkpoint_dir,
-			 snap_step_dirname(steps[i], name, sizeof name));
-		if (snap_remove(path, err, sizeof err) < 0)
-			s_error(t, 0, "cannot remove the unrecorded snapshot %s: %s", path, err);
-		else
-			fprintf(t->opt->log, "ringworker: removed the snapshot of step %" PRId64
-				" (committed on disk, never recorded by the coordinator)\n", steps[i]);
-	}
-	free(steps);
-}
-
-/* opt->resume_dir: open it and check every file's size and checksum.
- * TRAIN_EXIT_* code; *ret_snap set on success. The errors of snap_open and
- * snap_verify name the folder (or its manifest) already. */
-static int s_open_resume_dir(train_t *t, snap_t **ret_snap)
-{
-	char err[1024];
-	snap_t *s = NULL;
-	if (snap_open(t->opt->resume_dir, &s, err, sizeof err) < 0)
-		return s_error(t, TRAIN_EXIT_DATA,
-			       "cannot start from the snapshot named by resume_from: %s", err);
-	if (snap_verify(s, err, sizeof err) < 0) {
-		snap_close(s);
-		return s_error(t, TRAIN_EXIT_DATA,
-			       "cannot start from the snapshot named by resume_from: %s", err);
-	}
-	*ret_snap = s;
-	return TRAIN_EXIT_OK;
-}
-
-/* opt->resume: load the newest usable snapshot of the job's own, else
- * opt->resume_dir, if any. At any world size: each rank reads its own range
- * of the flat buffers (all of params unless zero3), and the data cursor is a
- * global sample index, taken as it is. TRAIN_EXIT_* code. */
+/* opt->resume or opt->resume_dir: the state from a snapshot, if there is
+ * one: all of params (zero3 on the CPU: the master shard's range), and
+ * AdamW's state of this rank's shard. TRAIN_EXIT_* code. */
 static int s_resume(train_t *t)
 {
-	t->start_step = 1;
-	const bool own = t->opt->resume && t->opt->checkpoint_dir;
-	if (!own && !t->opt->resume_dir)
-		return TRAIN_EXIT_OK;
-	double a = s_now_s();
-	char dir[4096], err[1024];
-	snap_t *s = NULL;
-	bool found = false;
-	if (own) {
-		int64_t step;
-		int64_t bound = t->opt->resume_upto >= 0 ? t->opt->resume_upto : INT64_MAX;
-		if (t->rank == 0 && t->opt->resume_upto >= 0)
-			s_remove_orphans(t, bound);
-		found = snap_find_latest_upto(t->opt->checkpoint_dir, bound, &step, dir, sizeof dir,
-					      s_on_skip, t, err, sizeof err) == 0;
-		if (found && snap_open(dir, &s, err, sizeof err) < 0)
-			return s_error(t, TRAIN_EXIT_DATA, "cannot resume: %s", err);
-	}
-	if (!found) {
-		if (!t->opt->resume_dir)
-			return TRAIN_EXIT_OK; /* nothing committed yet: a fresh start */
-		int rc = s_open_resume_dir(t, &s);
-		if (rc != TRAIN_EXIT_OK)
-			return rc;
-		snprintf(dir, sizeof dir, "%s", t->opt->resume_dir);
-	}
-	const snap_manifest_t *m = snap_manifest(s);
-	const int64_t step = m->step; /* snap_open checked it against the folder's name */
-	int rc = TRAIN_EXIT_OK;
+	const bool zero3_shard = t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu;
 	int64_t lo = (int64_t)t->shard_lo, count = (int64_t)t->shard_count;
-	json_t *c = json_object_get(m->data_cursor, "cursor");
-	if (m->n_params != (int64_t)t->n_params) {
-		rc = s_error(t, TRAIN_EXIT_SPEC,
-			     "cannot resume from %s: it holds %" PRId64 " parameters but this model has"
-			     " %zu: the model in the spec is not the one that wrote the snapshot",
-			     dir, m->n_params, t->n_params);
-	} else if (!json_is_integer(c) || json_integer_value(c) < 0) {
-		rc = s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
-			     dir);
-	} else {
-		if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
-			rc = s_read(t, s, "params", lo, count, shard_params(t->zero));
-		else
-			rc = s_read(t, s, "params", 0, (int64_t)t->n_params, model_params(t->model));
-		if (rc == TRAIN_EXIT_OK)
-			rc = s_read(t, s, "adam_m", lo, count, t->adam_m);
-		if (rc == TRAIN_EXIT_OK)
-			rc = s_read(t, s, "adam_v", lo, count, t->adam_v);
-	}
-	if (rc == TRAIN_EXIT_OK) {
-		data_loader_seek(&t->loader, (uint64_t)json_integer_value(c));
-		t->start_step = step + 1;
-		t->load_ms = (s_now_s() - a) * 1e3;
-		if (!t->opt->quiet)
-			fprintf(t->opt->json ? t->opt->log : t->opt->out,
-				"resumed from %s (step %" PRId64 ", %d ranks, %s) in %.0f ms\n", dir, step,
-				m->world_size, m->sharding, t->load_ms);
-	}
-	snap_close(s);
+	tsnap_dest_t dest = {
+		.params = zero3_shard ? shard_params(t->zero) : model_params(t->model),
+		.params_lo = zero3_shard ? lo : 0,
+		.params_count = zero3_shard ? count : (int64_t)t->n_params,
+		.adam_m = t->adam_m,
+		.adam_v = t->adam_v,
+		.lo = lo,
+		.count = count,
+	};
+	uint64_t cursor = 0;
+	int rc = tsnap_resume(t->snap, &dest, &t->start_step, &cursor);
+	if (rc == TRAIN_EXIT_OK && t->start_step > 1)
+		data_loader_seek(&t->loader, cursor);
 	return rc;
 }
 
@@ -1427,28 +1082,89 @@ static void s_init_params(train_t *t)
 				shard_params(t->zero));
 }
 
-/* Snapshots on: the writer thread and the tensor table for manifests. */
+/* The snapshot state: the writer thread when snapshots are on, and the
+ * tensor table for manifests. */
 static int s_snapshot_setup(train_t *t)
 {
-	if (!t->opt->checkpoint_dir)
+	tsnap_setup_t setup = {
+		.spec = t->spec,
+		.opt = t->opt,
+		.world_size = t->W,
+		.rank = t->rank,
+		.alone = !t->comm,
+		.global_batch = (int64_t)t->B * t->A * t->W,
+		.n_params = t->n_params,
+	};
+	setup.tensors = model_tensors(t->model, &setup.n_tensors);
+	return tsnap_new(&setup, &t->snap);
+}
+
+/* Everything before the first step: the model, data and buffers, the
+ * snapshot state, then the state itself (resumed, or initialised from
+ * train.seed) on the device. TRAIN_EXIT_* code. */
+static int s_start(train_t *t)
+{
+	int rc = s_setup(t);
+	if (rc == TRAIN_EXIT_OK)
+		rc = s_snapshot_setup(t);
+	if (rc == TRAIN_EXIT_OK)
+		rc = s_resume(t);
+	if (rc == TRAIN_EXIT_OK && t->start_step == 1)
+		s_init_params(t);
+	if (rc == TRAIN_EXIT_OK)
+		s_state_to_device(t);
+	return rc;
+}
+
+/* opt->on_step with `report` (its step's figures filled in) completed by
+ * what this rank holds; *ret_stop when it asks to stop. TRAIN_EXIT_* code
+ * (zero3's gathered replica for the report may fail). */
+static int s_report_step(train_t *t, train_report_t *report, bool *ret_stop)
+{
+	const train_options_t *opt = t->opt;
+	if (!opt->on_step)
 		return TRAIN_EXIT_OK;
-	int n;
-	const model_tensor_t *tensors = model_tensors(t->model, &n);
-	t->snap_tensors = calloc((size_t)n, sizeof *t->snap_tensors);
-	t->snapw = snapw_new();
-	if (!t->snap_tensors || !t->snapw)
-		return s_error(t, TRAIN_EXIT_NOMEM, "cannot start the snapshot writer: %s",
-			       strerror(errno ? errno : ENOMEM));
-	for (int i = 0; i < n; i++) {
-		const model_tensor_t *g = &tensors[i];
-		snap_tensor_t *x = &t->snap_tensors[i];
-		snprintf(x->name, sizeof x->name, "%s", g->name);
-		x->ndim = g->ndim;
-		x->shape[0] = g->shape[0];
-		x->shape[1] = g->shape[1];
-		x->offset = (int64_t)g->offset;
+	if (t->params_full) {
+		int rc = s_gather_replica(t, report->step);
+		if (rc != TRAIN_EXIT_OK)
+			return rc;
 	}
+	report->params = s_report_params(t);
+	report->n_params = t->n_params;
+	report->n_params_padded = t->shard_len * (size_t)(t->sharded ? t->W : 1);
+	report->snapshot_skipped = tsnap_skipped(t->snap);
+	if (report->step == t->start_step && t->start_step > 1) {
+		report->resumed_from_step = t->start_step - 1;
+		report->load_ms = tsnap_load_ms(t->snap);
+	}
+	s_memory(t, &report->params_bytes, &report->grads_bytes, &report->optim_bytes);
+	report->activations_bytes = s_activation_bytes(t);
+	*ret_stop = opt->on_step(opt->on_step_ctx, report) != 0;
 	return TRAIN_EXIT_OK;
+}
+
+/* The summary line after the last step. */
+static void s_print_summary(const train_t *t, int64_t steps_run, double wall_s, float loss,
+			    float best_val, int64_t best_val_step, double tok_s)
+{
+	FILE *f = t->opt->json ? t->opt->log : t->opt->out;
+	double busy = t->times.data_s + t->times.forward_s + t->times.backward_s + t->times.comm_s +
+		      t->times.optim_s;
+	if (busy <= 0)
+		busy = 1;
+	fprintf(f, "done: %" PRId64 " steps in %.1f s | final loss %.4f", steps_run, wall_s, loss);
+	if (best_val_step > 0)
+		fprintf(f, " | best val loss %.4f (step %" PRId64 ")", best_val, best_val_step);
+	fprintf(f,
+		" | mean %.0f tok/s, %.1f GFLOP/s | %zu params | time: data %.1f%%, forward %.1f%%,"
+		" backward %.1f%%, ",
+		tok_s, tok_s * model_flops_per_token(t->model, t->T) / 1e9, t->n_params,
+		100 * t->times.data_s / busy, 100 * t->times.forward_s / busy,
+		100 * t->times.backward_s / busy);
+	if (t->comm)
+		fprintf(f, "communication %.1f%%, ", 100 * t->times.comm_s / busy);
+	fprintf(f, "optimizer %.1f%%\n", 100 * t->times.optim_s / busy);
+	fflush(f);
 }
 
 int train_run(const jobspec_t *spec, const train_options_t *opt)
@@ -1464,15 +1180,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		.rank = opt->comm ? comm_rank(opt->comm) : 0,
 	};
 	trace_init(&t.trace);
-	int rc = s_setup(&t);
-	if (rc == TRAIN_EXIT_OK)
-		rc = s_snapshot_setup(&t);
-	if (rc == TRAIN_EXIT_OK)
-		rc = s_resume(&t);
-	if (rc == TRAIN_EXIT_OK && t.start_step == 1)
-		s_init_params(&t);
-	if (rc == TRAIN_EXIT_OK)
-		s_state_to_device(&t);
+	int rc = s_start(&t);
 	if (rc != TRAIN_EXIT_OK) {
 		s_teardown(&t);
 		return rc;
@@ -1489,9 +1197,8 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	double started = s_now_s(), step_s_sum = 0;
 	float loss = NAN, best_val = INFINITY;
 	int64_t best_val_step = 0;
-	const int64_t every = spec->checkpoint.every_steps;
 	for (int64_t step = t.start_step; step <= n_steps; step++) {
-		s_snapshot_poll(&t, false);
+		tsnap_poll(t.snap, false);
 		trace_step_begin(&t.trace, step, opt->on_trace && spec->profile.start_step > 0 &&
 						 step >= spec->profile.start_step &&
 						 step <= spec->profile.end_step);
@@ -1540,8 +1247,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		if (print)
 			s_print_step(&t, step, n_steps, loss, lr, norm, tokens_per_step / step_s,
 				     step_s * 1e3, has_val, val_loss);
-		if (opt->checkpoint_dir && every > 0 && isfinite(loss) &&
-		    (step % every == 0 || step == n_steps)) {
+		if (tsnap_due(t.snap, step, n_steps, loss)) {
 			trace_begin(&t.trace, TRACE_SNAPSHOT);
 			s_snapshot_take(&t, step);
 			trace_end(&t.trace, TRACE_SNAPSHOT);
@@ -1551,33 +1257,18 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 			opt->on_trace(opt->on_trace_ctx, &traced);
 		/* The step is reported even when it diverged. */
 		bool stop = false;
-		if (opt->on_step && t.params_full) {
-			rc = s_gather_replica(&t, step);
-			if (rc != TRAIN_EXIT_OK)
-				break;
-		}
-		if (opt->on_step) {
-			train_report_t report = {
-				.step = step,
-				.loss = loss,
-				.lr = lr,
-				.grad_norm = norm,
-				.tokens_per_s = tokens_per_step / step_s,
-				.ms = step_s * 1e3,
-				.val_loss = val_loss,
-				.params = s_report_params(&t),
-				.n_params = t.n_params,
-				.n_params_padded = t.shard_len * (size_t)(t.sharded ? t.W : 1),
-				.snapshot_skipped = t.skipped,
-			};
-			if (step == t.start_step && t.start_step > 1) {
-				report.resumed_from_step = t.start_step - 1;
-				report.load_ms = t.load_ms;
-			}
-			s_memory(&t, &report.params_bytes, &report.grads_bytes, &report.optim_bytes);
-			report.activations_bytes = s_activation_bytes(&t);
-			stop = opt->on_step(opt->on_step_ctx, &report) != 0;
-		}
+		train_report_t report = {
+			.step = step,
+			.loss = loss,
+			.lr = lr,
+			.grad_norm = norm,
+			.tokens_per_s = tokens_per_step / step_s,
+			.ms = step_s * 1e3,
+			.val_loss = val_loss,
+		};
+		rc = s_report_step(&t, &report, &stop);
+		if (rc != TRAIN_EXIT_OK)
+			break;
 		if (!isfinite(loss)) {
 			rc = s_error(&t, TRAIN_EXIT_DIVERGED,
 				     "the loss is not finite at step %" PRId64
@@ -1594,30 +1285,12 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	trace_step_t unreported;
 	trace_step_end(&t.trace, &unreported); /* a step cut short: its NVTX ranges end */
 	if (rc == TRAIN_EXIT_OK)
-		s_snapshot_poll(&t, true); /* the last one, reported before returning */
+		tsnap_poll(t.snap, true); /* the last one, reported before returning */
 	double wall_s = s_now_s() - started;
 	const int64_t steps_run = n_steps - t.start_step + 1;
-	if (rc == TRAIN_EXIT_OK && print && steps_run > 0) {
-		FILE *f = opt->json ? opt->log : opt->out;
-		double busy = t.times.data_s + t.times.forward_s + t.times.backward_s + t.times.comm_s +
-			      t.times.optim_s;
-		if (busy <= 0)
-			busy = 1;
-		fprintf(f, "done: %" PRId64 " steps in %.1f s | final loss %.4f", steps_run, wall_s, loss);
-		if (best_val_step > 0)
-			fprintf(f, " | best val loss %.4f (step %" PRId64 ")", best_val, best_val_step);
-		double tok_s = tokens_per_step * (double)steps_run / step_s_sum;
-		fprintf(f,
-			" | mean %.0f tok/s, %.1f GFLOP/s | %zu params | time: data %.1f%%, forward %.1f%%,"
-			" backward %.1f%%, ",
-			tok_s, tok_s * model_flops_per_token(t.model, t.T) / 1e9, t.n_params,
-			100 * t.times.data_s / busy, 100 * t.times.forward_s / busy,
-			100 * t.times.backward_s / busy);
-		if (t.comm)
-			fprintf(f, "communication %.1f%%, ", 100 * t.times.comm_s / busy);
-		fprintf(f, "optimizer %.1f%%\n", 100 * t.times.optim_s / busy);
-		fflush(f);
-	}
+	if (rc == TRAIN_EXIT_OK && print && steps_run > 0)
+		s_print_summary(&t, steps_run, wall_s, loss, best_val, best_val_step,
+				tokens_per_step * (double)steps_run / step_s_sum);
 	s_teardown(&t);
 	return rc;
 }

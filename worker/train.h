@@ -187,17 +187,6 @@ typedef struct {
 } train_options_t;
 
 /*
- * Retention in a job's snapshot folder: of its committed `step-N` folders,
- * keep the keep_last newest and every step divisible by keep_every (0: no
- * such), delete the others (snap_remove); and finish any delete a crash
- * interrupted (`step-N.deleting` folders). The steps deleted go to
- * ret_deleted (at most max_deleted of them are listed). Returns how many
- * were deleted, or a negative errno with one line in err.
- */
-int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
-                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen);
-
-/*
  * Whether this worker can run `spec` on the device it names, before any
  * rendezvous: TRAIN_EXIT_OK on cpu. On cuda: TRAIN_EXIT_SPEC when the spec
  * asks for what the GPU path does not do (parallel.sharding other than
