@@ -245,7 +245,7 @@ int snap_list_steps(const char *job_dir, int64_t **ret_steps, char *err, size_t 
  * by keep_every), delete the others (snap_remove), and finish any delete a
  * crash interrupted (`step-N.deleting` folders). The steps deleted go to
  * ret_deleted (at most max_deleted of them are listed). Returns how many
- * were deleted, or a negative errno with one line in err.
+ * it listed there, or a negative errno with one line in err.
  */
 int snap_prune(const char *job_dir, int keep_last, int64_t keep_every, int64_t *ret_deleted,
                int max_deleted, char *err, size_t err_len);

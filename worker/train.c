@@ -1,83 +1,43 @@
 /*
- * train: the training loop (see train.h). One optimizer step is
+ * train: the training loop (see train.h). It reads top to bottom like
+ * llm.c's main: set up (data, model, buffers), resume or initialise, then
+ * per optimizer step
  *
  *   train_compute_grads   zero grads; grad_accum x (data, forward, backward)
- *   train_reduce_grads    across ranks: one all-reduce of the flat gradient
- *                         buffer, and of the loss (nothing on one rank)
- *   train_clip_grads      global norm over the whole gradient, clip
- *   train_update_range    AdamW on [lo, hi) of the flat buffer
+ *   train_reduce_grads    across ranks: the gradients (the strategy's
+ *                         reduce) and the loss (nothing on one rank)
+ *   strategy->clip        global gradient norm, clipped to train.grad_clip
+ *   strategy->update      AdamW (whole buffer, or this rank's shard)
+ *   train_gather_params   the strategy's gather (sharded modes)
+ *   validation, the step's line and report, a snapshot when due
  *
- * kept apart so that ZeRO can put a reduce-scatter in the middle and update
- * only its own range. Every phase is timed with CLOCK_MONOTONIC, and
- * bracketed by trace_begin / trace_end (worker/trace.c: NVTX ranges, and on
- * the spec's profile steps the events handed to opt->on_trace).
+ * What differs per parallel mode (none, zero1, zero2, zero3) is the
+ * strategy object of the spec's parallel.sharding (strategy.h:
+ * strategy_none.c, strategy_zero1.c, strategy_zero23.c); what differs per
+ * device is the device row of parallel.device (train_dev.h:
+ * train_dev_cpu.c, train_dev_cuda.c over train_cuda.c) and the model row of
+ * model.arch behind it (worker/engine/model.h); snapshots and resume are
+ * train_snap.c's. The loop asks none of them what it is.
+ *
+ * Every phase is timed with CLOCK_MONOTONIC, and bracketed by trace_begin /
+ * trace_end (worker/trace.c: NVTX ranges, and on the spec's profile steps
+ * the events handed to opt->on_trace).
  *
  * Data parallelism (opt->comm set, W ranks): each rank computes gradients on
  * its interleaved slice of the global batch with every backward scaled by
- * 1/(grad_accum * W), so the all-reduce sum is already the mean gradient of
- * the global batch; every rank then clips and applies AdamW to the same
- * bits, and the parameters stay identical without ever being sent. On the
- * CPU the all-reduce is one fused call after the last micro-step, not
- * buckets overlapped with backward (docs/training.md says why; on the GPU
- * it is overlapped, below). Losses are gathered
- * as one value per rank (an all-reduce of a W-vector that is zero except at
- * the rank's own slot) and summed in rank order, so every rank reports the
- * same loss and one rank reports exactly what the single-process path does.
+ * 1/(grad_accum * W), so the reduction's sum is already the mean gradient
+ * of the global batch. Losses are gathered as one value per rank (an
+ * all-reduce of a W-vector that is zero except at the rank's own slot) and
+ * summed in rank order, so every rank reports the same loss and one rank
+ * reports exactly what the single-process path does.
  *
- * Sharding (parallel.sharding zero1, zero2 or zero3, W ranks): the flat buffer of N
- * parameters is seen as padded to Np = W * S (S = ceil(N / W)), and rank r
- * owns [r * S, r * S + count_r) with count_r = clamp(N - r * S, 0, S) real
- * entries (the rest of the S-slot shard is zero padding, never updated and
- * never sent: the collectives take the counts, which sum to N). A step is
- *
- *   train_compute_grads   as above, into the engine's full gradient buffer
- *   train_reduce_grads    reduce-scatter (sum; the backward is already scaled
- *                         by 1/(A * W)) into grad_shard (S floats)
- *   train_clip_grads      sum of squares of the shard, the W partial sums
- *                         all-gathered (as float hi + lo pairs) and added in
- *                         rank order in double, sqrt, clip the shard
- *   train_update_range    AdamW on the shard with m, v of S floats
- *   train_gather_params   all-gather of every rank's updated range in place
- *
- * The fp32 parameters are the master copy: the model needs the full replica
- * for its forward pass anyway, so a rank's master shard is its range of that
- * replica.
- *
- * zero2 and zero3 stream through worker/shard.c instead: the engine has no
- * gradient buffer (MODEL_STREAM_GRADS) and hands each range's gradients to
- * the shard_t during backward, which reduce-scatters them into grad_shard on
- * its own thread (train_reduce_grads only waits for the last one). zero3's
- * engine has no parameters either (MODEL_STREAM_ALL): the shard_t keeps the
- * master shard and all-gathers each range just before the engine uses it,
- * AdamW updates that shard, and train_gather_params only forgets the
- * gathered ranges. docs/training.md has the details and the memory figures.
- *
- * parallel.device cuda (builds with CUDA, RINGMASTER_HAVE_CUDA_ENGINE): the
- * same loop, with the engine's work done on the GPU by train_cuda.c (the
- * "engine" helpers below pick the device): forward, backward, the norm,
- * clipping and AdamW there, the gradient all-reduce on device memory over
- * an NCCL comm, overlapped with backward: the last micro-step's backward
- * starts an all-reduce of each layer's gradients as soon as they are final
- * (ln_f, the layers from the last, then the embeddings), on the comm's
- * stream behind an event on the model's, and train_reduce_grads only waits
- * for them. t->model is then only the host side of the GPU's state (its
- * tensor table and flat parameter buffer, never run), through which
- * initialisation, resume and snapshots go exactly as on the CPU. zero1
- * works there too, the same steps on device memory (train_cuda.h): the
- * last backward starts the reduce-scatter into train_cuda's shard buffer
- * range by range as it makes them final, as it does the all-reduce above
- * (train_reduce_grads waits for it); the norm's partial sum comes from
- * that buffer and the pairs go through device memory, AdamW steps the
- * shard's range with the shard's m and v (the GPU model holds no
- * moments), and the all-gather writes the model's parameters in place
- * before their bf16 copy is refreshed.
- * zero2 as well, with the shard_t on device memory (shard_mem_cuda): the
- * GPU model has no gradient buffer and its backward streams each range's
- * gradients to the shard_t, as the CPU engine's does. zero3 too: the GPU
- * model has no parameters either and fetches each range from the shard_t
- * (on the GPU) before using it; AdamW steps the shard_t's master shard,
- * and the host model's buffer stands in for the host copy of that shard
- * (initialisation, snapshots, resume).
+ * Sharding (parallel.sharding zero1, zero2 or zero3, W ranks): the flat
+ * buffer of N parameters is seen as padded to Np = W * S (S = ceil(N / W)),
+ * and rank r owns [r * S, r * S + count_r) with count_r = clamp(N - r * S,
+ * 0, S) real entries (the rest of the S-slot shard is zero padding, never
+ * updated and never sent: the collectives take the counts, which sum to N).
+ * s_setup_shards lays that out; the strategies say what each mode does
+ * with it; docs/training.md has the details and the memory figures.
  */
 #include "train.h"
 
@@ -92,84 +52,18 @@
 
 #include <omp.h>
 
-#include "data.h"
-#include "model.h"
-#include "optim.h"
-#include "shard.h"
-#include "train_snap.h"
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-#include "shard_mem_cuda.h"
-#include "train_cuda.h"
-#endif
+#include "strategy.h"
+#include "train_dev.h"
+#include "train_impl.h"
 
-#define ADAM_BETA1 0.9
-#define ADAM_BETA2 0.95
-#define ADAM_EPS 1e-8
-
-/* Seconds spent per phase. */
-typedef struct {
-	double data_s;
-	double forward_s;
-	double backward_s;
-	double comm_s;
-	double optim_s;
-} train_times_t;
-
-typedef struct {
-	const jobspec_t *spec; /* borrowed */
-	const train_options_t *opt;
-	int B, T, A;
-	comm_t *comm; /* borrowed; NULL on one rank */
-	int W, rank;
-	float *rank_vals; /* (max(W, W * eval_batches)): one slot per rank or validation batch */
-
-	model_t *model; /* on cuda: the host side of the GPU's state, never run (see above) */
-	struct train_cuda *gpu; /* parallel.device cuda: the GPU side; else NULL */
-	size_t n_params;
-	float *adam_m; /* (n_params), or (shard_len) when sharded */
-	float *adam_v; /* (n_params), or (shard_len) when sharded */
-
-	/* ZeRO (sharded: zero1/zero2/zero3 with a comm); else shard_lo 0 and
-	 * shard_count n_params. */
-	bool sharded;
-	jobspec_sharding_t sharding;
-	size_t shard_len;     /* S = ceil(n_params / W): every rank's shard, padding included */
-	size_t shard_lo;      /* rank * S */
-	size_t shard_count;   /* real entries of this rank's shard, <= S (0 possible) */
-	size_t *shard_counts; /* (W): every rank's real count; they sum to n_params */
-	float *grad_shard;    /* (S): the reduced gradient of this rank's shard; zero padding */
-	float *grad_own;      /* zero1: grad_shard's allocation (zero2/3: the shard_t's) */
-	float *norm_parts;    /* (2 * W): the ranks' partial sums of squares as hi, lo floats */
-	size_t *norm_counts;  /* (W): all 2, the counts of that all-gather */
-	shard_t *zero;        /* zero2/zero3: the streamed gradients (and parameters) */
-	float *params_full;   /* zero3 with opt->report_params: the gathered replica */
-
-	data_source_t *train_src;
-	data_source_t *val_src; /* NULL without data.val */
-	data_loader_t loader;
-	data_sampler_t val_sampler;
-
-	int32_t *inputs;  /* (B, T) */
-	int32_t *targets; /* (B, T) */
-
-	tsnap_t *snap;      /* snapshots (opt->checkpoint_dir) and resuming */
-	int64_t start_step; /* 1, or the resumed snapshot's step + 1 */
-
-	train_times_t times;
-	trace_t trace; /* the phases of the current step: NVTX ranges, and times when profiled */
-} train_t;
-
-static double s_now_s(void)
+double train_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int s_error(const train_t *t, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int s_error(const train_t *t, int code, const char *fmt, ...)
+int train_error(const train_t *t, int code, const char *fmt, ...)
 {
 	va_list ap;
 	fputs("ringworker: error: ", t->opt->log);
@@ -211,139 +105,44 @@ static int s_open_data(train_t *t, const char *field, const char *path, uint64_t
 	char err[1024];
 	char *full = s_resolve(t->opt->data_root, path);
 	if (!full)
-		return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+		return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
 	int rc = data_source_open(full, s_data_format(t->spec->data.format), t->spec->model.vocab_size,
 				  field, ret_src, err, sizeof err);
 	free(full);
 	if (rc < 0)
-		return s_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_DATA, "%s%s", err,
+		return train_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_DATA, "%s%s", err,
 			       rc == -ENOENT && t->opt->missing_data_hint ? t->opt->missing_data_hint : "");
 	rc = data_sampler_init(ret_sampler, *ret_src, t->T, seed, field, err, sizeof err);
 	if (rc < 0)
-		return s_error(t, TRAIN_EXIT_DATA, "%s", err);
+		return train_error(t, TRAIN_EXIT_DATA, "%s", err);
 	return TRAIN_EXIT_OK;
 }
 
-/* The model_stream_t of zero2/zero3: the shard_t behind the engine's calls. */
-static const float *s_stream_fetch(void *ctx, model_range_t r, model_range_t next)
+float *train_master(train_t *t)
 {
-	train_t *t = ctx;
-	return shard_fetch(t->zero, r.lo, r.hi, next.lo, next.hi);
-}
-
-static void s_stream_release(void *ctx, const float *p)
-{
-	train_t *t = ctx;
-	shard_release(t->zero, p);
-}
-
-static float *s_stream_grad_begin(void *ctx, model_range_t r)
-{
-	train_t *t = ctx;
-	return shard_grad_begin(t->zero, r.lo, r.hi);
-}
-
-static void s_stream_grad_end(void *ctx, float *g, model_range_t r)
-{
-	train_t *t = ctx;
-	shard_grad_end(t->zero, g, r.lo, r.hi);
-}
-
-/* This rank's master parameters on the host (shard-indexed, shard_count of
- * them): its range of the replica, or the zero3 shard; on the GPU, its
- * range of the host model's buffer, which s_state_to_host fills. Only when
- * shard_count > 0. */
-static float *s_master(train_t *t)
-{
-	if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
+	if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->dev->mirror)
 		return shard_params(t->zero);
 	return model_params(t->model) + t->shard_lo;
 }
 
 /* The streaming mode of the spec's sharding (zero2: gradients, zero3:
  * parameters too; model.h). */
-static model_streaming_t s_streaming(const train_t *t)
+model_streaming_t train_streaming(const train_t *t)
 {
 	return t->sharding == JOBSPEC_SHARDING_ZERO2 ? MODEL_STREAM_GRADS
 		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? MODEL_STREAM_ALL : MODEL_DENSE;
 }
 
-/* A CPU model of the spec's architecture (model_create); on failure the
- * exit code its error code calls for: out of memory, or a model the
- * engine refuses (the spec was validated, so rarely that). */
-static int s_model_create(train_t *t, const model_config_t *cfg, const model_options_t *mo)
+int train_model_create(train_t *t, const model_config_t *cfg, const model_options_t *mo)
 {
 	char err[512] = "";
 	int rc = model_create(t->spec->model.arch, MODEL_DEVICE_CPU, cfg, mo, &t->model, err,
 			      sizeof err);
 	if (rc < 0)
-		return s_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
+		return train_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
 			       err[0] ? err : "cannot create the model");
 	return TRAIN_EXIT_OK;
 }
-
-/* The CPU model for the spec (parallel.device cpu). */
-static int s_create_cpu(train_t *t, const model_config_t *cfg)
-{
-	model_stream_t stream = {t, s_stream_fetch, s_stream_release, s_stream_grad_begin,
-				 s_stream_grad_end};
-	model_options_t mo = {
-		.max_B = t->B,
-		.max_T = t->T,
-		.precision = t->spec->train.precision == JOBSPEC_PRECISION_BF16 ? MODEL_PRECISION_BF16
-										 : MODEL_PRECISION_FP32,
-		.streaming = s_streaming(t),
-		.stream = &stream,
-	};
-	return s_model_create(t, cfg, &mo);
-}
-
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-/* The gradient hooks of the GPU path's host model, which never runs
- * backward: reaching them is a programming error. */
-static float *s_host_model_grad_begin(void *ctx, model_range_t r)
-{
-	(void)ctx;
-	(void)r;
-	fprintf(stderr, "ringworker: fatal: internal error: the host side of a GPU model ran backward\n");
-	exit(EX_SOFTWARE);
-}
-
-static void s_host_model_grad_end(void *ctx, float *g, model_range_t r)
-{
-	(void)g;
-	s_host_model_grad_begin(ctx, r);
-}
-
-/* parallel.device cuda, before the GPU model: as t->model the host side of
- * its state: the CPU model's tensor table (manifests), flat parameter
- * buffer (initialisation, resume, snapshots, reports) and FLOP count, made
- * for 1 x 1 tokens without a gradient buffer (MODEL_STREAM_GRADS) and never
- * run. */
-static int s_create_host_model(train_t *t, const model_config_t *cfg)
-{
-	model_stream_t never = {t, NULL, NULL, s_host_model_grad_begin, s_host_model_grad_end};
-	model_options_t mo = {.max_B = 1, .max_T = 1, .precision = MODEL_PRECISION_FP32,
-			      .streaming = MODEL_STREAM_GRADS, .stream = &never};
-	return s_model_create(t, cfg, &mo);
-}
-
-/* The GPU model (train_cuda.h), once the shard layout is known (zero1: the
- * GPU holds its shard's moments only). n_vals: the most host values a
- * collective sends. */
-static int s_create_gpu(train_t *t, const model_config_t *cfg, size_t n_vals)
-{
-	char err[512] = "";
-	int code = TRAIN_EXIT_USAGE;
-	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts,
-				    t->zero};
-	t->gpu = train_cuda_new(t->spec->model.arch, cfg, t->B, t->T, n_vals,
-				t->sharded ? &shard : NULL, &code, err, sizeof err);
-	if (!t->gpu)
-		return s_error(t, code, "%s", err);
-	return TRAIN_EXIT_OK;
-}
-#endif
 
 int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 {
@@ -357,15 +156,59 @@ int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 			 jobspec_precision_name(spec->train.precision));
 		return TRAIN_EXIT_SPEC;
 	}
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	return train_cuda_probe(err, errlen);
-#else
-	/* Not a spec error: the same spec runs on a worker built with CUDA. */
-	snprintf(err, errlen,
-		 "parallel.device is cuda but this worker was built without CUDA (nvcc was not found"
-		 " or -Dcuda=disabled at configure time; docs/gpu.md)");
-	return TRAIN_EXIT_USAGE;
-#endif
+	const train_dev_t *dev = train_dev_find(spec->parallel.device);
+	if (!dev) {
+		/* Not a spec error: the same spec runs on a worker built with CUDA. */
+		snprintf(err, errlen,
+			 "parallel.device is cuda but this worker was built without CUDA (nvcc was not"
+			 " found or -Dcuda=disabled at configure time; docs/gpu.md)");
+		return TRAIN_EXIT_USAGE;
+	}
+	return dev->probe(err, errlen);
+}
+
+/* Sharded: the layout of every rank's shard (train.h: S = ceil(N / W)),
+ * the buffers of the norm's all-gather, zero1's reduced gradient, and for
+ * zero2/zero3 the shard_t the model streams through. TRAIN_EXIT_* code. */
+static int s_setup_shards(train_t *t)
+{
+	char err[512] = "";
+	model_streaming_t mode = train_streaming(t);
+	size_t W = (size_t)t->W;
+	t->shard_len = (t->n_params + W - 1) / W;
+	t->shard_lo = (size_t)t->rank * t->shard_len;
+	t->shard_counts = calloc(W, sizeof(size_t));
+	t->norm_parts = calloc(2 * W, sizeof(float));
+	t->norm_counts = calloc(W, sizeof(size_t));
+	/* zero1's reduced gradient: on a device with a host mirror, the device's */
+	const bool own = t->sharding == JOBSPEC_SHARDING_ZERO1 && !t->dev->mirror;
+	if (own)
+		t->grad_own = calloc(t->shard_len, sizeof(float));
+	if (!t->shard_counts || !t->norm_parts || !t->norm_counts || (own && !t->grad_own))
+		return train_error(t, TRAIN_EXIT_NOMEM,
+			       "the gradient shard of %.1f MiB does not fit in memory",
+			       (double)t->shard_len * 4 / 1048576.0);
+	for (size_t r = 0; r < W; r++) {
+		size_t lo = r * t->shard_len;
+		size_t n = lo < t->n_params ? t->n_params - lo : 0;
+		t->shard_counts[r] = n < t->shard_len ? n : t->shard_len;
+		t->norm_counts[r] = 2;
+	}
+	t->shard_count = t->shard_counts[t->rank];
+	t->grad_shard = t->grad_own;
+	if (mode != MODEL_DENSE) {
+		t->zero = shard_new(t->comm, t->n_params, model_max_range(t->model),
+				    mode == MODEL_STREAM_ALL, t->dev->shard_mem, err, sizeof err);
+		if (!t->zero)
+			return train_error(t, TRAIN_EXIT_NOMEM, "%s", err);
+		t->grad_shard = shard_grads(t->zero);
+	}
+	if (mode == MODEL_STREAM_ALL && t->opt->report_params) {
+		t->params_full = calloc(t->n_params, sizeof(float));
+		if (!t->params_full)
+			return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+	}
+	return TRAIN_EXIT_OK;
 }
 
 static int s_setup(train_t *t)
@@ -375,25 +218,27 @@ static int s_setup(train_t *t)
 
 	int rc = train_check_device(spec, err, sizeof err);
 	if (rc != TRAIN_EXIT_OK)
-		return s_error(t, rc, "%s", err);
+		return train_error(t, rc, "%s", err);
+	t->dev = train_dev_find(spec->parallel.device);
 	const bool cuda = spec->parallel.device == JOBSPEC_DEVICE_CUDA;
 	if (t->comm && cuda != (comm_nccl_stream(t->comm) != NULL))
-		return s_error(t, TRAIN_EXIT_USAGE,
+		return train_error(t, TRAIN_EXIT_USAGE,
 			       "internal error: parallel.device is %s but the communicator is %s's",
 			       jobspec_device_name(spec->parallel.device), cuda ? "Gloo" : "NCCL");
 	if (t->comm) {
 		if (spec->parallel.world_size != t->W)
-			return s_error(t, TRAIN_EXIT_SPEC,
+			return train_error(t, TRAIN_EXIT_SPEC,
 				       "parallel.world_size is %d but this rank's group has %d ranks:"
 				       " start as many ranks as the spec asks for",
 				       spec->parallel.world_size, t->W);
 		t->sharding = spec->parallel.sharding;
 		t->sharded = t->sharding != JOBSPEC_SHARDING_NONE;
 		if (t->opt->rank != t->rank)
-			return s_error(t, TRAIN_EXIT_USAGE,
+			return train_error(t, TRAIN_EXIT_USAGE,
 				       "internal error: rank %d was given but the communicator says %d",
 				       t->opt->rank, t->rank);
 	}
+	t->strategy = strategy_for(t);
 	rc = s_open_data(t, "data.train", spec->data.train, spec->train.seed, &t->train_src,
 			 &t->loader.sampler);
 	if (rc != TRAIN_EXIT_OK)
@@ -417,65 +262,18 @@ static int s_setup(train_t *t)
 	};
 	/* a value per rank and validation batch, or the norm's pair per rank */
 	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 2 ? spec->train.eval_batches : 2);
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (cuda)
-		rc = s_create_host_model(t, &cfg);
-	else
-#endif
-		rc = s_create_cpu(t, &cfg);
+	rc = t->dev->create_model(t, &cfg);
 	if (rc != TRAIN_EXIT_OK)
 		return rc;
 	t->n_params = model_num_params(t->model);
-	model_streaming_t mode = s_streaming(t);
 
 	t->shard_len = t->n_params;
 	t->shard_lo = 0;
 	t->shard_count = t->n_params;
-	if (t->sharded) {
-		size_t W = (size_t)t->W;
-		t->shard_len = (t->n_params + W - 1) / W;
-		t->shard_lo = (size_t)t->rank * t->shard_len;
-		t->shard_counts = calloc(W, sizeof(size_t));
-		t->norm_parts = calloc(2 * W, sizeof(float));
-		t->norm_counts = calloc(W, sizeof(size_t));
-		/* zero1's reduced gradient: on the GPU, train_cuda's */
-		const bool own = t->sharding == JOBSPEC_SHARDING_ZERO1 && !cuda;
-		if (own)
-			t->grad_own = calloc(t->shard_len, sizeof(float));
-		if (!t->shard_counts || !t->norm_parts || !t->norm_counts || (own && !t->grad_own))
-			return s_error(t, TRAIN_EXIT_NOMEM,
-				       "the gradient shard of %.1f MiB does not fit in memory",
-				       (double)t->shard_len * 4 / 1048576.0);
-		for (size_t r = 0; r < W; r++) {
-			size_t lo = r * t->shard_len;
-			size_t n = lo < t->n_params ? t->n_params - lo : 0;
-			t->shard_counts[r] = n < t->shard_len ? n : t->shard_len;
-			t->norm_counts[r] = 2;
-		}
-		t->shard_count = t->shard_counts[t->rank];
-		t->grad_shard = t->grad_own;
-		if (mode != MODEL_DENSE) {
-			const shard_mem_t *mem = &shard_mem_host;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-			if (cuda) /* zero2's buffers next to the GPU's NCCL comm */
-				mem = &shard_mem_cuda;
-#endif
-			t->zero = shard_new(t->comm, t->n_params, model_max_range(t->model),
-					    mode == MODEL_STREAM_ALL, mem, err, sizeof err);
-			if (!t->zero)
-				return s_error(t, TRAIN_EXIT_NOMEM, "%s", err);
-			t->grad_shard = shard_grads(t->zero);
-		}
-		if (mode == MODEL_STREAM_ALL && t->opt->report_params) {
-			t->params_full = calloc(t->n_params, sizeof(float));
-			if (!t->params_full)
-				return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
-		}
-	}
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (cuda && (rc = s_create_gpu(t, &cfg, n_vals)) != TRAIN_EXIT_OK)
+	if (t->sharded && (rc = s_setup_shards(t)) != TRAIN_EXIT_OK)
 		return rc;
-#endif
+	if ((rc = t->dev->create(t, &cfg, n_vals)) != TRAIN_EXIT_OK)
+		return rc;
 	t->adam_m = calloc(t->shard_len, sizeof(float));
 	t->adam_v = calloc(t->shard_len, sizeof(float));
 	size_t bt = (size_t)t->B * (size_t)t->T;
@@ -483,7 +281,7 @@ static int s_setup(train_t *t)
 	t->targets = malloc(bt * sizeof(int32_t));
 	t->rank_vals = calloc(n_vals, sizeof(float));
 	if (!t->adam_m || !t->adam_v || !t->inputs || !t->targets || !t->rank_vals)
-		return s_error(t, TRAIN_EXIT_NOMEM,
+		return train_error(t, TRAIN_EXIT_NOMEM,
 			       "batch does not fit in memory: AdamW state of %.1f MiB (train.batch_size %d,"
 			       " model.seq_len %d)",
 			       2.0 * (double)t->shard_len * 4 / 1048576.0, t->B, t->T);
@@ -505,124 +303,10 @@ static void s_teardown(train_t *t)
 	tsnap_free(t->snap);
 	shard_free(t->zero);
 	model_free(t->model);
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	train_cuda_free(t->gpu);
-#endif
+	if (t->dev)
+		t->dev->free(t);
 	data_source_free(t->val_src);
 	data_source_free(t->train_src);
-}
-
-/* ---- the engine: the CPU model, or on parallel.device cuda the GPU ---- */
-
-static void s_zero_grad(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		train_cuda_zero_grad(t->gpu);
-		return;
-	}
-#endif
-	model_zero_grad(t->model);
-}
-
-/* Forward of t->inputs and t->targets (B, T); the mean loss. */
-static float s_forward(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_forward(t->gpu, t->inputs, t->targets, t->B, t->T);
-#endif
-	return model_forward(t->model, t->inputs, t->targets, t->B, t->T);
-}
-
-/* Backward of the last forward. On the GPU with a comm, unsharded or
- * zero1, the last micro-step's backward also starts the gradient
- * all-reduce or reduce-scatter layer by layer (train_reduce_grads waits
- * for it). */
-static void s_backward(train_t *t, float loss_scale, bool last)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		train_cuda_backward(t->gpu, loss_scale, last && !t->zero ? t->comm : NULL);
-		return;
-	}
-#endif
-	(void)last;
-	model_backward(t->model, loss_scale);
-}
-
-/* In place: n host floats summed over ranks (through device memory for an
- * NCCL comm). 0 or the comm's error. */
-static int s_allreduce_host(train_t *t, float *buf, size_t n)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_allreduce_host(t->gpu, t->comm, buf, n);
-#endif
-	return comm_allreduce_sum_f32(t->comm, buf, n);
-}
-
-/* comm_allgather_f32 of host floats (through device memory for an NCCL
- * comm). 0 or the comm's error. */
-static int s_allgather_host(train_t *t, const float *in, float *out, const size_t *counts)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_allgather_host(t->gpu, t->comm, in, out, counts);
-#endif
-	return comm_allgather_f32(t->comm, in, out, counts);
-}
-
-/* GPU: the whole state from the host buffers, after initialisation or
- * resume (the moments are zero when starting fresh). */
-static void s_state_to_device(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		train_cuda_upload(t->gpu, model_params(t->model), t->adam_m, t->adam_v);
-#else
-	(void)t;
-#endif
-}
-
-/* GPU: the whole state into the host buffers, for a snapshot. */
-static void s_state_to_host(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		train_cuda_download(t->gpu, model_params(t->model), t->adam_m, t->adam_v);
-#else
-	(void)t;
-#endif
-}
-
-/* report->params: the replica after this step (zero3's gathered copy, or
- * the model's buffer); on the GPU a copy made each step only when
- * opt->report_params asks for it, else NULL. */
-static const float *s_report_params(train_t *t)
-{
-	if (t->params_full)
-		return t->params_full;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		if (!t->opt->report_params)
-			return NULL;
-		train_cuda_download(t->gpu, model_params(t->model), NULL, NULL);
-	}
-#endif
-	return model_params(t->model);
-}
-
-static size_t s_activation_bytes(const train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		size_t p, g, o, a;
-		train_cuda_memory(t->gpu, &p, &g, &o, &a);
-		return a;
-	}
-#endif
-	return model_activation_bytes(t->model);
 }
 
 /*
@@ -632,28 +316,28 @@ static size_t s_activation_bytes(const train_t *t)
  */
 static float train_compute_grads(train_t *t)
 {
-	double z = s_now_s();
+	double z = train_now_s();
 	trace_begin(&t->trace, TRACE_ZERO_GRAD);
-	s_zero_grad(t);
+	t->dev->zero_grad(t);
 	if (t->zero)
 		shard_zero_grads(t->zero);
 	trace_end(&t->trace, TRACE_ZERO_GRAD);
-	t->times.backward_s += s_now_s() - z; /* zeroing counts as backward work */
+	t->times.backward_s += train_now_s() - z; /* zeroing counts as backward work */
 	double loss_sum = 0;
 	for (int k = 0; k < t->A; k++) {
-		double a = s_now_s();
+		double a = train_now_s();
 		trace_begin(&t->trace, TRACE_DATA);
 		data_loader_micro_batch(&t->loader, k, t->inputs, t->targets);
 		trace_end(&t->trace, TRACE_DATA);
-		double b = s_now_s();
+		double b = train_now_s();
 		trace_begin(&t->trace, TRACE_FORWARD);
-		float loss = s_forward(t);
+		float loss = t->dev->forward(t);
 		trace_end(&t->trace, TRACE_FORWARD);
-		double c = s_now_s();
+		double c = train_now_s();
 		trace_begin(&t->trace, TRACE_BACKWARD);
-		s_backward(t, 1.0f / (float)(t->A * t->W), k == t->A - 1);
+		t->dev->backward(t, 1.0f / (float)(t->A * t->W), k == t->A - 1);
 		trace_end(&t->trace, TRACE_BACKWARD);
-		double d = s_now_s();
+		double d = train_now_s();
 		loss_sum += loss;
 		t->times.data_s += b - a;
 		t->times.forward_s += c - b;
@@ -676,7 +360,7 @@ static int s_mean_over_ranks(train_t *t, const float *vals, int n, double *ret_m
 	memset(t->rank_vals, 0, total * sizeof(float));
 	memcpy(t->rank_vals + (size_t)t->rank * (size_t)n, vals, (size_t)n * sizeof(float));
 	if (t->comm) {
-		int rc = s_allreduce_host(t, t->rank_vals, total);
+		int rc = t->dev->allreduce_host(t, t->rank_vals, total);
 		if (rc < 0)
 			return rc;
 	}
@@ -687,39 +371,14 @@ static int s_mean_over_ranks(train_t *t, const float *vals, int n, double *ret_m
 	return 0;
 }
 
-/* A failed collective: one line naming it and the comm's error; the comm
- * is aborted so that the other ranks fail at once too. */
-static int s_comm_error(train_t *t, const char *what, int64_t step)
+int train_comm_error(train_t *t, const char *what, int64_t step)
 {
-	int rc = s_error(t, TRAIN_EXIT_COMM,
+	int rc = train_error(t, TRAIN_EXIT_COMM,
 			 "%s failed at step %" PRId64 " (rank %d of %d): %s: a peer rank died, hung or"
 			 " timed out",
 			 what, step, t->rank, t->W, comm_last_error(t->comm));
 	comm_abort(t->comm);
 	return rc;
-}
-
-/* The all-reduce of the whole gradient buffer: on the GPU, waiting for the
- * one the last backward started range by range; on the CPU, one call. */
-static int s_reduce_grads_flat(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_reduce_wait(t->gpu);
-#endif
-	return comm_allreduce_sum_f32(t->comm, model_grads(t->model), t->n_params);
-}
-
-/* zero1: the reduce-scatter of the gradients into this rank's shard (on
- * the GPU, train_cuda's shard buffer). */
-static int s_reduce_scatter_grads(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_reduce_scatter(t->gpu, t->comm);
-#endif
-	return comm_reduce_scatter_sum_f32(t->comm, model_grads(t->model), t->grad_shard,
-					   t->shard_counts);
 }
 
 /*
@@ -732,84 +391,21 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 {
 	if (!t->comm)
 		return TRAIN_EXIT_OK;
-	double a = s_now_s();
+	double a = train_now_s();
 	trace_begin(&t->trace, TRACE_GRAD_REDUCE); /* an error return leaves it to the next phase */
-	if (t->zero) {
-		/* zero2/3: reduced range by range during backward; wait for the last */
-		if (shard_sync(t->zero) < 0)
-			return s_comm_error(t, "ZeRO gathers and reduce-scatters", step);
-	} else if (t->sharded) {
-		if (s_reduce_scatter_grads(t) < 0)
-			return s_comm_error(t, "reduce-scatter of the gradients", step);
-	} else if (s_reduce_grads_flat(t) < 0) {
-		return s_comm_error(t, "all-reduce of the gradients", step);
-	}
+	if (t->strategy->reduce(t) < 0)
+		return train_comm_error(t, t->strategy->reduce_what, step);
 	double mean;
 	if (s_mean_over_ranks(t, loss, 1, &mean) < 0)
-		return s_comm_error(t, "all-reduce of the loss", step);
+		return train_comm_error(t, "all-reduce of the loss", step);
 	*loss = (float)mean;
 	trace_end(&t->trace, TRACE_GRAD_REDUCE);
-	t->times.comm_s += s_now_s() - a;
+	t->times.comm_s += train_now_s() - a;
 	return TRAIN_EXIT_OK;
 }
 
-/*
- * The global gradient norm (before clipping) into *ret_norm; scales the
- * gradients down to train.grad_clip when that is set and exceeded. Sharded:
- * each rank's sum of squares over its shard goes out as a float pair (hi,
- * lo = the rounding error of hi) in one all-gather, and every rank adds the
- * pairs in rank order in double, so all of them get the same bits and a
- * rerun repeats them. Returns a TRAIN_EXIT_* code.
- */
-static int train_clip_grads(train_t *t, int64_t step, double *ret_norm)
-{
-	double clip = t->spec->train.grad_clip;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu && !t->sharded) {
-		*ret_norm = train_cuda_clip(t->gpu, clip); /* the clipping is folded into AdamW */
-		return TRAIN_EXIT_OK;
-	}
-#endif
-	if (!t->sharded) {
-		float *g = model_grads(t->model);
-		double norm = sqrt(optim_sum_squares(g, t->n_params));
-		if (clip > 0 && isfinite(norm) && norm > clip)
-			optim_scale(g, t->n_params, (float)(clip / norm));
-		*ret_norm = norm;
-		return TRAIN_EXIT_OK;
-	}
-	double part;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		part = train_cuda_shard_sum_squares(t->gpu);
-	else
-#endif
-		part = optim_sum_squares(t->grad_shard, t->shard_count);
-	float mine[2];
-	mine[0] = (float)part;
-	mine[1] = (float)(part - (double)mine[0]);
-	double a = s_now_s();
-	if (s_allgather_host(t, mine, t->norm_parts, t->norm_counts) < 0)
-		return s_comm_error(t, "all-gather of the gradient norm", step);
-	t->times.comm_s += s_now_s() - a;
-	double sum = 0;
-	for (size_t r = 0; r < (size_t)t->W; r++)
-		sum += (double)t->norm_parts[2 * r] + (double)t->norm_parts[2 * r + 1];
-	double norm = sqrt(sum);
-	float factor = clip > 0 && isfinite(norm) && norm > clip ? (float)(clip / norm) : 1.0f;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		train_cuda_set_clip(t->gpu, factor); /* folded into AdamW */
-	else
-#endif
-	if (factor != 1.0f)
-		optim_scale(t->grad_shard, t->shard_count, factor);
-	*ret_norm = norm;
-	return TRAIN_EXIT_OK;
-}
-
-/* AdamW on params[lo, hi) for 1-based step `step` at learning rate lr. */
-static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int64_t step)
+/* AdamW's hyperparameters for 1-based step `step` at learning rate lr. */
+static optim_adamw_t s_adamw(const train_t *t, double lr, int64_t step)
 {
 	optim_adamw_t hp = {
 		.lr = lr,
@@ -819,73 +415,23 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 		.weight_decay = t->spec->train.weight_decay,
 		.t = step,
 	};
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		train_cuda_update(t->gpu, &hp); /* the whole buffer, or the shard [lo, hi) */
-		return;
-	}
-#endif
-	int n_tensors;
-	const model_tensor_t *tensors = model_tensors(t->model, &n_tensors);
-	if (!t->sharded)
-		optim_adamw_update(tensors, n_tensors, model_params(t->model), model_grads(t->model),
-				   t->adam_m, t->adam_v, lo, hi, &hp);
-	else if (hi > lo)
-		optim_adamw_update_shard(tensors, n_tensors, s_master(t), t->grad_shard, t->adam_m,
-					 t->adam_v, lo, hi, &hp);
+	return hp;
 }
 
-/* Sharded: every rank's updated range into every rank's flat parameter
- * buffer (in place: this rank's own range is already there). Returns a
+/* After the update, the strategy's gather (the parameters all-gathered,
+ * or zero3's cached ranges forgotten), timed as communication. Returns a
  * TRAIN_EXIT_* code. */
 static int train_gather_params(train_t *t, int64_t step)
 {
-	if (!t->sharded)
+	if (!t->strategy->gather)
 		return TRAIN_EXIT_OK;
-	double a = s_now_s();
+	double a = train_now_s();
 	trace_begin(&t->trace, TRACE_PARAM_GATHER);
-	if (t->sharding == JOBSPEC_SHARDING_ZERO3) {
-		/* The next forward gathers layer by layer; cached ranges are stale. */
-		if (shard_invalidate(t->zero) < 0)
-			return s_comm_error(t, "all-gather of the parameters", step);
-		trace_end(&t->trace, TRACE_PARAM_GATHER);
-		t->times.comm_s += s_now_s() - a;
-		return TRAIN_EXIT_OK;
-	}
-	int rc;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		rc = train_cuda_gather_params(t->gpu, t->comm);
-	} else
-#endif
-	{
-		float *p = model_params(t->model);
-		/* An empty last shard may start past the end of the buffer. */
-		const float *mine = t->shard_count ? p + t->shard_lo : p;
-		rc = comm_allgather_f32(t->comm, mine, p, t->shard_counts);
-	}
-	if (rc < 0)
-		return s_comm_error(t, "all-gather of the parameters", step);
+	if (t->strategy->gather(t) < 0)
+		return train_comm_error(t, "all-gather of the parameters", step);
 	trace_end(&t->trace, TRACE_PARAM_GATHER);
-	t->times.comm_s += s_now_s() - a;
+	t->times.comm_s += train_now_s() - a;
 	return TRAIN_EXIT_OK;
-}
-
-/* Bytes this rank holds for parameters, gradients and optimizer state: the
- * model's own buffers, the shard_t's, and zero1's reduced gradient. */
-static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		size_t act;
-		train_cuda_memory(t->gpu, ret_params, ret_grads, ret_optim, &act);
-		return;
-	}
-#endif
-	*ret_params = model_param_bytes(t->model) + (t->zero ? shard_param_bytes(t->zero) : 0);
-	*ret_grads = model_grad_bytes(t->model) + (t->zero ? shard_grad_bytes(t->zero) : 0) +
-		     (t->grad_own ? t->shard_len * sizeof(float) : 0);
-	*ret_optim = 2 * t->shard_len * sizeof(float);
 }
 
 /* zero3 with opt->report_params: the whole replica gathered from the shards
@@ -893,18 +439,8 @@ static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, si
  * TRAIN_EXIT_* code. */
 static int s_gather_replica(train_t *t, int64_t step)
 {
-	int rc;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		rc = train_cuda_gather_replica(t->gpu, t->comm, t->params_full);
-	} else
-#endif
-	{
-		const float *mine = t->shard_count ? shard_params(t->zero) : t->params_full;
-		rc = comm_allgather_f32(t->comm, mine, t->params_full, t->shard_counts);
-	}
-	if (rc < 0)
-		return s_comm_error(t, "all-gather of the parameters for the report", step);
+	if (t->dev->gather_replica(t) < 0)
+		return train_comm_error(t, "all-gather of the parameters for the report", step);
 	return TRAIN_EXIT_OK;
 }
 
@@ -922,7 +458,7 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 		double sum = 0;
 		for (int k = 0; k < n; k++) {
 			data_val_batch(&t->val_sampler, n, t->B, k, t->inputs, t->targets);
-			sum += s_forward(t);
+			sum += t->dev->forward(t);
 		}
 		*ret_loss = (float)(sum / n);
 		return TRAIN_EXIT_OK;
@@ -930,20 +466,20 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 	/* Batch k of this rank is global batch k * W + rank. */
 	float *losses = malloc((size_t)n * sizeof(float));
 	if (!losses)
-		return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+		return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
 	for (int k = 0; k < n; k++) {
 		data_val_batch(&t->val_sampler, n * t->W, t->B, k * t->W + t->rank, t->inputs, t->targets);
-		losses[k] = s_forward(t);
+		losses[k] = t->dev->forward(t);
 	}
-	double a = s_now_s();
+	double a = train_now_s();
 	double mean;
 	int rc = t->zero ? shard_sync(t->zero) : 0;
 	if (rc == 0)
 		rc = s_mean_over_ranks(t, losses, n, &mean);
 	free(losses);
 	if (rc < 0)
-		return s_comm_error(t, "all-reduce of the validation loss", step);
-	t->times.comm_s += s_now_s() - a;
+		return train_comm_error(t, "all-reduce of the validation loss", step);
+	t->times.comm_s += train_now_s() - a;
 	*ret_loss = (float)mean;
 	return TRAIN_EXIT_OK;
 }
@@ -995,18 +531,7 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		s->name ? s->name : "job", t->opt->spec_name ? t->opt->spec_name : "spec",
 		s->model.arch, s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
 		(double)t->n_params / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		size_t pb, gb, ob, ab;
-		train_cuda_memory(t->gpu, &pb, &gb, &ob, &ab);
-		fprintf(f,
-			"parallel.device cuda: %s | bf16 matrix products, fp32 master weights and AdamW"
-			" | attention %s | GPU memory: state %.2f MiB, activations %.2f MiB\n",
-			train_cuda_device_name(t->gpu),
-			train_cuda_fused_attention(t->gpu) ? "fused" : "gemm", (double)(pb + gb + ob) / 1048576.0,
-			(double)ab / 1048576.0);
-	}
-#endif
+	t->dev->print_header(t, f);
 	fprintf(f, "data.train: %" PRIu64 " tokens in %zu file(s), %" PRIu64 " windows of %d",
 		data_source_num_tokens(t->train_src), data_source_num_files(t->train_src),
 		t->loader.sampler.n_windows, t->T + 1);
@@ -1015,8 +540,8 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 			data_source_num_tokens(t->val_src), data_source_num_files(t->val_src));
 	fputc('\n', f);
 	if (t->comm) {
-		size_t pb, gb, ob;
-		s_memory(t, &pb, &gb, &ob);
+		size_t pb, gb, ob, ab;
+		t->dev->memory(t, &pb, &gb, &ob, &ab);
 		fprintf(f,
 			"parallel.sharding %s: memory per rank: params %.2f MiB, grads %.2f MiB,"
 			" optimizer %.2f MiB\n",
@@ -1033,13 +558,13 @@ static void s_snapshot_take(train_t *t, int64_t step)
 {
 	if (!tsnap_begin(t->snap, step))
 		return;
-	s_state_to_host(t);
+	t->dev->to_host(t);
 	int64_t lo, count;
 	tsnap_range(t->snap, &lo, &count);
 	const float *p = NULL, *m = NULL, *v = NULL;
 	if (count > 0) {
 		/* sharded: the shard arrays start at lo; none: everything is whole */
-		p = t->sharded ? s_master(t) : model_params(t->model) + lo;
+		p = t->sharded ? train_master(t) : model_params(t->model) + lo;
 		m = t->sharded ? t->adam_m : t->adam_m + lo;
 		v = t->sharded ? t->adam_v : t->adam_v + lo;
 	}
@@ -1051,7 +576,7 @@ static void s_snapshot_take(train_t *t, int64_t step)
  * AdamW's state of this rank's shard. TRAIN_EXIT_* code. */
 static int s_resume(train_t *t)
 {
-	const bool zero3_shard = t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu;
+	const bool zero3_shard = t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->dev->mirror;
 	int64_t lo = (int64_t)t->shard_lo, count = (int64_t)t->shard_count;
 	tsnap_dest_t dest = {
 		.params = zero3_shard ? shard_params(t->zero) : model_params(t->model),
@@ -1075,7 +600,7 @@ static int s_resume(train_t *t)
 static void s_init_params(train_t *t)
 {
 	uint64_t seed = t->spec->train.seed;
-	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->gpu)
+	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->dev->mirror)
 		model_init_params(t->model, seed);
 	else if (t->shard_count)
 		model_init_range(t->model, seed, t->shard_lo, t->shard_lo + t->shard_count,
@@ -1112,7 +637,7 @@ static int s_start(train_t *t)
 	if (rc == TRAIN_EXIT_OK && t->start_step == 1)
 		s_init_params(t);
 	if (rc == TRAIN_EXIT_OK)
-		s_state_to_device(t);
+		t->dev->to_device(t);
 	return rc;
 }
 
@@ -1129,7 +654,7 @@ static int s_report_step(train_t *t, train_report_t *report, bool *ret_stop)
 		if (rc != TRAIN_EXIT_OK)
 			return rc;
 	}
-	report->params = s_report_params(t);
+	report->params = t->dev->report_params(t);
 	report->n_params = t->n_params;
 	report->n_params_padded = t->shard_len * (size_t)(t->sharded ? t->W : 1);
 	report->snapshot_skipped = tsnap_skipped(t->snap);
@@ -1137,8 +662,8 @@ static int s_report_step(train_t *t, train_report_t *report, bool *ret_stop)
 		report->resumed_from_step = t->start_step - 1;
 		report->load_ms = tsnap_load_ms(t->snap);
 	}
-	s_memory(t, &report->params_bytes, &report->grads_bytes, &report->optim_bytes);
-	report->activations_bytes = s_activation_bytes(t);
+	t->dev->memory(t, &report->params_bytes, &report->grads_bytes, &report->optim_bytes,
+		       &report->activations_bytes);
 	*ret_stop = opt->on_step(opt->on_step_ctx, report) != 0;
 	return TRAIN_EXIT_OK;
 }
@@ -1194,7 +719,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	if (print)
 		s_print_header(&t, n_steps);
 
-	double started = s_now_s(), step_s_sum = 0;
+	double started = train_now_s(), step_s_sum = 0;
 	float loss = NAN, best_val = INFINITY;
 	int64_t best_val_step = 0;
 	for (int64_t step = t.start_step; step <= n_steps; step++) {
@@ -1202,15 +727,15 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		trace_step_begin(&t.trace, step, opt->on_trace && spec->profile.start_step > 0 &&
 						 step >= spec->profile.start_step &&
 						 step <= spec->profile.end_step);
-		double t0 = s_now_s();
+		double t0 = train_now_s();
 		loss = train_compute_grads(&t);
 		rc = train_reduce_grads(&t, step, &loss);
 		if (rc != TRAIN_EXIT_OK)
 			break;
-		double t1 = s_now_s(), comm_before = t.times.comm_s;
+		double t1 = train_now_s(), comm_before = t.times.comm_s;
 		double norm = NAN;
 		trace_begin(&t.trace, TRACE_CLIP);
-		rc = train_clip_grads(&t, step, &norm);
+		rc = t.strategy->clip(&t, step, &norm);
 		if (rc != TRAIN_EXIT_OK)
 			break;
 		trace_end(&t.trace, TRACE_CLIP);
@@ -1220,12 +745,13 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 					spec->train.min_lr,
 					spec->train.lr_schedule == JOBSPEC_SCHEDULE_COSINE);
 		trace_begin(&t.trace, TRACE_OPTIMIZER);
-		train_update_range(&t, t.shard_lo, t.shard_lo + t.shard_count, lr, step);
+		optim_adamw_t hp = s_adamw(&t, lr, step);
+		t.strategy->update(&t, &hp);
 		trace_end(&t.trace, TRACE_OPTIMIZER);
 		rc = train_gather_params(&t, step);
 		if (rc != TRAIN_EXIT_OK)
 			break;
-		double t2 = s_now_s();
+		double t2 = train_now_s();
 		/* The norm's and the parameters' collectives count as communication. */
 		t.times.optim_s += t2 - t1 - (t.times.comm_s - comm_before);
 		double step_s = t2 - t0;
@@ -1270,7 +796,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		if (rc != TRAIN_EXIT_OK)
 			break;
 		if (!isfinite(loss)) {
-			rc = s_error(&t, TRAIN_EXIT_DIVERGED,
+			rc = train_error(&t, TRAIN_EXIT_DIVERGED,
 				     "the loss is not finite at step %" PRId64
 				     ": training diverged; lower train.lr or set train.grad_clip",
 				     step);
@@ -1286,7 +812,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	trace_step_end(&t.trace, &unreported); /* a step cut short: its NVTX ranges end */
 	if (rc == TRAIN_EXIT_OK)
 		tsnap_poll(t.snap, true); /* the last one, reported before returning */
-	double wall_s = s_now_s() - started;
+	double wall_s = train_now_s() - started;
 	const int64_t steps_run = n_steps - t.start_step + 1;
 	if (rc == TRAIN_EXIT_OK && print && steps_run > 0)
 		s_print_summary(&t, steps_run, wall_s, loss, best_val, best_val_step,

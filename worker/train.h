@@ -3,7 +3,8 @@
  * (`ringworker train`), or one rank of a data-parallel group when given a
  * communicator (worker/comm).
  *
- * From a validated job spec it builds the GPT-2 model (worker/engine), opens
+ * From a validated job spec it builds the model of model.arch on the
+ * spec's device (worker/engine/model.h's registry), opens
  * the data (worker/data), and runs train.steps optimizer steps: each step
  * computes gradients over grad_accum micro-batches of this rank's slice of
  * the global batch, all-reduces them so that every rank holds the mean

@@ -1,8 +1,9 @@
 /*
  * train_cuda: the GPU side of the training loop, for job specs with
  * parallel.device "cuda" (docs/gpu.md, "Training on a GPU"). Private to
- * worker/: train.c calls it, and it exists only in builds with CUDA
- * (RINGMASTER_HAVE_CUDA_ENGINE, set by worker/meson.build when cuda_enabled).
+ * worker/: the loop reaches it through the device row train_dev_cuda.c, and
+ * it exists only in builds with CUDA (RINGMASTER_HAVE_CUDA_ENGINE, set by
+ * worker/meson.build when cuda_enabled).
  *
  * train.c keeps the one training loop for both devices: the data loader and
  * its sample order, micro-batches, the lr schedule, validation, the step
