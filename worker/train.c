@@ -47,7 +47,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sysexits.h>
 #include <time.h>
 
 #include <omp.h>
