@@ -32,6 +32,10 @@ struct train_strategy {
 	/* After the update: every rank's parameters current again (NULL: there
 	 * is nothing to do). 0 or the comm's error. */
 	int (*gather)(train_t *t);
+	/* Bytes this rank holds, as train_report_t counts them: the model's
+	 * (the device's model_bytes) and the mode's own buffers (AdamW's m and
+	 * v of S floats each, a reduced gradient shard, the shard_t's). */
+	void (*memory)(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim);
 };
 
 /* The mode of t (t->sharded and t->sharding; unsharded without a comm). */

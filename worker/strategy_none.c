@@ -27,6 +27,14 @@ static void s_update(train_t *t, const optim_adamw_t *hp)
 	t->dev->update_all(t, hp);
 }
 
+/* The model's buffers and AdamW's m and v of N floats each. */
+static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
+{
+	size_t act;
+	t->dev->model_bytes(t, ret_params, ret_grads, &act);
+	*ret_optim = 2 * t->shard_len * sizeof(float);
+}
+
 const train_strategy_t strategy_none = {
 	.name = "none",
 	.reduce = s_reduce,
@@ -34,6 +42,7 @@ const train_strategy_t strategy_none = {
 	.clip = s_clip,
 	.update = s_update,
 	.gather = NULL,
+	.memory = s_memory,
 };
 
 const train_strategy_t *strategy_for(const train_t *t)

@@ -50,6 +50,16 @@ static int s_gather(train_t *t)
 	return t->dev->gather_params(t);
 }
 
+/* The model's buffers (with its full gradient buffer), the reduced
+ * gradient shard, and AdamW's m and v of S floats each. */
+static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
+{
+	size_t act;
+	t->dev->model_bytes(t, ret_params, ret_grads, &act);
+	*ret_grads += t->shard_len * sizeof(float);
+	*ret_optim = 2 * t->shard_len * sizeof(float);
+}
+
 const train_strategy_t strategy_zero1 = {
 	.name = "zero1",
 	.reduce = s_reduce,
@@ -57,4 +67,5 @@ const train_strategy_t strategy_zero1 = {
 	.clip = strategy_clip_sharded,
 	.update = strategy_update_shard,
 	.gather = s_gather,
+	.memory = s_memory,
 };

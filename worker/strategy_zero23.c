@@ -30,6 +30,18 @@ static int s_gather_zero3(train_t *t)
 	return shard_invalidate(t->zero);
 }
 
+/* The model's buffers (no gradient buffer; zero3: no parameters either),
+ * the shard_t's (gradient shard and buckets; zero3: the master shard and
+ * gather slots), and AdamW's m and v of S floats each. */
+static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
+{
+	size_t act;
+	t->dev->model_bytes(t, ret_params, ret_grads, &act);
+	*ret_params += shard_param_bytes(t->zero);
+	*ret_grads += shard_grad_bytes(t->zero);
+	*ret_optim = 2 * t->shard_len * sizeof(float);
+}
+
 const train_strategy_t strategy_zero2 = {
 	.name = "zero2",
 	.reduce = s_reduce,
@@ -37,6 +49,7 @@ const train_strategy_t strategy_zero2 = {
 	.clip = strategy_clip_sharded,
 	.update = strategy_update_shard,
 	.gather = s_gather_zero2,
+	.memory = s_memory,
 };
 
 const train_strategy_t strategy_zero3 = {
@@ -46,4 +59,5 @@ const train_strategy_t strategy_zero3 = {
 	.clip = strategy_clip_sharded,
 	.update = strategy_update_shard,
 	.gather = s_gather_zero3,
+	.memory = s_memory,
 };

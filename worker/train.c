@@ -539,8 +539,8 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 			data_source_num_tokens(t->val_src), data_source_num_files(t->val_src));
 	fputc('\n', f);
 	if (t->comm) {
-		size_t pb, gb, ob, ab;
-		t->dev->memory(t, &pb, &gb, &ob, &ab);
+		size_t pb, gb, ob;
+		t->strategy->memory(t, &pb, &gb, &ob);
 		fprintf(f,
 			"parallel.sharding %s: memory per rank: params %.2f MiB, grads %.2f MiB,"
 			" optimizer %.2f MiB\n",
@@ -661,8 +661,9 @@ static int s_report_step(train_t *t, train_report_t *report, bool *ret_stop)
 		report->resumed_from_step = t->start_step - 1;
 		report->load_ms = tsnap_load_ms(t->snap);
 	}
-	t->dev->memory(t, &report->params_bytes, &report->grads_bytes, &report->optim_bytes,
-		       &report->activations_bytes);
+	size_t unused;
+	t->strategy->memory(t, &report->params_bytes, &report->grads_bytes, &report->optim_bytes);
+	t->dev->model_bytes(t, &unused, &unused, &report->activations_bytes);
 	*ret_stop = opt->on_step(opt->on_step_ctx, report) != 0;
 	return TRAIN_EXIT_OK;
 }

@@ -245,23 +245,13 @@ const char *train_cuda_device_name(const train_cuda_t *g)
 	return g->name;
 }
 
-void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
-                       size_t *ret_optim, size_t *ret_activations)
+void train_cuda_model_bytes(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
+                            size_t *ret_activations)
 {
-	size_t n = model_num_params(g->model);
-	/* the model's: params, grads unless streamed, m and v unless sharded
-	 * (fp32), and the bf16 copy */
-	size_t state = g->dev->state_bytes(g->impl);
-	size_t model_grads = g->sharded && g->shard.zero ? 0 : n * sizeof(float);
-	size_t model_optim = g->sharded ? 0 : 2 * n * sizeof(float);
-	*ret_params = state - model_grads - model_optim;
-	if (g->shard_params) /* zero3: the master shard and the gather slots */
-		*ret_params += shard_param_bytes(g->shard.zero);
-	*ret_grads = model_grads;
-	if (g->sharded)
-		*ret_grads += g->shard.zero ? shard_grad_bytes(g->shard.zero)
-					    : g->shard.len * sizeof(float);
-	*ret_optim = g->sharded ? 2 * g->shard.len * sizeof(float) : model_optim;
+	/* the model row's: params with the bf16 copy (its m and v, unsharded,
+	 * count as the optimizer's), grads unless streamed */
+	*ret_params = model_param_bytes(g->model);
+	*ret_grads = model_grad_bytes(g->model);
 	*ret_activations = model_activation_bytes(g->model);
 }
 

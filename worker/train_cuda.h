@@ -97,11 +97,13 @@ const char *train_cuda_device_name(const train_cuda_t *g);
  * worker's environment and a head size the fused kernels are built for). */
 bool train_cuda_fused_attention(const train_cuda_t *g);
 
-/* Device bytes, as train_report_t counts them: parameters with their bf16
- * copy, gradients (with a shard's reduced ones), AdamW's m and v (the
- * shard's when sharded), and the activation arena. */
-void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
-                       size_t *ret_optim, size_t *ret_activations);
+/* Device bytes of the GPU model's own buffers: parameters with their bf16
+ * copy, its gradient buffer (0 when streamed), and the activation arena.
+ * AdamW's m and v (the model's unsharded, train_cuda's shard otherwise)
+ * and a shard's reduced gradients are the strategy's to count
+ * (strategy.h's memory). */
+void train_cuda_model_bytes(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
+                            size_t *ret_activations);
 
 /* The whole state from host buffers in the CPU model's layout: num_params
  * floats of parameters (the bf16 copy refreshed; zero3: only the shard's

@@ -57,9 +57,11 @@ struct train_dev {
 	void (*to_host)(train_t *t);
 	/* report->params: the replica after this step, or NULL. */
 	const float *(*report_params)(train_t *t);
-	/* Bytes this rank holds, as train_report_t counts them. */
-	void (*memory)(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim,
-	               size_t *ret_activations);
+	/* Bytes of the model's own buffers on this device: parameters (with a
+	 * low-precision copy; not AdamW's moments), its gradient buffer (0 when
+	 * streamed), activations. The strategy adds its own (strategy.h). */
+	void (*model_bytes)(const train_t *t, size_t *ret_params, size_t *ret_grads,
+	                    size_t *ret_activations);
 
 	/* The strategies' pieces (strategy*.c). Unsharded: the all-reduce of
 	 * the flat gradient, the global norm with clipping (returns the norm),

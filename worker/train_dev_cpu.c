@@ -116,14 +116,11 @@ static const float *s_report_params(train_t *t)
 	return model_params(t->model);
 }
 
-/* The model's own buffers, the shard_t's, and zero1's reduced gradient. */
-static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim,
-		     size_t *ret_activations)
+static void s_model_bytes(const train_t *t, size_t *ret_params, size_t *ret_grads,
+			  size_t *ret_activations)
 {
-	*ret_params = model_param_bytes(t->model) + (t->zero ? shard_param_bytes(t->zero) : 0);
-	*ret_grads = model_grad_bytes(t->model) + (t->zero ? shard_grad_bytes(t->zero) : 0) +
-		     (t->grad_own ? t->shard_len * sizeof(float) : 0);
-	*ret_optim = 2 * t->shard_len * sizeof(float);
+	*ret_params = model_param_bytes(t->model);
+	*ret_grads = model_grad_bytes(t->model);
 	*ret_activations = model_activation_bytes(t->model);
 }
 
@@ -207,7 +204,7 @@ const train_dev_t train_dev_cpu = {
 	.to_device = s_state_noop,
 	.to_host = s_state_noop,
 	.report_params = s_report_params,
-	.memory = s_memory,
+	.model_bytes = s_model_bytes,
 	.reduce_all = s_reduce_all,
 	.clip_all = s_clip_all,
 	.update_all = s_update_all,

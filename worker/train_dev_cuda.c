@@ -30,6 +30,7 @@
 #include <sysexits.h>
 
 #include "shard_mem_cuda.h"
+#include "strategy.h"
 #include "train_cuda.h"
 
 /* The gradient hooks of the host mirror, which never runs backward:
@@ -80,8 +81,9 @@ static void s_free(train_t *t)
 
 static void s_print_header(const train_t *t, FILE *f)
 {
-	size_t pb, gb, ob, ab;
-	train_cuda_memory(t->gpu, &pb, &gb, &ob, &ab);
+	size_t pb, gb, ob, mp, mg, ab;
+	t->strategy->memory(t, &pb, &gb, &ob);
+	train_cuda_model_bytes(t->gpu, &mp, &mg, &ab);
 	fprintf(f,
 		"parallel.device cuda: %s | bf16 matrix products, fp32 master weights and AdamW"
 		" | attention %s | GPU memory: state %.2f MiB, activations %.2f MiB\n",
@@ -140,10 +142,10 @@ static const float *s_report_params(train_t *t)
 	return model_params(t->model);
 }
 
-static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim,
-		     size_t *ret_activations)
+static void s_model_bytes(const train_t *t, size_t *ret_params, size_t *ret_grads,
+			  size_t *ret_activations)
 {
-	train_cuda_memory(t->gpu, ret_params, ret_grads, ret_optim, ret_activations);
+	train_cuda_model_bytes(t->gpu, ret_params, ret_grads, ret_activations);
 }
 
 /* Waiting for the all-reduce the last backward started range by range. */
@@ -205,7 +207,7 @@ const train_dev_t train_dev_cuda = {
 	.to_device = s_to_device,
 	.to_host = s_to_host,
 	.report_params = s_report_params,
-	.memory = s_memory,
+	.model_bytes = s_model_bytes,
 	.reduce_all = s_reduce_all,
 	.clip_all = s_clip_all,
 	.update_all = s_update,
