@@ -615,3 +615,106 @@ out:
 	free(entries);
 	return rc;
 }
+
+/* ---- listing and pruning a job's folder (the trainer's and the rank's) ---- */
+
+/* A committed folder's step: "step-N" in snap_step_dirname's form only
+ * (never "step-N.tmp" or "step-N.deleting"). Uses public calls alone. */
+static bool list_step_of(const char *name, int64_t *ret_step)
+{
+	long long st;
+	int used = 0;
+	char canon[SNAP_DIRNAME_MAX];
+	if (sscanf(name, "step-%lld%n", &st, &used) != 1 || name[used] != '\0' || st < 0)
+		return false;
+	if (strcmp(snap_step_dirname((int64_t)st, canon, sizeof canon), name) != 0)
+		return false;
+	*ret_step = (int64_t)st;
+	return true;
+}
+
+int snap_list_steps(const char *job_dir, int64_t **ret_steps, char *err, size_t err_len)
+{
+	*ret_steps = NULL;
+	DIR *d = opendir(job_dir);
+	if (!d) {
+		int e = errno;
+		snprintf(err, err_len, "cannot list %s: %s", job_dir, strerror(e));
+		return -e;
+	}
+	int64_t *steps = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		int64_t st;
+		if (!list_step_of(e->d_name, &st))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			int64_t *grown = realloc(steps, cap * sizeof *steps);
+			if (!grown) {
+				free(steps);
+				closedir(d);
+				snprintf(err, err_len, "out of memory");
+				return -ENOMEM;
+			}
+			steps = grown;
+		}
+		steps[n++] = st;
+	}
+	closedir(d);
+	*ret_steps = steps;
+	return (int)n;
+}
+
+/* Finish the deletes a crash interrupted: `step-N.deleting` folders (a
+ * snap_remove renamed them, then the process died) are never loaded; they
+ * only take space. */
+static void prune_finish_deletes(const char *job_dir)
+{
+	DIR *d = opendir(job_dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	char path[4096], why[512];
+	while ((e = readdir(d)) != NULL) {
+		size_t n = strlen(e->d_name);
+		if (strncmp(e->d_name, "step-", 5) != 0 || n < 9 ||
+		    strcmp(e->d_name + n - 9, ".deleting") != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", job_dir, e->d_name);
+		(void)snap_remove(path, why, sizeof why);
+	}
+	closedir(d);
+}
+
+int snap_prune(const char *job_dir, int keep_last, int64_t keep_every, int64_t *ret_deleted,
+               int max_deleted, char *err, size_t err_len)
+{
+	prune_finish_deletes(job_dir);
+	int64_t *steps;
+	int listed = snap_list_steps(job_dir, &steps, err, err_len);
+	if (listed < 0)
+		return listed;
+	size_t n = (size_t)listed;
+	bool *keep = calloc(n ? n : 1, sizeof(bool));
+	if (!keep) {
+		free(steps);
+		snprintf(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
+	snap_retention(steps, n, keep_last, keep_every, keep);
+	int deleted = 0, rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (keep[i])
+			continue;
+		char name[SNAP_DIRNAME_MAX], path[4096];
+		snprintf(path, sizeof path, "%s/%s", job_dir, snap_step_dirname(steps[i], name, sizeof name));
+		rc = snap_remove(path, err, err_len);
+		if (rc == 0 && deleted < max_deleted)
+			ret_deleted[deleted++] = steps[i];
+	}
+	free(keep);
+	free(steps);
+	return rc < 0 ? rc : deleted;
+}

@@ -231,4 +231,23 @@ int snap_remove(const char *dir, char *err, size_t err_len);
 int snap_export_hf(snap_t *s, const char *out_path, snap_export_info_t *ret_info, char *err,
                    size_t err_len);
 
+/*
+ * The steps of the committed `step-N` folders of job_dir (snap_step_dirname's
+ * form; not `.tmp` or `.deleting` ones), unordered, malloc'ed into
+ * *ret_steps (free it; NULL when none). Returns how many, or a negative
+ * errno with one line in err.
+ */
+int snap_list_steps(const char *job_dir, int64_t **ret_steps, char *err, size_t err_len);
+
+/*
+ * Retention applied to a job's folder: of its committed snapshots keep
+ * those snap_retention keeps (the keep_last newest and every step divisible
+ * by keep_every), delete the others (snap_remove), and finish any delete a
+ * crash interrupted (`step-N.deleting` folders). The steps deleted go to
+ * ret_deleted (at most max_deleted of them are listed). Returns how many
+ * it listed there, or a negative errno with one line in err.
+ */
+int snap_prune(const char *job_dir, int keep_last, int64_t keep_every, int64_t *ret_deleted,
+               int max_deleted, char *err, size_t err_len);
+
 #endif

@@ -178,7 +178,7 @@ int main(int argc, char **argv)
 			.lr = optim_lr_at(step, total, o.warmup, 6e-4, 6e-5, 1),
 			.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = step + 1,
 		};
-		optim_adamw_update(model, gpt2_params(model), gpt2_grads(model), m, v, 0, n, &hp);
+		optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), gpt2_params(model), gpt2_grads(model), m, v, 0, n, &hp);
 		double dt = now_ms() - t0;
 		if (step >= o.warmup)
 			times_ms[step - o.warmup] = dt;

@@ -480,7 +480,7 @@ static void s_commit(rank_t *r, const json_t *p)
 		return;
 	}
 	int64_t deleted[64];
-	int n_deleted = train_snapshot_retention(r->job_dir, r->spec->checkpoint.keep_last,
+	int n_deleted = snap_prune(r->job_dir, r->spec->checkpoint.keep_last,
 	                                         r->spec->checkpoint.keep_every, deleted, 64, err,
 	                                         sizeof err);
 	if (n_deleted < 0) {

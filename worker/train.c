@@ -1,183 +1,68 @@
 /*
- * train: the training loop (see train.h). One optimizer step is
+ * train: the training loop (see train.h). It reads top to bottom like
+ * llm.c's main: set up (data, model, buffers), resume or initialise, then
+ * per optimizer step
  *
  *   train_compute_grads   zero grads; grad_accum x (data, forward, backward)
- *   train_reduce_grads    across ranks: one all-reduce of the flat gradient
- *                         buffer, and of the loss (nothing on one rank)
- *   train_clip_grads      global norm over the whole gradient, clip
- *   train_update_range    AdamW on [lo, hi) of the flat buffer
+ *   train_reduce_grads    across ranks: the gradients (the strategy's
+ *                         reduce) and the loss (nothing on one rank)
+ *   strategy->clip        global gradient norm, clipped to train.grad_clip
+ *   strategy->update      AdamW (whole buffer, or this rank's shard)
+ *   train_gather_params   the strategy's gather (sharded modes)
+ *   validation, the step's line and report, a snapshot when due
  *
- * kept apart so that ZeRO can put a reduce-scatter in the middle and update
- * only its own range. Every phase is timed with CLOCK_MONOTONIC, and
- * bracketed by trace_begin / trace_end (worker/trace.c: NVTX ranges, and on
- * the spec's profile steps the events handed to opt->on_trace).
+ * What differs per parallel mode (none, zero1, zero2, zero3) is the
+ * strategy object of the spec's parallel.sharding (strategy.h:
+ * strategy_none.c, strategy_zero1.c, strategy_zero23.c); what differs per
+ * device is the device row of parallel.device (train_dev.h:
+ * train_dev_cpu.c, train_dev_cuda.c over train_cuda.c) and the model row of
+ * model.arch behind it (worker/engine/model.h); snapshots and resume are
+ * train_snap.c's. The loop asks none of them what it is.
+ *
+ * Every phase is timed with CLOCK_MONOTONIC, and bracketed by trace_begin /
+ * trace_end (worker/trace.c: NVTX ranges, and on the spec's profile steps
+ * the events handed to opt->on_trace).
  *
  * Data parallelism (opt->comm set, W ranks): each rank computes gradients on
  * its interleaved slice of the global batch with every backward scaled by
- * 1/(grad_accum * W), so the all-reduce sum is already the mean gradient of
- * the global batch; every rank then clips and applies AdamW to the same
- * bits, and the parameters stay identical without ever being sent. On the
- * CPU the all-reduce is one fused call after the last micro-step, not
- * buckets overlapped with backward (docs/training.md says why; on the GPU
- * it is overlapped, below). Losses are gathered
- * as one value per rank (an all-reduce of a W-vector that is zero except at
- * the rank's own slot) and summed in rank order, so every rank reports the
- * same loss and one rank reports exactly what the single-process path does.
+ * 1/(grad_accum * W), so the reduction's sum is already the mean gradient
+ * of the global batch. Losses are gathered as one value per rank (an
+ * all-reduce of a W-vector that is zero except at the rank's own slot) and
+ * summed in rank order, so every rank reports the same loss and one rank
+ * reports exactly what the single-process path does.
  *
- * Sharding (parallel.sharding zero1, zero2 or zero3, W ranks): the flat buffer of N
- * parameters is seen as padded to Np = W * S (S = ceil(N / W)), and rank r
- * owns [r * S, r * S + count_r) with count_r = clamp(N - r * S, 0, S) real
- * entries (the rest of the S-slot shard is zero padding, never updated and
- * never sent: the collectives take the counts, which sum to N). A step is
- *
- *   train_compute_grads   as above, into the engine's full gradient buffer
- *   train_reduce_grads    reduce-scatter (sum; the backward is already scaled
- *                         by 1/(A * W)) into grad_shard (S floats)
- *   train_clip_grads      sum of squares of the shard, the W partial sums
- *                         all-gathered (as float hi + lo pairs) and added in
- *                         rank order in double, sqrt, clip the shard
- *   train_update_range    AdamW on the shard with m, v of S floats
- *   train_gather_params   all-gather of every rank's updated range in place
- *
- * The fp32 parameters are the master copy: the model needs the full replica
- * for its forward pass anyway, so a rank's master shard is its range of that
- * replica.
- *
- * zero2 and zero3 stream through worker/shard.c instead: the engine has no
- * gradient buffer (GPT2_STREAM_GRADS) and hands each range's gradients to
- * the shard_t during backward, which reduce-scatters them into grad_shard on
- * its own thread (train_reduce_grads only waits for the last one). zero3's
- * engine has no parameters either (GPT2_STREAM_ALL): the shard_t keeps the
- * master shard and all-gathers each range just before the engine uses it,
- * AdamW updates that shard, and train_gather_params only forgets the
- * gathered ranges. docs/training.md has the details and the memory figures.
- *
- * parallel.device cuda (builds with CUDA, RINGMASTER_HAVE_CUDA_ENGINE): the
- * same loop, with the engine's work done on the GPU by train_cuda.c (the
- * "engine" helpers below pick the device): forward, backward, the norm,
- * clipping and AdamW there, the gradient all-reduce on device memory over
- * an NCCL comm, overlapped with backward: the last micro-step's backward
- * starts an all-reduce of each layer's gradients as soon as they are final
- * (ln_f, the layers from the last, then the embeddings), on the comm's
- * stream behind an event on the model's, and train_reduce_grads only waits
- * for them. t->model is then only the host side of the GPU's state (its
- * tensor table and flat parameter buffer, never run), through which
- * initialisation, resume and snapshots go exactly as on the CPU. zero1
- * works there too, the same steps on device memory (train_cuda.h): the
- * last backward starts the reduce-scatter into train_cuda's shard buffer
- * range by range as it makes them final, as it does the all-reduce above
- * (train_reduce_grads waits for it); the norm's partial sum comes from
- * that buffer and the pairs go through device memory, AdamW steps the
- * shard's range with the shard's m and v (the GPU model holds no
- * moments), and the all-gather writes the model's parameters in place
- * before their bf16 copy is refreshed.
- * zero2 as well, with the shard_t on device memory (shard_mem_cuda): the
- * GPU model has no gradient buffer and its backward streams each range's
- * gradients to the shard_t, as the CPU engine's does. zero3 too: the GPU
- * model has no parameters either and fetches each range from the shard_t
- * (on the GPU) before using it; AdamW steps the shard_t's master shard,
- * and the host model's buffer stands in for the host copy of that shard
- * (initialisation, snapshots, resume).
+ * Sharding (parallel.sharding zero1, zero2 or zero3, W ranks): the flat
+ * buffer of N parameters is seen as padded to Np = W * S (S = ceil(N / W)),
+ * and rank r owns [r * S, r * S + count_r) with count_r = clamp(N - r * S,
+ * 0, S) real entries (the rest of the S-slot shard is zero padding, never
+ * updated and never sent: the collectives take the counts, which sum to N).
+ * s_setup_shards lays that out; the strategies say what each mode does
+ * with it; docs/training.md has the details and the memory figures.
  */
 #include "train.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sysexits.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include <omp.h>
 
-#include "data.h"
-#include "gpt2.h"
-#include "optim.h"
-#include "shard.h"
-#include "snapw.h"
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-#include "shard_mem_cuda.h"
-#include "train_cuda.h"
-#endif
+#include "strategy.h"
+#include "train_dev.h"
+#include "train_impl.h"
 
-#define ADAM_BETA1 0.9
-#define ADAM_BETA2 0.95
-#define ADAM_EPS 1e-8
-
-/* Seconds spent per phase. */
-typedef struct {
-	double data_s;
-	double forward_s;
-	double backward_s;
-	double comm_s;
-	double optim_s;
-} train_times_t;
-
-typedef struct {
-	const jobspec_t *spec; /* borrowed */
-	const train_options_t *opt;
-	int B, T, A;
-	comm_t *comm; /* borrowed; NULL on one rank */
-	int W, rank;
-	float *rank_vals; /* (max(W, W * eval_batches)): one slot per rank or validation batch */
-
-	gpt2_t *model; /* on cuda: the host side of the GPU's state, never run (see above) */
-	struct train_cuda *gpu; /* parallel.device cuda: the GPU side; else NULL */
-	size_t n_params;
-	float *adam_m; /* (n_params), or (shard_len) when sharded */
-	float *adam_v; /* (n_params), or (shard_len) when sharded */
-
-	/* ZeRO (sharded: zero1/zero2/zero3 with a comm); else shard_lo 0 and
-	 * shard_count n_params. */
-	bool sharded;
-	jobspec_sharding_t sharding;
-	size_t shard_len;     /* S = ceil(n_params / W): every rank's shard, padding included */
-	size_t shard_lo;      /* rank * S */
-	size_t shard_count;   /* real entries of this rank's shard, <= S (0 possible) */
-	size_t *shard_counts; /* (W): every rank's real count; they sum to n_params */
-	float *grad_shard;    /* (S): the reduced gradient of this rank's shard; zero padding */
-	float *grad_own;      /* zero1: grad_shard's allocation (zero2/3: the shard_t's) */
-	float *norm_parts;    /* (2 * W): the ranks' partial sums of squares as hi, lo floats */
-	size_t *norm_counts;  /* (W): all 2, the counts of that all-gather */
-	shard_t *zero;        /* zero2/zero3: the streamed gradients (and parameters) */
-	float *params_full;   /* zero3 with opt->report_params: the gathered replica */
-
-	data_source_t *train_src;
-	data_source_t *val_src; /* NULL without data.val */
-	data_loader_t loader;
-	data_sampler_t val_sampler;
-
-	int32_t *inputs;  /* (B, T) */
-	int32_t *targets; /* (B, T) */
-
-	/* Snapshots (opt->checkpoint_dir) and resuming. */
-	snapw_t *snapw;
-	snap_tensor_t *snap_tensors; /* (n_tensors) the model's table for manifests */
-	int64_t snap_step;           /* step of the write in flight or unreported; 0: none */
-	uint64_t snap_cursor;        /* the data cursor after that step */
-	int64_t start_step;          /* 1, or the resumed snapshot's step + 1 */
-	double load_ms;
-	char skipped[1024];          /* snapshots passed over on resume */
-
-	train_times_t times;
-	trace_t trace; /* the phases of the current step: NVTX ranges, and times when profiled */
-} train_t;
-
-static double s_now_s(void)
+double train_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int s_error(const train_t *t, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int s_error(const train_t *t, int code, const char *fmt, ...)
+int train_error(const train_t *t, int code, const char *fmt, ...)
 {
 	va_list ap;
 	fputs("ringworker: error: ", t->opt->log);
@@ -219,126 +104,44 @@ static int s_open_data(train_t *t, const char *field, const char *path, uint64_t
 	char err[1024];
 	char *full = s_resolve(t->opt->data_root, path);
 	if (!full)
-		return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+		return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
 	int rc = data_source_open(full, s_data_format(t->spec->data.format), t->spec->model.vocab_size,
 				  field, ret_src, err, sizeof err);
 	free(full);
 	if (rc < 0)
-		return s_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_DATA, "%s%s", err,
+		return train_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_DATA, "%s%s", err,
 			       rc == -ENOENT && t->opt->missing_data_hint ? t->opt->missing_data_hint : "");
 	rc = data_sampler_init(ret_sampler, *ret_src, t->T, seed, field, err, sizeof err);
 	if (rc < 0)
-		return s_error(t, TRAIN_EXIT_DATA, "%s", err);
+		return train_error(t, TRAIN_EXIT_DATA, "%s", err);
 	return TRAIN_EXIT_OK;
 }
 
-/* The gpt2_stream_t of zero2/zero3: the shard_t behind the engine's calls. */
-static const float *s_stream_fetch(void *ctx, gpt2_range_t r, gpt2_range_t next)
+float *train_master(train_t *t)
 {
-	train_t *t = ctx;
-	return shard_fetch(t->zero, r.lo, r.hi, next.lo, next.hi);
-}
-
-static void s_stream_release(void *ctx, const float *p)
-{
-	train_t *t = ctx;
-	shard_release(t->zero, p);
-}
-
-static float *s_stream_grad_begin(void *ctx, gpt2_range_t r)
-{
-	train_t *t = ctx;
-	return shard_grad_begin(t->zero, r.lo, r.hi);
-}
-
-static void s_stream_grad_end(void *ctx, float *g, gpt2_range_t r)
-{
-	train_t *t = ctx;
-	shard_grad_end(t->zero, g, r.lo, r.hi);
-}
-
-/* This rank's master parameters on the host (shard-indexed, shard_count of
- * them): its range of the replica, or the zero3 shard; on the GPU, its
- * range of the host model's buffer, which s_state_to_host fills. Only when
- * shard_count > 0. */
-static float *s_master(train_t *t)
-{
-	if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
+	if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->dev->mirror)
 		return shard_params(t->zero);
-	return gpt2_params(t->model) + t->shard_lo;
+	return model_params(t->model) + t->shard_lo;
 }
 
-/* The CPU model for the spec (parallel.device cpu). */
-static int s_create_cpu(train_t *t, const gpt2_config_t *cfg)
+/* The streaming mode of the spec's sharding (zero2: gradients, zero3:
+ * parameters too; model.h). */
+model_streaming_t train_streaming(const train_t *t)
 {
-	const jobspec_t *spec = t->spec;
-	char err[512] = "";
-	gpt2_precision_t precision = spec->train.precision == JOBSPEC_PRECISION_BF16
-		? GPT2_PRECISION_BF16 : GPT2_PRECISION_FP32;
-	gpt2_streaming_t mode = t->sharding == JOBSPEC_SHARDING_ZERO2 ? GPT2_STREAM_GRADS
-		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? GPT2_STREAM_ALL : GPT2_DENSE;
-	gpt2_stream_t stream = {t, s_stream_fetch, s_stream_release, s_stream_grad_begin,
-				s_stream_grad_end};
-	t->model = gpt2_create_streamed(cfg, t->B, t->T, precision, mode, &stream, err, sizeof err);
-	if (!t->model) {
-		/* The spec was validated, so what is left is mostly memory. */
-		bool memory = strstr(err, "memory") || strstr(err, "fit");
-		return s_error(t, memory ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
-			       err[0] ? err : "cannot create the model");
-	}
-	return TRAIN_EXIT_OK;
+	return t->sharding == JOBSPEC_SHARDING_ZERO2 ? MODEL_STREAM_GRADS
+		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? MODEL_STREAM_ALL : MODEL_DENSE;
 }
 
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-/* The gradient hooks of the GPU path's host model, which never runs
- * backward: reaching them is a programming error. */
-static float *s_host_model_grad_begin(void *ctx, gpt2_range_t r)
-{
-	(void)ctx;
-	(void)r;
-	fprintf(stderr, "ringworker: fatal: internal error: the host side of a GPU model ran backward\n");
-	exit(EX_SOFTWARE);
-}
-
-static void s_host_model_grad_end(void *ctx, float *g, gpt2_range_t r)
-{
-	(void)g;
-	s_host_model_grad_begin(ctx, r);
-}
-
-/* parallel.device cuda, before the GPU model: as t->model the host side of
- * its state: the CPU model's tensor table (manifests), flat parameter
- * buffer (initialisation, resume, snapshots, reports) and FLOP count, made
- * for 1 x 1 tokens without a gradient buffer (GPT2_STREAM_GRADS) and never
- * run. */
-static int s_create_host_model(train_t *t, const gpt2_config_t *cfg)
+int train_model_create(train_t *t, const model_config_t *cfg, const model_options_t *mo)
 {
 	char err[512] = "";
-	gpt2_stream_t never = {t, NULL, NULL, s_host_model_grad_begin, s_host_model_grad_end};
-	t->model = gpt2_create_streamed(cfg, 1, 1, GPT2_PRECISION_FP32, GPT2_STREAM_GRADS, &never, err,
-					sizeof err);
-	if (!t->model)
-		return s_error(t, strstr(err, "memory") ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
+	int rc = model_create(t->spec->model.arch, MODEL_DEVICE_CPU, cfg, mo, &t->model, err,
+			      sizeof err);
+	if (rc < 0)
+		return train_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
 			       err[0] ? err : "cannot create the model");
 	return TRAIN_EXIT_OK;
 }
-
-/* The GPU model (train_cuda.h), once the shard layout is known (zero1: the
- * GPU holds its shard's moments only). n_vals: the most host values a
- * collective sends. */
-static int s_create_gpu(train_t *t, const gpt2_config_t *cfg, size_t n_vals)
-{
-	char err[512] = "";
-	int code = TRAIN_EXIT_USAGE;
-	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts,
-				    t->zero, t->zero ? gpt2_max_range(t->model) : 0};
-	t->gpu = train_cuda_new(cfg, t->B, t->T, n_vals, t->sharded ? &shard : NULL, &code, err,
-				sizeof err);
-	if (!t->gpu)
-		return s_error(t, code, "%s", err);
-	return TRAIN_EXIT_OK;
-}
-#endif
 
 int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 {
@@ -352,15 +155,59 @@ int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 			 jobspec_precision_name(spec->train.precision));
 		return TRAIN_EXIT_SPEC;
 	}
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	return train_cuda_probe(err, errlen);
-#else
-	/* Not a spec error: the same spec runs on a worker built with CUDA. */
-	snprintf(err, errlen,
-		 "parallel.device is cuda but this worker was built without CUDA (nvcc was not found"
-		 " or -Dcuda=disabled at configure time; docs/gpu.md)");
-	return TRAIN_EXIT_USAGE;
-#endif
+	const train_dev_t *dev = train_dev_find(spec->parallel.device);
+	if (!dev) {
+		/* Not a spec error: the same spec runs on a worker built with CUDA. */
+		snprintf(err, errlen,
+			 "parallel.device is cuda but this worker was built without CUDA (nvcc was not"
+			 " found or -Dcuda=disabled at configure time; docs/gpu.md)");
+		return TRAIN_EXIT_USAGE;
+	}
+	return dev->probe(err, errlen);
+}
+
+/* Sharded: the layout of every rank's shard (train.h: S = ceil(N / W)),
+ * the buffers of the norm's all-gather, zero1's reduced gradient, and for
+ * zero2/zero3 the shard_t the model streams through. TRAIN_EXIT_* code. */
+static int s_setup_shards(train_t *t)
+{
+	char err[512] = "";
+	model_streaming_t mode = train_streaming(t);
+	size_t W = (size_t)t->W;
+	t->shard_len = (t->n_params + W - 1) / W;
+	t->shard_lo = (size_t)t->rank * t->shard_len;
+	t->shard_counts = calloc(W, sizeof(size_t));
+	t->norm_parts = calloc(2 * W, sizeof(float));
+	t->norm_counts = calloc(W, sizeof(size_t));
+	/* zero1's reduced gradient: on a device with a host mirror, the device's */
+	const bool own = t->sharding == JOBSPEC_SHARDING_ZERO1 && !t->dev->mirror;
+	if (own)
+		t->grad_own = calloc(t->shard_len, sizeof(float));
+	if (!t->shard_counts || !t->norm_parts || !t->norm_counts || (own && !t->grad_own))
+		return train_error(t, TRAIN_EXIT_NOMEM,
+			       "the gradient shard of %.1f MiB does not fit in memory",
+			       (double)t->shard_len * 4 / 1048576.0);
+	for (size_t r = 0; r < W; r++) {
+		size_t lo = r * t->shard_len;
+		size_t n = lo < t->n_params ? t->n_params - lo : 0;
+		t->shard_counts[r] = n < t->shard_len ? n : t->shard_len;
+		t->norm_counts[r] = 2;
+	}
+	t->shard_count = t->shard_counts[t->rank];
+	t->grad_shard = t->grad_own;
+	if (mode != MODEL_DENSE) {
+		t->zero = shard_new(t->comm, t->n_params, model_max_range(t->model),
+				    mode == MODEL_STREAM_ALL, t->dev->shard_mem, err, sizeof err);
+		if (!t->zero)
+			return train_error(t, TRAIN_EXIT_NOMEM, "%s", err);
+		t->grad_shard = shard_grads(t->zero);
+	}
+	if (mode == MODEL_STREAM_ALL && t->opt->report_params) {
+		t->params_full = calloc(t->n_params, sizeof(float));
+		if (!t->params_full)
+			return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+	}
+	return TRAIN_EXIT_OK;
 }
 
 static int s_setup(train_t *t)
@@ -370,25 +217,27 @@ static int s_setup(train_t *t)
 
 	int rc = train_check_device(spec, err, sizeof err);
 	if (rc != TRAIN_EXIT_OK)
-		return s_error(t, rc, "%s", err);
+		return train_error(t, rc, "%s", err);
+	t->dev = train_dev_find(spec->parallel.device);
 	const bool cuda = spec->parallel.device == JOBSPEC_DEVICE_CUDA;
 	if (t->comm && cuda != (comm_nccl_stream(t->comm) != NULL))
-		return s_error(t, TRAIN_EXIT_USAGE,
+		return train_error(t, TRAIN_EXIT_USAGE,
 			       "internal error: parallel.device is %s but the communicator is %s's",
 			       jobspec_device_name(spec->parallel.device), cuda ? "Gloo" : "NCCL");
 	if (t->comm) {
 		if (spec->parallel.world_size != t->W)
-			return s_error(t, TRAIN_EXIT_SPEC,
+			return train_error(t, TRAIN_EXIT_SPEC,
 				       "parallel.world_size is %d but this rank's group has %d ranks:"
 				       " start as many ranks as the spec asks for",
 				       spec->parallel.world_size, t->W);
 		t->sharding = spec->parallel.sharding;
 		t->sharded = t->sharding != JOBSPEC_SHARDING_NONE;
 		if (t->opt->rank != t->rank)
-			return s_error(t, TRAIN_EXIT_USAGE,
+			return train_error(t, TRAIN_EXIT_USAGE,
 				       "internal error: rank %d was given but the communicator says %d",
 				       t->opt->rank, t->rank);
 	}
+	t->strategy = strategy_for(t);
 	rc = s_open_data(t, "data.train", spec->data.train, spec->train.seed, &t->train_src,
 			 &t->loader.sampler);
 	if (rc != TRAIN_EXIT_OK)
@@ -403,7 +252,7 @@ static int s_setup(train_t *t)
 			return rc;
 	}
 
-	gpt2_config_t cfg = {
+	model_config_t cfg = {
 		.n_layer = spec->model.n_layer,
 		.n_head = spec->model.n_head,
 		.n_embd = spec->model.n_embd,
@@ -412,66 +261,18 @@ static int s_setup(train_t *t)
 	};
 	/* a value per rank and validation batch, or the norm's pair per rank */
 	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 2 ? spec->train.eval_batches : 2);
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (cuda)
-		rc = s_create_host_model(t, &cfg);
-	else
-#endif
-		rc = s_create_cpu(t, &cfg);
+	rc = t->dev->create_model(t, &cfg);
 	if (rc != TRAIN_EXIT_OK)
 		return rc;
-	t->n_params = gpt2_num_params(t->model);
-	gpt2_streaming_t mode = t->sharding == JOBSPEC_SHARDING_ZERO2 ? GPT2_STREAM_GRADS
-		: t->sharding == JOBSPEC_SHARDING_ZERO3 ? GPT2_STREAM_ALL : GPT2_DENSE;
+	t->n_params = model_num_params(t->model);
 
 	t->shard_len = t->n_params;
 	t->shard_lo = 0;
 	t->shard_count = t->n_params;
-	if (t->sharded) {
-		size_t W = (size_t)t->W;
-		t->shard_len = (t->n_params + W - 1) / W;
-		t->shard_lo = (size_t)t->rank * t->shard_len;
-		t->shard_counts = calloc(W, sizeof(size_t));
-		t->norm_parts = calloc(2 * W, sizeof(float));
-		t->norm_counts = calloc(W, sizeof(size_t));
-		/* zero1's reduced gradient: on the GPU, train_cuda's */
-		const bool own = t->sharding == JOBSPEC_SHARDING_ZERO1 && !cuda;
-		if (own)
-			t->grad_own = calloc(t->shard_len, sizeof(float));
-		if (!t->shard_counts || !t->norm_parts || !t->norm_counts || (own && !t->grad_own))
-			return s_error(t, TRAIN_EXIT_NOMEM,
-				       "the gradient shard of %.1f MiB does not fit in memory",
-				       (double)t->shard_len * 4 / 1048576.0);
-		for (size_t r = 0; r < W; r++) {
-			size_t lo = r * t->shard_len;
-			size_t n = lo < t->n_params ? t->n_params - lo : 0;
-			t->shard_counts[r] = n < t->shard_len ? n : t->shard_len;
-			t->norm_counts[r] = 2;
-		}
-		t->shard_count = t->shard_counts[t->rank];
-		t->grad_shard = t->grad_own;
-		if (mode != GPT2_DENSE) {
-			const shard_mem_t *mem = &shard_mem_host;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-			if (cuda) /* zero2's buffers next to the GPU's NCCL comm */
-				mem = &shard_mem_cuda;
-#endif
-			t->zero = shard_new(t->comm, t->n_params, gpt2_max_range(t->model),
-					    mode == GPT2_STREAM_ALL, mem, err, sizeof err);
-			if (!t->zero)
-				return s_error(t, TRAIN_EXIT_NOMEM, "%s", err);
-			t->grad_shard = shard_grads(t->zero);
-		}
-		if (mode == GPT2_STREAM_ALL && t->opt->report_params) {
-			t->params_full = calloc(t->n_params, sizeof(float));
-			if (!t->params_full)
-				return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
-		}
-	}
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (cuda && (rc = s_create_gpu(t, &cfg, n_vals)) != TRAIN_EXIT_OK)
+	if (t->sharded && (rc = s_setup_shards(t)) != TRAIN_EXIT_OK)
 		return rc;
-#endif
+	if ((rc = t->dev->create(t, &cfg, n_vals)) != TRAIN_EXIT_OK)
+		return rc;
 	t->adam_m = calloc(t->shard_len, sizeof(float));
 	t->adam_v = calloc(t->shard_len, sizeof(float));
 	size_t bt = (size_t)t->B * (size_t)t->T;
@@ -479,7 +280,7 @@ static int s_setup(train_t *t)
 	t->targets = malloc(bt * sizeof(int32_t));
 	t->rank_vals = calloc(n_vals, sizeof(float));
 	if (!t->adam_m || !t->adam_v || !t->inputs || !t->targets || !t->rank_vals)
-		return s_error(t, TRAIN_EXIT_NOMEM,
+		return train_error(t, TRAIN_EXIT_NOMEM,
 			       "batch does not fit in memory: AdamW state of %.1f MiB (train.batch_size %d,"
 			       " model.seq_len %d)",
 			       2.0 * (double)t->shard_len * 4 / 1048576.0, t->B, t->T);
@@ -498,128 +299,13 @@ static void s_teardown(train_t *t)
 	free(t->norm_parts);
 	free(t->norm_counts);
 	free(t->params_full);
-	snapw_free(t->snapw);
-	free(t->snap_tensors);
+	tsnap_free(t->snap);
 	shard_free(t->zero);
-	gpt2_free(t->model);
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	train_cuda_free(t->gpu);
-#endif
+	model_free(t->model);
+	if (t->dev)
+		t->dev->free(t);
 	data_source_free(t->val_src);
 	data_source_free(t->train_src);
-}
-
-/* ---- the engine: the CPU model, or on parallel.device cuda the GPU ---- */
-
-static void s_zero_grad(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		train_cuda_zero_grad(t->gpu);
-		return;
-	}
-#endif
-	gpt2_zero_grad(t->model);
-}
-
-/* Forward of t->inputs and t->targets (B, T); the mean loss. */
-static float s_forward(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_forward(t->gpu, t->inputs, t->targets, t->B, t->T);
-#endif
-	return gpt2_forward(t->model, t->inputs, t->targets, t->B, t->T);
-}
-
-/* Backward of the last forward. On the GPU with a comm, unsharded or
- * zero1, the last micro-step's backward also starts the gradient
- * all-reduce or reduce-scatter layer by layer (train_reduce_grads waits
- * for it). */
-static void s_backward(train_t *t, float loss_scale, bool last)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		train_cuda_backward(t->gpu, loss_scale, last && !t->zero ? t->comm : NULL);
-		return;
-	}
-#endif
-	(void)last;
-	gpt2_backward(t->model, loss_scale);
-}
-
-/* In place: n host floats summed over ranks (through device memory for an
- * NCCL comm). 0 or the comm's error. */
-static int s_allreduce_host(train_t *t, float *buf, size_t n)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_allreduce_host(t->gpu, t->comm, buf, n);
-#endif
-	return comm_allreduce_sum_f32(t->comm, buf, n);
-}
-
-/* comm_allgather_f32 of host floats (through device memory for an NCCL
- * comm). 0 or the comm's error. */
-static int s_allgather_host(train_t *t, const float *in, float *out, const size_t *counts)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_allgather_host(t->gpu, t->comm, in, out, counts);
-#endif
-	return comm_allgather_f32(t->comm, in, out, counts);
-}
-
-/* GPU: the whole state from the host buffers, after initialisation or
- * resume (the moments are zero when starting fresh). */
-static void s_state_to_device(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		train_cuda_upload(t->gpu, gpt2_params(t->model), t->adam_m, t->adam_v);
-#else
-	(void)t;
-#endif
-}
-
-/* GPU: the whole state into the host buffers, for a snapshot. */
-static void s_state_to_host(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		train_cuda_download(t->gpu, gpt2_params(t->model), t->adam_m, t->adam_v);
-#else
-	(void)t;
-#endif
-}
-
-/* report->params: the replica after this step (zero3's gathered copy, or
- * the model's buffer); on the GPU a copy made each step only when
- * opt->report_params asks for it, else NULL. */
-static const float *s_report_params(train_t *t)
-{
-	if (t->params_full)
-		return t->params_full;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		if (!t->opt->report_params)
-			return NULL;
-		train_cuda_download(t->gpu, gpt2_params(t->model), NULL, NULL);
-	}
-#endif
-	return gpt2_params(t->model);
-}
-
-static size_t s_activation_bytes(const train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		size_t p, g, o, a;
-		train_cuda_memory(t->gpu, &p, &g, &o, &a);
-		return a;
-	}
-#endif
-	return gpt2_activation_bytes(t->model);
 }
 
 /*
@@ -629,28 +315,28 @@ static size_t s_activation_bytes(const train_t *t)
  */
 static float train_compute_grads(train_t *t)
 {
-	double z = s_now_s();
+	double z = train_now_s();
 	trace_begin(&t->trace, TRACE_ZERO_GRAD);
-	s_zero_grad(t);
+	t->dev->zero_grad(t);
 	if (t->zero)
 		shard_zero_grads(t->zero);
 	trace_end(&t->trace, TRACE_ZERO_GRAD);
-	t->times.backward_s += s_now_s() - z; /* zeroing counts as backward work */
+	t->times.backward_s += train_now_s() - z; /* zeroing counts as backward work */
 	double loss_sum = 0;
 	for (int k = 0; k < t->A; k++) {
-		double a = s_now_s();
+		double a = train_now_s();
 		trace_begin(&t->trace, TRACE_DATA);
 		data_loader_micro_batch(&t->loader, k, t->inputs, t->targets);
 		trace_end(&t->trace, TRACE_DATA);
-		double b = s_now_s();
+		double b = train_now_s();
 		trace_begin(&t->trace, TRACE_FORWARD);
-		float loss = s_forward(t);
+		float loss = t->dev->forward(t);
 		trace_end(&t->trace, TRACE_FORWARD);
-		double c = s_now_s();
+		double c = train_now_s();
 		trace_begin(&t->trace, TRACE_BACKWARD);
-		s_backward(t, 1.0f / (float)(t->A * t->W), k == t->A - 1);
+		t->dev->backward(t, 1.0f / (float)(t->A * t->W), k == t->A - 1);
 		trace_end(&t->trace, TRACE_BACKWARD);
-		double d = s_now_s();
+		double d = train_now_s();
 		loss_sum += loss;
 		t->times.data_s += b - a;
 		t->times.forward_s += c - b;
@@ -673,7 +359,7 @@ static int s_mean_over_ranks(train_t *t, const float *vals, int n, double *ret_m
 	memset(t->rank_vals, 0, total * sizeof(float));
 	memcpy(t->rank_vals + (size_t)t->rank * (size_t)n, vals, (size_t)n * sizeof(float));
 	if (t->comm) {
-		int rc = s_allreduce_host(t, t->rank_vals, total);
+		int rc = t->dev->allreduce_host(t, t->rank_vals, total);
 		if (rc < 0)
 			return rc;
 	}
@@ -684,39 +370,14 @@ static int s_mean_over_ranks(train_t *t, const float *vals, int n, double *ret_m
 	return 0;
 }
 
-/* A failed collective: one line naming it and the comm's error; the comm
- * is aborted so that the other ranks fail at once too. */
-static int s_comm_error(train_t *t, const char *what, int64_t step)
+int train_comm_error(train_t *t, const char *what, int64_t step)
 {
-	int rc = s_error(t, TRAIN_EXIT_COMM,
+	int rc = train_error(t, TRAIN_EXIT_COMM,
 			 "%s failed at step %" PRId64 " (rank %d of %d): %s: a peer rank died, hung or"
 			 " timed out",
 			 what, step, t->rank, t->W, comm_last_error(t->comm));
 	comm_abort(t->comm);
 	return rc;
-}
-
-/* The all-reduce of the whole gradient buffer: on the GPU, waiting for the
- * one the last backward started range by range; on the CPU, one call. */
-static int s_reduce_grads_flat(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_reduce_wait(t->gpu);
-#endif
-	return comm_allreduce_sum_f32(t->comm, gpt2_grads(t->model), t->n_params);
-}
-
-/* zero1: the reduce-scatter of the gradients into this rank's shard (on
- * the GPU, train_cuda's shard buffer). */
-static int s_reduce_scatter_grads(train_t *t)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		return train_cuda_reduce_scatter(t->gpu, t->comm);
-#endif
-	return comm_reduce_scatter_sum_f32(t->comm, gpt2_grads(t->model), t->grad_shard,
-					   t->shard_counts);
 }
 
 /*
@@ -729,84 +390,21 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 {
 	if (!t->comm)
 		return TRAIN_EXIT_OK;
-	double a = s_now_s();
+	double a = train_now_s();
 	trace_begin(&t->trace, TRACE_GRAD_REDUCE); /* an error return leaves it to the next phase */
-	if (t->zero) {
-		/* zero2/3: reduced range by range during backward; wait for the last */
-		if (shard_sync(t->zero) < 0)
-			return s_comm_error(t, "ZeRO gathers and reduce-scatters", step);
-	} else if (t->sharded) {
-		if (s_reduce_scatter_grads(t) < 0)
-			return s_comm_error(t, "reduce-scatter of the gradients", step);
-	} else if (s_reduce_grads_flat(t) < 0) {
-		return s_comm_error(t, "all-reduce of the gradients", step);
-	}
+	if (t->strategy->reduce(t) < 0)
+		return train_comm_error(t, t->strategy->reduce_what, step);
 	double mean;
 	if (s_mean_over_ranks(t, loss, 1, &mean) < 0)
-		return s_comm_error(t, "all-reduce of the loss", step);
+		return train_comm_error(t, "all-reduce of the loss", step);
 	*loss = (float)mean;
 	trace_end(&t->trace, TRACE_GRAD_REDUCE);
-	t->times.comm_s += s_now_s() - a;
+	t->times.comm_s += train_now_s() - a;
 	return TRAIN_EXIT_OK;
 }
 
-/*
- * The global gradient norm (before clipping) into *ret_norm; scales the
- * gradients down to train.grad_clip when that is set and exceeded. Sharded:
- * each rank's sum of squares over its shard goes out as a float pair (hi,
- * lo = the rounding error of hi) in one all-gather, and every rank adds the
- * pairs in rank order in double, so all of them get the same bits and a
- * rerun repeats them. Returns a TRAIN_EXIT_* code.
- */
-static int train_clip_grads(train_t *t, int64_t step, double *ret_norm)
-{
-	double clip = t->spec->train.grad_clip;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu && !t->sharded) {
-		*ret_norm = train_cuda_clip(t->gpu, clip); /* the clipping is folded into AdamW */
-		return TRAIN_EXIT_OK;
-	}
-#endif
-	if (!t->sharded) {
-		float *g = gpt2_grads(t->model);
-		double norm = sqrt(optim_sum_squares(g, t->n_params));
-		if (clip > 0 && isfinite(norm) && norm > clip)
-			optim_scale(g, t->n_params, (float)(clip / norm));
-		*ret_norm = norm;
-		return TRAIN_EXIT_OK;
-	}
-	double part;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		part = train_cuda_shard_sum_squares(t->gpu);
-	else
-#endif
-		part = optim_sum_squares(t->grad_shard, t->shard_count);
-	float mine[2];
-	mine[0] = (float)part;
-	mine[1] = (float)(part - (double)mine[0]);
-	double a = s_now_s();
-	if (s_allgather_host(t, mine, t->norm_parts, t->norm_counts) < 0)
-		return s_comm_error(t, "all-gather of the gradient norm", step);
-	t->times.comm_s += s_now_s() - a;
-	double sum = 0;
-	for (size_t r = 0; r < (size_t)t->W; r++)
-		sum += (double)t->norm_parts[2 * r] + (double)t->norm_parts[2 * r + 1];
-	double norm = sqrt(sum);
-	float factor = clip > 0 && isfinite(norm) && norm > clip ? (float)(clip / norm) : 1.0f;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu)
-		train_cuda_set_clip(t->gpu, factor); /* folded into AdamW */
-	else
-#endif
-	if (factor != 1.0f)
-		optim_scale(t->grad_shard, t->shard_count, factor);
-	*ret_norm = norm;
-	return TRAIN_EXIT_OK;
-}
-
-/* AdamW on params[lo, hi) for 1-based step `step` at learning rate lr. */
-static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int64_t step)
+/* AdamW's hyperparameters for 1-based step `step` at learning rate lr. */
+static optim_adamw_t s_adamw(const train_t *t, double lr, int64_t step)
 {
 	optim_adamw_t hp = {
 		.lr = lr,
@@ -816,71 +414,23 @@ static void train_update_range(train_t *t, size_t lo, size_t hi, double lr, int6
 		.weight_decay = t->spec->train.weight_decay,
 		.t = step,
 	};
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		train_cuda_update(t->gpu, &hp); /* the whole buffer, or the shard [lo, hi) */
-		return;
-	}
-#endif
-	if (!t->sharded)
-		optim_adamw_update(t->model, gpt2_params(t->model), gpt2_grads(t->model), t->adam_m,
-				   t->adam_v, lo, hi, &hp);
-	else if (hi > lo)
-		optim_adamw_update_shard(t->model, s_master(t), t->grad_shard, t->adam_m, t->adam_v,
-					 lo, hi, &hp);
+	return hp;
 }
 
-/* Sharded: every rank's updated range into every rank's flat parameter
- * buffer (in place: this rank's own range is already there). Returns a
+/* After the update, the strategy's gather (the parameters all-gathered,
+ * or zero3's cached ranges forgotten), timed as communication. Returns a
  * TRAIN_EXIT_* code. */
 static int train_gather_params(train_t *t, int64_t step)
 {
-	if (!t->sharded)
+	if (!t->strategy->gather)
 		return TRAIN_EXIT_OK;
-	double a = s_now_s();
+	double a = train_now_s();
 	trace_begin(&t->trace, TRACE_PARAM_GATHER);
-	if (t->sharding == JOBSPEC_SHARDING_ZERO3) {
-		/* The next forward gathers layer by layer; cached ranges are stale. */
-		if (shard_invalidate(t->zero) < 0)
-			return s_comm_error(t, "all-gather of the parameters", step);
-		trace_end(&t->trace, TRACE_PARAM_GATHER);
-		t->times.comm_s += s_now_s() - a;
-		return TRAIN_EXIT_OK;
-	}
-	int rc;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		rc = train_cuda_gather_params(t->gpu, t->comm);
-	} else
-#endif
-	{
-		float *p = gpt2_params(t->model);
-		/* An empty last shard may start past the end of the buffer. */
-		const float *mine = t->shard_count ? p + t->shard_lo : p;
-		rc = comm_allgather_f32(t->comm, mine, p, t->shard_counts);
-	}
-	if (rc < 0)
-		return s_comm_error(t, "all-gather of the parameters", step);
+	if (t->strategy->gather(t) < 0)
+		return train_comm_error(t, "all-gather of the parameters", step);
 	trace_end(&t->trace, TRACE_PARAM_GATHER);
-	t->times.comm_s += s_now_s() - a;
+	t->times.comm_s += train_now_s() - a;
 	return TRAIN_EXIT_OK;
-}
-
-/* Bytes this rank holds for parameters, gradients and optimizer state: the
- * model's own buffers, the shard_t's, and zero1's reduced gradient. */
-static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, size_t *ret_optim)
-{
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		size_t act;
-		train_cuda_memory(t->gpu, ret_params, ret_grads, ret_optim, &act);
-		return;
-	}
-#endif
-	*ret_params = gpt2_param_bytes(t->model) + (t->zero ? shard_param_bytes(t->zero) : 0);
-	*ret_grads = gpt2_grad_bytes(t->model) + (t->zero ? shard_grad_bytes(t->zero) : 0) +
-		     (t->grad_own ? t->shard_len * sizeof(float) : 0);
-	*ret_optim = 2 * t->shard_len * sizeof(float);
 }
 
 /* zero3 with opt->report_params: the whole replica gathered from the shards
@@ -888,18 +438,8 @@ static void s_memory(const train_t *t, size_t *ret_params, size_t *ret_grads, si
  * TRAIN_EXIT_* code. */
 static int s_gather_replica(train_t *t, int64_t step)
 {
-	int rc;
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		rc = train_cuda_gather_replica(t->gpu, t->comm, t->params_full);
-	} else
-#endif
-	{
-		const float *mine = t->shard_count ? shard_params(t->zero) : t->params_full;
-		rc = comm_allgather_f32(t->comm, mine, t->params_full, t->shard_counts);
-	}
-	if (rc < 0)
-		return s_comm_error(t, "all-gather of the parameters for the report", step);
+	if (t->dev->gather_replica(t) < 0)
+		return train_comm_error(t, "all-gather of the parameters for the report", step);
 	return TRAIN_EXIT_OK;
 }
 
@@ -917,7 +457,7 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 		double sum = 0;
 		for (int k = 0; k < n; k++) {
 			data_val_batch(&t->val_sampler, n, t->B, k, t->inputs, t->targets);
-			sum += s_forward(t);
+			sum += t->dev->forward(t);
 		}
 		*ret_loss = (float)(sum / n);
 		return TRAIN_EXIT_OK;
@@ -925,20 +465,20 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 	/* Batch k of this rank is global batch k * W + rank. */
 	float *losses = malloc((size_t)n * sizeof(float));
 	if (!losses)
-		return s_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+		return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
 	for (int k = 0; k < n; k++) {
 		data_val_batch(&t->val_sampler, n * t->W, t->B, k * t->W + t->rank, t->inputs, t->targets);
-		losses[k] = s_forward(t);
+		losses[k] = t->dev->forward(t);
 	}
-	double a = s_now_s();
+	double a = train_now_s();
 	double mean;
 	int rc = t->zero ? shard_sync(t->zero) : 0;
 	if (rc == 0)
 		rc = s_mean_over_ranks(t, losses, n, &mean);
 	free(losses);
 	if (rc < 0)
-		return s_comm_error(t, "all-reduce of the validation loss", step);
-	t->times.comm_s += s_now_s() - a;
+		return train_comm_error(t, "all-reduce of the validation loss", step);
+	t->times.comm_s += train_now_s() - a;
 	*ret_loss = (float)mean;
 	return TRAIN_EXIT_OK;
 }
@@ -985,23 +525,12 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 	if (t->comm)
 		snprintf(ranks, sizeof ranks, " x %d ranks", t->W);
 	fprintf(f,
-		"ringworker train: %s (%s) | gpt2 %d layers, %d heads, %d channels, vocab %d, seq_len %d"
+		"ringworker train: %s (%s) | %s %d layers, %d heads, %d channels, vocab %d, seq_len %d"
 		" | %.2fM params | batch %d x %d micro-steps%s | %" PRId64 " steps | %d threads\n",
 		s->name ? s->name : "job", t->opt->spec_name ? t->opt->spec_name : "spec",
-		s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
+		s->model.arch, s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
 		(double)t->n_params / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
-#ifdef RINGMASTER_HAVE_CUDA_ENGINE
-	if (t->gpu) {
-		size_t pb, gb, ob, ab;
-		train_cuda_memory(t->gpu, &pb, &gb, &ob, &ab);
-		fprintf(f,
-			"parallel.device cuda: %s | bf16 matrix products, fp32 master weights and AdamW"
-			" | attention %s | GPU memory: state %.2f MiB, activations %.2f MiB\n",
-			train_cuda_device_name(t->gpu),
-			train_cuda_fused_attention(t->gpu) ? "fused" : "gemm", (double)(pb + gb + ob) / 1048576.0,
-			(double)ab / 1048576.0);
-	}
-#endif
+	t->dev->print_header(t, f);
 	fprintf(f, "data.train: %" PRIu64 " tokens in %zu file(s), %" PRIu64 " windows of %d",
 		data_source_num_tokens(t->train_src), data_source_num_files(t->train_src),
 		t->loader.sampler.n_windows, t->T + 1);
@@ -1011,7 +540,7 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 	fputc('\n', f);
 	if (t->comm) {
 		size_t pb, gb, ob;
-		s_memory(t, &pb, &gb, &ob);
+		t->strategy->memory(t, &pb, &gb, &ob);
 		fprintf(f,
 			"parallel.sharding %s: memory per rank: params %.2f MiB, grads %.2f MiB,"
 			" optimizer %.2f MiB\n",
@@ -1021,382 +550,46 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 	fflush(f);
 }
 
-/* ---- snapshots ---- */
+/* ---- snapshots (train_snap.c) ---- */
 
-/* The range of the flat buffer this rank writes: its ZeRO shard, or under
- * `none` (every rank holds everything) the same slice, so that all ranks
- * write in parallel and the layout is one for every mode. */
-static void s_snap_range(const train_t *t, int64_t *ret_lo, int64_t *ret_count)
-{
-	snap_shard_range((int64_t)t->n_params, t->W, t->rank, ret_lo, ret_count);
-}
-
-/* mkdir -p: every missing folder of path. 0 or a negative errno. */
-static int s_mkdir(const char *path)
-{
-	char buf[4096];
-	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-		return -ENAMETOOLONG;
-	for (char *c = buf + 1;; c++) {
-		if (*c != '/' && *c != '\0')
-			continue;
-		char was = *c;
-		*c = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*c = was;
-		if (!was)
-			return 0;
-	}
-}
-
-/* Everything a manifest of `step` says but its files. The JSON objects are
- * new references; s_manifest_clear drops them. */
-static void s_manifest(const train_t *t, int64_t step, uint64_t cursor, snap_manifest_t *m)
-{
-	const jobspec_t *sp = t->spec;
-	memset(m, 0, sizeof *m);
-	m->step = step;
-	m->world_size = t->W;
-	snprintf(m->sharding, sizeof m->sharding, "%s", jobspec_sharding_name(sp->parallel.sharding));
-	m->n_params = (int64_t)t->n_params;
-	m->adam_t = step;
-	m->data_cursor = json_pack("{s:I, s:I}", "cursor", (json_int_t)cursor, "global_batch",
-				   (json_int_t)((int64_t)t->B * t->A * t->W));
-	m->rng = json_pack("{s:I, s:s}", "seed", (json_int_t)sp->train.seed, "sampler",
-			   "permutation of (seed, global sample index); no other random state");
-	m->model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", "gpt2", "n_layer",
-			     sp->model.n_layer, "n_head", sp->model.n_head, "n_embd", sp->model.n_embd,
-			     "vocab_size", sp->model.vocab_size, "seq_len", sp->model.seq_len);
-	m->n_tensors = gpt2_num_tensors(t->model);
-	m->tensors = t->snap_tensors;
-}
-
-static void s_manifest_clear(snap_manifest_t *m)
-{
-	json_decref(m->data_cursor);
-	json_decref(m->rng);
-	json_decref(m->model);
-}
-
-/* The steps of the committed `step-N` folders of job_dir (malloc'ed into
- * *ret_steps). Returns how many, or a negative errno with err set. */
-static int s_list_steps(const char *job_dir, int64_t **ret_steps, char *err, size_t errlen)
-{
-	*ret_steps = NULL;
-	DIR *d = opendir(job_dir);
-	if (!d) {
-		int e = errno;
-		snprintf(err, errlen, "cannot list %s: %s", job_dir, strerror(e));
-		return -e;
-	}
-	int64_t *steps = NULL;
-	size_t n = 0, cap = 0;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		long long st;
-		int used = 0;
-		if (sscanf(e->d_name, "step-%lld%n", &st, &used) != 1 || e->d_name[used] != '\0')
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			int64_t *grown = realloc(steps, cap * sizeof *steps);
-			if (!grown) {
-				free(steps);
-				closedir(d);
-				snprintf(err, errlen, "out of memory");
-				return -ENOMEM;
-			}
-			steps = grown;
-		}
-		steps[n++] = st;
-	}
-	closedir(d);
-	*ret_steps = steps;
-	return (int)n;
-}
-
-/* Finish the deletes a crash interrupted: `step-N.deleting` folders (a
- * snap_remove renamed them, then the process died) are never loaded; they
- * only take space. */
-static void s_finish_deletes(const char *job_dir)
-{
-	DIR *d = opendir(job_dir);
-	if (!d)
-		return;
-	struct dirent *e;
-	char path[4096], err[512];
-	while ((e = readdir(d))) {
-		size_t n = strlen(e->d_name);
-		if (strncmp(e->d_name, "step-", 5) != 0 || n < 9 ||
-		    strcmp(e->d_name + n - 9, ".deleting") != 0)
-			continue;
-		snprintf(path, sizeof path, "%s/%s", job_dir, e->d_name);
-		(void)snap_remove(path, err, sizeof err);
-	}
-	closedir(d);
-}
-
-int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
-                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen)
-{
-	s_finish_deletes(job_dir);
-	int64_t *steps;
-	int listed = s_list_steps(job_dir, &steps, err, errlen);
-	if (listed < 0)
-		return listed;
-	size_t n = (size_t)listed;
-	bool *keep = calloc(n ? n : 1, sizeof(bool));
-	if (!keep) {
-		free(steps);
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	snap_retention(steps, n, keep_last, keep_every, keep);
-	int deleted = 0, rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (keep[i])
-			continue;
-		char name[SNAP_DIRNAME_MAX], path[4096];
-		snprintf(path, sizeof path, "%s/%s", job_dir, snap_step_dirname(steps[i], name, sizeof name));
-		rc = snap_remove(path, err, errlen);
-		if (rc == 0 && deleted < max_deleted)
-			ret_deleted[deleted++] = steps[i];
-	}
-	free(keep);
-	free(steps);
-	return rc < 0 ? rc : deleted;
-}
-
-/* One process alone: its shard is the whole snapshot; commit it and apply
- * retention. */
-static void s_commit_alone(train_t *t, const train_snapshot_t *snap)
-{
-	snap_manifest_t m = *snap->manifest;
-	snap_file_t file = {.rank = 0, .lo = 0, .count = (int64_t)t->n_params,
-			    .bytes = snap->shard->bytes};
-	snprintf(file.name, sizeof file.name, "%s", snap->shard->name);
-	memcpy(file.xxh3, snap->shard->xxh3, sizeof file.xxh3);
-	m.n_files = 1;
-	m.files = &file;
-	char err[1024];
-	if (snap_commit(snap->tmp_dir, snap->final_dir, &m, err, sizeof err) < 0) {
-		s_error(t, 0, "snapshot of step %" PRId64 " not committed: %s", snap->step, err);
-		return;
-	}
-	int64_t deleted[64];
-	if (train_snapshot_retention(t->opt->checkpoint_dir, t->spec->checkpoint.keep_last,
-				     t->spec->checkpoint.keep_every, deleted, 64, err, sizeof err) < 0)
-		s_error(t, 0, "snapshot retention in %s: %s", t->opt->checkpoint_dir, err);
-}
-
-/* A snapshot of `step` this rank could not write: logged, and told to the
- * caller (it never commits; the previous one stays the latest). */
-static void s_snapshot_failed(train_t *t, int64_t step, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void s_snapshot_failed(train_t *t, int64_t step, const char *fmt, ...)
-{
-	char why[700];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
-	va_end(ap);
-	s_error(t, 0, "snapshot of step %" PRId64 " not written: %s", step, why);
-	if (t->opt->on_snapshot_failed)
-		t->opt->on_snapshot_failed(t->opt->on_snapshot_ctx, step, why);
-}
-
-/* Hand a finished write to the caller (or commit it alone). */
-static void s_snapshot_report(train_t *t, const snapw_result_t *res)
-{
-	if (res->status < 0) {
-		s_snapshot_failed(t, res->step, "%s", res->error);
-		return;
-	}
-	char name[SNAP_DIRNAME_MAX], tmp[4096 + 8], fin[4096];
-	snap_step_dirname(res->step, name, sizeof name);
-	snprintf(fin, sizeof fin, "%s/%s", t->opt->checkpoint_dir, name);
-	snprintf(tmp, sizeof tmp, "%s.tmp", fin);
-	snap_manifest_t m;
-	s_manifest(t, res->step, t->snap_cursor, &m);
-	train_snapshot_t snap = {res->step, tmp, fin, &res->shard, &m, (double)res->write_us / 1e3};
-	if (t->opt->on_snapshot)
-		t->opt->on_snapshot(t->opt->on_snapshot_ctx, &snap);
-	else if (!t->comm)
-		s_commit_alone(t, &snap);
-	s_manifest_clear(&m);
-}
-
-/* Report the write in flight once it is done; with `wait`, wait for it. */
-static void s_snapshot_poll(train_t *t, bool wait)
-{
-	if (!t->snap_step)
-		return;
-	snapw_result_t res;
-	int done = wait ? (snapw_wait(t->snapw, &res), 1) : snapw_poll(t->snapw, &res);
-	if (done != 1)
-		return;
-	t->snap_step = 0;
-	s_snapshot_report(t, &res);
-}
-
-/* Copy this rank's state after `step` aside and queue its write. */
+/* Copy this rank's state after `step` to the host and queue its write. */
 static void s_snapshot_take(train_t *t, int64_t step)
 {
-	s_snapshot_poll(t, true); /* at most one in flight */
-	char name[SNAP_DIRNAME_MAX], tmp[4096];
-	snprintf(tmp, sizeof tmp, "%s/%s.tmp", t->opt->checkpoint_dir,
-		 snap_step_dirname(step, name, sizeof name));
-	int rc = s_mkdir(tmp);
-	if (rc < 0) {
-		s_snapshot_failed(t, step, "cannot create %s: %s", tmp, strerror(-rc));
+	if (!tsnap_begin(t->snap, step))
 		return;
-	}
-	s_state_to_host(t);
+	t->dev->to_host(t);
 	int64_t lo, count;
-	s_snap_range(t, &lo, &count);
+	tsnap_range(t->snap, &lo, &count);
 	const float *p = NULL, *m = NULL, *v = NULL;
 	if (count > 0) {
 		/* sharded: the shard arrays start at lo; none: everything is whole */
-		p = t->sharded ? s_master(t) : gpt2_params(t->model) + lo;
+		p = t->sharded ? train_master(t) : model_params(t->model) + lo;
 		m = t->sharded ? t->adam_m : t->adam_m + lo;
 		v = t->sharded ? t->adam_v : t->adam_v + lo;
 	}
-	rc = snapw_submit(t->snapw, tmp, t->rank, t->W, step, (int64_t)t->n_params, lo, count, p, m,
-			  v);
-	if (rc < 0) {
-		s_snapshot_failed(t, step, "%s", strerror(-rc));
-		return;
-	}
-	t->snap_step = step;
-	t->snap_cursor = data_loader_cursor(&t->loader);
+	tsnap_submit(t->snap, step, p, m, v, data_loader_cursor(&t->loader));
 }
 
-static void s_on_skip(int64_t step, const char *reason, void *ctx)
-{
-	train_t *t = ctx;
-	size_t n = strlen(t->skipped);
-	snprintf(t->skipped + n, sizeof t->skipped - n, "%sstep %" PRId64 ": %s", n ? "; " : "", step,
-		 reason);
-	s_error(t, 0, "snapshot of step %" PRId64 " passed over: %s", step, reason);
-}
-
-/* Reads [lo, lo + count) of one of the snapshot's flat buffers. */
-static int s_read(train_t *t, snap_t *s, const char *which, int64_t lo, int64_t count, float *out)
-{
-	char err[1024];
-	if (count > 0 && snap_read_range(s, which, lo, count, out, err, sizeof err) < 0)
-		return s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: %s", snap_dir(s), err);
-	return TRAIN_EXIT_OK;
-}
-
-/* Rank 0, resuming with a bound: committed folders past it were renamed
- * but never recorded (rank 0 died in between); they will be written again,
- * so they go. */
-static void s_remove_orphans(train_t *t, int64_t bound)
-{
-	int64_t *steps;
-	char err[1024];
-	int n = s_list_steps(t->opt->checkpoint_dir, &steps, err, sizeof err);
-	for (int i = 0; i < n; i++) {
-		if (steps[i] <= bound)
-			continue;
-		char name[SNAP_DIRNAME_MAX], path[4096];
-		snprintf(path, sizeof path, "%s/%s", t->opt->checkpoint_dir,
-			 snap_step_dirname(steps[i], name, sizeof name));
-		if (snap_remove(path, err, sizeof err) < 0)
-			s_error(t, 0, "cannot remove the unrecorded snapshot %s: %s", path, err);
-		else
-			fprintf(t->opt->log, "ringworker: removed the snapshot of step %" PRId64
-				" (committed on disk, never recorded by the coordinator)\n", steps[i]);
-	}
-	free(steps);
-}
-
-/* opt->resume_dir: open it and check every file's size and checksum.
- * TRAIN_EXIT_* code; *ret_snap set on success. The errors of snap_open and
- * snap_verify name the folder (or its manifest) already. */
-static int s_open_resume_dir(train_t *t, snap_t **ret_snap)
-{
-	char err[1024];
-	snap_t *s = NULL;
-	if (snap_open(t->opt->resume_dir, &s, err, sizeof err) < 0)
-		return s_error(t, TRAIN_EXIT_DATA,
-			       "cannot start from the snapshot named by resume_from: %s", err);
-	if (snap_verify(s, err, sizeof err) < 0) {
-		snap_close(s);
-		return s_error(t, TRAIN_EXIT_DATA,
-			       "cannot start from the snapshot named by resume_from: %s", err);
-	}
-	*ret_snap = s;
-	return TRAIN_EXIT_OK;
-}
-
-/* opt->resume: load the newest usable snapshot of the job's own, else
- * opt->resume_dir, if any. At any world size: each rank reads its own range
- * of the flat buffers (all of params unless zero3), and the data cursor is a
- * global sample index, taken as it is. TRAIN_EXIT_* code. */
+/* opt->resume or opt->resume_dir: the state from a snapshot, if there is
+ * one: all of params (zero3 on the CPU: the master shard's range), and
+ * AdamW's state of this rank's shard. TRAIN_EXIT_* code. */
 static int s_resume(train_t *t)
 {
-	t->start_step = 1;
-	const bool own = t->opt->resume && t->opt->checkpoint_dir;
-	if (!own && !t->opt->resume_dir)
-		return TRAIN_EXIT_OK;
-	double a = s_now_s();
-	char dir[4096], err[1024];
-	snap_t *s = NULL;
-	bool found = false;
-	if (own) {
-		int64_t step;
-		int64_t bound = t->opt->resume_upto >= 0 ? t->opt->resume_upto : INT64_MAX;
-		if (t->rank == 0 && t->opt->resume_upto >= 0)
-			s_remove_orphans(t, bound);
-		found = snap_find_latest_upto(t->opt->checkpoint_dir, bound, &step, dir, sizeof dir,
-					      s_on_skip, t, err, sizeof err) == 0;
-		if (found && snap_open(dir, &s, err, sizeof err) < 0)
-			return s_error(t, TRAIN_EXIT_DATA, "cannot resume: %s", err);
-	}
-	if (!found) {
-		if (!t->opt->resume_dir)
-			return TRAIN_EXIT_OK; /* nothing committed yet: a fresh start */
-		int rc = s_open_resume_dir(t, &s);
-		if (rc != TRAIN_EXIT_OK)
-			return rc;
-		snprintf(dir, sizeof dir, "%s", t->opt->resume_dir);
-	}
-	const snap_manifest_t *m = snap_manifest(s);
-	const int64_t step = m->step; /* snap_open checked it against the folder's name */
-	int rc = TRAIN_EXIT_OK;
+	const bool zero3_shard = t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->dev->mirror;
 	int64_t lo = (int64_t)t->shard_lo, count = (int64_t)t->shard_count;
-	json_t *c = json_object_get(m->data_cursor, "cursor");
-	if (m->n_params != (int64_t)t->n_params) {
-		rc = s_error(t, TRAIN_EXIT_SPEC,
-			     "cannot resume from %s: it holds %" PRId64 " parameters but this model has"
-			     " %zu: the model in the spec is not the one that wrote the snapshot",
-			     dir, m->n_params, t->n_params);
-	} else if (!json_is_integer(c) || json_integer_value(c) < 0) {
-		rc = s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
-			     dir);
-	} else {
-		if (t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->gpu)
-			rc = s_read(t, s, "params", lo, count, shard_params(t->zero));
-		else
-			rc = s_read(t, s, "params", 0, (int64_t)t->n_params, gpt2_params(t->model));
-		if (rc == TRAIN_EXIT_OK)
-			rc = s_read(t, s, "adam_m", lo, count, t->adam_m);
-		if (rc == TRAIN_EXIT_OK)
-			rc = s_read(t, s, "adam_v", lo, count, t->adam_v);
-	}
-	if (rc == TRAIN_EXIT_OK) {
-		data_loader_seek(&t->loader, (uint64_t)json_integer_value(c));
-		t->start_step = step + 1;
-		t->load_ms = (s_now_s() - a) * 1e3;
-		if (!t->opt->quiet)
-			fprintf(t->opt->json ? t->opt->log : t->opt->out,
-				"resumed from %s (step %" PRId64 ", %d ranks, %s) in %.0f ms\n", dir, step,
-				m->world_size, m->sharding, t->load_ms);
-	}
-	snap_close(s);
+	tsnap_dest_t dest = {
+		.params = zero3_shard ? shard_params(t->zero) : model_params(t->model),
+		.params_lo = zero3_shard ? lo : 0,
+		.params_count = zero3_shard ? count : (int64_t)t->n_params,
+		.adam_m = t->adam_m,
+		.adam_v = t->adam_v,
+		.lo = lo,
+		.count = count,
+	};
+	uint64_t cursor = 0;
+	int rc = tsnap_resume(t->snap, &dest, &t->start_step, &cursor);
+	if (rc == TRAIN_EXIT_OK && t->start_step > 1)
+		data_loader_seek(&t->loader, cursor);
 	return rc;
 }
 
@@ -1406,34 +599,97 @@ static int s_resume(train_t *t)
 static void s_init_params(train_t *t)
 {
 	uint64_t seed = t->spec->train.seed;
-	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->gpu)
-		gpt2_init_params(t->model, seed);
+	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->dev->mirror)
+		model_init_params(t->model, seed);
 	else if (t->shard_count)
-		gpt2_init_range(t->model, seed, t->shard_lo, t->shard_lo + t->shard_count,
+		model_init_range(t->model, seed, t->shard_lo, t->shard_lo + t->shard_count,
 				shard_params(t->zero));
 }
 
-/* Snapshots on: the writer thread and the tensor table for manifests. */
+/* The snapshot state: the writer thread when snapshots are on, and the
+ * tensor table for manifests. */
 static int s_snapshot_setup(train_t *t)
 {
-	if (!t->opt->checkpoint_dir)
+	tsnap_setup_t setup = {
+		.spec = t->spec,
+		.opt = t->opt,
+		.world_size = t->W,
+		.rank = t->rank,
+		.alone = !t->comm,
+		.global_batch = (int64_t)t->B * t->A * t->W,
+		.n_params = t->n_params,
+	};
+	setup.tensors = model_tensors(t->model, &setup.n_tensors);
+	return tsnap_new(&setup, &t->snap);
+}
+
+/* Everything before the first step: the model, data and buffers, the
+ * snapshot state, then the state itself (resumed, or initialised from
+ * train.seed) on the device. TRAIN_EXIT_* code. */
+static int s_start(train_t *t)
+{
+	int rc = s_setup(t);
+	if (rc == TRAIN_EXIT_OK)
+		rc = s_snapshot_setup(t);
+	if (rc == TRAIN_EXIT_OK)
+		rc = s_resume(t);
+	if (rc == TRAIN_EXIT_OK && t->start_step == 1)
+		s_init_params(t);
+	if (rc == TRAIN_EXIT_OK)
+		t->dev->to_device(t);
+	return rc;
+}
+
+/* opt->on_step with `report` (its step's figures filled in) completed by
+ * what this rank holds; *ret_stop when it asks to stop. TRAIN_EXIT_* code
+ * (zero3's gathered replica for the report may fail). */
+static int s_report_step(train_t *t, train_report_t *report, bool *ret_stop)
+{
+	const train_options_t *opt = t->opt;
+	if (!opt->on_step)
 		return TRAIN_EXIT_OK;
-	int n = gpt2_num_tensors(t->model);
-	t->snap_tensors = calloc((size_t)n, sizeof *t->snap_tensors);
-	t->snapw = snapw_new();
-	if (!t->snap_tensors || !t->snapw)
-		return s_error(t, TRAIN_EXIT_NOMEM, "cannot start the snapshot writer: %s",
-			       strerror(errno ? errno : ENOMEM));
-	for (int i = 0; i < n; i++) {
-		const gpt2_tensor_t *g = gpt2_tensor(t->model, i);
-		snap_tensor_t *x = &t->snap_tensors[i];
-		snprintf(x->name, sizeof x->name, "%s", g->name);
-		x->ndim = g->ndim;
-		x->shape[0] = g->shape[0];
-		x->shape[1] = g->shape[1];
-		x->offset = (int64_t)g->offset;
+	if (t->params_full) {
+		int rc = s_gather_replica(t, report->step);
+		if (rc != TRAIN_EXIT_OK)
+			return rc;
 	}
+	report->params = t->dev->report_params(t);
+	report->n_params = t->n_params;
+	report->n_params_padded = t->shard_len * (size_t)(t->sharded ? t->W : 1);
+	report->snapshot_skipped = tsnap_skipped(t->snap);
+	if (report->step == t->start_step && t->start_step > 1) {
+		report->resumed_from_step = t->start_step - 1;
+		report->load_ms = tsnap_load_ms(t->snap);
+	}
+	size_t unused;
+	t->strategy->memory(t, &report->params_bytes, &report->grads_bytes, &report->optim_bytes);
+	t->dev->model_bytes(t, &unused, &unused, &report->activations_bytes);
+	*ret_stop = opt->on_step(opt->on_step_ctx, report) != 0;
 	return TRAIN_EXIT_OK;
+}
+
+/* The summary line after the last step. */
+static void s_print_summary(const train_t *t, int64_t steps_run, double wall_s, float loss,
+			    float best_val, int64_t best_val_step, double tok_s)
+{
+	FILE *f = t->opt->json ? t->opt->log : t->opt->out;
+	double busy = t->times.data_s + t->times.forward_s + t->times.backward_s + t->times.comm_s +
+		      t->times.optim_s;
+	if (busy <= 0)
+		busy = 1;
+	fprintf(f, "done: %" PRId64 " steps in %.1f s | final loss %.4f", steps_run, wall_s, loss);
+	if (best_val_step > 0)
+		fprintf(f, " | best val loss %.4f (step %" PRId64 ")", best_val, best_val_step);
+	fprintf(f,
+		" | mean %.0f tok/s, %.1f GFLOP/s | %zu params | time: data %.1f%%, forward %.1f%%,"
+		" backward %.1f%%, ",
+		tok_s, tok_s * model_flops_per_token(t->model, t->T) / 1e9, t->n_params,
+		100 * t->times.data_s / busy, 100 * t->times.forward_s / busy,
+		100 * t->times.backward_s / busy);
+	if (t->comm)
+		fprintf(f, "communication %.1f%%, ", 100 * t->times.comm_s / busy);
+	fprintf(f, "optimizer %.1f%%\n", 100 * t->times.optim_s / busy);
+	fflush(f);
 }
 
 int train_run(const jobspec_t *spec, const train_options_t *opt)
@@ -1449,15 +705,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		.rank = opt->comm ? comm_rank(opt->comm) : 0,
 	};
 	trace_init(&t.trace);
-	int rc = s_setup(&t);
-	if (rc == TRAIN_EXIT_OK)
-		rc = s_snapshot_setup(&t);
-	if (rc == TRAIN_EXIT_OK)
-		rc = s_resume(&t);
-	if (rc == TRAIN_EXIT_OK && t.start_step == 1)
-		s_init_params(&t);
-	if (rc == TRAIN_EXIT_OK)
-		s_state_to_device(&t);
+	int rc = s_start(&t);
 	if (rc != TRAIN_EXIT_OK) {
 		s_teardown(&t);
 		return rc;
@@ -1471,24 +719,23 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	if (print)
 		s_print_header(&t, n_steps);
 
-	double started = s_now_s(), step_s_sum = 0;
+	double started = train_now_s(), step_s_sum = 0;
 	float loss = NAN, best_val = INFINITY;
 	int64_t best_val_step = 0;
-	const int64_t every = spec->checkpoint.every_steps;
 	for (int64_t step = t.start_step; step <= n_steps; step++) {
-		s_snapshot_poll(&t, false);
+		tsnap_poll(t.snap, false);
 		trace_step_begin(&t.trace, step, opt->on_trace && spec->profile.start_step > 0 &&
 						 step >= spec->profile.start_step &&
 						 step <= spec->profile.end_step);
-		double t0 = s_now_s();
+		double t0 = train_now_s();
 		loss = train_compute_grads(&t);
 		rc = train_reduce_grads(&t, step, &loss);
 		if (rc != TRAIN_EXIT_OK)
 			break;
-		double t1 = s_now_s(), comm_before = t.times.comm_s;
+		double t1 = train_now_s(), comm_before = t.times.comm_s;
 		double norm = NAN;
 		trace_begin(&t.trace, TRACE_CLIP);
-		rc = train_clip_grads(&t, step, &norm);
+		rc = t.strategy->clip(&t, step, &norm);
 		if (rc != TRAIN_EXIT_OK)
 			break;
 		trace_end(&t.trace, TRACE_CLIP);
@@ -1498,12 +745,13 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 					spec->train.min_lr,
 					spec->train.lr_schedule == JOBSPEC_SCHEDULE_COSINE);
 		trace_begin(&t.trace, TRACE_OPTIMIZER);
-		train_update_range(&t, t.shard_lo, t.shard_lo + t.shard_count, lr, step);
+		optim_adamw_t hp = s_adamw(&t, lr, step);
+		t.strategy->update(&t, &hp);
 		trace_end(&t.trace, TRACE_OPTIMIZER);
 		rc = train_gather_params(&t, step);
 		if (rc != TRAIN_EXIT_OK)
 			break;
-		double t2 = s_now_s();
+		double t2 = train_now_s();
 		/* The norm's and the parameters' collectives count as communication. */
 		t.times.optim_s += t2 - t1 - (t.times.comm_s - comm_before);
 		double step_s = t2 - t0;
@@ -1525,8 +773,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		if (print)
 			s_print_step(&t, step, n_steps, loss, lr, norm, tokens_per_step / step_s,
 				     step_s * 1e3, has_val, val_loss);
-		if (opt->checkpoint_dir && every > 0 && isfinite(loss) &&
-		    (step % every == 0 || step == n_steps)) {
+		if (tsnap_due(t.snap, step, n_steps, loss)) {
 			trace_begin(&t.trace, TRACE_SNAPSHOT);
 			s_snapshot_take(&t, step);
 			trace_end(&t.trace, TRACE_SNAPSHOT);
@@ -1536,35 +783,20 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 			opt->on_trace(opt->on_trace_ctx, &traced);
 		/* The step is reported even when it diverged. */
 		bool stop = false;
-		if (opt->on_step && t.params_full) {
-			rc = s_gather_replica(&t, step);
-			if (rc != TRAIN_EXIT_OK)
-				break;
-		}
-		if (opt->on_step) {
-			train_report_t report = {
-				.step = step,
-				.loss = loss,
-				.lr = lr,
-				.grad_norm = norm,
-				.tokens_per_s = tokens_per_step / step_s,
-				.ms = step_s * 1e3,
-				.val_loss = val_loss,
-				.params = s_report_params(&t),
-				.n_params = t.n_params,
-				.n_params_padded = t.shard_len * (size_t)(t.sharded ? t.W : 1),
-				.snapshot_skipped = t.skipped,
-			};
-			if (step == t.start_step && t.start_step > 1) {
-				report.resumed_from_step = t.start_step - 1;
-				report.load_ms = t.load_ms;
-			}
-			s_memory(&t, &report.params_bytes, &report.grads_bytes, &report.optim_bytes);
-			report.activations_bytes = s_activation_bytes(&t);
-			stop = opt->on_step(opt->on_step_ctx, &report) != 0;
-		}
+		train_report_t report = {
+			.step = step,
+			.loss = loss,
+			.lr = lr,
+			.grad_norm = norm,
+			.tokens_per_s = tokens_per_step / step_s,
+			.ms = step_s * 1e3,
+			.val_loss = val_loss,
+		};
+		rc = s_report_step(&t, &report, &stop);
+		if (rc != TRAIN_EXIT_OK)
+			break;
 		if (!isfinite(loss)) {
-			rc = s_error(&t, TRAIN_EXIT_DIVERGED,
+			rc = train_error(&t, TRAIN_EXIT_DIVERGED,
 				     "the loss is not finite at step %" PRId64
 				     ": training diverged; lower train.lr or set train.grad_clip",
 				     step);
@@ -1579,30 +811,12 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	trace_step_t unreported;
 	trace_step_end(&t.trace, &unreported); /* a step cut short: its NVTX ranges end */
 	if (rc == TRAIN_EXIT_OK)
-		s_snapshot_poll(&t, true); /* the last one, reported before returning */
-	double wall_s = s_now_s() - started;
+		tsnap_poll(t.snap, true); /* the last one, reported before returning */
+	double wall_s = train_now_s() - started;
 	const int64_t steps_run = n_steps - t.start_step + 1;
-	if (rc == TRAIN_EXIT_OK && print && steps_run > 0) {
-		FILE *f = opt->json ? opt->log : opt->out;
-		double busy = t.times.data_s + t.times.forward_s + t.times.backward_s + t.times.comm_s +
-			      t.times.optim_s;
-		if (busy <= 0)
-			busy = 1;
-		fprintf(f, "done: %" PRId64 " steps in %.1f s | final loss %.4f", steps_run, wall_s, loss);
-		if (best_val_step > 0)
-			fprintf(f, " | best val loss %.4f (step %" PRId64 ")", best_val, best_val_step);
-		double tok_s = tokens_per_step * (double)steps_run / step_s_sum;
-		fprintf(f,
-			" | mean %.0f tok/s, %.1f GFLOP/s | %zu params | time: data %.1f%%, forward %.1f%%,"
-			" backward %.1f%%, ",
-			tok_s, tok_s * gpt2_flops_per_token(t.model, t.T) / 1e9, t.n_params,
-			100 * t.times.data_s / busy, 100 * t.times.forward_s / busy,
-			100 * t.times.backward_s / busy);
-		if (t.comm)
-			fprintf(f, "communication %.1f%%, ", 100 * t.times.comm_s / busy);
-		fprintf(f, "optimizer %.1f%%\n", 100 * t.times.optim_s / busy);
-		fflush(f);
-	}
+	if (rc == TRAIN_EXIT_OK && print && steps_run > 0)
+		s_print_summary(&t, steps_run, wall_s, loss, best_val, best_val_step,
+				tokens_per_step * (double)steps_run / step_s_sum);
 	s_teardown(&t);
 	return rc;
 }

@@ -3,7 +3,8 @@
  * (`ringworker train`), or one rank of a data-parallel group when given a
  * communicator (worker/comm).
  *
- * From a validated job spec it builds the GPT-2 model (worker/engine), opens
+ * From a validated job spec it builds the model of model.arch on the
+ * spec's device (worker/engine/model.h's registry), opens
  * the data (worker/data), and runs train.steps optimizer steps: each step
  * computes gradients over grad_accum micro-batches of this rank's slice of
  * the global batch, all-reduces them so that every rank holds the mean
@@ -185,17 +186,6 @@ typedef struct {
 	void (*on_trace)(void *ctx, const trace_step_t *step);
 	void *on_trace_ctx;
 } train_options_t;
-
-/*
- * Retention in a job's snapshot folder: of its committed `step-N` folders,
- * keep the keep_last newest and every step divisible by keep_every (0: no
- * such), delete the others (snap_remove); and finish any delete a crash
- * interrupted (`step-N.deleting` folders). The steps deleted go to
- * ret_deleted (at most max_deleted of them are listed). Returns how many
- * were deleted, or a negative errno with one line in err.
- */
-int train_snapshot_retention(const char *job_dir, int keep_last, int64_t keep_every,
-                             int64_t *ret_deleted, int max_deleted, char *err, size_t errlen);
 
 /*
  * Whether this worker can run `spec` on the device it names, before any

@@ -1,6 +1,7 @@
 /*
  * train_cuda: the GPU side of the training loop (see train_cuda.h). A thin
- * layer over the GPU engine (worker/engine/cuda/gpt2_cuda.h) that speaks
+ * layer over the model's CUDA row (worker/engine/model.h: its operations
+ * and the device ones, model_dev) that speaks
  * train.c's terms: TRAIN_EXIT_* codes and their messages, the clipping rule
  * split from AdamW the way train.c splits its phases, and host values
  * (the per-rank losses) sent through a device buffer, since an NCCL comm
@@ -8,6 +9,7 @@
  */
 #include "train_cuda.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,14 +19,17 @@
 
 #include <cuda_runtime.h>
 
-#include "gpt2_cuda.h"
+#include "model.h"
+#include "optim.h"
 #include "train.h"
 
 /* The engine's exit status for a CUDA failure after set-up (cuda_check.h). */
 #define TRAIN_CUDA_EXIT_DEVICE 71
 
 struct train_cuda {
-	gpt2_cuda_t *model;
+	model_t *model;
+	const model_device_ops_t *dev; /* the model's device operations */
+	void *impl;                    /* and the object they take */
 	float *vals;    /* device: (n_vals) host values on their way to a collective */
 	size_t n_vals;
 	bool sharded;
@@ -82,27 +87,26 @@ int train_cuda_probe(char *err, size_t errlen)
 	return TRAIN_EXIT_OK;
 }
 
-/* zero2: backward's gradient ranges go to the shard_t, each handed over
- * once the kernels that write it are done. */
-static float *s_stream_begin(void *ctx, size_t lo, size_t hi)
+/* zero2/zero3: the model's stream is the shard_t: backward's gradient
+ * ranges go to it (the model hands each over once the kernels that write it
+ * are done), and under zero3 each range of parameters is all-gathered by it
+ * when the model needs it, the next one meanwhile. */
+static float *s_stream_begin(void *ctx, model_range_t r)
 {
 	train_cuda_t *g = ctx;
-	return shard_grad_begin(g->shard.zero, lo, hi);
+	return shard_grad_begin(g->shard.zero, r.lo, r.hi);
 }
 
-static void s_stream_end(void *ctx, float *grads, size_t lo, size_t hi, cudaEvent_t ready)
+static void s_stream_end(void *ctx, float *grads, model_range_t r)
 {
 	train_cuda_t *g = ctx;
-	s_check(cudaEventSynchronize(ready), "waiting for a range of gradients");
-	shard_grad_end(g->shard.zero, grads, lo, hi);
+	shard_grad_end(g->shard.zero, grads, r.lo, r.hi);
 }
 
-/* zero3: each range of parameters all-gathered by the shard_t when the
- * model needs it, the next one meanwhile. */
-static const float *s_fetch(void *ctx, size_t lo, size_t hi, size_t next_lo, size_t next_hi)
+static const float *s_fetch(void *ctx, model_range_t r, model_range_t next)
 {
 	train_cuda_t *g = ctx;
-	return shard_fetch(g->shard.zero, lo, hi, next_lo, next_hi);
+	return shard_fetch(g->shard.zero, r.lo, r.hi, next.lo, next.hi);
 }
 
 static void s_release(void *ctx, const float *p)
@@ -111,9 +115,49 @@ static void s_release(void *ctx, const float *p)
 	shard_release(g->shard.zero, p);
 }
 
-train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals,
-                             const train_cuda_shard_t *shard, int *ret_exit, char *err,
-                             size_t errlen)
+/* The GPU model of the spec's architecture (model.h's CUDA row), with the
+ * shard_t behind its streaming under zero2 and zero3. TRAIN_EXIT_* code. */
+static int s_create_model(train_cuda_t *g, const char *arch, const model_config_t *cfg, int B,
+			  int T, const train_cuda_shard_t *shard, char *err, size_t errlen)
+{
+	/* attention: fused on tensor cores (the default; head sizes 16, 32
+	 * and 64, others fall back to GEMMs) or batched GEMMs over the T x T
+	 * square, chosen on the worker's host (docs/gpu.md) */
+	const char *attention = getenv("RINGMASTER_CUDA_ATTENTION");
+	if (attention && *attention && strcmp(attention, "gemm") != 0 && strcmp(attention, "fused") != 0) {
+		snprintf(err, errlen, "RINGMASTER_CUDA_ATTENTION must be gemm or fused (got '%s')",
+			 attention);
+		return TRAIN_EXIT_SPEC;
+	}
+	model_stream_t stream = {g, s_fetch, s_release, s_stream_begin, s_stream_end};
+	model_options_t opt = {
+		.max_B = B,
+		.max_T = T,
+		.precision = MODEL_PRECISION_BF16,
+		.streaming = !shard || !shard->zero ? MODEL_DENSE
+			: shard_params(shard->zero) ? MODEL_STREAM_ALL : MODEL_STREAM_GRADS,
+		.stream = &stream,
+		.no_moments = shard != NULL,
+		.fused_attention = !attention || strcmp(attention, "gemm") != 0,
+	};
+	char why[512] = "";
+	int rc = model_create(arch, MODEL_DEVICE_CUDA, cfg, &opt, &g->model, why, sizeof why);
+	if (rc == -ENODEV) {
+		const char *reason = strncmp(why, "no CUDA GPU: ", 13) == 0 ? why + 13 : why;
+		return s_no_gpu(reason, err, errlen);
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "%s", why[0] ? why : "cannot create the GPU model");
+		return rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC;
+	}
+	g->dev = model_dev(g->model);
+	g->impl = model_impl(g->model);
+	return TRAIN_EXIT_OK;
+}
+
+train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B, int T,
+                             size_t n_vals, const train_cuda_shard_t *shard, int *ret_exit,
+                             char *err, size_t errlen)
 {
 	int rc = train_cuda_probe(err, errlen);
 	if (rc != TRAIN_EXIT_OK) {
@@ -133,32 +177,11 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 		snprintf(g->name, sizeof g->name, "CUDA device 0");
 	(void)cudaGetLastError();
 
-	char why[512] = "";
-	unsigned flags = shard ? GPT2_CUDA_NO_MOMENTS : 0;
-	/* attention: fused on tensor cores (the default; head sizes 16, 32
-	 * and 64, others fall back to GEMMs) or batched GEMMs over the T x T
-	 * square, chosen on the worker's host (docs/gpu.md) */
-	const char *attention = getenv("RINGMASTER_CUDA_ATTENTION");
-	if (attention && *attention && strcmp(attention, "gemm") != 0 && strcmp(attention, "fused") != 0) {
-		snprintf(err, errlen, "RINGMASTER_CUDA_ATTENTION must be gemm or fused (got '%s')",
-			 attention);
-		*ret_exit = TRAIN_EXIT_SPEC;
-		goto fail;
-	}
-	if (!attention || strcmp(attention, "gemm") != 0)
-		flags |= GPT2_CUDA_FUSED_ATTENTION;
-	if (shard && shard->zero)
-		flags |= GPT2_CUDA_NO_GRADS;
-	if (shard && shard->zero && shard_params(shard->zero))
-		flags |= GPT2_CUDA_NO_PARAMS;
-	g->model = gpt2_cuda_create(cfg, B, T, flags, why, sizeof why);
-	if (!g->model) {
-		if (strncmp(why, "no CUDA GPU: ", 13) == 0) {
-			*ret_exit = s_no_gpu(why + 13, err, errlen);
-		} else {
-			snprintf(err, errlen, "%s", why[0] ? why : "cannot create the GPU model");
-			*ret_exit = strstr(why, "memory") ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC;
-		}
+	if (shard)
+		g->shard = *shard; /* the model's stream reads g->shard.zero */
+	rc = s_create_model(g, arch, cfg, B, T, shard, err, errlen);
+	if (rc != TRAIN_EXIT_OK) {
+		*ret_exit = rc;
 		goto fail;
 	}
 	g->n_vals = n_vals ? n_vals : 1;
@@ -173,7 +196,6 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 	}
 	if (shard) {
 		g->sharded = true;
-		g->shard = *shard;
 		size_t len = shard->len ? shard->len : 1;
 		size_t bytes = (shard->zero ? 2 : 3) * len * sizeof(float);
 		crc = cudaMalloc((void **)&g->shard_state, bytes);
@@ -191,14 +213,7 @@ train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_va
 		g->shard_m = g->shard_state;
 		g->shard_v = g->shard_state + len;
 		g->shard_grads = shard->zero ? shard_grads(shard->zero) : g->shard_state + 2 * len;
-		if (shard->zero)
-			gpt2_cuda_stream_grads(g->model, s_stream_begin, s_stream_end, g, shard->max_range);
 		g->shard_params = shard->zero ? shard_params(shard->zero) : NULL;
-		if (g->shard_params &&
-		    gpt2_cuda_stream_params(g->model, s_fetch, s_release, g, err, errlen) < 0) {
-			*ret_exit = TRAIN_EXIT_NOMEM;
-			goto fail;
-		}
 	}
 	g->grad_scale = 1.0f;
 	return g;
@@ -212,7 +227,7 @@ void train_cuda_free(train_cuda_t *g)
 {
 	if (!g)
 		return;
-	gpt2_cuda_free(g->model);
+	model_free(g->model);
 	if (g->vals)
 		cudaFree(g->vals);
 	if (g->shard_state)
@@ -222,7 +237,7 @@ void train_cuda_free(train_cuda_t *g)
 
 bool train_cuda_fused_attention(const train_cuda_t *g)
 {
-	return gpt2_cuda_fused_attention(g->model);
+	return g->dev->fused_attention(g->impl);
 }
 
 const char *train_cuda_device_name(const train_cuda_t *g)
@@ -230,24 +245,14 @@ const char *train_cuda_device_name(const train_cuda_t *g)
 	return g->name;
 }
 
-void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
-                       size_t *ret_optim, size_t *ret_activations)
+void train_cuda_model_bytes(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
+                            size_t *ret_activations)
 {
-	size_t n = gpt2_cuda_num_params(g->model);
-	/* the model's: params, grads unless streamed, m and v unless sharded
-	 * (fp32), and the bf16 copy */
-	size_t state = gpt2_cuda_state_bytes(g->model);
-	size_t model_grads = g->sharded && g->shard.zero ? 0 : n * sizeof(float);
-	size_t model_optim = g->sharded ? 0 : 2 * n * sizeof(float);
-	*ret_params = state - model_grads - model_optim;
-	if (g->shard_params) /* zero3: the master shard and the gather slots */
-		*ret_params += shard_param_bytes(g->shard.zero);
-	*ret_grads = model_grads;
-	if (g->sharded)
-		*ret_grads += g->shard.zero ? shard_grad_bytes(g->shard.zero)
-					    : g->shard.len * sizeof(float);
-	*ret_optim = g->sharded ? 2 * g->shard.len * sizeof(float) : model_optim;
-	*ret_activations = gpt2_cuda_activation_bytes(g->model);
+	/* the model row's: params with the bf16 copy (its m and v, unsharded,
+	 * count as the optimizer's), grads unless streamed */
+	*ret_params = model_param_bytes(g->model);
+	*ret_grads = model_grad_bytes(g->model);
+	*ret_activations = model_activation_bytes(g->model);
 }
 
 /* n floats between host and device on the model's stream, finished before
@@ -256,7 +261,7 @@ void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_gr
 static void s_copy(train_cuda_t *g, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
 		   const char *what)
 {
-	cudaStream_t s = gpt2_cuda_stream(g->model);
+	cudaStream_t s = g->dev->stream(g->impl);
 	s_check(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, s), what);
 	s_check(cudaStreamSynchronize(s), what);
 }
@@ -268,9 +273,9 @@ void train_cuda_upload(train_cuda_t *g, const float *params, const float *adam_m
 		s_copy(g, g->shard_params, params + g->shard.lo, g->shard.count, cudaMemcpyHostToDevice,
 		       "copying the parameter shard to the GPU");
 	else
-		gpt2_cuda_set_params(g->model, params);
+		g->dev->set_params(g->impl, params);
 	if (!g->sharded) {
-		gpt2_cuda_set_moments(g->model, adam_m, adam_v);
+		g->dev->set_moments(g->impl, adam_m, adam_v);
 		return;
 	}
 	s_copy(g, g->shard_m, adam_m, g->shard.len, cudaMemcpyHostToDevice,
@@ -286,11 +291,11 @@ void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
 		s_copy(g, ret_params + g->shard.lo, g->shard_params, g->shard.count,
 		       cudaMemcpyDeviceToHost, "copying the parameter shard from the GPU");
 	else
-		gpt2_cuda_get_params(g->model, ret_params);
+		g->dev->get_params(g->impl, ret_params);
 	if (!ret_adam_m || !ret_adam_v)
 		return;
 	if (!g->sharded) {
-		gpt2_cuda_get_moments(g->model, ret_adam_m, ret_adam_v);
+		g->dev->get_moments(g->impl, ret_adam_m, ret_adam_v);
 		return;
 	}
 	s_copy(g, ret_adam_m, g->shard_m, g->shard.len, cudaMemcpyDeviceToHost,
@@ -301,26 +306,26 @@ void train_cuda_download(train_cuda_t *g, float *ret_params, float *ret_adam_m,
 
 void train_cuda_zero_grad(train_cuda_t *g)
 {
-	gpt2_cuda_zero_grad(g->model);
+	model_zero_grad(g->model);
 }
 
 float train_cuda_forward(train_cuda_t *g, const int32_t *inputs, const int32_t *targets, int B,
                          int T)
 {
-	gpt2_cuda_forward(g->model, inputs, targets, B, T);
-	return gpt2_cuda_loss(g->model);
+	return model_forward(g->model, inputs, targets, B, T);
 }
 
-/* gpt2_cuda's callback: a range of gradients is final: all-reduce it
+/* The model's callback: a range of gradients is final: all-reduce it
  * (unsharded) or reduce-scatter it into the shard's gradients (zero1),
  * behind the event. After a failure the rest is not started (comm_wait
  * reports). */
-static void s_grads_ready(void *ctx, size_t offset, size_t n, cudaEvent_t ready)
+static void s_grads_ready(void *ctx, model_range_t r, void *ready)
 {
 	train_cuda_t *g = ctx;
+	size_t offset = r.lo, n = r.hi - r.lo;
 	if (g->reduce_rc < 0)
 		return;
-	float *grads = gpt2_cuda_grads(g->model);
+	float *grads = model_grads(g->model);
 	int rc = g->sharded ? comm_reduce_scatter_range_sum_f32_async(g->reduce, grads, g->shard_grads,
 								      g->shard.counts, offset, n, ready)
 			    : comm_allreduce_sum_f32_async(g->reduce, grads + offset, n, ready);
@@ -338,10 +343,10 @@ void train_cuda_backward(train_cuda_t *g, float scale, comm_t *reduce)
 	}
 	g->reduce = reduce;
 	g->reduce_rc = 0;
-	gpt2_cuda_set_grads_ready(g->model, reduce ? s_grads_ready : NULL, g);
-	gpt2_cuda_backward(g->model, scale);
-	gpt2_cuda_set_grads_ready(g->model, NULL, NULL);
-	gpt2_cuda_sync(g->model);
+	g->dev->set_grads_ready(g->impl, reduce ? s_grads_ready : NULL, g);
+	model_backward(g->model, scale);
+	g->dev->set_grads_ready(g->impl, NULL, NULL);
+	g->dev->sync(g->impl);
 }
 
 int train_cuda_reduce_wait(train_cuda_t *g)
@@ -355,7 +360,7 @@ int train_cuda_reduce_wait(train_cuda_t *g)
 
 double train_cuda_clip(train_cuda_t *g, double grad_clip)
 {
-	double norm = gpt2_cuda_grad_norm(g->model);
+	double norm = g->dev->grad_norm(g->impl);
 	g->grad_scale = 1.0f;
 	if (grad_clip > 0 && isfinite(norm) && norm > grad_clip)
 		g->grad_scale = (float)(grad_clip / norm);
@@ -366,14 +371,14 @@ int train_cuda_reduce_scatter(train_cuda_t *g, comm_t *comm)
 {
 	if (g->reduce) /* started range by range by the last backward */
 		return train_cuda_reduce_wait(g);
-	gpt2_cuda_sync(g->model); /* backward has written the gradients */
-	return comm_reduce_scatter_sum_f32(comm, gpt2_cuda_grads(g->model), g->shard_grads,
+	g->dev->sync(g->impl); /* backward has written the gradients */
+	return comm_reduce_scatter_sum_f32(comm, model_grads(g->model), g->shard_grads,
 					   g->shard.counts);
 }
 
 double train_cuda_shard_sum_squares(train_cuda_t *g)
 {
-	return gpt2_cuda_sum_squares(g->model, g->shard_grads, g->shard.count);
+	return g->dev->sum_squares(g->impl, g->shard_grads, g->shard.count);
 }
 
 void train_cuda_set_clip(train_cuda_t *g, float factor)
@@ -384,17 +389,17 @@ void train_cuda_set_clip(train_cuda_t *g, float factor)
 void train_cuda_update(train_cuda_t *g, const optim_adamw_t *hp)
 {
 	if (!g->sharded)
-		gpt2_cuda_adamw(g->model, hp, g->grad_scale);
+		g->dev->adamw(g->impl, hp, g->grad_scale);
 	else if (g->shard.count)
-		gpt2_cuda_adamw_range(g->model, g->shard.lo, g->shard.count,
-				      g->shard_params ? g->shard_params
-						      : gpt2_cuda_params(g->model) + g->shard.lo,
-				      g->shard_grads, g->shard_m, g->shard_v, hp, g->grad_scale);
+		g->dev->adamw_range(g->impl, g->shard.lo, g->shard.count,
+				    g->shard_params ? g->shard_params
+						    : model_params(g->model) + g->shard.lo,
+				    g->shard_grads, g->shard_m, g->shard_v, hp, g->grad_scale);
 }
 
 int train_cuda_gather_replica(train_cuda_t *g, comm_t *comm, float *ret_params)
 {
-	size_t n = gpt2_cuda_num_params(g->model);
+	size_t n = model_num_params(g->model);
 	float *all = NULL;
 	s_check(cudaMalloc((void **)&all, n * sizeof(float)), "allocating the gathered replica");
 	const float *mine = g->shard.count ? g->shard_params : all;
@@ -407,14 +412,14 @@ int train_cuda_gather_replica(train_cuda_t *g, comm_t *comm, float *ret_params)
 
 int train_cuda_gather_params(train_cuda_t *g, comm_t *comm)
 {
-	gpt2_cuda_sync(g->model); /* AdamW has written this rank's range */
-	float *p = gpt2_cuda_params(g->model);
+	g->dev->sync(g->impl); /* AdamW has written this rank's range */
+	float *p = model_params(g->model);
 	/* An empty last shard may start past the end of the buffer. */
 	const float *mine = g->shard.count ? p + g->shard.lo : p;
 	int rc = comm_allgather_f32(comm, mine, p, g->shard.counts);
 	if (rc < 0)
 		return rc;
-	gpt2_cuda_params_written(g->model);
+	g->dev->params_written(g->impl);
 	return 0;
 }
 

@@ -1,16 +1,18 @@
 /*
  * train_cuda: the GPU side of the training loop, for job specs with
  * parallel.device "cuda" (docs/gpu.md, "Training on a GPU"). Private to
- * worker/: train.c calls it, and it exists only in builds with CUDA
- * (RINGMASTER_HAVE_CUDA_ENGINE, set by worker/meson.build when cuda_enabled).
+ * worker/: the loop reaches it through the device row train_dev_cuda.c, and
+ * it exists only in builds with CUDA (RINGMASTER_HAVE_CUDA_ENGINE, set by
+ * worker/meson.build when cuda_enabled).
  *
  * train.c keeps the one training loop for both devices: the data loader and
  * its sample order, micro-batches, the lr schedule, validation, the step
  * reports, snapshots and resume. On cuda it hands the engine's work to this
  * module instead of the CPU model: forward and backward on the GPU
- * (worker/engine/cuda/gpt2_cuda.h), the gradient norm, clipping and AdamW on
- * the GPU, and the moves of the whole state between the GPU and host
- * buffers laid out like the CPU model's (gpt2.h's flat buffer), which is
+ * (the model's CUDA row, worker/engine/model.h), the gradient norm,
+ * clipping and AdamW on the GPU, and the moves of the whole state between
+ * the GPU and host buffers laid out like the CPU model's (the same flat
+ * buffer and tensor table), which is
  * what initialisation, snapshots and resume read and write. So a snapshot
  * taken on a GPU is the same files as one taken on CPUs, and resumes on
  * either.
@@ -21,7 +23,7 @@
  *
  * Errors: train_cuda_probe and train_cuda_new return a TRAIN_EXIT_* code
  * with one line; afterwards CUDA failures are fatal in the engine (one line
- * on stderr, exit status 71, gpt2_cuda.h).
+ * on stderr, exit status 71, the CUDA row's).
  */
 #ifndef RINGMASTER_WORKER_TRAIN_CUDA_H
 #define RINGMASTER_WORKER_TRAIN_CUDA_H
@@ -30,7 +32,7 @@
 #include <stdint.h>
 
 #include "comm.h"
-#include "gpt2.h"
+#include "model.h"
 #include "optim.h"
 #include "shard.h"
 
@@ -54,8 +56,8 @@ int train_cuda_probe(char *err, size_t errlen);
  * train_cuda's, reduce-scattered into from the model's full gradient
  * buffer (range by range during the last backward, or by
  * train_cuda_reduce_scatter); zero2, the shard_grads of `zero` (borrowed;
- * a shard_t on device memory, shard_mem_cuda, with buffers of max_range
- * floats), to which backward streams its gradients range by range: the
+ * a shard_t on device memory, shard_mem_cuda, with buffers of the model's
+ * max_range floats), to which backward streams its gradients range by range: the
  * GPU model then has no gradient buffer at all. zero3: `zero` also keeps the master shard
  * of the parameters (shard_params), and the GPU model has no parameters
  * either: it fetches every range from the shard_t (an all-gather) just
@@ -65,11 +67,11 @@ typedef struct {
 	size_t lo, len, count;
 	const size_t *counts;
 	shard_t *zero;
-	size_t max_range;
 } train_cuda_shard_t;
 
 /*
- * The GPU model for batches of B sequences of T tokens on device 0, with
+ * The GPU model of architecture `arch` (model.arch; its CUDA row in the
+ * model registry) for batches of B sequences of T tokens on device 0, with
  * parameters, gradients and AdamW moments at zero, and a device buffer of
  * n_vals floats through which train_cuda_allreduce_host and
  * train_cuda_allgather_host send host values. With `shard` (NULL: none)
@@ -78,11 +80,12 @@ typedef struct {
  * train_cuda_update steps. Returns NULL with one line in err and the exit
  * status in *ret_exit: TRAIN_EXIT_USAGE (no usable GPU, as
  * train_cuda_probe), TRAIN_EXIT_NOMEM (out of GPU memory, naming the
- * sizes), TRAIN_EXIT_SPEC (a model the GPU engine refuses).
+ * sizes), TRAIN_EXIT_SPEC (a model the GPU engine refuses, or an
+ * architecture without a CUDA row), as the model's error code says.
  */
-train_cuda_t *train_cuda_new(const gpt2_config_t *cfg, int B, int T, size_t n_vals,
-                             const train_cuda_shard_t *shard, int *ret_exit, char *err,
-                             size_t errlen);
+train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B, int T,
+                             size_t n_vals, const train_cuda_shard_t *shard, int *ret_exit,
+                             char *err, size_t errlen);
 
 /* Free everything; accepts NULL. */
 void train_cuda_free(train_cuda_t *g);
@@ -94,11 +97,13 @@ const char *train_cuda_device_name(const train_cuda_t *g);
  * worker's environment and a head size the fused kernels are built for). */
 bool train_cuda_fused_attention(const train_cuda_t *g);
 
-/* Device bytes, as train_report_t counts them: parameters with their bf16
- * copy, gradients (with a shard's reduced ones), AdamW's m and v (the
- * shard's when sharded), and the activation arena. */
-void train_cuda_memory(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
-                       size_t *ret_optim, size_t *ret_activations);
+/* Device bytes of the GPU model's own buffers: parameters with their bf16
+ * copy, its gradient buffer (0 when streamed), and the activation arena.
+ * AdamW's m and v (the model's unsharded, train_cuda's shard otherwise)
+ * and a shard's reduced gradients are the strategy's to count
+ * (strategy.h's memory). */
+void train_cuda_model_bytes(const train_cuda_t *g, size_t *ret_params, size_t *ret_grads,
+                            size_t *ret_activations);
 
 /* The whole state from host buffers in the CPU model's layout: num_params
  * floats of parameters (the bf16 copy refreshed; zero3: only the shard's

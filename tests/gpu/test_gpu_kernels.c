@@ -589,7 +589,7 @@ static void test_adamw(void)
 	const float grad_scale = 0.75f;
 	/* the CPU: clip by scaling the gradients, then update */
 	optim_scale(g, n, grad_scale);
-	optim_adamw_update(model, p, g, m, v, 0, n, &hp);
+	optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), p, g, m, v, 0, n, &hp);
 	const float step = (float)(hp.lr / (1.0 - pow(hp.beta1, (double)hp.t)));
 	const float ibc2 = (float)(1.0 / sqrt(1.0 - pow(hp.beta2, (double)hp.t)));
 	for (int i = 0; i < gpt2_num_tensors(model); i++) {

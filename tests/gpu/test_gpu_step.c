@@ -442,7 +442,7 @@ int main(void)
 		if (isfinite(norm) && norm > CLIP)
 			optim_scale(g, n, (float)(CLIP / norm));
 		optim_adamw_t hp = hparams(s);
-		optim_adamw_update(cpu, gpt2_params(cpu), g, m1, m2, 0, n, &hp);
+		optim_adamw_update(gpt2_tensors(cpu), gpt2_num_tensors(cpu), gpt2_params(cpu), g, m1, m2, 0, n, &hp);
 	}
 	/* and twice on the GPU */
 	float *p_gpu = malloc(n * sizeof(float)), *p_gpu2 = malloc(n * sizeof(float));

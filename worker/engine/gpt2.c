@@ -38,6 +38,7 @@
  */
 #include "gpt2.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,25 +106,25 @@ struct gpt2 {
 	int n_tensors;
 	gpt2_tensor_t *tensors; /* (n_tensors) */
 	size_t n_params;
-	float *params;          /* (n_params); NULL under GPT2_STREAM_ALL */
-	float *grads;           /* (n_params); NULL unless GPT2_DENSE */
+	float *params;          /* (n_params); NULL under MODEL_STREAM_ALL */
+	float *grads;           /* (n_params); NULL unless MODEL_DENSE */
 	uint16_t *params16;     /* bf16 copy: of params (n_params), or of the fetched range
-	                         * (max_range) under GPT2_STREAM_ALL; NULL in fp32 */
+	                         * (max_range) under MODEL_STREAM_ALL; NULL in fp32 */
 
 	/* Ranges (see gpt2.h): wte comes in blocks of wte_rows rows. */
-	gpt2_streaming_t mode;
-	gpt2_stream_t stream;
+	model_streaming_t mode;
+	model_stream_t stream;
 	int wte_rows, n_chunks;
 	size_t max_range;
-	gpt2_range_t r_wpe, r_lnf;
-	gpt2_range_t *r_layers; /* (n_layer) */
+	model_range_t r_wpe, r_lnf;
+	model_range_t *r_layers; /* (n_layer) */
 	/* The ranges fetched by a forward, then by a backward, in order: the
 	 * next one is the prefetch hint of each fetch. */
-	gpt2_range_t *seq_fwd, *seq_bwd;
+	model_range_t *seq_fwd, *seq_bwd;
 	int n_seq_fwd, n_seq_bwd;
-	const gpt2_range_t *seq;
+	const model_range_t *seq;
 	int seq_n, seq_pos;
-	const float *held; /* the fetched range's parameters (GPT2_STREAM_ALL), else NULL */
+	const float *held; /* the fetched range's parameters (MODEL_STREAM_ALL), else NULL */
 	size_t held_n;
 
 	void *arena;
@@ -264,7 +265,7 @@ static void s_build_tensor_table(gpt2_t *m)
 {
 	const gpt2_config_t *c = &m->cfg;
 	int64_t C = c->n_embd;
-	char name[GPT2_TENSOR_NAME_MAX];
+	char name[MODEL_TENSOR_NAME_MAX];
 	s_add_tensor(m, "wte.weight", 2, c->vocab_size, C, true);
 	s_add_tensor(m, "wpe.weight", 2, c->seq_len, C, true);
 	for (int l = 0; l < c->n_layer; l++) {
@@ -324,22 +325,22 @@ int gpt2_config_check(const gpt2_config_t *cfg, int max_B, int max_T, char *err,
 gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
                     char *err, size_t errlen)
 {
-	return gpt2_create_streamed(cfg, max_B, max_T, precision, GPT2_DENSE, NULL, err, errlen);
+	return gpt2_create_streamed(cfg, max_B, max_T, precision, MODEL_DENSE, NULL, err, errlen);
 }
 
-static gpt2_range_t s_range(const gpt2_tensor_t *first, const gpt2_tensor_t *last)
+static model_range_t s_range(const gpt2_tensor_t *first, const gpt2_tensor_t *last)
 {
-	return (gpt2_range_t){first->offset, last->offset + last->numel};
+	return (model_range_t){first->offset, last->offset + last->numel};
 }
 
 /* The wte block k: rows [k * wte_rows, min(V, (k + 1) * wte_rows)). */
-static gpt2_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
+static model_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
 {
 	int V = m->cfg.vocab_size, C = m->cfg.n_embd;
 	int v0 = k * m->wte_rows, v1 = v0 + m->wte_rows < V ? v0 + m->wte_rows : V;
 	*ret_v0 = v0;
 	*ret_v1 = v1;
-	return (gpt2_range_t){(size_t)v0 * (size_t)C, (size_t)v1 * (size_t)C};
+	return (model_range_t){(size_t)v0 * (size_t)C, (size_t)v1 * (size_t)C};
 }
 
 /* The ranges and the order a step fetches them in. */
@@ -348,7 +349,7 @@ static bool s_build_ranges(gpt2_t *m)
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size;
 	size_t layer = 12 * (size_t)C * C + 13 * (size_t)C;
 	/* Streamed, a wte block is at most a layer, so that one buffer fits any range. */
-	m->wte_rows = m->mode == GPT2_DENSE ? V : (int)(layer / (size_t)C < (size_t)V ? layer / (size_t)C : (size_t)V);
+	m->wte_rows = m->mode == MODEL_DENSE ? V : (int)(layer / (size_t)C < (size_t)V ? layer / (size_t)C : (size_t)V);
 	if (m->wte_rows < 1)
 		m->wte_rows = 1;
 	m->n_chunks = (V + m->wte_rows - 1) / m->wte_rows;
@@ -357,8 +358,8 @@ static bool s_build_ranges(gpt2_t *m)
 	m->r_layers = calloc((size_t)L, sizeof *m->r_layers);
 	m->n_seq_fwd = 1 + 2 * m->n_chunks + L + 1;
 	m->n_seq_bwd = m->n_chunks + 1 + L;
-	m->seq_fwd = calloc((size_t)m->n_seq_fwd, sizeof(gpt2_range_t));
-	m->seq_bwd = calloc((size_t)m->n_seq_bwd, sizeof(gpt2_range_t));
+	m->seq_fwd = calloc((size_t)m->n_seq_fwd, sizeof(model_range_t));
+	m->seq_bwd = calloc((size_t)m->n_seq_bwd, sizeof(model_range_t));
 	if (!m->r_layers || !m->seq_fwd || !m->seq_bwd)
 		return false;
 	int v0, v1;
@@ -367,7 +368,7 @@ static bool s_build_ranges(gpt2_t *m)
 		const gpt2_tensor_t *t = &m->tensors[2 + l * N_LAYER_TENSORS];
 		m->r_layers[l] = s_range(t, t + N_LAYER_TENSORS - 1);
 	}
-	gpt2_range_t all[] = {m->r_wpe, m->r_lnf, L > 0 ? m->r_layers[0] : m->r_lnf};
+	model_range_t all[] = {m->r_wpe, m->r_lnf, L > 0 ? m->r_layers[0] : m->r_lnf};
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		if (all[i].hi - all[i].lo > m->max_range)
 			m->max_range = all[i].hi - all[i].lo;
@@ -389,24 +390,33 @@ static bool s_build_ranges(gpt2_t *m)
 }
 
 gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
-                             gpt2_precision_t precision, gpt2_streaming_t mode,
-                             const gpt2_stream_t *stream, char *err, size_t errlen)
+                             gpt2_precision_t precision, model_streaming_t mode,
+                             const model_stream_t *stream, char *err, size_t errlen)
 {
-	if (mode != GPT2_DENSE && (!stream || !stream->grad_begin || !stream->grad_end ||
-				   (mode == GPT2_STREAM_ALL && (!stream->fetch || !stream->release)))) {
+	gpt2_t *m = NULL;
+	(void)gpt2_new(cfg, max_B, max_T, precision, mode, stream, &m, err, errlen);
+	return m;
+}
+
+int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
+             model_streaming_t mode, const model_stream_t *stream, gpt2_t **ret_model, char *err,
+             size_t errlen)
+{
+	if (mode != MODEL_DENSE && (!stream || !stream->grad_begin || !stream->grad_end ||
+				   (mode == MODEL_STREAM_ALL && (!stream->fetch || !stream->release)))) {
 		snprintf(err, errlen, "internal error: a streamed model needs its stream functions");
-		return NULL;
+		return -EINVAL;
 	}
 	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
-		return NULL;
+		return -EINVAL;
 	bool bf16 = precision == GPT2_PRECISION_BF16;
 	double C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
 	double n_params = V * C + (double)cfg->seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
 	/* parameters, gradients, and the trainer's two AdamW moments; plus the bf16
 	 * copy. Streamed, the trainer holds shards and the model less: counted as
 	 * the parameter replica alone (ZeRO-2), or nothing (ZeRO-3). */
-	double state_bytes = mode == GPT2_DENSE ? n_params * (16.0 + (bf16 ? 2.0 : 0.0))
-		: mode == GPT2_STREAM_GRADS ? n_params * (4.0 + (bf16 ? 2.0 : 0.0)) : 0.0;
+	double state_bytes = mode == MODEL_DENSE ? n_params * (16.0 + (bf16 ? 2.0 : 0.0))
+		: mode == MODEL_STREAM_GRADS ? n_params * (4.0 + (bf16 ? 2.0 : 0.0)) : 0.0;
 	double act_bytes = s_arena_bytes_estimate(cfg, max_B, max_T, bf16);
 	double avail = s_available_bytes();
 	if (state_bytes > avail) {
@@ -415,7 +425,7 @@ gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
 			 " and AdamW state, but %.1f GiB is available; lower model.n_layer, model.n_embd or"
 			 " model.vocab_size",
 			 state_bytes / 1073741824.0, n_params, avail / 1073741824.0);
-		return NULL;
+		return -ENOMEM;
 	}
 	if (state_bytes + act_bytes > avail || (double)max_B * max_T > 2147483647.0 / 4) {
 		snprintf(err, errlen,
@@ -424,7 +434,7 @@ gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
 			 " state, but %.1f GiB is available; lower train.batch_size or model.seq_len",
 			 act_bytes / 1073741824.0, max_B, max_T, state_bytes / 1073741824.0,
 			 avail / 1073741824.0);
-		return NULL;
+		return -ENOMEM;
 	}
 
 	gpt2_t *m = calloc(1, sizeof *m);
@@ -443,20 +453,20 @@ gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
 	s_build_tensor_table(m);
 	if (!s_build_ranges(m))
 		goto fail_nomem;
-	if (mode != GPT2_STREAM_ALL) {
+	if (mode != MODEL_STREAM_ALL) {
 		m->params = s_aligned_alloc(m->n_params * sizeof(float));
 		if (!m->params)
 			goto fail_nomem;
 		memset(m->params, 0, m->n_params * sizeof(float));
 	}
-	if (mode == GPT2_DENSE) {
+	if (mode == MODEL_DENSE) {
 		m->grads = s_aligned_alloc(m->n_params * sizeof(float));
 		if (!m->grads)
 			goto fail_nomem;
 		memset(m->grads, 0, m->n_params * sizeof(float));
 	}
 	if (bf16) {
-		m->params16 = s_aligned_alloc((mode == GPT2_STREAM_ALL ? m->max_range : m->n_params) *
+		m->params16 = s_aligned_alloc((mode == MODEL_STREAM_ALL ? m->max_range : m->n_params) *
 					      sizeof(uint16_t));
 		if (!m->params16)
 			goto fail_nomem;
@@ -469,7 +479,8 @@ gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
 	m->mm = matmul_cache_create(bf16, err, errlen);
 	if (!m->mm)
 		goto fail;
-	return m;
+	*ret_model = m;
+	return 0;
 
 fail_nomem:
 	snprintf(err, errlen,
@@ -477,9 +488,32 @@ fail_nomem:
 		 " (train.batch_size %d x model.seq_len %d tokens) and %.1f GiB for parameters and"
 		 " gradients; lower train.batch_size or model.seq_len",
 		 act_bytes / 1073741824.0, max_B, max_T, n_params * 8.0 / 1073741824.0);
+	gpt2_free(m);
+	return -ENOMEM;
 fail:
 	gpt2_free(m);
-	return NULL;
+	return -EIO;
+}
+
+int gpt2_layout(const gpt2_config_t *cfg, gpt2_tensor_t **ret_tensors, int *ret_n,
+                size_t *ret_max_range)
+{
+	gpt2_t *m = calloc(1, sizeof *m);
+	if (!m)
+		return -ENOMEM;
+	m->cfg = *cfg;
+	m->mode = MODEL_STREAM_GRADS;
+	m->tensors = calloc((size_t)(2 + N_LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
+	if (!m->tensors || (s_build_tensor_table(m), !s_build_ranges(m))) {
+		gpt2_free(m);
+		return -ENOMEM;
+	}
+	*ret_tensors = m->tensors;
+	*ret_n = m->n_tensors;
+	*ret_max_range = m->max_range;
+	m->tensors = NULL;
+	gpt2_free(m);
+	return 0;
 }
 
 void gpt2_free(gpt2_t *m)
@@ -523,6 +557,11 @@ int gpt2_num_tensors(const gpt2_t *m)
 	return m->n_tensors;
 }
 
+const gpt2_tensor_t *gpt2_tensors(const gpt2_t *m)
+{
+	return m->tensors;
+}
+
 const gpt2_tensor_t *gpt2_tensor(const gpt2_t *m, int i)
 {
 	return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
@@ -543,7 +582,7 @@ size_t gpt2_activation_bytes(const gpt2_t *m)
 
 size_t gpt2_param_bytes(const gpt2_t *m)
 {
-	size_t n16 = m->mode == GPT2_STREAM_ALL ? m->max_range : m->n_params;
+	size_t n16 = m->mode == MODEL_STREAM_ALL ? m->max_range : m->n_params;
 	return (m->params ? m->n_params * sizeof(float) : 0) + (m->params16 ? n16 * sizeof(uint16_t) : 0);
 }
 
@@ -638,7 +677,7 @@ static void s_fatal(const char *what)
 }
 
 /* Start walking a fetch order (the forward's or the backward's). */
-static void s_seq_start(gpt2_t *m, const gpt2_range_t *seq, int n)
+static void s_seq_start(gpt2_t *m, const model_range_t *seq, int n)
 {
 	m->seq = seq;
 	m->seq_n = n;
@@ -646,20 +685,20 @@ static void s_seq_start(gpt2_t *m, const gpt2_range_t *seq, int n)
 }
 
 /*
- * The parameters of range r: the model's own buffer, or (GPT2_STREAM_ALL)
+ * The parameters of range r: the model's own buffer, or (MODEL_STREAM_ALL)
  * fetched through the stream with the next range of the order as the
  * prefetch hint, and converted to bf16 in bf16 mode. One range is held at a
  * time; s_release gives it back.
  */
-static const float *s_fetch(gpt2_t *m, gpt2_range_t r)
+static const float *s_fetch(gpt2_t *m, model_range_t r)
 {
-	if (m->mode != GPT2_STREAM_ALL)
+	if (m->mode != MODEL_STREAM_ALL)
 		return m->params + r.lo;
 	if (m->held || m->seq_pos >= m->seq_n || m->seq[m->seq_pos].lo != r.lo ||
 	    m->seq[m->seq_pos].hi != r.hi)
 		s_fatal("gpt2: parameters fetched out of order");
 	m->seq_pos++;
-	gpt2_range_t next = m->seq_pos < m->seq_n ? m->seq[m->seq_pos] : (gpt2_range_t){0, 0};
+	model_range_t next = m->seq_pos < m->seq_n ? m->seq[m->seq_pos] : (model_range_t){0, 0};
 	const float *p = m->stream.fetch(m->stream.ctx, r, next);
 	m->held = p;
 	m->held_n = r.hi - r.lo;
@@ -670,7 +709,7 @@ static const float *s_fetch(gpt2_t *m, gpt2_range_t r)
 
 static void s_release(gpt2_t *m, const float *p)
 {
-	if (m->mode != GPT2_STREAM_ALL)
+	if (m->mode != MODEL_STREAM_ALL)
 		return;
 	m->stream.release(m->stream.ctx, p);
 	m->held = NULL;
@@ -679,16 +718,16 @@ static void s_release(gpt2_t *m, const float *p)
 /* Where the gradients of r go: the model's own buffer (accumulating), or a
  * zeroed buffer from the stream; s_grad_end hands it back once they are
  * final for this backward. */
-static float *s_grad_begin(gpt2_t *m, gpt2_range_t r)
+static float *s_grad_begin(gpt2_t *m, model_range_t r)
 {
-	if (m->mode == GPT2_DENSE)
+	if (m->mode == MODEL_DENSE)
 		return m->grads + r.lo;
 	return m->stream.grad_begin(m->stream.ctx, r);
 }
 
-static void s_grad_end(gpt2_t *m, float *g, gpt2_range_t r)
+static void s_grad_end(gpt2_t *m, float *g, model_range_t r)
 {
-	if (m->mode != GPT2_DENSE)
+	if (m->mode != MODEL_DENSE)
 		m->stream.grad_end(m->stream.ctx, g, r);
 }
 
@@ -702,8 +741,8 @@ static inline float *s_at(const gpt2_t *m, const float *base, size_t lo, int l, 
 static const uint16_t *s_bf16_param(const gpt2_t *m, const float *B)
 {
 	uintptr_t b = (uintptr_t)B;
-	uintptr_t lo = (uintptr_t)(m->mode == GPT2_STREAM_ALL ? m->held : m->params);
-	size_t n = m->mode == GPT2_STREAM_ALL ? m->held_n : m->n_params;
+	uintptr_t lo = (uintptr_t)(m->mode == MODEL_STREAM_ALL ? m->held : m->params);
+	size_t n = m->mode == MODEL_STREAM_ALL ? m->held_n : m->n_params;
 	if (lo && b >= lo && b < lo + n * sizeof(float))
 		return m->params16 + (b - lo) / sizeof(float);
 	return NULL;
@@ -764,7 +803,7 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 	m->B = B;
 	m->T = T;
 	m->have_targets = false;
-	if (m->params16 && m->mode != GPT2_STREAM_ALL)
+	if (m->params16 && m->mode != MODEL_STREAM_ALL)
 		kernel_to_bf16(m->params16, m->params, m->n_params);
 	s_seq_start(m, m->seq_fwd, m->n_seq_fwd);
 
@@ -785,7 +824,7 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
 		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
-		const gpt2_range_t r = m->r_layers[l];
+		const model_range_t r = m->r_layers[l];
 		const float *P = s_fetch(m, r);
 #define LP(which) s_at(m, P, r.lo, l, (which))
 
@@ -860,7 +899,7 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	 * dlnf (N, C) (+)= dlogits[:, v0:v1] @ wte[v0:v1] */
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		gpt2_range_t r = s_chunk(m, k, &v0, &v1);
+		model_range_t r = s_chunk(m, k, &v0, &v1);
 		const float *w = s_fetch(m, r);
 		float *g = s_grad_begin(m, r);
 		s_gemm(m, v1 - v0, C, N, dlogits + v0, V, true, a->lnf, false, NULL, g, 0, true);
@@ -884,7 +923,7 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 		float *qkv = LAYER_SLICE(a->qkv, l, 3 * C), *atty = LAYER_SLICE(a->atty, l, C);
 		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
-		const gpt2_range_t r = m->r_layers[l];
+		const model_range_t r = m->r_layers[l];
 		const float *P = s_fetch(m, r);
 		float *G = s_grad_begin(m, r);
 #define LP(which) s_at(m, P, r.lo, l, (which))
@@ -925,7 +964,7 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	s_grad_end(m, g, m->r_wpe);
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		gpt2_range_t r = s_chunk(m, k, &v0, &v1);
+		model_range_t r = s_chunk(m, k, &v0, &v1);
 		g = s_grad_begin(m, r);
 		kernel_embed_tokens_backward(g, v0, v1, a->dres, a->inputs, N, C);
 		s_grad_end(m, g, r);

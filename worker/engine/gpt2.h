@@ -26,81 +26,39 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.h"
+
 #ifdef __cplusplus
 extern "C" { /* the GPU engine (.cu) calls gpt2_config_check */
 #endif
 
-typedef struct {
-	int n_layer;
-	int n_head;
-	int n_embd;
-	int vocab_size;
-	int seq_len; /* maximum T (size of the position embedding) */
-} gpt2_config_t;
+/* GPT-2's sizes are model.h's (every field used). */
+typedef model_config_t gpt2_config_t;
 
 typedef enum {
 	GPT2_PRECISION_FP32 = 0,
 	GPT2_PRECISION_BF16, /* bf16 GEMM inputs, fp32 accumulation, fp32 master weights */
 } gpt2_precision_t;
 
-#define GPT2_TENSOR_NAME_MAX 64
-
-/* One named view into the flat parameter buffer. */
-typedef struct {
-	char name[GPT2_TENSOR_NAME_MAX]; /* HF GPT-2 name, e.g. "h.3.attn.c_attn.weight" */
-	int ndim;
-	int64_t shape[2];                /* HF shape: c_attn.weight is (C, 3C), wte is (V, C) */
-	size_t offset;                   /* in floats, into the flat buffer */
-	size_t numel;
-	bool decay;                      /* AdamW weight decay applies (matrices and embeddings, not biases or LayerNorm) */
-} gpt2_tensor_t;
+/* One named view into the flat parameter buffer (HF GPT-2 names and
+ * shapes: c_attn.weight is (C, 3C), wte is (V, C); decay on matrices and
+ * embeddings, not biases or LayerNorm). */
+typedef model_tensor_t gpt2_tensor_t;
 
 typedef struct gpt2 gpt2_t;
 
-/* A contiguous range [lo, hi) of the flat buffer, in floats. */
-typedef struct {
-	size_t lo, hi;
-} gpt2_range_t;
-
 /*
- * Who holds the parameters and gradients (ZeRO, worker/shard.h):
- *   GPT2_DENSE         the model owns both flat buffers (none, zero1)
- *   GPT2_STREAM_GRADS  the model owns the parameters; gradients are handed
- *                      out range by range through the stream during backward
- *                      (zero2), so no full gradient buffer exists
- *   GPT2_STREAM_ALL    parameters too are fetched range by range, just before
- *                      each use (zero3); gpt2_params is NULL
- * A range is a whole layer, ln_f, wpe, or a block of wte rows no larger than
- * a layer (gpt2_max_range floats at most). Forward fetches wpe, the wte
- * blocks, layers 0..L-1, ln_f and the wte blocks again (the tied LM head);
- * backward the wte blocks, ln_f and layers L-1..0, and hands out gradients
- * for the wte blocks (LM head), ln_f, layers L-1..0, wpe and the wte blocks
- * again (the embedding): a wte block gets two gradient ranges per backward.
- * In GPT2_DENSE the LM head is one block of all V rows and the results are
+ * Streaming (model.h's MODEL_DENSE, MODEL_STREAM_GRADS, MODEL_STREAM_ALL
+ * and model_stream_t) in GPT-2's ranges: a range is a whole layer, ln_f,
+ * wpe, or a block of wte rows no larger than a layer (gpt2_max_range
+ * floats at most). Forward fetches wpe, the wte blocks, layers 0..L-1,
+ * ln_f and the wte blocks again (the tied LM head); backward the wte
+ * blocks, ln_f and layers L-1..0, and hands out gradients for the wte
+ * blocks (LM head), ln_f, layers L-1..0, wpe and the wte blocks again (the
+ * embedding): a wte block gets two gradient ranges per backward. In
+ * MODEL_DENSE the LM head is one block of all V rows and the results are
  * the same bits as before streaming existed.
  */
-typedef enum {
-	GPT2_DENSE = 0,
-	GPT2_STREAM_GRADS,
-	GPT2_STREAM_ALL,
-} gpt2_streaming_t;
-
-/* The trainer's side of streaming; called on the thread that runs forward
- * and backward, never with a range larger than gpt2_max_range. */
-typedef struct {
-	void *ctx;
-	/* GPT2_STREAM_ALL: the parameters of r (valid until release), with the
-	 * range the model will fetch next as a prefetch hint (empty when none).
-	 * Must not fail: on a communication error return any buffer of the right
-	 * size and report the error from elsewhere (the results are garbage). */
-	const float *(*fetch)(void *ctx, gpt2_range_t r, gpt2_range_t next);
-	void (*release)(void *ctx, const float *p);
-	/* GPT2_STREAM_GRADS and _ALL: a zeroed buffer of r.hi - r.lo floats for
-	 * the gradients of r; grad_end hands it back with this backward's
-	 * gradients of r (scaled by loss_scale), to be reduced and accumulated. */
-	float *(*grad_begin)(void *ctx, gpt2_range_t r);
-	void (*grad_end)(void *ctx, float *g, gpt2_range_t r);
-} gpt2_stream_t;
 
 /*
  * Check a configuration for batches of up to max_B sequences of up to max_T
@@ -123,12 +81,30 @@ gpt2_t *gpt2_create(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precisi
 
 /*
  * gpt2_create with the parameters and gradients held as `mode` says and, for
- * modes other than GPT2_DENSE, the stream's functions (copied; ctx
+ * modes other than MODEL_DENSE, the stream's functions (copied; ctx
  * borrowed). Same errors as gpt2_create.
  */
 gpt2_t *gpt2_create_streamed(const gpt2_config_t *cfg, int max_B, int max_T,
-                             gpt2_precision_t precision, gpt2_streaming_t mode,
-                             const gpt2_stream_t *stream, char *err, size_t errlen);
+                             gpt2_precision_t precision, model_streaming_t mode,
+                             const model_stream_t *stream, char *err, size_t errlen);
+
+/*
+ * gpt2_create_streamed reporting the kind of failure: 0 with *ret_model
+ * set, or -EINVAL (a configuration or call the model refuses), -ENOMEM (it
+ * does not fit in memory) or -EIO (oneDNN failed), with one line in err.
+ */
+int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
+             model_streaming_t mode, const model_stream_t *stream, gpt2_t **ret_model, char *err,
+             size_t errlen);
+
+/*
+ * The layout of a model of cfg without creating one: its tensor table
+ * (malloc'ed, *ret_n entries, flat-buffer order) and gpt2_max_range of a
+ * streamed model (the GPU engine's streaming uses the same ranges).
+ * 0 or -ENOMEM.
+ */
+int gpt2_layout(const gpt2_config_t *cfg, gpt2_tensor_t **ret_tensors, int *ret_n,
+                size_t *ret_max_range);
 
 /* The largest range a streamed model fetches or hands out, in floats. */
 size_t gpt2_max_range(const gpt2_t *m);
@@ -139,13 +115,15 @@ void gpt2_free(gpt2_t *m);
 const gpt2_config_t *gpt2_config(const gpt2_t *m);
 
 /* The flat buffers (borrowed; valid until gpt2_free); NULL when streamed
- * (gradients from GPT2_STREAM_GRADS, both with GPT2_STREAM_ALL). */
+ * (gradients from MODEL_STREAM_GRADS, both with MODEL_STREAM_ALL). */
 size_t gpt2_num_params(const gpt2_t *m);
 float *gpt2_params(gpt2_t *m);
 float *gpt2_grads(gpt2_t *m);
 
-/* The named views, in flat-buffer order. */
+/* The named views, in flat-buffer order; gpt2_tensors is the table
+ * (gpt2_num_tensors entries, borrowed). */
 int gpt2_num_tensors(const gpt2_t *m);
+const gpt2_tensor_t *gpt2_tensors(const gpt2_t *m);
 const gpt2_tensor_t *gpt2_tensor(const gpt2_t *m, int i);
 const gpt2_tensor_t *gpt2_tensor_by_name(const gpt2_t *m, const char *name);
 

@@ -34,13 +34,13 @@ static void s_adamw_segment(float *params, const float *grads, float *m, float *
 	}
 }
 
-void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads, float *m, float *v,
-                        size_t lo, size_t hi, const optim_adamw_t *hp)
+void optim_adamw_update(const model_tensor_t *tensors, int n_tensors, float *params,
+                        const float *grads, float *m, float *v, size_t lo, size_t hi,
+                        const optim_adamw_t *hp)
 {
 	kernel_flush_denormals();
-	int n = gpt2_num_tensors(m_model);
-	for (int i = 0; i < n; i++) {
-		const gpt2_tensor_t *t = gpt2_tensor(m_model, i);
+	for (int i = 0; i < n_tensors; i++) {
+		const model_tensor_t *t = &tensors[i];
 		size_t a = t->offset > lo ? t->offset : lo;
 		size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
 		if (a < b)
@@ -48,13 +48,13 @@ void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads
 	}
 }
 
-void optim_adamw_update_shard(const gpt2_t *m_model, float *params, const float *grads, float *m,
-                              float *v, size_t lo, size_t hi, const optim_adamw_t *hp)
+void optim_adamw_update_shard(const model_tensor_t *tensors, int n_tensors, float *params,
+                              const float *grads, float *m, float *v, size_t lo, size_t hi,
+                              const optim_adamw_t *hp)
 {
 	kernel_flush_denormals();
-	int n = gpt2_num_tensors(m_model);
-	for (int i = 0; i < n; i++) {
-		const gpt2_tensor_t *t = gpt2_tensor(m_model, i);
+	for (int i = 0; i < n_tensors; i++) {
+		const model_tensor_t *t = &tensors[i];
 		size_t a = t->offset > lo ? t->offset : lo;
 		size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
 		/* The segment [a, b) as [0, b - a) of shifted pointers. */

@@ -3,8 +3,9 @@
  * over ranges of the flat parameter buffer.
  *
  * Everything works on a contiguous range [lo, hi) of the flat buffers so that
- * a ZeRO shard updates just its own range. Weight decay follows the per-tensor
- * `decay` flags of gpt2_tensor_t (not on biases and LayerNorm). Sums of
+ * a ZeRO shard updates just its own range. Weight decay follows the decay
+ * ranges of the model's tensor table (model_tensor_t's offset, numel and
+ * `decay`: not on biases and norms), whatever the architecture. Sums of
  * squares use a fixed chunking and order, so they do not depend on the number
  * of OpenMP threads.
  */
@@ -14,9 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpt2.h"
+#include "model.h"
 
-typedef struct {
+typedef struct optim_adamw {
 	double lr;           /* this step's learning rate */
 	double beta1;        /* 0.9 */
 	double beta2;        /* 0.95 */
@@ -27,11 +28,13 @@ typedef struct {
 
 /*
  * One AdamW update of params[lo, hi) from grads[lo, hi), with moments m, v
- * indexed like params (m[i], v[i] for i in [lo, hi)). `m_model` supplies the
- * tensor table (decay flags).
+ * indexed like params (m[i], v[i] for i in [lo, hi)). The tensor table
+ * (n_tensors entries in flat-buffer order, model_tensors) gives the decay
+ * ranges: each tensor's part of [lo, hi) decays when its flag is set.
  */
-void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads, float *m, float *v,
-                        size_t lo, size_t hi, const optim_adamw_t *hp);
+void optim_adamw_update(const model_tensor_t *tensors, int n_tensors, float *params,
+                        const float *grads, float *m, float *v, size_t lo, size_t hi,
+                        const optim_adamw_t *hp);
 
 /*
  * The same update for a ZeRO shard: the elements [lo, hi) of the flat
@@ -40,8 +43,9 @@ void optim_adamw_update(const gpt2_t *m_model, float *params, const float *grads
  * above, also where lo or hi falls inside a tensor. Every element gets
  * exactly the arithmetic optim_adamw_update gives it.
  */
-void optim_adamw_update_shard(const gpt2_t *m_model, float *params, const float *grads, float *m,
-                              float *v, size_t lo, size_t hi, const optim_adamw_t *hp);
+void optim_adamw_update_shard(const model_tensor_t *tensors, int n_tensors, float *params,
+                              const float *grads, float *m, float *v, size_t lo, size_t hi,
+                              const optim_adamw_t *hp);
 
 /* Sum of squares of x[0..n), in double, in an order fixed by n alone. */
 double optim_sum_squares(const float *x, size_t n);

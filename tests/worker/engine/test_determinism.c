@@ -67,7 +67,7 @@ static void train(run_t *r, int threads, gpt2_precision_t prec)
 			optim_scale(g, n, (float)(1.0 / norm));
 		optim_adamw_t hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
 				    .weight_decay = 0.1, .t = step};
-		optim_adamw_update(m, gpt2_params(m), g, am, av, 0, n, &hp);
+		optim_adamw_update(gpt2_tensors(m), gpt2_num_tensors(m), gpt2_params(m), g, am, av, 0, n, &hp);
 	}
 	r->n = n;
 	r->params = malloc(n * sizeof(float));

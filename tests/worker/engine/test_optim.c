@@ -91,7 +91,7 @@ static void adamw(void)
 			g[i] = (float)(0.1 * sin((double)i * 0.7 + t));
 		optim_adamw_t hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
 				    .weight_decay = 0.1, .t = t};
-		optim_adamw_update(model, p, g, m, v, 0, n, &hp);
+		optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), p, g, m, v, 0, n, &hp);
 		for (int k = 0; k < gpt2_num_tensors(model); k++) {
 			const gpt2_tensor_t *tt = gpt2_tensor(model, k);
 			for (size_t i = tt->offset; i < tt->offset + tt->numel; i++) {
@@ -127,7 +127,7 @@ static void adamw(void)
 	p[w->offset] = 2.0f;
 	p[b->offset] = 2.0f;
 	optim_adamw_t hp = {.lr = 0.5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = 1};
-	optim_adamw_update(model, p, g, m, v, 0, n, &hp);
+	optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), p, g, m, v, 0, n, &hp);
 	check(close_to(p[w->offset], 2.0 * (1 - 0.05), 1e-7), "weight decays by lr*wd with zero gradient");
 	check(p[b->offset] == 2.0f, "bias does not decay");
 
@@ -137,7 +137,7 @@ static void adamw(void)
 		g[i] = 1.0f;
 	}
 	size_t lo = n / 3, hi = 2 * n / 3;
-	optim_adamw_update(model, p, g, m, v, lo, hi, &hp);
+	optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), p, g, m, v, lo, hi, &hp);
 	int range_ok = 1;
 	for (size_t i = 0; i < n; i++)
 		range_ok &= (i >= lo && i < hi) ? p[i] != 1.0f : p[i] == 1.0f;

@@ -51,6 +51,7 @@
  * block's columns of the logits and dlogits in place (rows s_logits_ld
  * apart).
  */
+#include <errno.h>
 #include "gpt2_cuda.h"
 
 #include <cuda_bf16.h>
@@ -312,15 +313,24 @@ static const double GIB = 1073741824.0;
 extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T,
                                          unsigned flags, char *err, size_t errlen)
 {
+	gpt2_cuda_t *m = NULL;
+	(void)gpt2_cuda_new(cfg, max_B, max_T, flags, &m, err, errlen);
+	return m;
+}
+
+extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
+                             gpt2_cuda_t **ret_model, char *err, size_t errlen)
+{
+	int code = -EIO;
 	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
-		return NULL;
+		return -EINVAL;
 	int n_dev = 0;
 	cudaError_t rc = cudaGetDeviceCount(&n_dev);
 	if (rc != cudaSuccess || n_dev == 0) {
 		(void)cudaGetLastError();
 		snprintf(err, errlen, "no CUDA GPU: %s",
 			 rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found");
-		return NULL;
+		return -ENODEV;
 	}
 	double n_params = (double)s_num_params(cfg);
 	const bool params = !(flags & GPT2_CUDA_NO_PARAMS), grads = !(flags & GPT2_CUDA_NO_GRADS),
@@ -333,7 +343,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			 "out of GPU memory: train.batch_size %d x model.seq_len %d tokens is far beyond "
 			 "any GPU's memory; lower train.batch_size or model.seq_len",
 			 max_B, max_T);
-		return NULL;
+		return -ENOMEM;
 	}
 	const bool fused = (flags & GPT2_CUDA_FUSED_ATTENTION) &&
 			   cuda_flash_supported(cfg->n_embd, cfg->n_head);
@@ -344,7 +354,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	if (rc != cudaSuccess) {
 		(void)cudaGetLastError();
 		snprintf(err, errlen, "no CUDA GPU: %s", cudaGetErrorString(rc));
-		return NULL;
+		return -ENODEV;
 	}
 	if (state + act > (double)free_b) {
 		snprintf(err, errlen,
@@ -352,13 +362,13 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			 "model.seq_len %d tokens) and %.1f GiB for parameters, gradients and AdamW state, "
 			 "but %.1f GiB is free; lower train.batch_size or model.seq_len",
 			 act / GIB, max_B, max_T, state / GIB, (double)free_b / GIB);
-		return NULL;
+		return -ENOMEM;
 	}
 
 	gpt2_cuda_t *m = (gpt2_cuda_t *)calloc(1, sizeof *m);
 	if (!m) {
 		snprintf(err, errlen, "out of host memory");
-		return NULL;
+		return -ENOMEM;
 	}
 	m->cfg = *cfg;
 	m->max_B = max_B;
@@ -367,16 +377,20 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 	size_t N = (size_t)max_B * (size_t)max_T;
 	if (!s_build_table(m)) {
 		snprintf(err, errlen, "out of host memory");
+		code = -ENOMEM;
 		goto fail;
 	}
 	if ((rc = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (rc = cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming)) != cudaSuccess) {
 		snprintf(err, errlen, "no CUDA GPU: %s", cudaGetErrorString(rc));
+		code = -ENODEV;
 		goto fail_cuda;
 	}
 	m->gemm = cuda_gemm_create(m->stream, err, errlen);
-	if (!m->gemm)
+	if (!m->gemm) {
+		code = -ENOMEM; /* its handle, cache or workspace (cuBLASLt fails to start for want of memory too) */
 		goto fail;
+	}
 	m->state_bytes = n_f32 * sizeof(float) + (params ? (m->n_params * 2 + 255) / 256 * 256 : 256);
 	if ((rc = cudaMalloc(&m->state, m->state_bytes)) != cudaSuccess) {
 		m->state = NULL;
@@ -384,6 +398,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			 "out of GPU memory: need %.1f GiB for %zu parameters, their gradients and AdamW "
 			 "state: %s",
 			 (double)m->state_bytes / GIB, m->n_params, cudaGetErrorString(rc));
+		code = -ENOMEM;
 		goto fail_cuda;
 	}
 	{
@@ -414,6 +429,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			 "out of GPU memory: need %.1f GiB for activations (train.batch_size %d x "
 			 "model.seq_len %d tokens): %s; lower train.batch_size or model.seq_len",
 			 (double)m->arena_bytes / GIB, max_B, max_T, cudaGetErrorString(rc));
+		code = -ENOMEM;
 		goto fail_cuda;
 	}
 	s_layout(&m->a, (char *)m->arena, cfg, max_B, max_T, fused);
@@ -428,12 +444,14 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 		m->host_ids = NULL;
 		snprintf(err, errlen, "out of pinned host memory for %zu token ids: %s", 5 * N + 1,
 			 cudaGetErrorString(rc));
+		code = -ENOMEM;
 		goto fail_cuda;
 	}
 	m->host_counts = (int32_t *)calloc((size_t)cfg->vocab_size + 1, sizeof(int32_t));
 	m->ready = (cudaEvent_t *)calloc((size_t)cfg->n_layer + 2, sizeof *m->ready);
 	if (!m->host_counts || !m->ready) {
 		snprintf(err, errlen, "out of host memory");
+		code = -ENOMEM;
 		goto fail;
 	}
 	for (int i = 0; i < cfg->n_layer + 2; i++)
@@ -442,13 +460,14 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 			snprintf(err, errlen, "cannot create CUDA events: %s", cudaGetErrorString(rc));
 			goto fail_cuda;
 		}
-	return m;
+	*ret_model = m;
+	return 0;
 
 fail_cuda:
 	(void)cudaGetLastError();
 fail:
 	gpt2_cuda_free(m);
-	return NULL;
+	return code;
 }
 
 extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)

@@ -85,6 +85,14 @@ enum {
 gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
                               char *err, size_t errlen);
 
+/*
+ * gpt2_cuda_create reporting the kind of failure: 0 with *ret_model set,
+ * or -EINVAL (a config error), -ENODEV (no CUDA GPU), -ENOMEM (out of GPU
+ * or host memory) or -EIO (another CUDA failure), with err as above.
+ */
+int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
+                  gpt2_cuda_t **ret_model, char *err, size_t errlen);
+
 /* Free everything; accepts NULL. */
 void gpt2_cuda_free(gpt2_cuda_t *m);
 
@@ -152,7 +160,7 @@ void gpt2_cuda_set_grads_ready(gpt2_cuda_t *m, gpt2_cuda_grads_ready_fn fn, void
 /*
  * Gradients streamed (ZeRO-2): on a model created with GPT2_CUDA_NO_GRADS,
  * every backward hands its gradients out range by range, in gpt2.h's order
- * for GPT2_STREAM_GRADS: the wte blocks (the LM head), ln_f, layers
+ * for MODEL_STREAM_GRADS: the wte blocks (the LM head), ln_f, layers
  * L-1 .. 0, wpe, and the wte blocks again (the embedding), every range in
  * every backward whatever the batch holds. For each, begin(ctx, lo, hi)
  * returns a zeroed device buffer of hi - lo floats for gradients [lo, hi);
@@ -181,7 +189,7 @@ void gpt2_cuda_stream_grads(gpt2_cuda_t *m, gpt2_cuda_grad_begin_fn begin,
  * fetches next (empty after its last), to be gathered meanwhile. Forward
  * fetches wpe, the wte blocks (the embedding), layers 0 .. L-1, ln_f and
  * the wte blocks again (the LM head); backward the wte blocks, ln_f and
- * layers L-1 .. 0: gpt2.h's order for GPT2_STREAM_ALL, whatever the batch
+ * layers L-1 .. 0: gpt2.h's order for MODEL_STREAM_ALL, whatever the batch
  * holds (a fetch out of that order exits 70). The ranges GEMMs read are
  * converted to bf16 in a buffer of the model's. Returns 0, or -1 with "out
  * of GPU memory: ..." in err when that buffer cannot be had.

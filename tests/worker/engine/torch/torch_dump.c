@@ -94,7 +94,7 @@ static step_record_t train_step(gpt2_t *model, const int32_t *inputs, const int3
 		.lr = r.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
 		.weight_decay = WEIGHT_DECAY, .t = step + 1,
 	};
-	optim_adamw_update(model, gpt2_params(model), gpt2_grads(model), m, v, 0, n, &hp);
+	optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), gpt2_params(model), gpt2_grads(model), m, v, 0, n, &hp);
 	return r;
 }
 

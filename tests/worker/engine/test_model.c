@@ -1,0 +1,127 @@
+/*
+ * test_model: the model interface and its registry (worker/engine/model.h)
+ * on the CPU: GPT-2's CPU row is found by name, an unknown architecture is
+ * -ENOENT naming it, creation reports the kind of failure by code (-EINVAL
+ * for a config the model refuses, -ENOMEM for one that does not fit), and
+ * a step through the interface (forward, backward, AdamW with the table's
+ * decay ranges) gives the bits the direct gpt2_* calls give. gpt2_layout
+ * gives the table and streamed max range of a model of the same config.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2.h"
+#include "model.h"
+#include "optim.h"
+
+static int n_failed;
+
+static void check(int ok, const char *what)
+{
+	if (!ok) {
+		n_failed++;
+		fprintf(stderr, "FAIL: %s\n", what);
+	}
+}
+
+static model_config_t base(void)
+{
+	return (model_config_t){.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 64, .seq_len = 16};
+}
+
+int main(void)
+{
+	char err[512] = "";
+	check(model_find("gpt2", MODEL_DEVICE_CPU) != NULL, "gpt2 has a CPU row");
+	check(model_find("llama", MODEL_DEVICE_CPU) == NULL, "no llama row yet");
+
+	model_config_t cfg = base();
+	model_options_t opt = {.max_B = 2, .max_T = 16, .precision = MODEL_PRECISION_FP32};
+	model_t *m = NULL;
+	int rc = model_create("nosuch", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
+	check(rc == -ENOENT && strstr(err, "nosuch") != NULL, "unknown arch: -ENOENT naming it");
+
+	cfg.n_head = 3;
+	rc = model_create("gpt2", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "model.n_head") != NULL, "bad config: -EINVAL naming the field");
+
+	cfg = base();
+	cfg.n_embd = 32768;
+	cfg.n_head = 1;
+	cfg.vocab_size = 1 << 20;
+	opt.max_T = 1;
+	opt.max_B = 1;
+	cfg.seq_len = 1;
+	rc = model_create("gpt2", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
+	check(rc == -ENOMEM, "a model that does not fit: -ENOMEM");
+
+	cfg = base();
+	opt = (model_options_t){.max_B = 2, .max_T = 16, .precision = MODEL_PRECISION_FP32};
+	rc = model_create("gpt2", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
+	check(rc == 0 && m != NULL, "a valid config is created");
+	if (rc != 0)
+		return 1;
+	gpt2_t *g = gpt2_create(&cfg, 2, 16, GPT2_PRECISION_FP32, err, sizeof err);
+	check(g != NULL, "the direct model");
+	size_t n = model_num_params(m);
+	check(n == gpt2_num_params(g), "same size");
+	int nt = 0;
+	const model_tensor_t *tab = model_tensors(m, &nt);
+	check(nt == gpt2_num_tensors(g) && strcmp(tab[nt - 1].name, "ln_f.bias") == 0, "same table");
+
+	gpt2_tensor_t *lt = NULL;
+	int ln = 0;
+	size_t max_range = 0;
+	check(gpt2_layout(&cfg, &lt, &ln, &max_range) == 0 && ln == nt &&
+	      memcmp(lt, tab, (size_t)nt * sizeof *lt) == 0, "gpt2_layout gives the same table");
+	size_t layer = 12 * 16 * 16 + 13 * 16;
+	check(max_range == layer, "the streamed max range is a layer here");
+	free(lt);
+
+	model_init_params(m, 7);
+	gpt2_init_params(g, 7);
+	check(memcmp(model_params(m), gpt2_params(g), n * sizeof(float)) == 0, "same initial bits");
+	float *part = malloc(100 * sizeof(float));
+	model_init_range(m, 7, 50, 150, part);
+	check(memcmp(part, gpt2_params(g) + 50, 100 * sizeof(float)) == 0, "init_range: the same bits");
+	free(part);
+
+	int32_t in[32], tg[32];
+	for (int i = 0; i < 32; i++) {
+		in[i] = (i * 37 + 11) % 64;
+		tg[i] = (i * 53 + 7) % 64;
+	}
+	float *am = calloc(n, sizeof(float)), *av = calloc(n, sizeof(float));
+	float *bm = calloc(n, sizeof(float)), *bv = calloc(n, sizeof(float));
+	optim_adamw_t hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+			    .t = 1};
+	for (int s = 0; s < 2; s++) {
+		model_zero_grad(m);
+		gpt2_zero_grad(g);
+		float la = model_forward(m, in, tg, 2, 16);
+		float lb = gpt2_forward(g, in, tg, 2, 16);
+		check(la == lb, "same loss");
+		model_backward(m, 1.0f);
+		gpt2_backward(g, 1.0f);
+		check(memcmp(model_grads(m), gpt2_grads(g), n * sizeof(float)) == 0, "same gradients");
+		optim_adamw_update(tab, nt, model_params(m), model_grads(m), am, av, 0, n, &hp);
+		optim_adamw_update(gpt2_tensors(g), gpt2_num_tensors(g), gpt2_params(g), gpt2_grads(g), bm,
+				   bv, 0, n, &hp);
+		check(memcmp(model_params(m), gpt2_params(g), n * sizeof(float)) == 0, "same update");
+	}
+	check(model_flops_per_token(m, 16) == gpt2_flops_per_token(g, 16), "same FLOPs");
+	check(model_param_bytes(m) == gpt2_param_bytes(g) && model_grad_bytes(m) == gpt2_grad_bytes(g) &&
+	      model_activation_bytes(m) == gpt2_activation_bytes(g), "same bytes");
+	check(model_dev(m) == NULL, "the CPU row has no device operations");
+	free(am);
+	free(av);
+	free(bm);
+	free(bv);
+	model_free(m);
+	model_free(NULL);
+	gpt2_free(g);
+	printf("%s\n", n_failed ? "test_model: FAILED" : "test_model: all passed");
+	return n_failed ? 1 : 0;
+}

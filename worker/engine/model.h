@@ -1,0 +1,257 @@
+/*
+ * model: the interface every model architecture provides to the trainer,
+ * and the registry that picks an implementation by architecture and device.
+ *
+ * An architecture ("gpt2"; a Llama-style block next) registers one row of
+ * operations per device it runs on (model_ops_t): create for a config,
+ * batch and sequence length; free; its flat parameter and gradient buffers
+ * and the tensor table that names their ranges (with shapes, offsets and
+ * which ranges AdamW decays); forward; backward; FLOPs per token; the
+ * ranges ZeRO-2/3 stream (model_stream_t); the bytes it holds. The trainer
+ * (worker/train.c), sharding (worker/shard.c), the optimizer
+ * (engine/optim.c) and snapshots speak only these terms, so a new
+ * architecture is a new row (docs/training.md, "Adding a model").
+ *
+ * Parameters live in one flat fp32 buffer in tensor-table order, and their
+ * gradients in a second one of the same layout: a ZeRO shard is a
+ * contiguous range, and a snapshot taken on one device resumes on another.
+ *
+ * Rows whose buffers live on a device (CUDA) also fill `dev`
+ * (model_device_ops_t): the moves between the device and host buffers in
+ * the same layout, AdamW and the norm on the device, and the events that
+ * let a reduction overlap backward. On the CPU rows `dev` is NULL.
+ *
+ * Errors: model_create returns a negative errno (-EINVAL: a config the
+ * model refuses; -ENOMEM: it does not fit in memory; -ENODEV: no usable
+ * device; -ENOENT: no such architecture on that device; -EIO: another
+ * device failure) with one line in err. Afterwards a model's failures are
+ * fatal in the row (one line on stderr, a distinct exit status).
+ */
+#ifndef RINGMASTER_ENGINE_MODEL_H
+#define RINGMASTER_ENGINE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct optim_adamw; /* optim.h */
+
+typedef enum {
+	MODEL_DEVICE_CPU = 0,
+	MODEL_DEVICE_CUDA,
+} model_device_t;
+
+/* The sizes of a transformer; each architecture reads what it uses. */
+typedef struct {
+	int n_layer;
+	int n_head;
+	int n_embd;
+	int vocab_size;
+	int seq_len; /* maximum T (size of the position embedding) */
+} model_config_t;
+
+typedef enum {
+	MODEL_PRECISION_FP32 = 0,
+	MODEL_PRECISION_BF16, /* bf16 GEMM inputs, fp32 accumulation, fp32 master weights */
+} model_precision_t;
+
+#define MODEL_TENSOR_NAME_MAX 64
+
+/* One named view into the flat parameter buffer. */
+typedef struct {
+	char name[MODEL_TENSOR_NAME_MAX]; /* the architecture's HF name, e.g. "h.3.attn.c_attn.weight" */
+	int ndim;
+	int64_t shape[2];                 /* HF shape */
+	size_t offset;                    /* in floats, into the flat buffer */
+	size_t numel;
+	bool decay;                       /* AdamW weight decay applies (matrices and embeddings, not biases or norms) */
+} model_tensor_t;
+
+/* A contiguous range [lo, hi) of the flat buffer, in floats. */
+typedef struct {
+	size_t lo, hi;
+} model_range_t;
+
+/*
+ * Who holds the parameters and gradients (ZeRO, worker/shard.h):
+ *   MODEL_DENSE         the model owns both flat buffers (none, zero1)
+ *   MODEL_STREAM_GRADS  the model owns the parameters; gradients are handed
+ *                       out range by range through the stream during
+ *                       backward (zero2), so no full gradient buffer exists
+ *   MODEL_STREAM_ALL    parameters too are fetched range by range, just
+ *                       before each use (zero3); model_params is NULL
+ * A range is at most model_max_range floats; which ranges and in which
+ * order is the architecture's (gpt2.h for GPT-2: a layer, the final norm,
+ * the position embedding, or a block of token-embedding rows). In
+ * MODEL_DENSE the results are the same bits as without streaming.
+ */
+typedef enum {
+	MODEL_DENSE = 0,
+	MODEL_STREAM_GRADS,
+	MODEL_STREAM_ALL,
+} model_streaming_t;
+
+/* The trainer's side of streaming; called on the thread that runs forward
+ * and backward, never with a range larger than model_max_range. Buffers are
+ * in the model's device memory. */
+typedef struct {
+	void *ctx;
+	/* MODEL_STREAM_ALL: the parameters of r (valid until release), with the
+	 * range the model will fetch next as a prefetch hint (empty when none).
+	 * Must not fail: on a communication error return any buffer of the right
+	 * size and report the error from elsewhere (the results are garbage). */
+	const float *(*fetch)(void *ctx, model_range_t r, model_range_t next);
+	void (*release)(void *ctx, const float *p);
+	/* MODEL_STREAM_GRADS and _ALL: a zeroed buffer of r.hi - r.lo floats for
+	 * the gradients of r; grad_end hands it back with this backward's
+	 * gradients of r (scaled by loss_scale, finished: a device row waits for
+	 * its kernels first), to be reduced and accumulated. */
+	float *(*grad_begin)(void *ctx, model_range_t r);
+	void (*grad_end)(void *ctx, float *g, model_range_t r);
+} model_stream_t;
+
+/* How to create a model. */
+typedef struct {
+	int max_B, max_T;             /* the largest batch (max_T <= seq_len) */
+	model_precision_t precision;  /* CPU rows; CUDA computes GEMMs in bf16 always */
+	model_streaming_t streaming;
+	const model_stream_t *stream; /* copied (ctx borrowed); NULL with MODEL_DENSE */
+	bool no_moments;              /* device rows: no AdamW state (the trainer keeps a shard's) */
+	bool fused_attention;         /* CUDA: fused attention where the head size allows */
+} model_options_t;
+
+/* Gradients of [r.lo, r.hi) are final for this backward, behind `ready` (a
+ * device event of the model's, recorded again later: wait on it before
+ * returning). */
+typedef void (*model_grads_ready_fn)(void *ctx, model_range_t r, void *ready);
+
+/* What a device-resident row adds (see the top). */
+typedef struct {
+	/* num_params floats of parameters from / to host memory (refreshing
+	 * any low-precision copy); AdamW's moments likewise. Wait. */
+	void (*set_params)(void *impl, const float *params);
+	void (*get_params)(void *impl, float *ret_params);
+	void (*set_moments)(void *impl, const float *m, const float *v);
+	void (*get_moments)(void *impl, float *ret_m, float *ret_v);
+	/* The stream all the model's work goes to (a cudaStream_t), and a wait
+	 * for it. */
+	void *(*stream)(const void *impl);
+	void (*sync)(void *impl);
+	/* The parameters were written on the device by someone else (finished):
+	 * refresh the low-precision copy (enqueued). */
+	void (*params_written)(void *impl);
+	/* fn (NULL: none) is called during backward as each range of gradients
+	 * becomes final (the model's own buffer, MODEL_DENSE). */
+	void (*set_grads_ready)(void *impl, model_grads_ready_fn fn, void *ctx);
+	/* sqrt of the sum of squares of the gradient buffer; the sum of squares
+	 * of n device floats x, in an order fixed by n. Wait. */
+	double (*grad_norm)(void *impl);
+	double (*sum_squares)(void *impl, const float *x, size_t n);
+	/* AdamW over all parameters (the model's moments), gradients times
+	 * grad_scale; or over [lo, lo + n) with buffers the caller holds
+	 * (element 0 is parameter lo). Enqueued. */
+	void (*adamw)(void *impl, const struct optim_adamw *hp, float grad_scale);
+	void (*adamw_range)(void *impl, size_t lo, size_t n, float *params, const float *grads,
+	                    float *m, float *v, const struct optim_adamw *hp, float grad_scale);
+	/* Whether attention runs fused; device bytes of parameters (with their
+	 * low-precision copy), gradients and moments as created. */
+	bool (*fused_attention)(const void *impl);
+	size_t (*state_bytes)(const void *impl);
+} model_device_ops_t;
+
+/* One row of the registry: an architecture on a device. `impl` is the
+ * row's own object. */
+typedef struct {
+	const char *arch;      /* model.arch in the job spec: "gpt2" */
+	model_device_t device;
+	int (*create)(const model_config_t *cfg, const model_options_t *opt, void **ret_impl,
+	              char *err, size_t errlen);
+	void (*free)(void *impl);
+	size_t (*num_params)(const void *impl);
+	float *(*params)(void *impl);
+	float *(*grads)(void *impl);
+	const model_tensor_t *(*tensors)(const void *impl, int *ret_n);
+	size_t (*max_range)(const void *impl);
+	void (*init_params)(void *impl, uint64_t seed);
+	void (*init_range)(const void *impl, uint64_t seed, size_t lo, size_t hi, float *out);
+	void (*zero_grad)(void *impl);
+	float (*forward)(void *impl, const int32_t *inputs, const int32_t *targets, int B, int T);
+	void (*backward)(void *impl, float loss_scale);
+	double (*flops_per_token)(const void *impl, int T);
+	size_t (*param_bytes)(const void *impl);
+	size_t (*grad_bytes)(const void *impl);
+	size_t (*activation_bytes)(const void *impl);
+	const model_device_ops_t *dev; /* NULL on the CPU */
+} model_ops_t;
+
+typedef struct model model_t;
+
+/* The row for arch on device, or NULL when there is none (borrowed,
+ * static). */
+const model_ops_t *model_find(const char *arch, model_device_t device);
+
+/*
+ * A model of architecture `arch` on `device` for cfg and opt. 0 with
+ * *ret_model set, or a negative errno (see the top) with one line in err
+ * naming the field or the memory it lacks.
+ */
+int model_create(const char *arch, model_device_t device, const model_config_t *cfg,
+                 const model_options_t *opt, model_t **ret_model, char *err, size_t errlen);
+
+/* Free everything; accepts NULL. */
+void model_free(model_t *m);
+
+const model_ops_t *model_ops(const model_t *m);
+/* The row's object, for its own calls (m->ops->dev). */
+void *model_impl(model_t *m);
+
+/* The flat buffers (borrowed, in the model's device memory; NULL when
+ * streamed: gradients from MODEL_STREAM_GRADS, both with MODEL_STREAM_ALL). */
+size_t model_num_params(const model_t *m);
+float *model_params(model_t *m);
+float *model_grads(model_t *m);
+
+/* The tensor table in flat-buffer order (borrowed) and its length. */
+const model_tensor_t *model_tensors(const model_t *m, int *ret_n);
+
+/* The largest range a streamed model fetches or hands out, in floats. */
+size_t model_max_range(const model_t *m);
+
+/* Initial parameters from seed alone, into the model's buffer, or [lo, hi)
+ * of them into out: the same bits. Host rows only (NULL in a device row's
+ * table: the trainer initialises a host model and uploads, dev->set_params). */
+void model_init_params(model_t *m, uint64_t seed);
+void model_init_range(const model_t *m, uint64_t seed, size_t lo, size_t hi, float *out);
+
+/* Zero the gradients (nothing when streamed). */
+void model_zero_grad(model_t *m);
+
+/* Forward of inputs and targets (B, T) of host token ids; the mean loss
+ * (a device row waits for it). */
+float model_forward(model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
+
+/* Backward of the last forward: ADDS d(loss_scale * loss)/d(params) to the
+ * gradients (or streams them). */
+void model_backward(model_t *m, float loss_scale);
+
+/* Training FLOPs per token at sequence length T, for MFU. */
+double model_flops_per_token(const model_t *m, int T);
+
+/* Bytes the model holds: parameters (with any low-precision copy),
+ * gradients (0 when streamed), activations. */
+size_t model_param_bytes(const model_t *m);
+size_t model_grad_bytes(const model_t *m);
+size_t model_activation_bytes(const model_t *m);
+
+/* The device operations of m's row (borrowed), or NULL on the CPU. */
+const model_device_ops_t *model_dev(const model_t *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
