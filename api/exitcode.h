@@ -20,8 +20,8 @@
 
 #include <stdbool.h>
 
-/* Exit statuses of a rank process (numerically fixed: the worker's
- * TRAIN_EXIT_* codes are the same values). */
+/* Exit statuses of a rank process and of `ringworker train` (numerically
+ * fixed: they cross processes). */
 enum {
 	RM_EXIT_OK = 0,
 	RM_EXIT_USAGE = 1,    /* bad command line, or an internal error */

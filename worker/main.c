@@ -100,22 +100,22 @@ static int s_cmd_train(int argc, char **argv)
 			if (errno || end == optarg || *end || n < 1) {
 				fprintf(stderr, "ringworker: error: --steps wants a positive integer, got '%s'\n",
 					optarg);
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			}
 			opt.steps = n;
 			break;
 		}
-		case 'h': s_usage(stdout); return TRAIN_EXIT_OK;
-		default: s_usage(stderr); return TRAIN_EXIT_USAGE;
+		case 'h': s_usage(stdout); return RM_EXIT_OK;
+		default: s_usage(stderr); return RM_EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "ringworker: error: unexpected argument '%s'\n", argv[optind]);
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	if (opt.resume && !opt.checkpoint_dir) {
 		fprintf(stderr, "ringworker: error: --resume needs --checkpoint-dir DIR (where the snapshots are)\n");
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 
 	jobspec_t spec = {0};
@@ -136,7 +136,7 @@ static int s_cmd_train(int argc, char **argv)
 			fprintf(stderr, "ringworker: error: %s: %s\n", opt.spec_name, err.message);
 		else
 			fprintf(stderr, "ringworker: error: %s\n", err.message);
-		return rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC;
+		return rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_SPEC;
 	}
 	rc = train_run(&spec, &opt);
 	jobspec_free(&spec);
@@ -189,11 +189,11 @@ static int s_cmd_agent(int argc, char **argv)
 			} else if (strncmp(optarg, "cpu:", 4) == 0) {
 				opt.n_devices = s_int_arg("agent", "devices", optarg + 4, 1);
 				if (opt.n_devices < 0)
-					return TRAIN_EXIT_USAGE;
+					return RM_EXIT_USAGE;
 			} else {
 				fprintf(stderr, "ringworker agent: error: --devices wants cpu:N or auto, got '%s'\n",
 					optarg);
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			}
 			break;
 		case 'G':
@@ -208,7 +208,7 @@ static int s_cmd_agent(int argc, char **argv)
 				if (errno || end == optarg || *end || n < 1 || n > GPUS_MAX) {
 					fprintf(stderr, "ringworker agent: error: --gpus wants auto, none or a count from 1 to %d, got '%s'\n",
 						GPUS_MAX, optarg);
-					return TRAIN_EXIT_USAGE;
+					return RM_EXIT_USAGE;
 				}
 				opt.gpus = (int)n;
 			}
@@ -216,29 +216,29 @@ static int s_cmd_agent(int argc, char **argv)
 		case 'g':
 			opt.kill_grace_ms = s_int_arg("agent", "kill-grace-ms", optarg, 1);
 			if (opt.kill_grace_ms < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
 		case 't':
 			opt.comm_timeout_ms = s_int_arg("agent", "comm-timeout-ms", optarg, 1);
 			if (opt.comm_timeout_ms < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
 		case 'W':
 			opt.step_timeout_ms = s_int_arg("agent", "step-timeout-ms", optarg, 1);
 			if (opt.step_timeout_ms < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
-		case 'h': s_usage(stdout); return TRAIN_EXIT_OK;
-		default: s_usage(stderr); return TRAIN_EXIT_USAGE;
+		case 'h': s_usage(stdout); return RM_EXIT_OK;
+		default: s_usage(stderr); return RM_EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "ringworker agent: error: unexpected argument '%s'\n", argv[optind]);
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	if (!opt.coordinator) {
 		fprintf(stderr, "ringworker agent: error: --coordinator tcp://HOST:PORT is required\n");
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	return agent_run(&opt);
 }
@@ -270,37 +270,37 @@ static int s_cmd_rank(int argc, char **argv)
 		case 'k': opt.checkpoint_root = optarg; break;
 		case 'a':
 			if ((opt.attempt = s_int_arg("rank", "attempt", optarg, 0)) < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
 		case 'r':
 			if ((opt.rank = s_int_arg("rank", "rank", optarg, 0)) < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
 		case 'w':
 			if ((opt.world_size = s_int_arg("rank", "world-size", optarg, 1)) < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
 		case 't':
 			if ((opt.comm_timeout_ms = s_int_arg("rank", "comm-timeout-ms", optarg, 1)) < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
 		case 'W':
 			if ((opt.step_timeout_ms = s_int_arg("rank", "step-timeout-ms", optarg, 1)) < 0)
-				return TRAIN_EXIT_USAGE;
+				return RM_EXIT_USAGE;
 			break;
 		default:
 			fputs("usage: ringworker rank --coordinator EP --job J --attempt A --rank R --world-size W\n"
 			      "                       [--data-root DIR] [--host ADDR] [--comm-timeout-ms MS]\n"
 			      "                       [--step-timeout-ms MS] [--checkpoint-root DIR]\n",
 			      stderr);
-			return TRAIN_EXIT_USAGE;
+			return RM_EXIT_USAGE;
 		}
 	}
 	if (optind < argc || !opt.coordinator || !opt.job || opt.attempt < 0 || opt.rank < 0 ||
 	    opt.world_size < 1 || opt.rank >= opt.world_size) {
 		fprintf(stderr, "ringworker rank: error: needs --coordinator, --job, --attempt, --rank and "
 				"--world-size, with rank < world size (it is started by `ringworker agent`)\n");
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	return rank_run(&opt);
 }
@@ -309,15 +309,15 @@ int main(int argc, char **argv)
 {
 	if (argc < 2) {
 		s_usage(stderr);
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
 		s_usage(stdout);
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	}
 	if (strcmp(argv[1], "--version") == 0) {
 		printf("ringworker %s\n", RINGMASTER_VERSION);
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	}
 	if (strcmp(argv[1], "train") == 0)
 		return s_cmd_train(argc - 1, argv + 1);
@@ -326,5 +326,5 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "rank") == 0)
 		return s_cmd_rank(argc - 1, argv + 1);
 	fprintf(stderr, "ringworker: error: unknown command '%s' (try ringworker --help)\n", argv[1]);
-	return TRAIN_EXIT_USAGE;
+	return RM_EXIT_USAGE;
 }

@@ -182,13 +182,6 @@ static void s_send_final(rank_t *r, wire_type_t type, json_t *payload)
 	}
 }
 
-/* train_run's statuses are compared with api/exitcode.h's below. */
-_Static_assert((int)RM_EXIT_OK == (int)TRAIN_EXIT_OK && (int)RM_EXIT_USAGE == (int)TRAIN_EXIT_USAGE &&
-                       (int)RM_EXIT_SPEC == (int)TRAIN_EXIT_SPEC && (int)RM_EXIT_DATA == (int)TRAIN_EXIT_DATA &&
-                       (int)RM_EXIT_NOMEM == (int)TRAIN_EXIT_NOMEM && (int)RM_EXIT_DIVERGED == (int)TRAIN_EXIT_DIVERGED &&
-                       (int)RM_EXIT_COMM == (int)TRAIN_EXIT_COMM && (int)RM_EXIT_ABORTED == (int)TRAIN_EXIT_ABORTED,
-               "api/exitcode.h and worker/train.h disagree on an exit status");
-
 /* FAILED with the exit status the process is about to end with and the
  * failure kind it means (api/exitcode.h), so that the coordinator knows at
  * once whether a restart can help. */
@@ -480,9 +473,8 @@ static void s_commit(rank_t *r, const json_t *p)
 		return;
 	}
 	int64_t deleted[64];
-	int n_deleted = snap_prune(r->job_dir, r->spec->checkpoint.keep_last,
-	                                         r->spec->checkpoint.keep_every, deleted, 64, err,
-	                                         sizeof err);
+	int n_deleted = snap_prune(r->job_dir, r->spec->checkpoint.keep_last, r->spec->checkpoint.keep_every,
+	                           deleted, 64, err, sizeof err);
 	if (n_deleted < 0) {
 		fprintf(stderr, "ringworker rank: error: snapshot retention: %s\n", err);
 		n_deleted = 0;

@@ -9,7 +9,7 @@
  * last step (its loss is the mean over ranks); every rank sends DONE at the
  * end. A training error sends FAILED {reason: the error line} and
  * exits with the trainer's code; ABORT from the coordinator makes the process
- * exit at once with TRAIN_EXIT_ABORTED (a watcher thread reads the socket
+ * exit at once with RM_EXIT_ABORTED (a watcher thread reads the socket
  * while training runs, so an abort does not wait for a step to end).
  *
  * Errors go to stderr as "ringworker rank: error: ..." lines, which the agent
@@ -22,7 +22,6 @@
 #define RANK_JOIN_TIMEOUT_MS 30000
 #define RANK_COMM_TIMEOUT_MS 60000
 #define RANK_WATCHDOG_FACTOR 10
-#define RANK_EXIT_WATCHDOG 8 /* the step-time watchdog ended the rank (retryable) */
 
 typedef struct {
 	const char *coordinator; /* tcp://HOST:PORT */
@@ -34,14 +33,14 @@ typedef struct {
 	const char *host;        /* address peers reach this rank on; NULL: 127.0.0.1 */
 	int comm_timeout_ms;     /* rendezvous and collectives; 0: RANK_COMM_TIMEOUT_MS */
 	int step_timeout_ms;     /* the watchdog: a step not finished this long after the previous
-	                          * one ends the rank (FAILED, exit RANK_EXIT_WATCHDOG); 0:
+	                          * one ends the rank (FAILED, exit RM_EXIT_WATCHDOG); 0:
 	                          * automatic, the larger of twice the comm timeout and
 	                          * RANK_WATCHDOG_FACTOR x the longest step so far (armed from
 	                          * the first step on, off after the last) */
 	const char *checkpoint_root; /* snapshots go to <root>/<job>/; NULL: no snapshots */
 } rank_options_t;
 
-/* Run the rank; returns the process exit status (a TRAIN_EXIT_* code). */
+/* Run the rank; returns the process exit status (a RM_EXIT_* code). */
 int rank_run(const rank_options_t *opt);
 
 #endif

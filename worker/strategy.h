@@ -25,7 +25,7 @@ struct train_strategy {
 	const char *reduce_what;
 	/* The global gradient norm before clipping into *ret_norm, and the
 	 * gradients scaled to train.grad_clip when that is set and exceeded.
-	 * TRAIN_EXIT_* code (a sharded norm is a collective). */
+	 * RM_EXIT_* code (a sharded norm is a collective). */
 	int (*clip)(train_t *t, int64_t step, double *ret_norm);
 	/* AdamW with hp on what this rank updates. */
 	void (*update)(train_t *t, const optim_adamw_t *hp);

@@ -19,7 +19,7 @@ static int s_clip(train_t *t, int64_t step, double *ret_norm)
 {
 	(void)step;
 	*ret_norm = t->dev->clip_all(t, t->spec->train.grad_clip);
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 static void s_update(train_t *t, const optim_adamw_t *hp)

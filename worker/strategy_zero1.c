@@ -32,7 +32,7 @@ int strategy_clip_sharded(train_t *t, int64_t step, double *ret_norm)
 	float factor = clip > 0 && isfinite(norm) && norm > clip ? (float)(clip / norm) : 1.0f;
 	t->dev->scale_shard(t, factor);
 	*ret_norm = norm;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 void strategy_update_shard(train_t *t, const optim_adamw_t *hp)

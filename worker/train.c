@@ -97,24 +97,24 @@ static char *s_resolve(const char *root, const char *path)
 	return s;
 }
 
-/* Open a data source and its sampler; returns a TRAIN_EXIT_* code. */
+/* Open a data source and its sampler; returns a RM_EXIT_* code. */
 static int s_open_data(train_t *t, const char *field, const char *path, uint64_t seed,
                        data_source_t **ret_src, data_sampler_t *ret_sampler)
 {
 	char err[1024];
 	char *full = s_resolve(t->opt->data_root, path);
 	if (!full)
-		return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+		return train_error(t, RM_EXIT_NOMEM, "out of memory");
 	int rc = data_source_open(full, s_data_format(t->spec->data.format), t->spec->model.vocab_size,
 				  field, ret_src, err, sizeof err);
 	free(full);
 	if (rc < 0)
-		return train_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_DATA, "%s%s", err,
+		return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_DATA, "%s%s", err,
 			       rc == -ENOENT && t->opt->missing_data_hint ? t->opt->missing_data_hint : "");
 	rc = data_sampler_init(ret_sampler, *ret_src, t->T, seed, field, err, sizeof err);
 	if (rc < 0)
-		return train_error(t, TRAIN_EXIT_DATA, "%s", err);
-	return TRAIN_EXIT_OK;
+		return train_error(t, RM_EXIT_DATA, "%s", err);
+	return RM_EXIT_OK;
 }
 
 float *train_master(train_t *t)
@@ -138,22 +138,22 @@ int train_model_create(train_t *t, const model_config_t *cfg, const model_option
 	int rc = model_create(t->spec->model.arch, MODEL_DEVICE_CPU, cfg, mo, &t->model, err,
 			      sizeof err);
 	if (rc < 0)
-		return train_error(t, rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC, "%s",
+		return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_SPEC, "%s",
 			       err[0] ? err : "cannot create the model");
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 {
 	if (spec->parallel.device != JOBSPEC_DEVICE_CUDA)
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	if (spec->train.precision != JOBSPEC_PRECISION_BF16) {
 		snprintf(err, errlen,
 			 "train.precision is %s but parallel.device cuda computes its matrix products in"
 			 " bf16 (fp32 accumulation, master weights and AdamW): set train.precision to"
 			 " \"bf16\"",
 			 jobspec_precision_name(spec->train.precision));
-		return TRAIN_EXIT_SPEC;
+		return RM_EXIT_SPEC;
 	}
 	const train_dev_t *dev = train_dev_find(spec->parallel.device);
 	if (!dev) {
@@ -161,14 +161,14 @@ int train_check_device(const jobspec_t *spec, char *err, size_t errlen)
 		snprintf(err, errlen,
 			 "parallel.device is cuda but this worker was built without CUDA (nvcc was not"
 			 " found or -Dcuda=disabled at configure time; docs/gpu.md)");
-		return TRAIN_EXIT_USAGE;
+		return RM_EXIT_USAGE;
 	}
 	return dev->probe(err, errlen);
 }
 
 /* Sharded: the layout of every rank's shard (train.h: S = ceil(N / W)),
  * the buffers of the norm's all-gather, zero1's reduced gradient, and for
- * zero2/zero3 the shard_t the model streams through. TRAIN_EXIT_* code. */
+ * zero2/zero3 the shard_t the model streams through. RM_EXIT_* code. */
 static int s_setup_shards(train_t *t)
 {
 	char err[512] = "";
@@ -184,7 +184,7 @@ static int s_setup_shards(train_t *t)
 	if (own)
 		t->grad_own = calloc(t->shard_len, sizeof(float));
 	if (!t->shard_counts || !t->norm_parts || !t->norm_counts || (own && !t->grad_own))
-		return train_error(t, TRAIN_EXIT_NOMEM,
+		return train_error(t, RM_EXIT_NOMEM,
 			       "the gradient shard of %.1f MiB does not fit in memory",
 			       (double)t->shard_len * 4 / 1048576.0);
 	for (size_t r = 0; r < W; r++) {
@@ -199,15 +199,15 @@ static int s_setup_shards(train_t *t)
 		t->zero = shard_new(t->comm, t->n_params, model_max_range(t->model),
 				    mode == MODEL_STREAM_ALL, t->dev->shard_mem, err, sizeof err);
 		if (!t->zero)
-			return train_error(t, TRAIN_EXIT_NOMEM, "%s", err);
+			return train_error(t, RM_EXIT_NOMEM, "%s", err);
 		t->grad_shard = shard_grads(t->zero);
 	}
 	if (mode == MODEL_STREAM_ALL && t->opt->report_params) {
 		t->params_full = calloc(t->n_params, sizeof(float));
 		if (!t->params_full)
-			return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+			return train_error(t, RM_EXIT_NOMEM, "out of memory");
 	}
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 static int s_setup(train_t *t)
@@ -216,31 +216,31 @@ static int s_setup(train_t *t)
 	char err[512] = "";
 
 	int rc = train_check_device(spec, err, sizeof err);
-	if (rc != TRAIN_EXIT_OK)
+	if (rc != RM_EXIT_OK)
 		return train_error(t, rc, "%s", err);
 	t->dev = train_dev_find(spec->parallel.device);
 	const bool cuda = spec->parallel.device == JOBSPEC_DEVICE_CUDA;
 	if (t->comm && cuda != (comm_nccl_stream(t->comm) != NULL))
-		return train_error(t, TRAIN_EXIT_USAGE,
+		return train_error(t, RM_EXIT_USAGE,
 			       "internal error: parallel.device is %s but the communicator is %s's",
 			       jobspec_device_name(spec->parallel.device), cuda ? "Gloo" : "NCCL");
 	if (t->comm) {
 		if (spec->parallel.world_size != t->W)
-			return train_error(t, TRAIN_EXIT_SPEC,
+			return train_error(t, RM_EXIT_SPEC,
 				       "parallel.world_size is %d but this rank's group has %d ranks:"
 				       " start as many ranks as the spec asks for",
 				       spec->parallel.world_size, t->W);
 		t->sharding = spec->parallel.sharding;
 		t->sharded = t->sharding != JOBSPEC_SHARDING_NONE;
 		if (t->opt->rank != t->rank)
-			return train_error(t, TRAIN_EXIT_USAGE,
+			return train_error(t, RM_EXIT_USAGE,
 				       "internal error: rank %d was given but the communicator says %d",
 				       t->opt->rank, t->rank);
 	}
 	t->strategy = strategy_for(t);
 	rc = s_open_data(t, "data.train", spec->data.train, spec->train.seed, &t->train_src,
 			 &t->loader.sampler);
-	if (rc != TRAIN_EXIT_OK)
+	if (rc != RM_EXIT_OK)
 		return rc;
 	data_layout_t layout = {.batch_size = t->B, .grad_accum = t->A, .world_size = t->W,
 				.rank = t->rank};
@@ -248,7 +248,7 @@ static int s_setup(train_t *t)
 	data_loader_init(&t->loader, &sampler, &layout);
 	if (spec->data.val) {
 		rc = s_open_data(t, "data.val", spec->data.val, 0, &t->val_src, &t->val_sampler);
-		if (rc != TRAIN_EXIT_OK)
+		if (rc != RM_EXIT_OK)
 			return rc;
 	}
 
@@ -262,16 +262,16 @@ static int s_setup(train_t *t)
 	/* a value per rank and validation batch, or the norm's pair per rank */
 	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 2 ? spec->train.eval_batches : 2);
 	rc = t->dev->create_model(t, &cfg);
-	if (rc != TRAIN_EXIT_OK)
+	if (rc != RM_EXIT_OK)
 		return rc;
 	t->n_params = model_num_params(t->model);
 
 	t->shard_len = t->n_params;
 	t->shard_lo = 0;
 	t->shard_count = t->n_params;
-	if (t->sharded && (rc = s_setup_shards(t)) != TRAIN_EXIT_OK)
+	if (t->sharded && (rc = s_setup_shards(t)) != RM_EXIT_OK)
 		return rc;
-	if ((rc = t->dev->create(t, &cfg, n_vals)) != TRAIN_EXIT_OK)
+	if ((rc = t->dev->create(t, &cfg, n_vals)) != RM_EXIT_OK)
 		return rc;
 	t->adam_m = calloc(t->shard_len, sizeof(float));
 	t->adam_v = calloc(t->shard_len, sizeof(float));
@@ -280,11 +280,11 @@ static int s_setup(train_t *t)
 	t->targets = malloc(bt * sizeof(int32_t));
 	t->rank_vals = calloc(n_vals, sizeof(float));
 	if (!t->adam_m || !t->adam_v || !t->inputs || !t->targets || !t->rank_vals)
-		return train_error(t, TRAIN_EXIT_NOMEM,
+		return train_error(t, RM_EXIT_NOMEM,
 			       "batch does not fit in memory: AdamW state of %.1f MiB (train.batch_size %d,"
 			       " model.seq_len %d)",
 			       2.0 * (double)t->shard_len * 4 / 1048576.0, t->B, t->T);
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 static void s_teardown(train_t *t)
@@ -372,7 +372,7 @@ static int s_mean_over_ranks(train_t *t, const float *vals, int n, double *ret_m
 
 int train_comm_error(train_t *t, const char *what, int64_t step)
 {
-	int rc = train_error(t, TRAIN_EXIT_COMM,
+	int rc = train_error(t, RM_EXIT_COMM,
 			 "%s failed at step %" PRId64 " (rank %d of %d): %s: a peer rank died, hung or"
 			 " timed out",
 			 what, step, t->rank, t->W, comm_last_error(t->comm));
@@ -384,12 +384,12 @@ int train_comm_error(train_t *t, const char *what, int64_t step)
  * Across ranks: the sum (already the mean, see train_compute_grads) of the
  * gradients by one all-reduce of the flat buffer, or when sharded by one
  * reduce-scatter into grad_shard; and the loss averaged over ranks into
- * *loss. One rank holds both already. Returns a TRAIN_EXIT_* code.
+ * *loss. One rank holds both already. Returns a RM_EXIT_* code.
  */
 static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 {
 	if (!t->comm)
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	double a = train_now_s();
 	trace_begin(&t->trace, TRACE_GRAD_REDUCE); /* an error return leaves it to the next phase */
 	if (t->strategy->reduce(t) < 0)
@@ -400,7 +400,7 @@ static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 	*loss = (float)mean;
 	trace_end(&t->trace, TRACE_GRAD_REDUCE);
 	t->times.comm_s += train_now_s() - a;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* AdamW's hyperparameters for 1-based step `step` at learning rate lr. */
@@ -419,28 +419,28 @@ static optim_adamw_t s_adamw(const train_t *t, double lr, int64_t step)
 
 /* After the update, the strategy's gather (the parameters all-gathered,
  * or zero3's cached ranges forgotten), timed as communication. Returns a
- * TRAIN_EXIT_* code. */
+ * RM_EXIT_* code. */
 static int train_gather_params(train_t *t, int64_t step)
 {
 	if (!t->strategy->gather)
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	double a = train_now_s();
 	trace_begin(&t->trace, TRACE_PARAM_GATHER);
 	if (t->strategy->gather(t) < 0)
 		return train_comm_error(t, "all-gather of the parameters", step);
 	trace_end(&t->trace, TRACE_PARAM_GATHER);
 	t->times.comm_s += train_now_s() - a;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* zero3 with opt->report_params: the whole replica gathered from the shards
  * into params_full (a test's view; training never needs it). Returns a
- * TRAIN_EXIT_* code. */
+ * RM_EXIT_* code. */
 static int s_gather_replica(train_t *t, int64_t step)
 {
 	if (t->dev->gather_replica(t) < 0)
 		return train_comm_error(t, "all-gather of the parameters for the report", step);
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /*
@@ -448,7 +448,7 @@ static int s_gather_replica(train_t *t, int64_t step)
  * one rank; with W ranks the same rows as one rank with B * W would see, cut
  * into W * eval_batches batches of B rows of which rank r takes r, r + W,
  * ... and every rank gets the mean over all of them. Returns a
- * TRAIN_EXIT_* code and the loss in *ret_loss.
+ * RM_EXIT_* code and the loss in *ret_loss.
  */
 static int train_eval(train_t *t, int64_t step, float *ret_loss)
 {
@@ -460,12 +460,12 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 			sum += t->dev->forward(t);
 		}
 		*ret_loss = (float)(sum / n);
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	}
 	/* Batch k of this rank is global batch k * W + rank. */
 	float *losses = malloc((size_t)n * sizeof(float));
 	if (!losses)
-		return train_error(t, TRAIN_EXIT_NOMEM, "out of memory");
+		return train_error(t, RM_EXIT_NOMEM, "out of memory");
 	for (int k = 0; k < n; k++) {
 		data_val_batch(&t->val_sampler, n * t->W, t->B, k * t->W + t->rank, t->inputs, t->targets);
 		losses[k] = t->dev->forward(t);
@@ -480,7 +480,7 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 		return train_comm_error(t, "all-reduce of the validation loss", step);
 	t->times.comm_s += train_now_s() - a;
 	*ret_loss = (float)mean;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* A float for JSON: shortest round-trip form, null when not finite. */
@@ -572,7 +572,7 @@ static void s_snapshot_take(train_t *t, int64_t step)
 
 /* opt->resume or opt->resume_dir: the state from a snapshot, if there is
  * one: all of params (zero3 on the CPU: the master shard's range), and
- * AdamW's state of this rank's shard. TRAIN_EXIT_* code. */
+ * AdamW's state of this rank's shard. RM_EXIT_* code. */
 static int s_resume(train_t *t)
 {
 	const bool zero3_shard = t->sharding == JOBSPEC_SHARDING_ZERO3 && !t->dev->mirror;
@@ -588,7 +588,7 @@ static int s_resume(train_t *t)
 	};
 	uint64_t cursor = 0;
 	int rc = tsnap_resume(t->snap, &dest, &t->start_step, &cursor);
-	if (rc == TRAIN_EXIT_OK && t->start_step > 1)
+	if (rc == RM_EXIT_OK && t->start_step > 1)
 		data_loader_seek(&t->loader, cursor);
 	return rc;
 }
@@ -625,32 +625,32 @@ static int s_snapshot_setup(train_t *t)
 
 /* Everything before the first step: the model, data and buffers, the
  * snapshot state, then the state itself (resumed, or initialised from
- * train.seed) on the device. TRAIN_EXIT_* code. */
+ * train.seed) on the device. RM_EXIT_* code. */
 static int s_start(train_t *t)
 {
 	int rc = s_setup(t);
-	if (rc == TRAIN_EXIT_OK)
+	if (rc == RM_EXIT_OK)
 		rc = s_snapshot_setup(t);
-	if (rc == TRAIN_EXIT_OK)
+	if (rc == RM_EXIT_OK)
 		rc = s_resume(t);
-	if (rc == TRAIN_EXIT_OK && t->start_step == 1)
+	if (rc == RM_EXIT_OK && t->start_step == 1)
 		s_init_params(t);
-	if (rc == TRAIN_EXIT_OK)
+	if (rc == RM_EXIT_OK)
 		t->dev->to_device(t);
 	return rc;
 }
 
 /* opt->on_step with `report` (its step's figures filled in) completed by
- * what this rank holds; *ret_stop when it asks to stop. TRAIN_EXIT_* code
+ * what this rank holds; *ret_stop when it asks to stop. RM_EXIT_* code
  * (zero3's gathered replica for the report may fail). */
 static int s_report_step(train_t *t, train_report_t *report, bool *ret_stop)
 {
 	const train_options_t *opt = t->opt;
 	if (!opt->on_step)
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	if (t->params_full) {
 		int rc = s_gather_replica(t, report->step);
-		if (rc != TRAIN_EXIT_OK)
+		if (rc != RM_EXIT_OK)
 			return rc;
 	}
 	report->params = t->dev->report_params(t);
@@ -665,7 +665,7 @@ static int s_report_step(train_t *t, train_report_t *report, bool *ret_stop)
 	t->strategy->memory(t, &report->params_bytes, &report->grads_bytes, &report->optim_bytes);
 	t->dev->model_bytes(t, &unused, &unused, &report->activations_bytes);
 	*ret_stop = opt->on_step(opt->on_step_ctx, report) != 0;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* The summary line after the last step. */
@@ -706,7 +706,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 	};
 	trace_init(&t.trace);
 	int rc = s_start(&t);
-	if (rc != TRAIN_EXIT_OK) {
+	if (rc != RM_EXIT_OK) {
 		s_teardown(&t);
 		return rc;
 	}
@@ -730,13 +730,13 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		double t0 = train_now_s();
 		loss = train_compute_grads(&t);
 		rc = train_reduce_grads(&t, step, &loss);
-		if (rc != TRAIN_EXIT_OK)
+		if (rc != RM_EXIT_OK)
 			break;
 		double t1 = train_now_s(), comm_before = t.times.comm_s;
 		double norm = NAN;
 		trace_begin(&t.trace, TRACE_CLIP);
 		rc = t.strategy->clip(&t, step, &norm);
-		if (rc != TRAIN_EXIT_OK)
+		if (rc != RM_EXIT_OK)
 			break;
 		trace_end(&t.trace, TRACE_CLIP);
 		/* Past train.steps (--steps longer than the spec) the lr stays at its last value. */
@@ -749,7 +749,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		t.strategy->update(&t, &hp);
 		trace_end(&t.trace, TRACE_OPTIMIZER);
 		rc = train_gather_params(&t, step);
-		if (rc != TRAIN_EXIT_OK)
+		if (rc != RM_EXIT_OK)
 			break;
 		double t2 = train_now_s();
 		/* The norm's and the parameters' collectives count as communication. */
@@ -762,7 +762,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		if (has_val) {
 			trace_begin(&t.trace, TRACE_EVAL);
 			rc = train_eval(&t, step, &val_loss);
-			if (rc != TRAIN_EXIT_OK)
+			if (rc != RM_EXIT_OK)
 				break;
 			trace_end(&t.trace, TRACE_EVAL);
 		}
@@ -793,28 +793,28 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 			.val_loss = val_loss,
 		};
 		rc = s_report_step(&t, &report, &stop);
-		if (rc != TRAIN_EXIT_OK)
+		if (rc != RM_EXIT_OK)
 			break;
 		if (!isfinite(loss)) {
-			rc = train_error(&t, TRAIN_EXIT_DIVERGED,
+			rc = train_error(&t, RM_EXIT_DIVERGED,
 				     "the loss is not finite at step %" PRId64
 				     ": training diverged; lower train.lr or set train.grad_clip",
 				     step);
 			break;
 		}
 		if (stop) {
-			rc = TRAIN_EXIT_ABORTED;
+			rc = RM_EXIT_ABORTED;
 			break;
 		}
 	}
 
 	trace_step_t unreported;
 	trace_step_end(&t.trace, &unreported); /* a step cut short: its NVTX ranges end */
-	if (rc == TRAIN_EXIT_OK)
+	if (rc == RM_EXIT_OK)
 		tsnap_poll(t.snap, true); /* the last one, reported before returning */
 	double wall_s = train_now_s() - started;
 	const int64_t steps_run = n_steps - t.start_step + 1;
-	if (rc == TRAIN_EXIT_OK && print && steps_run > 0)
+	if (rc == RM_EXIT_OK && print && steps_run > 0)
 		s_print_summary(&t, steps_run, wall_s, loss, best_val, best_val_step,
 				tokens_per_step * (double)steps_run / step_s_sum);
 	s_teardown(&t);

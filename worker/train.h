@@ -26,21 +26,13 @@
 #include <stdio.h>
 
 #include "comm.h"
+#include "exitcode.h"
 #include "jobspec.h"
 #include "snapshot.h"
 #include "trace.h"
 
-/* Exit statuses of `ringworker train` (documented in docs/training.md). */
-enum {
-	TRAIN_EXIT_OK = 0,
-	TRAIN_EXIT_USAGE = 1,    /* bad command line, or an internal error */
-	TRAIN_EXIT_SPEC = 2,     /* the job spec is unreadable or invalid */
-	TRAIN_EXIT_DATA = 3,     /* a data file is missing, short, corrupt or out of vocabulary */
-	TRAIN_EXIT_NOMEM = 4,    /* the model, batch or data does not fit in memory */
-	TRAIN_EXIT_DIVERGED = 5, /* the loss became NaN or infinite */
-	TRAIN_EXIT_COMM = 6,     /* a collective failed (a peer died or timed out) */
-	TRAIN_EXIT_ABORTED = 7,  /* on_step asked to stop */
-};
+/* Exit statuses of `ringworker train` and of a rank are api/exitcode.h's
+ * RM_EXIT_* (documented in docs/training.md). */
 
 /* One optimizer step, as every rank reports it (the loss is the mean over
  * ranks, the same on all of them). */
@@ -115,7 +107,7 @@ typedef struct {
 	 * cuda the comm must be an NCCL comm on device 0 (comm_nccl_new), else
 	 * a Gloo comm. After a failed collective
 	 * train_run calls comm_abort(comm), so that the other ranks fail at once,
-	 * and returns TRAIN_EXIT_COMM. */
+	 * and returns RM_EXIT_COMM. */
 	comm_t *comm;
 	int rank;
 	/* No header, step lines or summary, on `out` or `log` (ranks other than
@@ -123,8 +115,8 @@ typedef struct {
 	bool quiet;
 	/* Called on every rank after every step (after its validation, if any,
 	 * and also for a step whose loss is not finite, before train_run stops
-	 * with TRAIN_EXIT_DIVERGED); a non-zero return stops training (train_run
-	 * then returns TRAIN_EXIT_ABORTED without a message). NULL: none. */
+	 * with RM_EXIT_DIVERGED); a non-zero return stops training (train_run
+	 * then returns RM_EXIT_ABORTED without a message). NULL: none. */
 	int (*on_step)(void *ctx, const train_report_t *report);
 	void *on_step_ctx;
 	/* Give on_step the whole parameter replica under zero3 too (gathered
@@ -170,10 +162,10 @@ typedef struct {
 	 * job's own (resume off, no checkpoint_dir, or nothing there <=
 	 * resume_upto). Its checksums are verified first (snap_verify): a
 	 * corrupt or unreadable folder is an error naming it
-	 * (TRAIN_EXIT_DATA), never a fresh start. It may have been written at
+	 * (RM_EXIT_DATA), never a fresh start. It may have been written at
 	 * any world size and sharding (each rank reads its own range, the data
 	 * cursor is a global sample index); the model must have as many
-	 * parameters (else TRAIN_EXIT_SPEC). NULL: none. */
+	 * parameters (else RM_EXIT_SPEC). NULL: none. */
 	const char *resume_dir;
 
 	/* Profiling (docs/profiling.md). Every step is an NVTX range with one
@@ -189,9 +181,9 @@ typedef struct {
 
 /*
  * Whether this worker can run `spec` on the device it names, before any
- * rendezvous: TRAIN_EXIT_OK on cpu. On cuda: TRAIN_EXIT_SPEC when the spec
+ * rendezvous: RM_EXIT_OK on cpu. On cuda: RM_EXIT_SPEC when the spec
  * asks for what the GPU path does not do (parallel.sharding other than
- * "none", train.precision other than "bf16"); TRAIN_EXIT_USAGE, retried by
+ * "none", train.precision other than "bf16"); RM_EXIT_USAGE, retried by
  * the coordinator like any node fault (docs/gpu.md says why), when this
  * process has no usable CUDA GPU ("parallel.device is cuda but this worker
  * has no usable CUDA GPU: <CUDA's reason>") or was built without CUDA.
@@ -201,7 +193,7 @@ typedef struct {
 int train_check_device(const jobspec_t *spec, char *err, size_t errlen);
 
 /*
- * Train as `spec` says (borrowed). Returns one of the TRAIN_EXIT_* codes;
+ * Train as `spec` says (borrowed). Returns one of the RM_EXIT_* codes;
  * on failure one line "ringworker: error: ..." naming the file or field has
  * gone to opt->log.
  */

@@ -2,7 +2,7 @@
  * train_cuda: the GPU side of the training loop (see train_cuda.h). A thin
  * layer over the model's CUDA row (worker/engine/model.h: its operations
  * and the device ones, model_dev) that speaks
- * train.c's terms: TRAIN_EXIT_* codes and their messages, the clipping rule
+ * train.c's terms: RM_EXIT_* codes and their messages, the clipping rule
  * split from AdamW the way train.c splits its phases, and host values
  * (the per-rank losses) sent through a device buffer, since an NCCL comm
  * reduces device memory only.
@@ -56,7 +56,7 @@ static void s_check(cudaError_t rc, const char *what)
 	exit(TRAIN_CUDA_EXIT_DEVICE);
 }
 
-/* "no usable CUDA GPU": retryable (TRAIN_EXIT_USAGE), never a spec error:
+/* "no usable CUDA GPU": retryable (RM_EXIT_USAGE), never a spec error:
  * the spec is fine, this worker cannot run it (docs/gpu.md). */
 static int s_no_gpu(const char *reason, char *err, size_t errlen)
 {
@@ -69,7 +69,7 @@ static int s_no_gpu(const char *reason, char *err, size_t errlen)
 	else
 		snprintf(err, errlen, "parallel.device is cuda but this worker has no usable CUDA GPU: %s",
 			 reason);
-	return TRAIN_EXIT_USAGE;
+	return RM_EXIT_USAGE;
 }
 
 int train_cuda_probe(char *err, size_t errlen)
@@ -84,7 +84,7 @@ int train_cuda_probe(char *err, size_t errlen)
 		(void)cudaGetLastError();
 		return s_no_gpu(cudaGetErrorString(rc), err, errlen);
 	}
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* zero2/zero3: the model's stream is the shard_t: backward's gradient
@@ -116,7 +116,7 @@ static void s_release(void *ctx, const float *p)
 }
 
 /* The GPU model of the spec's architecture (model.h's CUDA row), with the
- * shard_t behind its streaming under zero2 and zero3. TRAIN_EXIT_* code. */
+ * shard_t behind its streaming under zero2 and zero3. RM_EXIT_* code. */
 static int s_create_model(train_cuda_t *g, const char *arch, const model_config_t *cfg, int B,
 			  int T, const train_cuda_shard_t *shard, char *err, size_t errlen)
 {
@@ -127,7 +127,7 @@ static int s_create_model(train_cuda_t *g, const char *arch, const model_config_
 	if (attention && *attention && strcmp(attention, "gemm") != 0 && strcmp(attention, "fused") != 0) {
 		snprintf(err, errlen, "RINGMASTER_CUDA_ATTENTION must be gemm or fused (got '%s')",
 			 attention);
-		return TRAIN_EXIT_SPEC;
+		return RM_EXIT_SPEC;
 	}
 	model_stream_t stream = {g, s_fetch, s_release, s_stream_begin, s_stream_end};
 	model_options_t opt = {
@@ -148,11 +148,11 @@ static int s_create_model(train_cuda_t *g, const char *arch, const model_config_
 	}
 	if (rc < 0) {
 		snprintf(err, errlen, "%s", why[0] ? why : "cannot create the GPU model");
-		return rc == -ENOMEM ? TRAIN_EXIT_NOMEM : TRAIN_EXIT_SPEC;
+		return rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_SPEC;
 	}
 	g->dev = model_dev(g->model);
 	g->impl = model_impl(g->model);
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B, int T,
@@ -160,14 +160,14 @@ train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B,
                              char *err, size_t errlen)
 {
 	int rc = train_cuda_probe(err, errlen);
-	if (rc != TRAIN_EXIT_OK) {
+	if (rc != RM_EXIT_OK) {
 		*ret_exit = rc;
 		return NULL;
 	}
 	train_cuda_t *g = calloc(1, sizeof *g);
 	if (!g) {
 		snprintf(err, errlen, "out of host memory");
-		*ret_exit = TRAIN_EXIT_NOMEM;
+		*ret_exit = RM_EXIT_NOMEM;
 		return NULL;
 	}
 	struct cudaDeviceProp prop;
@@ -180,7 +180,7 @@ train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B,
 	if (shard)
 		g->shard = *shard; /* the model's stream reads g->shard.zero */
 	rc = s_create_model(g, arch, cfg, B, T, shard, err, errlen);
-	if (rc != TRAIN_EXIT_OK) {
+	if (rc != RM_EXIT_OK) {
 		*ret_exit = rc;
 		goto fail;
 	}
@@ -191,7 +191,7 @@ train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B,
 		(void)cudaGetLastError();
 		snprintf(err, errlen, "out of GPU memory: %zu floats for the per-rank losses: %s",
 			 g->n_vals, cudaGetErrorString(crc));
-		*ret_exit = TRAIN_EXIT_NOMEM;
+		*ret_exit = RM_EXIT_NOMEM;
 		goto fail;
 	}
 	if (shard) {
@@ -207,7 +207,7 @@ train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B,
 				 "out of GPU memory: %.1f MiB for the ZeRO-1 shard's gradients and AdamW"
 				 " state: %s",
 				 (double)bytes / 1048576.0, cudaGetErrorString(crc));
-			*ret_exit = TRAIN_EXIT_NOMEM;
+			*ret_exit = RM_EXIT_NOMEM;
 			goto fail;
 		}
 		g->shard_m = g->shard_state;

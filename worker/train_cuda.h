@@ -21,7 +21,7 @@
  * the agent sees only its own GPU (CUDA_VISIBLE_DEVICES), and `ringworker
  * train` uses the first visible one.
  *
- * Errors: train_cuda_probe and train_cuda_new return a TRAIN_EXIT_* code
+ * Errors: train_cuda_probe and train_cuda_new return a RM_EXIT_* code
  * with one line; afterwards CUDA failures are fatal in the engine (one line
  * on stderr, exit status 71, the CUDA row's).
  */
@@ -40,7 +40,7 @@ typedef struct train_cuda train_cuda_t;
 
 /*
  * Whether this process can train on a CUDA GPU, and makes device 0
- * current. TRAIN_EXIT_OK, or TRAIN_EXIT_USAGE with "parallel.device is cuda
+ * current. RM_EXIT_OK, or RM_EXIT_USAGE with "parallel.device is cuda
  * but this worker has no usable CUDA GPU: <CUDA's reason>" in err (docs/gpu.md
  * says why that status).
  */
@@ -78,9 +78,9 @@ typedef struct {
  * the moments are the shard's only, and the model's gradients are
  * reduce-scattered into a shard buffer (train_cuda_reduce_scatter) which
  * train_cuda_update steps. Returns NULL with one line in err and the exit
- * status in *ret_exit: TRAIN_EXIT_USAGE (no usable GPU, as
- * train_cuda_probe), TRAIN_EXIT_NOMEM (out of GPU memory, naming the
- * sizes), TRAIN_EXIT_SPEC (a model the GPU engine refuses, or an
+ * status in *ret_exit: RM_EXIT_USAGE (no usable GPU, as
+ * train_cuda_probe), RM_EXIT_NOMEM (out of GPU memory, naming the
+ * sizes), RM_EXIT_SPEC (a model the GPU engine refuses, or an
  * architecture without a CUDA row), as the model's error code says.
  */
 train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B, int T,

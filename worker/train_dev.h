@@ -24,14 +24,14 @@ struct train_dev {
 	/* The state lives on the device, t->model is its host mirror (never
 	 * run): the zero3 master shard too is the mirror's range. */
 	bool mirror;
-	/* Whether this process can train here: TRAIN_EXIT_OK, or a code with
+	/* Whether this process can train here: RM_EXIT_OK, or a code with
 	 * one line in err (train_check_device). */
 	int (*probe)(char *err, size_t errlen);
 	/* Where shard.c keeps its buffers (zero2/zero3). */
 	const shard_mem_t *shard_mem;
 	/* t->model for the spec (the model, or the device's host mirror), before
 	 * the shard layout; then the device's side once the layout is known
-	 * (n_vals: the most host values a collective sends). TRAIN_EXIT_* code,
+	 * (n_vals: the most host values a collective sends). RM_EXIT_* code,
 	 * logged. */
 	int (*create_model)(train_t *t, const model_config_t *cfg);
 	int (*create)(train_t *t, const model_config_t *cfg, size_t n_vals);

@@ -37,7 +37,7 @@ static int s_probe(char *err, size_t errlen)
 {
 	(void)err;
 	(void)errlen;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* The CPU model for the spec. */
@@ -61,7 +61,7 @@ static int s_create(train_t *t, const model_config_t *cfg, size_t n_vals)
 	(void)t;
 	(void)cfg;
 	(void)n_vals;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 static void s_free(train_t *t)

@@ -64,14 +64,14 @@ static int s_create_model(train_t *t, const model_config_t *cfg)
 static int s_create(train_t *t, const model_config_t *cfg, size_t n_vals)
 {
 	char err[512] = "";
-	int code = TRAIN_EXIT_USAGE;
+	int code = RM_EXIT_USAGE;
 	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts,
 				    t->zero};
 	t->gpu = train_cuda_new(t->spec->model.arch, cfg, t->B, t->T, n_vals,
 				t->sharded ? &shard : NULL, &code, err, sizeof err);
 	if (!t->gpu)
 		return train_error(t, code, "%s", err);
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 static void s_free(train_t *t)

@@ -89,7 +89,7 @@ double train_now_s(void);
 int train_error(const train_t *t, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* A failed collective: one line naming it and the comm's error; the comm
- * is aborted so that the other ranks fail at once too. TRAIN_EXIT_COMM. */
+ * is aborted so that the other ranks fail at once too. RM_EXIT_COMM. */
 int train_comm_error(train_t *t, const char *what, int64_t step);
 
 /* This rank's master parameters on the host (shard-indexed, shard_count of

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
+#include "fsutil.h"
 #include "snapshot.h"
 #include "snapw.h"
 
@@ -56,18 +56,18 @@ int tsnap_new(const tsnap_setup_t *setup, tsnap_t **ret_snap)
 	tsnap_t *s = calloc(1, sizeof *s);
 	if (!s) {
 		fprintf(setup->opt->log, "ringworker: error: out of memory\n");
-		return TRAIN_EXIT_NOMEM;
+		return RM_EXIT_NOMEM;
 	}
 	s->cfg = *setup;
 	s->cfg.tensors = NULL;
 	*ret_snap = s;
 	if (!setup->opt->checkpoint_dir)
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	int n = setup->n_tensors;
 	s->snap_tensors = calloc((size_t)n, sizeof *s->snap_tensors);
 	s->snapw = snapw_new();
 	if (!s->snap_tensors || !s->snapw)
-		return s_error(s, TRAIN_EXIT_NOMEM, "cannot start the snapshot writer: %s",
+		return s_error(s, RM_EXIT_NOMEM, "cannot start the snapshot writer: %s",
 			       strerror(errno ? errno : ENOMEM));
 	for (int i = 0; i < n; i++) {
 		const model_tensor_t *g = &setup->tensors[i];
@@ -78,7 +78,7 @@ int tsnap_new(const tsnap_setup_t *setup, tsnap_t **ret_snap)
 		x->shape[1] = g->shape[1];
 		x->offset = (int64_t)g->offset;
 	}
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 void tsnap_free(tsnap_t *s)
@@ -113,25 +113,6 @@ void tsnap_range(const tsnap_t *s, int64_t *ret_lo, int64_t *ret_count)
 }
 
 /* ---- taking ---- */
-
-/* mkdir -p: every missing folder of path. 0 or a negative errno. */
-static int s_mkdir(const char *path)
-{
-	char buf[4096];
-	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-		return -ENAMETOOLONG;
-	for (char *c = buf + 1;; c++) {
-		if (*c != '/' && *c != '\0')
-			continue;
-		char was = *c;
-		*c = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*c = was;
-		if (!was)
-			return 0;
-	}
-}
 
 /* Everything a manifest of `step` says but its files. The JSON objects are
  * new references; s_manifest_clear drops them. */
@@ -250,7 +231,7 @@ bool tsnap_begin(tsnap_t *s, int64_t step)
 	tsnap_poll(s, true); /* at most one in flight */
 	char tmp[4096];
 	s_tmp_dir(s, step, tmp, sizeof tmp);
-	int rc = s_mkdir(tmp);
+	int rc = fs_mkdir_p(tmp, 0755);
 	if (rc < 0) {
 		s_snapshot_failed(s, step, "cannot create %s: %s", tmp, strerror(-rc));
 		return false;
@@ -292,8 +273,8 @@ static int s_read(const tsnap_t *t, snap_t *s, const char *which, int64_t lo, in
 {
 	char err[1024];
 	if (count > 0 && snap_read_range(s, which, lo, count, out, err, sizeof err) < 0)
-		return s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: %s", snap_dir(s), err);
-	return TRAIN_EXIT_OK;
+		return s_error(t, RM_EXIT_DATA, "cannot resume from %s: %s", snap_dir(s), err);
+	return RM_EXIT_OK;
 }
 
 /* Rank 0, resuming with a bound: committed folders past it were renamed
@@ -320,27 +301,27 @@ static void s_remove_orphans(const tsnap_t *s, int64_t bound)
 }
 
 /* opt->resume_dir: open it and check every file's size and checksum.
- * TRAIN_EXIT_* code; *ret_snap set on success. The errors of snap_open and
+ * RM_EXIT_* code; *ret_snap set on success. The errors of snap_open and
  * snap_verify name the folder (or its manifest) already. */
 static int s_open_resume_dir(const tsnap_t *t, snap_t **ret_snap)
 {
 	char err[1024];
 	snap_t *s = NULL;
 	if (snap_open(t->cfg.opt->resume_dir, &s, err, sizeof err) < 0)
-		return s_error(t, TRAIN_EXIT_DATA,
+		return s_error(t, RM_EXIT_DATA,
 			       "cannot start from the snapshot named by resume_from: %s", err);
 	if (snap_verify(s, err, sizeof err) < 0) {
 		snap_close(s);
-		return s_error(t, TRAIN_EXIT_DATA,
+		return s_error(t, RM_EXIT_DATA,
 			       "cannot start from the snapshot named by resume_from: %s", err);
 	}
 	*ret_snap = s;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* The snapshot to resume from, open in *ret_snap (NULL: none, start
  * fresh), its folder in dir: the newest usable one of the job's own, else
- * opt->resume_dir. TRAIN_EXIT_* code. */
+ * opt->resume_dir. RM_EXIT_* code. */
 static int s_open(tsnap_t *t, snap_t **ret_snap, char *dir, size_t dir_len)
 {
 	const train_options_t *opt = t->cfg.opt;
@@ -357,18 +338,18 @@ static int s_open(tsnap_t *t, snap_t **ret_snap, char *dir, size_t dir_len)
 		found = snap_find_latest_upto(opt->checkpoint_dir, bound, &step, dir, dir_len,
 					      s_on_skip, t, err, sizeof err) == 0;
 		if (found && snap_open(dir, &s, err, sizeof err) < 0)
-			return s_error(t, TRAIN_EXIT_DATA, "cannot resume: %s", err);
+			return s_error(t, RM_EXIT_DATA, "cannot resume: %s", err);
 	}
 	if (!found) {
 		if (!opt->resume_dir)
-			return TRAIN_EXIT_OK; /* nothing committed yet: a fresh start */
+			return RM_EXIT_OK; /* nothing committed yet: a fresh start */
 		int rc = s_open_resume_dir(t, &s);
-		if (rc != TRAIN_EXIT_OK)
+		if (rc != RM_EXIT_OK)
 			return rc;
 		snprintf(dir, dir_len, "%s", opt->resume_dir);
 	}
 	*ret_snap = s;
-	return TRAIN_EXIT_OK;
+	return RM_EXIT_OK;
 }
 
 /* At any world size: each rank reads its own range of the flat buffers
@@ -380,32 +361,32 @@ int tsnap_resume(tsnap_t *t, const tsnap_dest_t *dest, int64_t *ret_start_step,
 	*ret_start_step = 1;
 	const bool own = opt->resume && opt->checkpoint_dir;
 	if (!own && !opt->resume_dir)
-		return TRAIN_EXIT_OK;
+		return RM_EXIT_OK;
 	double a = s_now_s();
 	char dir[4096];
 	snap_t *s = NULL;
 	int rc = s_open(t, &s, dir, sizeof dir);
-	if (rc != TRAIN_EXIT_OK || !s)
+	if (rc != RM_EXIT_OK || !s)
 		return rc;
 	const snap_manifest_t *m = snap_manifest(s);
 	const int64_t step = m->step; /* snap_open checked it against the folder's name */
 	json_t *c = json_object_get(m->data_cursor, "cursor");
 	if (m->n_params != (int64_t)t->cfg.n_params) {
-		rc = s_error(t, TRAIN_EXIT_SPEC,
+		rc = s_error(t, RM_EXIT_SPEC,
 			     "cannot resume from %s: it holds %" PRId64 " parameters but this model has"
 			     " %zu: the model in the spec is not the one that wrote the snapshot",
 			     dir, m->n_params, t->cfg.n_params);
 	} else if (!json_is_integer(c) || json_integer_value(c) < 0) {
-		rc = s_error(t, TRAIN_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
+		rc = s_error(t, RM_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
 			     dir);
 	} else {
 		rc = s_read(t, s, "params", dest->params_lo, dest->params_count, dest->params);
-		if (rc == TRAIN_EXIT_OK)
+		if (rc == RM_EXIT_OK)
 			rc = s_read(t, s, "adam_m", dest->lo, dest->count, dest->adam_m);
-		if (rc == TRAIN_EXIT_OK)
+		if (rc == RM_EXIT_OK)
 			rc = s_read(t, s, "adam_v", dest->lo, dest->count, dest->adam_v);
 	}
-	if (rc == TRAIN_EXIT_OK) {
+	if (rc == RM_EXIT_OK) {
 		*ret_cursor = (uint64_t)json_integer_value(c);
 		*ret_start_step = step + 1;
 		t->load_ms = (s_now_s() - a) * 1e3;

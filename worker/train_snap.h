@@ -39,8 +39,8 @@ typedef struct {
 
 /*
  * The snapshot state of one training run: with opt->checkpoint_dir, the
- * writer thread and the manifests' tensor table. TRAIN_EXIT_OK with
- * *ret_snap set, or TRAIN_EXIT_NOMEM (logged).
+ * writer thread and the manifests' tensor table. RM_EXIT_OK with
+ * *ret_snap set, or RM_EXIT_NOMEM (logged).
  */
 int tsnap_new(const tsnap_setup_t *setup, tsnap_t **ret_snap);
 
@@ -65,7 +65,7 @@ typedef struct {
  * job's own (rank 0 first removes committed folders past resume_upto),
  * else opt->resume_dir, into dest. *ret_start_step: 1 when starting fresh,
  * else the snapshot's step + 1, with *ret_cursor its data cursor (a global
- * sample index). TRAIN_EXIT_* code (logged).
+ * sample index). RM_EXIT_* code (logged).
  */
 int tsnap_resume(tsnap_t *s, const tsnap_dest_t *dest, int64_t *ret_start_step,
                  uint64_t *ret_cursor);

@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 	int rc = train_run(&spec, &opt);
 	comm_free(comm);
 	jobspec_free(&spec);
-	if (rc != TRAIN_EXIT_OK || rec.n != o.steps + o.warmup) {
+	if (rc != RM_EXIT_OK || rec.n != o.steps + o.warmup) {
 		fprintf(stderr, "bench_ddp_step: rank %d: training failed (exit %d)\n", o.rank, rc);
 		return 1;
 	}

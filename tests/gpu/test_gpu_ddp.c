@@ -273,7 +273,7 @@ static void s_run(const run_cfg_t *cfg, const char *tag, run_result_t *res)
 		res->params[r] = s_read_floats(path, &n);
 		if (r == 0)
 			res->n_params = n;
-		if (res->rc[r] != TRAIN_EXIT_OK) {
+		if (res->rc[r] != RM_EXIT_OK) {
 			s_path(path, sizeof path, tag, r, "log");
 			fprintf(stderr, "%s: rank %d exited with %d; its log (%s):\n", tag, r, res->rc[r], path);
 			char cmd[4300];
@@ -360,7 +360,7 @@ static void s_check_sharded(const run_result_t *a, const run_result_t *b, int W,
 	const bool zero1 = strcmp(mode, "zero1") == 0, zero3 = strcmp(mode, "zero3") == 0;
 	double worst = 0;
 	for (int r = 0; r < W; r++) {
-		CHECK(b->rc[r] == TRAIN_EXIT_OK && b->n_steps[r] == STEPS);
+		CHECK(b->rc[r] == RM_EXIT_OK && b->n_steps[r] == STEPS);
 		CHECK(b->params[r] && b->n_params == a->n_params);
 		if (r > 0 && b->params[0] && b->params[r])
 			CHECK(memcmp(b->params[0], b->params[r], b->n_params * sizeof(float)) == 0);
@@ -536,7 +536,7 @@ int main(void)
 	run_result_t alone, w1;
 	s_run(&alone_cfg, "alone", &alone);
 	s_run(&w1_cfg, "nccl-w1", &w1);
-	CHECK(alone.rc[0] == TRAIN_EXIT_OK && w1.rc[0] == TRAIN_EXIT_OK);
+	CHECK(alone.rc[0] == RM_EXIT_OK && w1.rc[0] == RM_EXIT_OK);
 	CHECK(alone.n_steps[0] == STEPS && w1.n_steps[0] == STEPS);
 	for (int s = 0; s < STEPS && s < alone.n_steps[0] && s < w1.n_steps[0]; s++) {
 		const step_rec_t *a = &alone.steps[0][s], *b = &w1.steps[0][s];
@@ -563,7 +563,7 @@ int main(void)
 		run_cfg_t w2_cfg = {.W = 2, .B = 2, .use_comm = true};
 		run_result_t w2;
 		s_run(&w2_cfg, "nccl-w2", &w2);
-		CHECK(w2.rc[0] == TRAIN_EXIT_OK && w2.rc[1] == TRAIN_EXIT_OK);
+		CHECK(w2.rc[0] == RM_EXIT_OK && w2.rc[1] == RM_EXIT_OK);
 		CHECK(w2.n_steps[0] == STEPS && w2.n_steps[1] == STEPS);
 		double worst_loss = 0, worst_norm = 0;
 		for (int s = 0; s < STEPS && s < w2.n_steps[0] && s < w2.n_steps[1]; s++) {

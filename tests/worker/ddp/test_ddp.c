@@ -18,10 +18,10 @@
  *                          of a run reports the same bits; quiet ranks print
  *                          nothing.
  *   test_ddp errors        parallel.world_size unlike the group's size
- *                          (TRAIN_EXIT_SPEC, message names the field);
- *                          on_step asking to stop (TRAIN_EXIT_ABORTED on
+ *                          (RM_EXIT_SPEC, message names the field);
+ *                          on_step asking to stop (RM_EXIT_ABORTED on
  *                          every rank); a rank dying after step 2 (the other
- *                          returns TRAIN_EXIT_COMM with one line naming the
+ *                          returns RM_EXIT_COMM with one line naming the
  *                          gradient all-reduce, long before the timeout).
  *   test_ddp zero W        (W = 2, 3 or 4; global batch 8, or 6 at W 3;
  *                          8 layers, so that one layer is an eighth of the
@@ -43,7 +43,7 @@
  *                          the parameter count is not a multiple of 3 (so
  *                          the last shard is padded). W = 2 also checks that
  *                          a rank dying under zero1 and under zero3 makes the
- *                          other fail (TRAIN_EXIT_COMM) naming the collective.
+ *                          other fail (RM_EXIT_COMM) naming the collective.
  *
  *   test_ddp profile       a job spec's profile (steps 3 to 6) with on_trace
  *                          set, under sharding none and zero2 at W = 2 with
@@ -419,7 +419,7 @@ static void s_dump_log(const run_result_t *res, int rank)
 static void s_check_clean(const run_cfg_t *cfg, const run_result_t *res, const char *tag)
 {
 	for (int r = 0; r < cfg->W; r++) {
-		if (res->rc[r] != TRAIN_EXIT_OK) {
+		if (res->rc[r] != RM_EXIT_OK) {
 			fprintf(stderr, "%s: rank %d exited %d\n", tag, r, res->rc[r]);
 			s_dump_log(res, r);
 			s_failures++;
@@ -614,11 +614,11 @@ static void s_zero(int W)
 			die.die_step = 2;
 			s_run(&die, deaths[k].mode == 1 ? "zero1-die" : "zero3-die", &res);
 			CHECK(res.rc[1] == 99);
-			CHECK(res.rc[0] == TRAIN_EXIT_COMM);
+			CHECK(res.rc[0] == RM_EXIT_COMM);
 			CHECK(res.n_steps[0] == 2);
 			CHECK(s_file_has(res.log_path[0], deaths[k].message));
 			CHECK(res.seconds < 15); /* the comm timeout is 20 s */
-			if (res.rc[0] != TRAIN_EXIT_COMM || !s_file_has(res.log_path[0], deaths[k].message))
+			if (res.rc[0] != RM_EXIT_COMM || !s_file_has(res.log_path[0], deaths[k].message))
 				s_dump_log(&res, 0);
 		}
 	}
@@ -631,16 +631,16 @@ static void s_errors(void)
 	run_cfg_t mismatch = {.W = 2, .B = 4, .A = 1, .use_comm = true, .spec_world = 4};
 	s_run(&mismatch, "mismatch", &res);
 	for (int r = 0; r < 2; r++) {
-		if (res.rc[r] != TRAIN_EXIT_SPEC)
+		if (res.rc[r] != RM_EXIT_SPEC)
 			s_dump_log(&res, r);
-		CHECK(res.rc[r] == TRAIN_EXIT_SPEC);
+		CHECK(res.rc[r] == RM_EXIT_SPEC);
 		CHECK(s_file_has(res.log_path[r], "parallel.world_size is 4 but this rank's group has 2"));
 	}
 
 	run_cfg_t stop = {.W = 2, .B = 4, .A = 1, .use_comm = true, .stop_at_step = 2};
 	s_run(&stop, "stop", &res);
 	for (int r = 0; r < 2; r++) {
-		CHECK(res.rc[r] == TRAIN_EXIT_ABORTED);
+		CHECK(res.rc[r] == RM_EXIT_ABORTED);
 		CHECK(res.n_steps[r] == 2);
 		CHECK(s_file_size(res.log_path[r]) == 0);
 	}
@@ -648,7 +648,7 @@ static void s_errors(void)
 	run_cfg_t die = {.W = 2, .B = 4, .A = 1, .use_comm = true, .die_rank = 1, .die_step = 2};
 	s_run(&die, "die", &res);
 	CHECK(res.rc[1] == 99);
-	CHECK(res.rc[0] == TRAIN_EXIT_COMM);
+	CHECK(res.rc[0] == RM_EXIT_COMM);
 	CHECK(res.n_steps[0] == 2);
 	CHECK(s_file_has(res.log_path[0], "ringworker: error: all-reduce of the gradients failed at step 3"));
 	CHECK(res.seconds < 15); /* the comm timeout is 20 s: the death was noticed */
