@@ -10,7 +10,7 @@
  * ranges ZeRO-2/3 stream (model_stream_t); the bytes it holds. The trainer
  * (worker/train.c), sharding (worker/shard.c), the optimizer
  * (engine/optim.c) and snapshots speak only these terms, so a new
- * architecture is a new row (docs/training.md, "Adding a model").
+ * architecture is a new row (docs/training.md, "Where things go").
  *
  * Parameters live in one flat fp32 buffer in tensor-table order, and their
  * gradients in a second one of the same layout: a ZeRO shard is a
