@@ -56,7 +56,10 @@ def last_step(d, job_id):
 def main(c, args):
     fake_dir = os.path.abspath(args[args.index("--fake-nvml") + 1])
     sharding = args[args.index("--sharding") + 1] if "--sharding" in args else "none"
-    d = c.start_daemon(["--heartbeat-ms", "200", "--restart-backoff-ms", "100"])
+    # 500 ms heartbeats (a node is lost after 1.5 s of silence): the emulated
+    # GPUs keep both cores busy, and at 200 ms a loaded machine made the agent
+    # look lost in the middle of the run.
+    d = c.start_daemon(["--heartbeat-ms", "500", "--restart-backoff-ms", "100"])
     ck = os.path.join(c.workdir, "checkpoints")
     with fake_gpus(fake_dir, FAKE_GPUS):
         agent = c.start_agent("gpu1", devices="cpu:1",
