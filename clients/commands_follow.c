@@ -25,10 +25,6 @@
 #include "commands_status.h"
 #include "table.h"
 
-/* The most lines the coordinator sends in one answer (CONTRACT: 1000); a
- * full page means there may be more already. */
-#define LOGS_PAGE_MAX 1000
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -140,8 +136,9 @@ static int read_state(cmd_ctx_t *ctx, const char *job_path, char *state, size_t 
 	return CTL_EXIT_OK;
 }
 
-/* Prints everything new: log pages until one is not full, or metrics pages
- * until the server has no more. */
+/* Prints everything new: log pages until one brings nothing new (the
+ * server may answer fewer than its page size of 1000 and still have more),
+ * metrics pages until the server has no more. */
 static int drain(cmd_ctx_t *ctx, const char *id, const cmd_follow_opts_t *o, logs_cursor_t *logs,
                  const char *metrics_path, long long *step_since, bool *header_done)
 {
@@ -150,7 +147,7 @@ static int drain(cmd_ctx_t *ctx, const char *id, const cmd_follow_opts_t *o, log
 		size_t n;
 		do {
 			status = logs_page(ctx, id, o, logs, &n);
-		} while (status == CTL_EXIT_OK && n >= LOGS_PAGE_MAX);
+		} while (status == CTL_EXIT_OK && n > 0);
 	} else if (o->what == FOLLOW_METRICS) {
 		bool more;
 		do {
