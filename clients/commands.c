@@ -1,7 +1,7 @@
 /*
  * commands: see commands.h. This file holds the table of subcommands; each
  * lives with its family: commands_jobs.c (submit, jobs, events, show,
- * cancel), commands_artifacts.c (checkpoints, trace), commands_status.c
+ * cancel), commands_follow.c (logs, wait), commands_artifacts.c (checkpoints, trace), commands_status.c
  * (workers, metrics) and export.c (export), on what commands_common.c
  * shares (options, requests, reading fields).
  */
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "commands_artifacts.h"
+#include "commands_follow.h"
 #include "commands_jobs.h"
 #include "commands_status.h"
 #include "export.h"
@@ -17,12 +18,21 @@
 /* ---- the command table ---------------------------------------------------- */
 
 static const cmd_t commands[] = {
-	{"submit", cmd_run_submit, "[--idempotency-key KEY] [--quiet] SPEC.json|-",
-	 "Submit a job spec (a file, or - for stdin) and print the new job."},
-	{"jobs", cmd_run_jobs, "[--state STATE] [--limit N] [--cursor C] [--all]",
-	 "List jobs; --all follows every page, --state filters."},
+	{"submit", cmd_run_submit,
+	 "[--idempotency-key KEY] [--quiet] [--wait [--metrics]] SPEC.json|-",
+	 "Submit a job spec (a file, or - for stdin) and print the new job; --wait then prints its"
+	 " log lines (or with --metrics its metrics rows) until it ends and exits as `wait` does."},
+	{"jobs", cmd_run_jobs, "[--state STATE] [--limit N] [--cursor C] [--all] [--watch]",
+	 "List jobs; --all follows every page, --state filters, --watch redraws the list when it"
+	 " changes until Ctrl-C."},
 	{"show", cmd_run_show, "ID", "Show one job: its state, timestamps and full spec."},
 	{"cancel", cmd_run_cancel, "ID", "Cancel a job."},
+	{"logs", cmd_run_logs, "[-f] [--rank R] [--attempt N] [--tail N] ID",
+	 "Print a job's log lines (its ranks' stdout and stderr) as \"[rR aN out|err] text\"; -f"
+	 " follows new lines until the job ends."},
+	{"wait", cmd_run_wait, "[--timeout S] ID",
+	 "Wait until a job ends: exit 0 if it succeeded, 3 if it failed, 4 if it was cancelled"
+	 " (the cause on stderr), 5 after --timeout seconds."},
 	{"events", cmd_run_events, "[--limit N] [--cursor C] [--all] ID",
 	 "List a job's events (state changes with their reasons)."},
 	{"metrics", cmd_run_metrics, "[--since STEP] [--follow] ID",
@@ -35,9 +45,9 @@ static const cmd_t commands[] = {
 	 " (default: stdout); open it in https://ui.perfetto.dev."},
 	{"workers", cmd_run_workers, "", "List the worker nodes known to the coordinator."},
 	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] -o FILE",
-	 "Write a snapshot's model weights as one Hugging Face safetensors file (local: reads the"
-	 " checkpoint folder, verifies checksums; JOB is looked up under --root,"
-	 " $RINGMASTER_CHECKPOINT_ROOT or " EXPORT_DEFAULT_ROOT ")."},
+	 "Write a snapshot's model weights as one Hugging Face safetensors file (reads the"
+	 " checkpoint folder, verifies checksums; JOB's snapshot is where the coordinator lists it,"
+	 " or under --root or $RINGMASTER_CHECKPOINT_ROOT when given)."},
 };
 
 const cmd_t *cmd_find(const char *name)

@@ -1,6 +1,6 @@
 /*
  * commands: ringctl's subcommands (submit, jobs, show, cancel, events,
- * metrics, checkpoints, trace, workers). Each parses its own options, makes its REST call(s) through
+ * logs, wait, metrics, checkpoints, trace, workers, export). Each parses its own options, makes its REST call(s) through
  * rest.c and prints either an aligned table (table.c) or, with --json, the
  * server's JSON for scripts. ringctl.c only parses the global options and
  * dispatches here. commands.c holds the table; the commands live by family
@@ -20,6 +20,9 @@ enum {
 	CTL_EXIT_OK = 0,
 	CTL_EXIT_FAILED = 1,      /* the server refused (HTTP error) or a local error */
 	CTL_EXIT_UNREACHABLE = 2, /* no HTTP answer from the server */
+	CTL_EXIT_JOB_FAILED = 3,    /* wait, submit --wait: the job ended failed */
+	CTL_EXIT_JOB_CANCELLED = 4, /* wait, submit --wait: the job ended cancelled */
+	CTL_EXIT_TIMEOUT = 5,       /* wait --timeout: the job had not ended in time */
 	CTL_EXIT_USAGE = 64,      /* bad command line (sysexits.h EX_USAGE) */
 };
 

@@ -18,6 +18,12 @@
 
 #include "report.h"
 
+bool cmd_state_is_final(const char *state)
+{
+	return state && (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
+	                 strcmp(state, "cancelled") == 0);
+}
+
 int cmd_usage_error(const char *cmd, const char *usage, const char *fmt, const char *arg)
 {
 	fputs("ringctl: ", stderr);
@@ -90,6 +96,28 @@ int cmd_parse_options(cmd_ctx_t *ctx, const cmd_t *cmd, int argc, char **argv,
 				return -1;
 			}
 			break;
+		case OPT_TAIL:
+			errno = 0;
+			opts->tail = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || opts->tail < 1 || opts->tail > 10000) {
+				*ret_exit = cmd_usage_error(cmd->name, cmd->usage,
+				                            "--tail needs an integer from 1 to 10000 (got \"%s\")", optarg);
+				return -1;
+			}
+			break;
+		case OPT_TIMEOUT:
+			errno = 0;
+			opts->timeout_s = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(opts->timeout_s > 0) || opts->timeout_s > 1e9) {
+				*ret_exit = cmd_usage_error(cmd->name, cmd->usage,
+				                            "--timeout needs a number of seconds > 0 (got \"%s\")", optarg);
+				return -1;
+			}
+			break;
+		case 'w':
+		case OPT_WAIT: opts->wait = true; break;
+		case OPT_METRICS: opts->metrics = true; break;
+		case OPT_WATCH: opts->watch = true; break;
 		case OPT_LIMIT:
 			errno = 0;
 			opts->limit = strtol(optarg, &end, 10);

@@ -40,6 +40,11 @@ enum {
 	OPT_OUTPUT,
 	OPT_RANK,
 	OPT_ATTEMPT,
+	OPT_TAIL,
+	OPT_TIMEOUT,
+	OPT_WAIT,
+	OPT_METRICS,
+	OPT_WATCH,
 };
 
 /* Options of every command, as parsed by cmd_parse_options(). */
@@ -55,7 +60,12 @@ typedef struct {
 	const char *output; /* trace: the file to write ("-" or NULL: stdout) */
 	long rank;          /* trace: only this rank, when has_rank */
 	bool has_rank;
-	long attempt;       /* trace: only this attempt; 0: all */
+	long attempt;       /* trace, logs: only this attempt; 0: all */
+	long tail;          /* logs: only the last N lines; 0: all */
+	double timeout_s;   /* wait: give up after this many seconds; 0: never */
+	bool wait;          /* submit: follow the job until it ends */
+	bool metrics;       /* submit --wait: print metrics rows rather than log lines */
+	bool watch;         /* jobs: redraw the list when it changes, until Ctrl-C */
 } cmd_opts_t;
 
 #define COMMON_LONG_OPTS                                                                           \
@@ -96,6 +106,9 @@ char *cmd_job_path(cmd_ctx_t *ctx, const char *id, const char *suffix);
 
 /* Appends "<sep>key=<escaped value>" to a malloc'ed path; returns 0 or -ENOMEM. */
 int cmd_path_add_query(cmd_ctx_t *ctx, char **path, const char *key, const char *value);
+
+/* Whether state is one a job never leaves: succeeded, failed or cancelled. */
+bool cmd_state_is_final(const char *state);
 
 /* Prints "ringctl: out of memory" and returns CTL_EXIT_FAILED. */
 int cmd_out_of_memory(void);

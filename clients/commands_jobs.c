@@ -13,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "commands_common.h"
+#include "commands_follow.h"
 #include "table.h"
 
 /* ---- submit --------------------------------------------------------------- */
@@ -76,14 +79,18 @@ int cmd_run_submit(cmd_ctx_t *ctx, int argc, char **argv)
 		COMMON_LONG_OPTS,
 		{"idempotency-key", required_argument, NULL, OPT_IDEM},
 		{"quiet", no_argument, NULL, 'q'},
+		{"wait", no_argument, NULL, OPT_WAIT},
+		{"metrics", no_argument, NULL, OPT_METRICS},
 		{0, 0, 0, 0},
 	};
 	const cmd_t *cmd = cmd_find("submit");
 	cmd_opts_t opts = {0};
 	int first, status;
-	if (cmd_parse_options(ctx, cmd, argc, argv, ":hq", long_opts, &opts, &first, &status) < 0 ||
+	if (cmd_parse_options(ctx, cmd, argc, argv, ":hqw", long_opts, &opts, &first, &status) < 0 ||
 	    cmd_expect_args(cmd, argc, first, 1, &status) < 0)
 		return status;
+	if (opts.metrics && !opts.wait)
+		return cmd_usage_error(cmd->name, cmd->usage, "%s applies only with --wait", "--metrics");
 	const char *path = argv[first];
 
 	char *spec = NULL; /* read_spec sets both on success; GCC's -Wmaybe-uninitialized cannot tell */
@@ -122,9 +129,26 @@ int cmd_run_submit(cmd_ctx_t *ctx, int argc, char **argv)
 		       name ? name : "", name && name[0] ? ")" : "", state ? state : "-");
 		free(name);
 	}
+	fflush(stdout);
+	char *wait_id = opts.wait && id ? strdup(id) : NULL;
 	json_decref(job);
 	rest_response_clear(&response);
-	return CTL_EXIT_OK;
+	if (!opts.wait)
+		return CTL_EXIT_OK;
+	if (!wait_id) {
+		fprintf(stderr, "ringctl: the server's answer names no job id; cannot wait for it\n");
+		return CTL_EXIT_FAILED;
+	}
+	const cmd_follow_opts_t o = {.what = opts.metrics ? FOLLOW_METRICS : FOLLOW_LOGS, .follow = true};
+	char end_state[32];
+	status = cmd_follow_job(ctx, wait_id, &o, end_state, sizeof end_state);
+	if (status == CTL_EXIT_OK) {
+		status = cmd_job_end_status(ctx, wait_id, end_state);
+		if (status == CTL_EXIT_OK && !ctx->json)
+			fprintf(stderr, "ringctl: job %s %s\n", wait_id, end_state);
+	}
+	free(wait_id);
+	return status;
 }
 
 /* ---- paged lists: jobs, events -------------------------------------------- */
@@ -227,6 +251,149 @@ static void hint_more(const char *what, const char *next)
 		fprintf(stderr, "ringctl: more %s: add --all, or --cursor %s for the next page\n", what, next);
 }
 
+/* Prints jobs as the `jobs` table to out. */
+static int print_jobs_table(const json_t *jobs, FILE *out)
+{
+	static const char *const headers[] = {"ID", "NAME", "STATE", "PRIO", "WORLD", "CREATED"};
+	table_t *table = table_new(6, headers);
+	if (!table)
+		return cmd_out_of_memory();
+	table_set_max_width(table, 1, NAME_MAX_CHARS);
+	int status = CTL_EXIT_OK;
+	size_t i;
+	json_t *job;
+	json_array_foreach(jobs, i, job) {
+		char b[6][128];
+		const json_t *spec = json_object_get(job, "spec");
+		const char *prio = cmd_field_text(job, "priority", b[3], sizeof b[3]);
+		if (!prio)
+			prio = cmd_field_text(spec, "priority", b[3], sizeof b[3]);
+		const char *world = cmd_field_text(job, "world_size", b[4], sizeof b[4]);
+		if (!world)
+			world = cmd_field_text(json_object_get(spec, "parallel"), "world_size", b[4], sizeof b[4]);
+		char created[64];
+		const char *cells[6] = {
+			cmd_field_text(job, "id", b[0], sizeof b[0]),
+			cmd_field_text(job, "name", b[1], sizeof b[1]),
+			cmd_field_text(job, "state", b[2], sizeof b[2]),
+			prio,
+			world,
+			cmd_short_time(cmd_field_text(job, "created_at", b[5], sizeof b[5]), created, sizeof created),
+		};
+		if (table_add_row(table, cells) < 0) {
+			status = cmd_out_of_memory();
+			break;
+		}
+	}
+	if (status == CTL_EXIT_OK)
+		table_print(table, out);
+	table_free(table);
+	return status;
+}
+
+/* Interval between two polls of `jobs --watch`. */
+#define JOBS_WATCH_INTERVAL_US 1000000
+
+/*
+ * One round of `jobs --watch` on the list just read. On a terminal: clears
+ * the screen and draws the whole table when it differs from *last (the
+ * text drawn last time, replaced). Elsewhere: prints the jobs that are new
+ * or changed since *seen (id -> compact JSON, updated), as a table or one
+ * JSON line each with --json; nothing when none changed.
+ */
+static int watch_round(const cmd_ctx_t *ctx, const json_t *jobs, bool tty, char **last, json_t *seen)
+{
+	if (tty) {
+		char *text = NULL;
+		size_t len = 0;
+		FILE *mem = open_memstream(&text, &len);
+		if (!mem)
+			return cmd_out_of_memory();
+		int status = print_jobs_table(jobs, mem);
+		fclose(mem);
+		if (status != CTL_EXIT_OK || !text) {
+			free(text);
+			return status != CTL_EXIT_OK ? status : cmd_out_of_memory();
+		}
+		if (!*last || strcmp(*last, text) != 0) {
+			time_t now = time(NULL);
+			char at[32];
+			strftime(at, sizeof at, "%H:%M:%S", localtime(&now));
+			printf("\033[H\033[2Jringctl jobs --watch (every %d s; Ctrl-C to stop)  %s\n\n%s",
+			       JOBS_WATCH_INTERVAL_US / 1000000, at, text);
+			fflush(stdout);
+		}
+		free(*last);
+		*last = text;
+		return CTL_EXIT_OK;
+	}
+	json_t *changed = json_array();
+	if (!changed)
+		return cmd_out_of_memory();
+	size_t i;
+	json_t *job;
+	json_array_foreach(jobs, i, job) {
+		const char *id = json_string_value(json_object_get(job, "id"));
+		char *text = json_dumps(job, JSON_COMPACT | JSON_SORT_KEYS);
+		const char *before = id ? json_string_value(json_object_get(seen, id)) : NULL;
+		if (text && (!before || strcmp(before, text) != 0)) {
+			json_array_append(changed, job);
+			if (id)
+				json_object_set_new(seen, id, json_string(text));
+		}
+		free(text);
+	}
+	int status = CTL_EXIT_OK;
+	if (json_array_size(changed) > 0) {
+		if (ctx->json) {
+			json_array_foreach(changed, i, job) {
+				char *text = json_dumps(job, JSON_COMPACT | JSON_PRESERVE_ORDER);
+				if (text)
+					printf("%s\n", text);
+				free(text);
+			}
+		} else {
+			status = print_jobs_table(changed, stdout);
+		}
+		fflush(stdout);
+	}
+	json_decref(changed);
+	return status;
+}
+
+/* `jobs --watch`: polls the list every JOBS_WATCH_INTERVAL_US until killed.
+ * A failed first read ends it; later failures are printed and retried. */
+static int watch_jobs(cmd_ctx_t *ctx, const cmd_opts_t *opts)
+{
+	bool tty = isatty(STDOUT_FILENO) == 1;
+	char *last = NULL;
+	json_t *seen = json_object();
+	if (!seen)
+		return cmd_out_of_memory();
+	for (int round = 0;; round++) {
+		json_t *jobs;
+		char *next;
+		rest_response_t single;
+		int status = fetch_pages(ctx, "/v1/jobs", "jobs", opts, &jobs, &next, &single);
+		if (status != CTL_EXIT_OK && round == 0) {
+			json_decref(seen);
+			return status;
+		}
+		if (status == CTL_EXIT_OK) {
+			status = watch_round(ctx, jobs, tty, &last, seen);
+			json_decref(jobs);
+			free(next);
+			rest_response_clear(&single);
+			if (status != CTL_EXIT_OK) {
+				free(last);
+				json_decref(seen);
+				return status;
+			}
+		}
+		usleep(JOBS_WATCH_INTERVAL_US);
+	}
+}
+
 int cmd_run_jobs(cmd_ctx_t *ctx, int argc, char **argv)
 {
 	static const struct option long_opts[] = {
@@ -235,14 +402,17 @@ int cmd_run_jobs(cmd_ctx_t *ctx, int argc, char **argv)
 		{"limit", required_argument, NULL, OPT_LIMIT},
 		{"cursor", required_argument, NULL, OPT_CURSOR},
 		{"all", no_argument, NULL, OPT_ALL},
+		{"watch", no_argument, NULL, OPT_WATCH},
 		{0, 0, 0, 0},
 	};
 	const cmd_t *cmd = cmd_find("jobs");
 	cmd_opts_t opts = {0};
 	int first, status;
-	if (cmd_parse_options(ctx, cmd, argc, argv, ":ha", long_opts, &opts, &first, &status) < 0 ||
+	if (cmd_parse_options(ctx, cmd, argc, argv, ":haw", long_opts, &opts, &first, &status) < 0 ||
 	    cmd_expect_args(cmd, argc, first, 0, &status) < 0)
 		return status;
+	if (opts.watch)
+		return watch_jobs(ctx, &opts);
 
 	json_t *jobs;
 	char *next;
@@ -251,46 +421,9 @@ int cmd_run_jobs(cmd_ctx_t *ctx, int argc, char **argv)
 		return status;
 	if (ctx->json) {
 		print_pages_json("jobs", jobs, next, &single);
-	} else {
-		static const char *const headers[] = {"ID", "NAME", "STATE", "PRIO", "WORLD", "CREATED"};
-		table_t *table = table_new(6, headers);
-		if (!table) {
-			status = cmd_out_of_memory();
-			goto out;
-		}
-		table_set_max_width(table, 1, NAME_MAX_CHARS);
-		size_t i;
-		json_t *job;
-		json_array_foreach(jobs, i, job) {
-			char b[6][128];
-			const json_t *spec = json_object_get(job, "spec");
-			const char *prio = cmd_field_text(job, "priority", b[3], sizeof b[3]);
-			if (!prio)
-				prio = cmd_field_text(spec, "priority", b[3], sizeof b[3]);
-			const char *world = cmd_field_text(job, "world_size", b[4], sizeof b[4]);
-			if (!world)
-				world = cmd_field_text(json_object_get(spec, "parallel"), "world_size", b[4], sizeof b[4]);
-			char created[64];
-			const char *cells[6] = {
-				cmd_field_text(job, "id", b[0], sizeof b[0]),
-				cmd_field_text(job, "name", b[1], sizeof b[1]),
-				cmd_field_text(job, "state", b[2], sizeof b[2]),
-				prio,
-				world,
-				cmd_short_time(cmd_field_text(job, "created_at", b[5], sizeof b[5]), created, sizeof created),
-			};
-			if (table_add_row(table, cells) < 0) {
-				status = cmd_out_of_memory();
-				break;
-			}
-		}
-		if (status == CTL_EXIT_OK) {
-			table_print(table, stdout);
-			hint_more("jobs", next);
-		}
-		table_free(table);
+	} else if ((status = print_jobs_table(jobs, stdout)) == CTL_EXIT_OK) {
+		hint_more("jobs", next);
 	}
-out:
 	json_decref(jobs);
 	free(next);
 	rest_response_clear(&single);

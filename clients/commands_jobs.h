@@ -1,7 +1,8 @@
 /*
  * commands_jobs: the ringctl subcommands about jobs themselves: submit
- * (a spec file or stdin, with an idempotency key), jobs and events (paged
- * lists that follow next_cursor with --all), show (one job with its ranks'
+ * (a spec file or stdin, with an idempotency key; --wait follows the job
+ * to its end through commands_follow), jobs and events (paged lists that
+ * follow next_cursor with --all; jobs --watch redraws on change), show (one job with its ranks'
  * memory and its spec) and cancel.
  */
 #ifndef RINGCTL_COMMANDS_JOBS_H

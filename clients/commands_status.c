@@ -113,18 +113,7 @@ static void print_metric_row(const json_t *m)
 	       json_number_value(json_object_get(m, "ms")));
 }
 
-static bool state_is_final(const char *state)
-{
-	return state && (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
-	                 strcmp(state, "cancelled") == 0);
-}
-
-/*
- * One page of metrics from step *since: prints its rows (a line of JSON
- * each with --json) and moves *since past the last one. *ret_more tells
- * whether the server has more rows already.
- */
-static int metrics_page(cmd_ctx_t *ctx, const char *base_path, long long *since, bool *header_done,
+int cmd_metrics_page(cmd_ctx_t *ctx, const char *base_path, long long *since, bool *header_done,
                         bool *ret_more)
 {
 	char *path = strdup(base_path);
@@ -199,7 +188,7 @@ int cmd_run_metrics(cmd_ctx_t *ctx, int argc, char **argv)
 			if ((status = cmd_request_json(ctx, "GET", job, NULL, 0, NULL, &response, &j)) != CTL_EXIT_OK)
 				break;
 			snprintf(state, sizeof state, "%s", cmd_or_empty(json_string_value(json_object_get(j, "state"))));
-			if (state_is_final(state)) {
+			if (cmd_state_is_final(state)) {
 				const char *reason = json_string_value(json_object_get(j, "state_reason"));
 				fprintf(stderr, "ringctl: job %s %s%s%s\n", argv[first], state, reason ? ": " : "",
 				        cmd_or_empty(reason));
@@ -208,11 +197,11 @@ int cmd_run_metrics(cmd_ctx_t *ctx, int argc, char **argv)
 			rest_response_clear(&response);
 		}
 		do {
-			status = metrics_page(ctx, path, &since, &header_done, &more);
+			status = cmd_metrics_page(ctx, path, &since, &header_done, &more);
 		} while (status == CTL_EXIT_OK && more);
 		if (status != CTL_EXIT_OK || !opts.follow)
 			break;
-		if (state_is_final(state)) {
+		if (cmd_state_is_final(state)) {
 			status = strcmp(state, "succeeded") == 0 ? CTL_EXIT_OK : CTL_EXIT_FAILED;
 			break;
 		}

@@ -14,4 +14,14 @@
 int cmd_run_workers(cmd_ctx_t *ctx, int argc, char **argv);
 int cmd_run_metrics(cmd_ctx_t *ctx, int argc, char **argv);
 
+/*
+ * One page of GET base_path?since_step=*since (base_path: a job's
+ * /metrics): prints its rows (the table header first when *header_done is
+ * false, then sets it; a line of JSON per row with --json) and moves *since
+ * past the last one. *ret_more tells whether the server has more rows
+ * already. Returns a CTL_EXIT_* status (the error printed).
+ */
+int cmd_metrics_page(cmd_ctx_t *ctx, const char *base_path, long long *since, bool *header_done,
+                     bool *ret_more);
+
 #endif

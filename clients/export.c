@@ -3,9 +3,14 @@
  * and verifies it (every shard's size and XXH3), then exports. Resolution:
  * an existing folder holding manifest.json is a snapshot folder; any other
  * existing folder is a job folder; a bare name (no '/') that is not a folder
- * here is a job id under the checkpoint root (--root, else
- * $RINGMASTER_CHECKPOINT_ROOT, else EXPORT_DEFAULT_ROOT). In a job folder,
- * --step N picks `step-N`, else the newest committed snapshot that verifies.
+ * here is a job id. With --root or $RINGMASTER_CHECKPOINT_ROOT, the job's
+ * folder is looked up under that root; otherwise the coordinator is asked
+ * (GET /v1/jobs/{id}/checkpoints, newest first) and the snapshot is read at
+ * the path it lists when this host can read it; when it cannot, the error
+ * names that path. Only when the coordinator cannot be reached is
+ * EXPORT_DEFAULT_ROOT tried. In a job folder, --step N picks `step-N`, else
+ * the newest committed snapshot that verifies; from the coordinator's list,
+ * --step N picks that step, else the newest listed.
  */
 #include "export.h"
 
@@ -18,9 +23,10 @@
 
 #include <jansson.h>
 
+#include "commands_common.h"
 #include "snapshot.h"
 
-enum { OPT_JSON = 1000, OPT_SERVER, OPT_HELP, OPT_STEP, OPT_ROOT };
+enum { OPT_STEP = 2000, OPT_ROOT };
 
 static int export_usage(const char *fmt, const char *arg)
 {
@@ -83,6 +89,89 @@ static int pick_in_job(const char *job_dir, long long step, char *ret_dir, size_
 	return 0;
 }
 
+/*
+ * Picks job's snapshot from the coordinator's list: step `step` (>= 0) or
+ * the newest. Returns 0 with the folder in ret_dir when this host can read
+ * it; otherwise prints why (naming the listed path) and returns a CTL_EXIT_*
+ * status, CTL_EXIT_UNREACHABLE when the coordinator did not answer.
+ */
+static int pick_listed(cmd_ctx_t *ctx, const char *job, long long step, char *ret_dir, size_t ret_len)
+{
+	char *path = cmd_job_path(ctx, job, "/checkpoints");
+	if (!path)
+		return cmd_out_of_memory();
+	rest_response_t response;
+	json_t *doc;
+	int status = cmd_request_json(ctx, "GET", path, NULL, 0, NULL, &response, &doc);
+	free(path);
+	if (status != CTL_EXIT_OK)
+		return status;
+	const json_t *list = json_object_get(doc, "checkpoints");
+	const json_t *pick = NULL;
+	size_t i;
+	json_t *c;
+	json_array_foreach(list, i, c) {
+		if (step < 0 || json_integer_value(json_object_get(c, "step")) == step) {
+			pick = c;
+			break;
+		}
+	}
+	const char *dir = json_string_value(json_object_get(pick, "path"));
+	status = CTL_EXIT_FAILED;
+	if (!pick && step >= 0) {
+		fprintf(stderr, "ringctl: job %s has no committed checkpoint of step %lld (ringctl checkpoints %s"
+		        " lists those it has)\n", job, step, job);
+	} else if (!pick) {
+		fprintf(stderr, "ringctl: job %s has no committed checkpoint yet (the coordinator lists none)\n", job);
+	} else if (!dir || !dir[0]) {
+		fprintf(stderr, "ringctl: the coordinator lists no path for job %s's checkpoint\n", job);
+	} else if (!is_dir(dir) || !has_manifest(dir)) {
+		int err = errno;
+		fprintf(stderr,
+		        "ringctl: job %s's snapshot of step %lld is at %s (as the coordinator lists it), which"
+		        " this host cannot read (%s); run ringctl export on the node that has it, or give"
+		        " --root DIR with the checkpoint root as mounted here\n",
+		        job, (long long)json_integer_value(json_object_get(pick, "step")), dir,
+		        is_dir(dir) ? "no " SNAP_MANIFEST_NAME " in it" : strerror(err));
+	} else if (snprintf(ret_dir, ret_len, "%s", dir) >= (int)ret_len) {
+		fprintf(stderr, "ringctl: path too long: %s\n", dir);
+	} else {
+		status = 0;
+	}
+	json_decref(doc);
+	rest_response_clear(&response);
+	return status;
+}
+
+/* Resolves a bare job id to its snapshot folder (see the top of the file). */
+static int pick_job(cmd_ctx_t *ctx, const char *arg, const char *root, long long step, char *ret_dir,
+                    size_t ret_len)
+{
+	const char *env = getenv("RINGMASTER_CHECKPOINT_ROOT");
+	if (!root && env && env[0])
+		root = env;
+	if (!root) {
+		int status = pick_listed(ctx, arg, step, ret_dir, ret_len);
+		if (status != CTL_EXIT_UNREACHABLE)
+			return status;
+		root = EXPORT_DEFAULT_ROOT;
+		fprintf(stderr, "ringctl: trying the default checkpoint root %s\n", root);
+	}
+	char job_dir[PATH_MAX];
+	if (snprintf(job_dir, sizeof job_dir, "%s/%s", root, arg) >= (int)sizeof job_dir) {
+		fprintf(stderr, "ringctl: path too long: %s/%s\n", root, arg);
+		return CTL_EXIT_FAILED;
+	}
+	if (!is_dir(job_dir)) {
+		fprintf(stderr,
+		        "ringctl: no such job folder %s (no folder %s here either; set --root or "
+		        "RINGMASTER_CHECKPOINT_ROOT to the checkpoint root)\n",
+		        job_dir, arg);
+		return CTL_EXIT_FAILED;
+	}
+	return pick_in_job(job_dir, step, ret_dir, ret_len);
+}
+
 int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 {
 	static const struct option long_opts[] = {
@@ -138,22 +227,7 @@ int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 		if ((status = pick_in_job(arg, step, dir, sizeof dir)) != 0)
 			return status;
 	} else if (!strchr(arg, '/') && strcmp(arg, "..") != 0 && strcmp(arg, ".") != 0) {
-		const char *env = getenv("RINGMASTER_CHECKPOINT_ROOT");
-		if (!root)
-			root = env && env[0] ? env : EXPORT_DEFAULT_ROOT;
-		char job_dir[PATH_MAX];
-		if (snprintf(job_dir, sizeof job_dir, "%s/%s", root, arg) >= (int)sizeof job_dir) {
-			fprintf(stderr, "ringctl: path too long: %s/%s\n", root, arg);
-			return CTL_EXIT_FAILED;
-		}
-		if (!is_dir(job_dir)) {
-			fprintf(stderr,
-			        "ringctl: no such job folder %s (no folder %s here either; set --root or "
-			        "RINGMASTER_CHECKPOINT_ROOT to the checkpoint root)\n",
-			        job_dir, arg);
-			return CTL_EXIT_FAILED;
-		}
-		if ((status = pick_in_job(job_dir, step, dir, sizeof dir)) != 0)
+		if ((status = pick_job(ctx, arg, root, step, dir, sizeof dir)) != 0)
 			return status;
 	} else {
 		fprintf(stderr, "ringctl: no such snapshot folder %s\n", arg);
