@@ -6,6 +6,7 @@
 # 1. POST /v1/jobs (durable: 201 only after fsync'ed commit) for 10 s with
 #    wrk -t2 -c32, then tops the store up to 10,000 jobs.
 # 2. GET /v1/jobs/{id} over 1,000 random ids for 10 s, wrk -t2 -c32 --latency.
+#    Then GET /v1/jobs?limit=100 (a page of the list) the same way.
 # 3. nginx serving a static file of the same size as one job's JSON, same wrk
 #    settings: the ceiling of HTTP serving on this machine.
 # Prints a markdown table; raw wrk output goes to $OUT_DIR (default a temp dir).
@@ -77,6 +78,9 @@ size=$(curl -s "http://127.0.0.1:$port/v1/jobs/$(head -1 "$work/ids.txt")" | wc 
 echo "== GET /v1/jobs/{id} ($total jobs in store, ${size} B), wrk -t2 -c32 -d${duration}s" >&2
 IDS="$work/ids.txt" wrk -t2 -c32 -d${duration}s --latency -s bench/http/get.lua http://127.0.0.1:$port > "$out/get.txt"
 
+echo "== GET /v1/jobs?limit=100, wrk -t2 -c32 -d${duration}s" >&2
+wrk -t2 -c32 -d${duration}s --latency "http://127.0.0.1:$port/v1/jobs?limit=100" > "$out/list.txt"
+
 kill "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=""
 
 mkdir -p "$work/www"
@@ -115,13 +119,14 @@ def parse(name):
     if n_err:
         sys.exit(f"{name}: {n_err} answers were not 2xx: the figures would be meaningless")
     return rps, p50, p99, n_err
-post, get, ngx = parse("post"), parse("get"), parse("nginx")
+post, get, lst, ngx = parse("post"), parse("get"), parse("list"), parse("nginx")
 print(f"jobs in store: {total}; job JSON {size} B; wrk -t2 -c32, 2 cores shared with wrk")
 print()
 print("| what | requests/s | p50 ms | p99 ms | non-2xx |")
 print("| --- | ---: | ---: | ---: | ---: |")
 for label, r in (("ringmasterd POST /v1/jobs (durable)", post),
                  ("ringmasterd GET /v1/jobs/{id}", get),
+                 ("ringmasterd GET /v1/jobs?limit=100", lst),
                  ("nginx static file, same size", ngx)):
     print(f"| {label} | {r[0]:.0f} | {r[1]:.2f} | {r[2]:.2f} | {r[3]} |")
 print()
