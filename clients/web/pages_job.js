@@ -114,6 +114,7 @@ export function jobPage(main, id) {
     const tf = rows.map((r) => (fpt && Number.isFinite(r.tokens_per_s) ? (r.tokens_per_s * fpt) / 1e12 : null));
     mfuChart.update([xs, tf, tf.map((v) => (v !== null && peak > 0 ? (100 * v) / (peak * world) : null))]);
     lossEl.dataset.points = String(rows.length);
+    lossEl.dataset.lastStep = rows.length ? String(rows[rows.length - 1].step) : '0';
     renderSummary();
   };
 
