@@ -136,6 +136,17 @@ static int sample_flush(sample_t *sp, store_metric_fn fn, void *userdata)
 	return fn(&sp->held, userdata);
 }
 
+/* Whether row i (with a validation loss or not) can change what is emitted:
+ * the others are skipped without being decoded. */
+static bool sample_wants(const sample_t *sp, int64_t i, bool has_val)
+{
+	if (i == 0 || i == sp->total - 1)
+		return true;
+	if (sp->n_mid_buckets <= 0)
+		return false;
+	return sample_bucket(sp, i) != sp->bucket || (has_val && !sp->held_val);
+}
+
 /* Feed row i; emits the rows it decides on through fn. */
 static int sample_row(sample_t *sp, int64_t i, const store_metric_t *m, store_metric_fn fn, void *userdata)
 {
@@ -189,6 +200,10 @@ int store_metric_list_sampled(store_t *st, const char *job_id, int64_t since_ste
 	int64_t i = 0;
 	int r = 0;
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW && i < total) {
+		if (total > max_points && !sample_wants(&sp, i, sqlite3_column_type(s, 9) != SQLITE_NULL)) {
+			i++;
+			continue;
+		}
 		store_metric_t m;
 		metric_from_row(s, &m);
 		r = total <= max_points ? fn(&m, userdata) : sample_row(&sp, i, &m, fn, userdata);

@@ -5,6 +5,7 @@ import { jobsPage } from './pages_jobs.js';
 import { jobPage } from './pages_job.js';
 import { workersPage } from './pages_workers.js';
 import { submitPage } from './pages_submit.js';
+import { routes } from './api.js';
 
 // h('td', {class: 'x', onclick: fn}, child, ...): an element; children are
 // nodes, strings or arrays of them; null and false are skipped.
@@ -51,5 +52,6 @@ function route() {
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.nav === nav);
 }
 
+routes(); // the route table, fetched once, alongside the first page's calls
 window.addEventListener('hashchange', route);
 route();

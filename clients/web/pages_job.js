@@ -257,8 +257,9 @@ export function jobPage(main, id) {
   };
   let first = true;
   const poll = async (full) => {
-    if (!(await loadJob())) return;
-    await Promise.all([loadEvents(), loadMetrics(full || first), loadCheckpoints(), first ? reloadLogs() : pollLogs()]);
+    const [found] = await Promise.all([loadJob(), loadEvents(), loadMetrics(full || first), loadCheckpoints(),
+      first ? reloadLogs() : pollLogs()]);
+    if (!found) return;
     first = false;
     draw(); renderRanks(); renderTimeline(); renderCheckpoints();
   };
