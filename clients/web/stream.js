@@ -13,9 +13,9 @@ export class Live {
   // url: the stream's path; template: its route row ("/v1/jobs/{id}/stream");
   // handlers: {type: fn(data)}; poll: async fn() reloading over REST;
   // onMode(mode): 'live' | 'polling' | 'ended'.
-  constructor({ url, template, handlers, poll, onMode = () => {} }) {
-    Object.assign(this, { baseUrl: url, template, handlers, poll, onMode });
-    this.book = new StreamBook();
+  constructor({ url, template, handlers, poll, onMode = () => {}, pollMs = POLL_MS, book = new StreamBook() }) {
+    Object.assign(this, { baseUrl: url, template, handlers, poll, onMode, pollMs });
+    this.book = book;
     this.es = null;
     this.timer = null;
     this.retry = null;
@@ -46,7 +46,7 @@ export class Live {
       this.stopPolling();
       this.onMode('live');
     };
-    for (const type of Object.keys(this.handlers)) {
+    for (const type of Object.keys(this.handlers).filter((t) => t !== 'end' && t !== 'reset')) {
       es.addEventListener(type, (e) => {
         if (!this.book.accept(e.lastEventId)) return;
         let data = null;
@@ -78,7 +78,7 @@ export class Live {
   startPolling() {
     if (this.timer || this.stopped) return;
     this.onMode('polling');
-    this.timer = setInterval(() => { this.poll(); }, POLL_MS);
+    this.timer = setInterval(() => { this.poll(); }, this.pollMs);
   }
 
   stopPolling() {
