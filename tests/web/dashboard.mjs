@@ -107,8 +107,20 @@ async function main() {
     log('recovered and going on: ' + rec.slice(0, 120));
     const exportLine = await page.textContent('#checkpoints tbody tr code');
     check(exportLine.startsWith(`ringctl export ${job} --step `), 'export line: ' + exportLine);
-    const logsText = await page.textContent('#logs');
-    check(logsText.length > 0, 'logs panel empty');
+    // logs: lines with follow and the rank filter where the daemon serves
+    // GET /v1/jobs/{id}/logs, else "no logs yet"
+    const routes = await (await fetch(URL_ + '/assets/routes.json')).json();
+    if (routes.routes.some((r) => r.path === '/v1/jobs/{id}/logs')) {
+      await page.waitForFunction(() => document.querySelectorAll('#logs > div').length > 0, null, { timeout: 30000 });
+      const n0 = await page.locator('#logs > div').count();
+      await page.waitForFunction((n) => document.querySelectorAll('#logs > div').length > n, n0, { timeout: 30000 });
+      await page.selectOption('#log-rank', '1');
+      await page.waitForFunction(() => { const l = [...document.querySelectorAll('#logs > div .r')]; return l.length > 0 && l.every((x) => x.textContent === '[1] '); }, null, { timeout: 30000 });
+      await page.selectOption('#log-rank', '');
+      log('logs followed, rank filter works');
+    } else {
+      check((await page.textContent('#logs')).includes('no logs yet'), 'logs panel without "no logs yet"');
+    }
     await page.waitForTimeout(500);
     await shot('job');
 
