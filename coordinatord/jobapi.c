@@ -414,10 +414,11 @@ enum MHD_Result jobapi_events(request_t *rq)
 
 #define METRICS_DEFAULT_LIMIT 1000
 #define METRICS_MAX_LIMIT 10000
+#define METRICS_MAX_POINTS 100000
 
 typedef struct {
 	const char *bad_key;
-	int n_since, n_limit;
+	int n_since, n_limit, n_max_points;
 } metrics_query_t;
 
 static enum MHD_Result metrics_query_iter(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -428,6 +429,8 @@ static enum MHD_Result metrics_query_iter(void *cls, enum MHD_ValueKind kind, co
 		q->n_since++;
 	else if (strcmp(key, "limit") == 0)
 		q->n_limit++;
+	else if (strcmp(key, "max_points") == 0)
+		q->n_max_points++;
 	else if (!q->bad_key)
 		q->bad_key = key;
 	return MHD_YES;
@@ -442,12 +445,14 @@ enum MHD_Result jobapi_metrics(request_t *rq)
 	metrics_query_t q = {0};
 	MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, metrics_query_iter, &q);
 	if (q.bad_key) {
-		snprintf(detail, sizeof detail, "unknown query parameter \"%.64s\" (allowed: since_step, limit)",
+		snprintf(detail, sizeof detail, "unknown query parameter \"%.64s\" (allowed: since_step, limit, max_points)",
 		         q.bad_key);
 		return request_bad_request(rq, detail, NULL);
 	}
-	if (q.n_since > 1 || q.n_limit > 1)
+	if (q.n_since > 1 || q.n_limit > 1 || q.n_max_points > 1)
 		return request_bad_request(rq, "each query parameter may appear once", NULL);
+	if (q.n_limit && q.n_max_points)
+		return request_bad_request(rq, "max_points and limit cannot be combined", "max_points");
 	long long since = 0;
 	int limit = METRICS_DEFAULT_LIMIT;
 	const char *v;
@@ -472,10 +477,27 @@ enum MHD_Result jobapi_metrics(request_t *rq)
 		}
 		limit = (int)n;
 	}
+	int max_points = 0;
+	if ((v = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "max_points"))) {
+		char *end;
+		errno = 0;
+		long n = strtol(v, &end, 10);
+		if (errno || end == v || *end || n < 2 || n > METRICS_MAX_POINTS) {
+			snprintf(detail, sizeof detail, "max_points must be an integer from 2 to %d (got \"%.64s\")",
+			         METRICS_MAX_POINTS, v);
+			return request_bad_request(rq, detail, "max_points");
+		}
+		max_points = (int)n;
+	}
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);
 	list_ctx_t l = {.items = json_array()};
+	if (max_points) {
+		/* downsampled: every matching row is covered, so no next page */
+		int r = l.items ? store_metric_list_sampled(st, id, since, max_points, metric_fn, &l) : -ENOMEM;
+		return list_reply(rq, r, &l, "metrics", NULL, "next_since_step");
+	}
 	bool more = false;
 	int r = l.items ? store_metric_list(st, id, since, limit, metric_fn, &l, &more) : -ENOMEM;
 	json_t *next = r == 0 && more && json_array_size(l.items) > 0 ? json_integer(l.last + 1) : NULL;

@@ -8,6 +8,7 @@
 
 #include "jobapi.h"
 #include "opsapi.h"
+#include "webui.h"
 
 #define P ROUTE_PERM_PUBLIC
 
@@ -26,6 +27,8 @@ static const route_t s_routes[] = {
 	{METRICS_METHOD_GET, "/healthz", opsapi_healthz, "/healthz", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/readyz", opsapi_readyz, "/readyz", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/metrics", opsapi_metrics, "/metrics", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/", webui_index, "/", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/assets/{name}", webui_asset, "/assets/{name}", P, ROUTE_BODY_NONE},
 };
 #define N_ROUTES (sizeof s_routes / sizeof s_routes[0])
 

@@ -371,6 +371,13 @@ int store_metric_last_step(store_t *st, const char *job_id, int attempt, int64_t
 typedef int (*store_metric_fn)(const store_metric_t *m, void *userdata);
 int store_metric_list(store_t *st, const char *job_id, int64_t since_step, int limit,
                       store_metric_fn fn, void *userdata, bool *ret_more);
+/* Metrics rows of a job with step >= since_step, downsampled to at most
+ * max_points (>= 2) rows evenly spread over the rows in step order: the
+ * first and the last row always, and between them one row per bucket, a row
+ * with a validation loss preferred to one without. All rows when there are
+ * no more than max_points. -ENOENT: no such job; -EINVAL: max_points < 2. */
+int store_metric_list_sampled(store_t *st, const char *job_id, int64_t since_step, int max_points,
+                              store_metric_fn fn, void *userdata);
 /* The latest metrics row (highest step) of every running job. */
 int store_metric_latest_running(store_t *st, store_metric_fn fn, void *userdata);
 

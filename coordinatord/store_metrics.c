@@ -112,6 +112,113 @@ int store_metric_list(store_t *st, const char *job_id, int64_t since_step, int l
 	return r;
 }
 
+/* Sampling state of store_metric_list_sampled: the rows are numbered 0 ..
+ * total-1; row 0 and row total-1 are emitted alone, the rows between fall
+ * into max_points-2 buckets of which each emits one row (its first row with
+ * a validation loss, else its first row). */
+typedef struct {
+	int64_t total, n_mid_buckets;
+	int64_t bucket;   /* the bucket `held` belongs to; -1 when none is held */
+	bool held_val;    /* held has a validation loss */
+	store_metric_t held;
+} sample_t;
+
+static int64_t sample_bucket(const sample_t *sp, int64_t i)
+{
+	return (i - 1) * sp->n_mid_buckets / (sp->total - 2);
+}
+
+static int sample_flush(sample_t *sp, store_metric_fn fn, void *userdata)
+{
+	if (sp->bucket < 0)
+		return 0;
+	sp->bucket = -1;
+	return fn(&sp->held, userdata);
+}
+
+/* Whether row i (with a validation loss or not) can change what is emitted:
+ * the others are skipped without being decoded. */
+static bool sample_wants(const sample_t *sp, int64_t i, bool has_val)
+{
+	if (i == 0 || i == sp->total - 1)
+		return true;
+	if (sp->n_mid_buckets <= 0)
+		return false;
+	return sample_bucket(sp, i) != sp->bucket || (has_val && !sp->held_val);
+}
+
+/* Feed row i; emits the rows it decides on through fn. */
+static int sample_row(sample_t *sp, int64_t i, const store_metric_t *m, store_metric_fn fn, void *userdata)
+{
+	if (i == 0 || i == sp->total - 1) {
+		int r = sample_flush(sp, fn, userdata);
+		return r ? r : fn(m, userdata);
+	}
+	if (sp->n_mid_buckets <= 0)
+		return 0;
+	int64_t b = sample_bucket(sp, i);
+	if (b != sp->bucket) {
+		int r = sample_flush(sp, fn, userdata);
+		if (r)
+			return r;
+		sp->bucket = b;
+		sp->held = *m;
+		sp->held_val = m->has_val_loss;
+	} else if (m->has_val_loss && !sp->held_val) {
+		sp->held = *m;
+		sp->held_val = true;
+	}
+	return 0;
+}
+
+int store_metric_list_sampled(store_t *st, const char *job_id, int64_t since_step, int max_points,
+                              store_metric_fn fn, void *userdata)
+{
+	if (max_points < 2)
+		return -EINVAL;
+	int rc = job_exists(st, job_id);
+	if (rc != 0)
+		return rc;
+	sqlite3_stmt *c = NULL;
+	rc = sqlite3_prepare_v2(st->db, "SELECT count(*) FROM metrics WHERE job_id = ?1 AND step >= ?2", -1, &c,
+	                        NULL);
+	if (rc != SQLITE_OK)
+		return sqlite_err(rc);
+	sqlite3_bind_text(c, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(c, 2, since_step);
+	rc = sqlite3_step(c);
+	int64_t total = rc == SQLITE_ROW ? sqlite3_column_int64(c, 0) : 0;
+	sqlite3_finalize(c);
+	if (rc != SQLITE_ROW)
+		return sqlite_err(rc);
+
+	sample_t sp = {.total = total, .n_mid_buckets = max_points - 2, .bucket = -1};
+	sqlite3_stmt *s = stmt(st, ST_METRIC_LIST);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, since_step);
+	sqlite3_bind_int64(s, 3, total);
+	int64_t i = 0;
+	int r = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW && i < total) {
+		if (total > max_points && !sample_wants(&sp, i, sqlite3_column_type(s, 9) != SQLITE_NULL)) {
+			i++;
+			continue;
+		}
+		store_metric_t m;
+		metric_from_row(s, &m);
+		r = total <= max_points ? fn(&m, userdata) : sample_row(&sp, i, &m, fn, userdata);
+		i++;
+		if (r != 0)
+			break;
+	}
+	if (r == 0 && rc != SQLITE_ROW)
+		r = rc_done(rc);
+	sqlite3_reset(s);
+	if (r == 0)
+		r = sample_flush(&sp, fn, userdata); /* rows deleted since the count */
+	return r;
+}
+
 int store_metric_latest_running(store_t *st, store_metric_fn fn, void *userdata)
 {
 	sqlite3_stmt *s = stmt(st, ST_METRIC_LATEST_RUNNING);

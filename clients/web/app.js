@@ -1,0 +1,57 @@
+// app: the dashboard's entry point: hash routing (#/jobs, #/jobs/ID,
+// #/workers, #/submit) and the DOM helper the pages share.
+
+import { jobsPage } from './pages_jobs.js';
+import { jobPage } from './pages_job.js';
+import { workersPage } from './pages_workers.js';
+import { submitPage } from './pages_submit.js';
+import { routes } from './api.js';
+
+// h('td', {class: 'x', onclick: fn}, child, ...): an element; children are
+// nodes, strings or arrays of them; null and false are skipped.
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else if (k in el && typeof v !== 'string') el[k] = v;
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  add(el, children);
+  return el;
+}
+
+function add(el, children) {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) add(el, c);
+    else el.append(c instanceof Node ? c : String(c));
+  }
+}
+
+export function setMode(text) {
+  document.getElementById('mode').textContent = text;
+}
+
+let current = null;
+
+function route() {
+  if (current && current.stop) current.stop();
+  current = null;
+  const main = document.getElementById('main');
+  main.replaceChildren();
+  setMode('');
+  const hash = location.hash.replace(/^#/, '') || '/jobs';
+  const parts = hash.split('/').filter(Boolean).map(decodeURIComponent);
+  let nav = parts[0] || 'jobs';
+  if (parts[0] === 'jobs' && parts[1]) current = jobPage(main, parts[1]);
+  else if (parts[0] === 'workers') current = workersPage(main);
+  else if (parts[0] === 'submit') current = submitPage(main);
+  else { nav = 'jobs'; current = jobsPage(main, new URLSearchParams(hash.split('?')[1] || '')); }
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.nav === nav);
+}
+
+routes(); // the route table, fetched once, alongside the first page's calls
+window.addEventListener('hashchange', route);
+route();
