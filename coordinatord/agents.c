@@ -314,15 +314,36 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 	attempt_failed(f, at, cause, attempt_not_retryable(attempt_payload_failure(p, (int)code, (int)sig)), detection_us);
 }
 
+/* LOGS: a rank's output lines, stored in this loop's transaction
+ * (coordinatord/store_logs.c). Lines of an unknown job are dropped. */
+static void on_logs(fabric_t *f, const char *ident, json_t *p)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	json_int_t attempt = json_integer_value(json_object_get(p, "attempt"));
+	json_int_t rank = json_integer_value(json_object_get(p, "rank"));
+	if (attempt < 0 || attempt > INT32_MAX || rank < 0 || rank > INT32_MAX) {
+		fabric_send_error(f, ident, strlen(ident), 400, "LOGS: attempt and rank must be integers >= 0");
+		return;
+	}
+	if (!fabric_tx(f))
+		return;
+	int r = store_log_append(f->st, job, (int)attempt, (int)rank, json_object_get(p, "lines"),
+	                         json_integer_value(json_object_get(p, "dropped")), STORE_LOG_MAX_LINES, NULL, NULL);
+	if (r == -ENOENT)
+		log_warn("LOGS from %.100s for unknown job %.64s: dropped", ident, job);
+	else
+		fabric_wrote(f, r, "job logs");
+}
+
 void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_type_t type, json_t *p)
 {
 	if (type == WIRE_REGISTER) {
 		on_register(f, ident, node, p);
 		return;
 	}
-	if (type != WIRE_HEARTBEAT && type != WIRE_RANK_EXITED) {
+	if (type != WIRE_HEARTBEAT && type != WIRE_RANK_EXITED && type != WIRE_LOGS) {
 		char detail[200];
-		snprintf(detail, sizeof detail, "an agent sends REGISTER, HEARTBEAT or RANK_EXITED, not %s",
+		snprintf(detail, sizeof detail, "an agent sends REGISTER, HEARTBEAT, RANK_EXITED or LOGS, not %s",
 		         wire_type_name(type));
 		fabric_send_error(f, ident, strlen(ident), 400, detail);
 		return;
@@ -338,6 +359,8 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
 	agents_touch(a);
 	if (type == WIRE_RANK_EXITED)
 		on_rank_exited(f, a, p);
+	else if (type == WIRE_LOGS)
+		on_logs(f, ident, p);
 }
 
 void agents_expire(fabric_t *f, int64_t now)

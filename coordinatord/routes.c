@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "jobapi.h"
+#include "logapi.h"
 #include "opsapi.h"
 
 #define P ROUTE_PERM_PUBLIC
@@ -22,6 +23,7 @@ static const route_t s_routes[] = {
 	{METRICS_METHOD_GET, "/v1/jobs/{id}/checkpoints", jobapi_checkpoints, "/v1/jobs/{id}/checkpoints", P,
 	 ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/v1/jobs/{id}/trace", jobapi_trace, "/v1/jobs/{id}/trace", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/logs", logapi_logs, "/v1/jobs/{id}/logs", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/v1/workers", opsapi_workers, "/v1/workers", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/healthz", opsapi_healthz, "/healthz", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/readyz", opsapi_readyz, "/readyz", P, ROUTE_BODY_NONE},

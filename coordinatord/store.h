@@ -374,4 +374,54 @@ int store_metric_list(store_t *st, const char *job_id, int64_t since_step, int l
 /* The latest metrics row (highest step) of every running job. */
 int store_metric_latest_running(store_t *st, store_metric_fn fn, void *userdata);
 
+/* ---- job logs (schema 006; store_logs.c) ---- */
+
+#define STORE_LOG_MAX_LINES 100000   /* kept per job; past it the oldest go */
+#define STORE_LOG_TEXT_MAX_BYTES 4096
+
+/* One stored log line; text is borrowed for a list callback. */
+typedef struct {
+	int64_t seq;      /* its id: increasing in storage order */
+	int attempt;
+	int rank;
+	int stream;       /* 0 stdout, 1 stderr */
+	int64_t time_us;  /* the agent's wall clock when read, Unix microseconds */
+	const char *text;
+} store_log_line_t;
+
+typedef int (*store_log_fn)(const store_log_line_t *line, void *userdata);
+
+/*
+ * Writer: store the lines of one LOGS message (api/wire.h) of rank `rank` of
+ * `attempt` of a job, in order. A line that is not {stream: "stdout" |
+ * "stderr", time_us: integer >= 0, text: string of at most
+ * STORE_LOG_TEXT_MAX_BYTES} is not stored and counts as dropped, as do the
+ * `dropped` the agent reports. Past `max_lines` lines kept for the job the
+ * oldest are deleted (and counted as dropped). `fn` (may be NULL) gets each
+ * line stored, with its seq. Several statements: call it inside
+ * store_begin / store_commit. -ENOENT: no such job; -EINVAL: a negative
+ * attempt or rank, or lines not an array.
+ */
+int store_log_append(store_t *st, const char *job_id, int attempt, int rank, const json_t *lines,
+                     int64_t dropped, int64_t max_lines, store_log_fn fn, void *userdata);
+
+/* What GET /v1/jobs/{id}/logs asks: -1 for all attempts / ranks; lines with
+ * seq > since; tail > 0: only the last `tail` of those; at most `limit`
+ * (from the oldest, when tail is 0). */
+typedef struct {
+	int attempt;
+	int rank;
+	int64_t since;
+	int tail;
+	int limit;
+} store_log_query_t;
+
+/* The lines matching `q`, oldest first, to `fn` (a non-zero return stops the
+ * walk and is returned). -ENOENT: no such job. */
+int store_log_list(store_t *st, const char *job_id, const store_log_query_t *q, store_log_fn fn,
+                   void *userdata);
+
+/* The lines dropped for a job so far (0 when none). -ENOENT: no such job. */
+int store_log_dropped(store_t *st, const char *job_id, int64_t *ret_dropped);
+
 #endif
