@@ -1,0 +1,112 @@
+"""Log flood benchmark (issue 21): a 1-rank CPU job run by the real
+ringmasterd and agent, once quiet and once with its rank printing
+RINGMASTER_BENCH_LOG_FLOOD lines per second on stdout (a benchmark knob of
+worker/rank.c). Reports, for each run: the rank's median step time (the
+metrics rows' ms, steps after the 10th), the rate of GET /v1/jobs/{id}
+answered by one keep-alive client looping during the run, the lines stored
+and dropped (GET /v1/jobs/{id}/logs), and the CPU seconds of ringmasterd
+and the agent (/proc/PID/stat).
+
+usage: python3 bench/streams/log_flood.py --ringmasterd build/coordinatord/ringmasterd \
+           --ringworker build/worker/ringworker [--lines-per-s 10000] [--steps 300]
+"""
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "cluster"))
+from cluster import Cluster, tiny_spec, wait_workers  # noqa: E402
+
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def hammer(port, job, stop, out):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    n, lat = 0, []
+    while not stop.is_set():
+        t = time.perf_counter()
+        conn.request("GET", "/v1/jobs/%s" % job)
+        r = conn.getresponse()
+        r.read()
+        lat.append(time.perf_counter() - t)
+        if r.status == 200:
+            n += 1
+    out["n"], out["lat"] = n, lat
+
+
+def one_run(args, flood):
+    workdir = tempfile.mkdtemp(prefix="rm-bench-flood-")
+    bins = {"ringmasterd": args.ringmasterd, "ringworker": args.ringworker, "ringctl": None}
+    c = Cluster(bins, workdir)
+    if flood:
+        os.environ["RINGMASTER_BENCH_LOG_FLOOD"] = str(args.lines_per_s)
+    else:
+        os.environ.pop("RINGMASTER_BENCH_LOG_FLOOD", None)
+    try:
+        d = c.start_daemon()
+        agent = c.start_agent("b1", devices="cpu:1")
+        wait_workers(d, ["b1"])
+        spec = tiny_spec("flood" if flood else "quiet", 1, 8, args.steps)
+        spec["model"] = {"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 256, "seq_len": 64}
+        d_cpu0, a_cpu0 = cpu_s(d.proc.pid), cpu_s(agent.proc.pid)
+        t0 = time.time()
+        job = d.submit(spec)["id"]
+        d.wait_state(job, {"running"}, timeout=60)
+        stop, got = threading.Event(), {}
+        th = threading.Thread(target=hammer, args=(d.port, job, stop, got))
+        th.start()
+        h0 = time.time()
+        d.wait_state(job, {"succeeded", "failed"}, timeout=900)
+        stop.set()
+        th.join()
+        h_s = time.time() - h0
+        wall = time.time() - t0
+        d_cpu, a_cpu = cpu_s(d.proc.pid) - d_cpu0, cpu_s(agent.proc.pid) - a_cpu0
+        time.sleep(1)
+        rows = [r for r in d.json("GET", "/v1/jobs/%s/metrics?limit=10000" % job)["metrics"] if r.get("ms")]
+        ms = [r["ms"] for r in rows if r["step"] > 10]
+        lg = d.json("GET", "/v1/jobs/%s/logs?tail=1" % job)
+        last_seq = lg["lines"][-1]["seq"] if lg["lines"] else 0
+        first = d.json("GET", "/v1/jobs/%s/logs?since=0" % job)["lines"]
+        stored = last_seq - (first[0]["seq"] if first else 0) + 1 if first else 0
+        lat = sorted(got["lat"])
+        return {
+            "flood": flood, "step_ms_median": statistics.median(ms), "step_ms_mean": statistics.mean(ms),
+            "get_per_s": got["n"] / h_s, "get_p99_ms": lat[int(len(lat) * 0.99)] * 1000 if lat else None,
+            "lines_stored": stored, "lines_dropped": lg["dropped"], "wall_s": wall,
+            "ringmasterd_cpu_s": d_cpu, "agent_cpu_s": a_cpu,
+        }
+    finally:
+        c.stop()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ringmasterd", required=True)
+    p.add_argument("--ringworker", required=True)
+    p.add_argument("--lines-per-s", type=int, default=10000)
+    p.add_argument("--steps", type=int, default=300)
+    args = p.parse_args()
+    args.ringmasterd = os.path.abspath(args.ringmasterd)
+    args.ringworker = os.path.abspath(args.ringworker)
+    res = [one_run(args, False), one_run(args, True)]
+    for r in res:
+        print(json.dumps(r))
+    q, f = res
+    print("step time: %.2f ms quiet, %.2f ms flooding (%+.1f%%); GET /v1/jobs/{id}: %.0f/s quiet, %.0f/s flooding"
+          % (q["step_ms_median"], f["step_ms_median"], 100 * (f["step_ms_median"] / q["step_ms_median"] - 1),
+             q["get_per_s"], f["get_per_s"]))
+
+
+if __name__ == "__main__":
+    main()
