@@ -13,7 +13,8 @@
 #include <string.h>
 
 #include "jobspec.h"
-#include "jobview.h"
+#include "feed.h"
+#include "streamapi.h"
 
 typedef struct {
 	const char *bad_key;
@@ -62,9 +63,7 @@ typedef struct {
 static int s_line_fn(const store_log_line_t *l, void *userdata)
 {
 	list_ctx_t *c = userdata;
-	json_t *o = json_pack("{s:I, s:i, s:i, s:s, s:o, s:s}", "seq", (json_int_t)l->seq, "rank", l->rank,
-	                      "attempt", l->attempt, "stream", l->stream ? "stderr" : "stdout", "time",
-	                      jobview_time(l->time_us), "text", l->text);
+	json_t *o = feed_log_line_json(l);
 	if (!o || json_array_append_new(c->lines, o) < 0)
 		return -ENOMEM;
 	c->last_seq = l->seq;
@@ -116,7 +115,7 @@ enum MHD_Result logapi_logs(request_t *rq)
 	if (!s_parse(rq, &q, &follow, &answer))
 		return answer;
 	if (follow)
-		return request_bad_request(rq, "follow=1 is not served yet: poll with since=NEXT", "follow");
+		return streamapi_logs(rq, &q);
 	store_t *st = request_reader(rq);
 	if (!st)
 		return request_db_unavailable(rq);

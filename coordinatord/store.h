@@ -424,4 +424,20 @@ int store_log_list(store_t *st, const char *job_id, const store_log_query_t *q, 
 /* The lines dropped for a job so far (0 when none). -ENOENT: no such job. */
 int store_log_dropped(store_t *st, const char *job_id, int64_t *ret_dropped);
 
+/* ---- the change feed (store_feed.c; writer, after a commit) ---- */
+
+/* The highest event id, metrics row id and log seq stored (0: none). */
+int store_feed_max_ids(store_t *st, int64_t *ret_event, int64_t *ret_metric, int64_t *ret_log);
+
+/* Every event row with id > after_id, by id, to `fn` (a non-zero return stops). */
+int store_feed_events(store_t *st, int64_t after_id, store_event_fn fn, void *userdata);
+
+/* Every metrics row with id > after_id, by id. */
+typedef int (*store_feed_metric_fn)(int64_t id, const store_metric_t *m, void *userdata);
+int store_feed_metrics(store_t *st, int64_t after_id, store_feed_metric_fn fn, void *userdata);
+
+/* Every log line with seq > after_seq, by seq. */
+typedef int (*store_feed_log_fn)(const char *job_id, const store_log_line_t *l, void *userdata);
+int store_feed_logs(store_t *st, int64_t after_seq, store_feed_log_fn fn, void *userdata);
+
 #endif
