@@ -50,6 +50,7 @@ typedef struct {
 	int rank;
 	int fds[2];                    /* read ends of its stdout and stderr; -1 once closed */
 	ranklog_t log;                 /* its lines on their way to the coordinator */
+	int64_t rest_until_us[2];      /* do not poll that pipe before (monotonic) */
 	char last_error[ERROR_MAX_BYTES]; /* last stderr line saying "error" */
 	int64_t kill_at_us;            /* SIGKILL deadline after SIGTERM; 0: none */
 	json_t *pending;               /* a SPAWN for this slot, run once the rank exits */
@@ -317,7 +318,6 @@ static void s_rank_line(void *cls, ranklog_stream_t stream, const char *line)
 {
 	line_ctx_t *c = cls;
 	fprintf(c->a->log, "[rank %s/%d/%d] %s\n", c->s->job, c->s->attempt, c->s->rank, line);
-	fflush(c->a->log);
 	if (stream == RANKLOG_STDERR && strcasestr(line, "error"))
 		s_copy(c->s->last_error, sizeof c->s->last_error, line);
 }
@@ -338,12 +338,16 @@ static void s_drain(agent_t *a, slot_t *s, ranklog_stream_t stream)
 {
 	char buf[4096];
 	line_ctx_t c = {a, s};
+	s->rest_until_us[stream] = fabric_now_us() + (int64_t)RANKLOG_DRAIN_INTERVAL_MS * 1000;
 	for (int i = 0; i < 16; i++) {
 		ssize_t n = read(s->fds[stream], buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && errno == EAGAIN)
+		if (n < 0 && errno == EAGAIN) {
+			if (i == 0)
+				s->rest_until_us[stream] = 0; /* nothing was there: no rest */
 			break;
+		}
 		if (n <= 0) {
 			ranklog_eof(&s->log, stream, s_wall_us(), s_rank_line, &c);
 			close(s->fds[stream]);
@@ -354,6 +358,7 @@ static void s_drain(agent_t *a, slot_t *s, ranklog_stream_t stream)
 		if (ranklog_due(&s->log, s_wall_us()))
 			s_flush_log(a, s, false);
 	}
+	fflush(a->log); /* once per read, not per line: a flood costs fewer writes */
 }
 
 /* Append "NAME=value" to env, dropping any NAME= there. */
@@ -885,6 +890,9 @@ static int s_poll_timeout_ms(const agent_t *a)
 			next = s->kill_at_us;
 		if (s->busy && s->pending && !s->kill_at_us && s->pending_term_at_us < next)
 			next = s->pending_term_at_us;
+		for (int k = 0; k < 2; k++)
+			if (s->busy && s->fds[k] >= 0 && s->rest_until_us[k] > now && s->rest_until_us[k] < next)
+				next = s->rest_until_us[k];
 	}
 	int64_t ms = (next - now + 999) / 1000;
 	/* the rank log batches wait on the wall clock */
@@ -1102,9 +1110,10 @@ int agent_run(const agent_options_t *opt)
 		items[n++] = sock ? (zmq_pollitem_t){.socket = sock, .events = ZMQ_POLLIN}
 		                  : (zmq_pollitem_t){.fd = -1, .events = 0};
 		items[n++] = (zmq_pollitem_t){.fd = a.sig_fd, .events = ZMQ_POLLIN};
+		int64_t now_us = fabric_now_us();
 		for (int i = 0; i < a.n_slots; i++) {
 			for (int k = 0; k < 2; k++) {
-				if (a.slots[i].busy && a.slots[i].fds[k] >= 0) {
+				if (a.slots[i].busy && a.slots[i].fds[k] >= 0 && a.slots[i].rest_until_us[k] <= now_us) {
 					item_slot[n] = &a.slots[i];
 					item_stream[n] = k;
 					items[n++] = (zmq_pollitem_t){.fd = a.slots[i].fds[k], .events = ZMQ_POLLIN};

@@ -30,6 +30,11 @@
 #define RANKLOG_BATCH_MS 200
 #define RANKLOG_RATE_LINES 2000
 #define RANKLOG_RATE_BYTES (1024 * 1024)
+/* After a read that found data, the agent leaves that pipe alone this long:
+ * a rank printing in a loop wakes it at most ~100 times a second instead of
+ * once per write (a pipe holds 64 KiB: at 1 MiB/s that is 60 ms, so the rank
+ * never waits on it). Lines read together share their time. */
+#define RANKLOG_DRAIN_INTERVAL_MS 10
 
 typedef enum { RANKLOG_STDOUT = 0, RANKLOG_STDERR = 1 } ranklog_stream_t;
 

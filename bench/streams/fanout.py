@@ -8,7 +8,7 @@ transaction commits) to its receipt on each stream: p50, p99, max over
 every row on every stream.
 
 usage: python3 bench/streams/fanout.py --ringmasterd build/coordinatord/ringmasterd \
-           --ringworker build/worker/ringworker [--streams 200] [--window 10]
+           --ringworker build/worker/ringworker [--streams 200] [--window 10] [--model small|tiny]
 """
 import argparse
 import datetime
@@ -97,6 +97,8 @@ def main():
     p.add_argument("--ringworker", required=True)
     p.add_argument("--streams", type=int, default=200)
     p.add_argument("--window", type=float, default=10.0)
+    p.add_argument("--model", choices=["tiny", "small"], default="small",
+                   help="tiny: steps of a few ms (hundreds of rows/s); small: tens of ms")
     args = p.parse_args()
     bins = {"ringmasterd": os.path.abspath(args.ringmasterd), "ringworker": os.path.abspath(args.ringworker),
             "ringctl": None}
@@ -105,7 +107,10 @@ def main():
         d = c.start_daemon()
         c.start_agent("f1", devices="cpu:1")
         wait_workers(d, ["f1"])
-        job = d.submit(tiny_spec("fanout", 1, 8, 1000000))["id"]
+        spec = tiny_spec("fanout", 1, 8, 1000000)
+        if args.model == "small":  # steps of tens of ms: a row every step at a rate a real job has
+            spec["model"] = {"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 256, "seq_len": 64}
+        job = d.submit(spec)["id"]
         d.wait_state(job, {"running"}, timeout=60)
         time.sleep(2)
         s0 = last_step(d, job)

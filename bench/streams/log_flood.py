@@ -8,7 +8,7 @@ GET /v1/jobs/{id} answered to one keep-alive client looping for a window of
 the same length; the lines stored and dropped (GET /v1/jobs/{id}/logs).
 
 usage: python3 bench/streams/log_flood.py --ringmasterd build/coordinatord/ringmasterd \
-           --ringworker build/worker/ringworker [--lines-per-s 10000] [--window 10]
+           --ringworker build/worker/ringworker [--lines-per-s 10000] [--window 10] [--model small|tiny]
 """
 import argparse
 import http.client
@@ -64,6 +64,8 @@ def one_run(args, flood):
         agent = c.start_agent("b1", devices="cpu:1")
         wait_workers(d, ["b1"])
         spec = tiny_spec("flood" if flood else "quiet", 1, 8, 1000000)
+        if args.model == "small":  # steps of tens of ms
+            spec["model"] = {"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 256, "seq_len": 64}
         job = d.submit(spec)["id"]
         d.wait_state(job, {"running"}, timeout=60)
         time.sleep(2)
@@ -101,6 +103,8 @@ def main():
     p.add_argument("--ringworker", required=True)
     p.add_argument("--lines-per-s", type=int, default=10000)
     p.add_argument("--window", type=float, default=10.0, help="seconds of steps measured, then of GETs")
+    p.add_argument("--model", choices=["tiny", "small"], default="small",
+                   help="tiny: steps of ~2 ms; small: tens of ms")
     args = p.parse_args()
     args.ringmasterd = os.path.abspath(args.ringmasterd)
     args.ringworker = os.path.abspath(args.ringworker)
