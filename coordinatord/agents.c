@@ -18,6 +18,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "attempt.h"
+#include "feed.h"
 
 static int device_cmp(const void *x, const void *y)
 {
@@ -166,8 +167,10 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 	a->alive = true;
 	agents_touch(a);
 	a->hb_dirty = false; /* written by the register itself */
-	if (fabric_tx(f))
+	if (fabric_tx(f)) {
 		fabric_wrote(f, store_worker_register(f->st, node, dev_json, a->last_seen_wall_us), "worker register");
+		feed_worker_changed(node); /* GET /v1/stream's `worker`, once committed */
+	}
 	free(dev_json);
 	log_info("agent %s registered (%s): %d device(s), %zu running rank(s)", node,
 	         was_alive ? "again" : "alive", n_devs, json_array_size(ranks));
@@ -381,6 +384,7 @@ void agents_expire(fabric_t *f, int64_t now)
 			if (a->hb_dirty)
 				fabric_wrote(f, store_worker_heartbeat(f->st, a->node, a->last_seen_wall_us), "worker heartbeat");
 			fabric_wrote(f, store_worker_set_state(f->st, a->node, "dead"), "worker dead");
+			feed_worker_changed(a->node);
 		}
 		a->hb_dirty = false;
 		size_t jpos = 0;

@@ -96,10 +96,66 @@ static void s_publish_json(feed_type_t type, const char *job_id, int rank, int a
 	free(text);
 }
 
-void feed_publish_worker(const char *node, const char *json)
+/* ---- workers ---- */
+
+#define S_MAX_NODES 32
+
+static char s_nodes[S_MAX_NODES][256]; /* changed in this transaction */
+static int s_n_nodes;
+static bool s_all_nodes;
+
+void feed_worker_changed(const char *node)
 {
-	(void)node;
-	s_publish(FEED_WORKER, "", -1, -1, json, strlen(json));
+	for (int i = 0; i < s_n_nodes; i++)
+		if (strcmp(s_nodes[i], node) == 0)
+			return;
+	if (s_n_nodes == S_MAX_NODES) {
+		s_all_nodes = true;
+		return;
+	}
+	snprintf(s_nodes[s_n_nodes++], sizeof s_nodes[0], "%s", node);
+}
+
+typedef struct {
+	store_t *st;
+	const char *node;
+	json_t *ranks;
+	json_int_t n_running;
+} worker_ctx_t;
+
+static int s_worker_rank(const store_rank_t *r, void *cls)
+{
+	worker_ctx_t *c = cls;
+	if (strcmp(r->node, c->node) != 0)
+		return 0;
+	c->n_running += strcmp(r->state, "placed") == 0 || strcmp(r->state, "joined") == 0;
+	json_t *v = json_pack("{so si si s{so si} so}", "job", jobview_string(r->job_id), "attempt", r->attempt,
+	                      "rank", r->rank, "device", "kind", jobview_string(r->device_kind), "index",
+	                      r->device_index, "state", jobview_string(r->state));
+	return v && json_array_append_new(c->ranks, v) == 0 ? 0 : -ENOMEM;
+}
+
+/* The worker object exactly as GET /v1/workers shows it (opsapi.c). */
+static int s_worker(const store_worker_t *w, void *cls)
+{
+	bool want = s_all_nodes;
+	for (int i = 0; i < s_n_nodes && !want; i++)
+		want = strcmp(s_nodes[i], w->node) == 0;
+	if (!want)
+		return 0;
+	worker_ctx_t c = {.st = cls, .node = w->node, .ranks = json_array()};
+	if (!c.ranks || store_rank_list_active(c.st, s_worker_rank, &c) < 0) {
+		json_decref(c.ranks);
+		return 0;
+	}
+	json_t *devices = json_loads(w->devices_json ? w->devices_json : "null", JSON_DECODE_ANY, NULL);
+	s_publish_json(FEED_WORKER, "", -1, -1,
+	               json_pack("{so so so so so sI so}", "node", jobview_string(w->node), "state",
+	                         jobview_string(w->state), "devices", devices, "last_heartbeat",
+	                         w->has_heartbeat ? jobview_time(w->last_heartbeat_us) : json_null(), "registered_at",
+	                         w->registered_at_us ? jobview_time(w->registered_at_us) : json_null(),
+	                         "running_ranks", c.n_running, "ranks", c.ranks));
+	return 0;
 }
 
 json_t *feed_log_line_json(const store_log_line_t *l)
@@ -161,6 +217,10 @@ void feed_collect(store_t *st)
 		r = store_feed_logs(st, g.log_seq, s_on_log, NULL);
 	if (r == 0)
 		r = store_feed_events(st, g.event_id, s_on_event, st);
+	if (r == 0 && (s_n_nodes > 0 || s_all_nodes))
+		r = store_worker_list(st, s_worker, st);
+	s_n_nodes = 0;
+	s_all_nodes = false;
 	if (r < 0)
 		log_warn("feed: cannot read what was committed: %s", store_errmsg(st));
 	pthread_mutex_lock(&g.lock);

@@ -64,8 +64,9 @@ void feed_free(void);
 /* Writer, after a commit: publish what was stored since the last call. */
 void feed_collect(store_t *st);
 
-/* Writer: publish a worker object (the JSON text, borrowed) at once. */
-void feed_publish_worker(const char *node, const char *json);
+/* Writer, inside a transaction: worker `node` registered or was lost; its
+ * object (as GET /v1/workers shows it) is published after the commit. */
+void feed_worker_changed(const char *node);
 
 /* Called (without the feed's lock) after entries were published. */
 void feed_set_notify(void (*fn)(void));

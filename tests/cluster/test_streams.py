@@ -8,7 +8,8 @@ ringmasterd (--max-streams 4, --stream-keepalive-ms 500) and agent, and a
   job succeeds, then the server closes it;
 - a stream opened on a finished job sends `state` and `end` at once and
   closes; a Last-Event-ID the server never issued gets `reset`;
-- GET /v1/stream carries `job` objects for the job's changes;
+- GET /v1/stream carries `job` objects for the job's changes and a
+  `worker` object (as GET /v1/workers shows it) when an agent registers;
 - GET /v1/jobs/{id}/logs?follow=1 on a finished job sends its lines as
   `log` events, then `end`;
 - the cap holds: with 4 open the 5th gets 503 with Retry-After, and /metrics
@@ -84,6 +85,8 @@ def main(c, _args):
 
     g = Sse(d, "/v1/stream")
     check(g.status == 200, "GET /v1/stream: %s" % g.status)
+    c.start_agent("s2", devices="cpu:1")  # its registration is a `worker` event
+    wait_workers(d, ["s1", "s2"])
     steps = 60
     job = d.submit(tiny_spec("streams", 2, 4, steps))["id"]
 
@@ -162,16 +165,23 @@ def main(c, _args):
     check(s5.next() is None, "follow=1 stays open after end")
 
     # ---- the global stream ----
-    seen = []
+    seen, workers = [], []
     while True:
         f = g.next()
         check(f is not None, "the global stream closed")
         check(f["event"] in ("job", "worker"), "global event %r" % f)
+        if f["event"] == "worker":
+            workers.append(f["data"])
         if f["event"] == "job" and f["data"]["id"] == job:
             seen.append(f["data"]["state"])
             if f["data"]["state"] == "succeeded":
                 break
     check("running" in seen, "global stream states of the job: %s" % seen)
+    rest_s2 = [w for w in d.workers() if w["node"] == "s2"][0]
+    got_s2 = [w for w in workers if w["node"] == "s2"]
+    check(got_s2 and got_s2[0]["state"] == "alive", "no `worker` event for s2's registration: %r" % workers)
+    check(set(got_s2[0]) == set(rest_s2) and got_s2[0]["devices"] == rest_s2["devices"],
+          "worker event %r vs GET /v1/workers %r" % (got_s2[0], rest_s2))
 
     # ---- keep-alive on the idle global stream ----
     g.conn.sock.settimeout(5)
