@@ -49,6 +49,22 @@ static int s_usage_add(store_t *st, const char *job_id, int64_t n_lines, int64_t
 	return r;
 }
 
+/* The job's `n` oldest lines were deleted: kept -= n, dropped += n (an
+ * UPDATE: an INSERT's row with a negative count would fail its CHECK). */
+static int s_usage_trim(store_t *st, const char *job_id, int64_t n)
+{
+	sqlite3_stmt *s = NULL;
+	int r = s_prepare(st, "UPDATE log_usage SET n_lines = n_lines - ?2, n_dropped = n_dropped + ?2 WHERE job_id = ?1",
+	                  &s);
+	if (r == 0) {
+		sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, n);
+		r = s_exec_done(s);
+	}
+	sqlite3_finalize(s);
+	return r;
+}
+
 /* Delete the job's `n` oldest lines. */
 static int s_delete_oldest(store_t *st, const char *job_id, int64_t n)
 {
@@ -133,7 +149,7 @@ int store_log_append(store_t *st, const char *job_id, int attempt, int rank, con
 		int64_t excess = kept - max_lines;
 		r = s_delete_oldest(st, job_id, excess);
 		if (r == 0)
-			r = s_usage_add(st, job_id, -excess, excess, &kept);
+			r = s_usage_trim(st, job_id, excess);
 	}
 	return r;
 }
