@@ -118,6 +118,8 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	[WIRE_PARKED] = {"PARKED", {{"step", F_UINT}}},
 	[WIRE_REJOIN] = {"REJOIN", {{"job", F_STR}, {"attempt", F_INT}}},
 	[WIRE_SNAPSHOT_FAILED] = {"SNAPSHOT_FAILED", {{"step", F_UINT}, {"error", F_STR}, {"failure", F_UINT, OPT}}},
+	[WIRE_LOGS] = {"LOGS",
+	               {{"job", F_STR}, {"attempt", F_INT}, {"rank", F_INT}, {"lines", F_ARR}, {"dropped", F_UINT}}},
 	[WIRE_TRACE] = {"TRACE",
 	                {{"step", F_UINT}, {"start_unix_us", F_UINT}, {"dur_us", F_UNUM}, {"events", F_ARR}}},
 };

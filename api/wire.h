@@ -234,9 +234,10 @@ typedef enum {
 	WIRE_REJOIN,
 	WIRE_TRACE,
 	WIRE_SNAPSHOT_FAILED,
+	WIRE_LOGS,
 } wire_type_t;
 
-#define WIRE_N_TYPES 25 /* the highest wire_type_t */
+#define WIRE_N_TYPES 26 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);

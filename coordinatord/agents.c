@@ -18,6 +18,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "attempt.h"
+#include "feed.h"
 
 static int device_cmp(const void *x, const void *y)
 {
@@ -166,8 +167,10 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 	a->alive = true;
 	agents_touch(a);
 	a->hb_dirty = false; /* written by the register itself */
-	if (fabric_tx(f))
+	if (fabric_tx(f)) {
 		fabric_wrote(f, store_worker_register(f->st, node, dev_json, a->last_seen_wall_us), "worker register");
+		feed_worker_changed(node); /* GET /v1/stream's `worker`, once committed */
+	}
 	free(dev_json);
 	log_info("agent %s registered (%s): %d device(s), %zu running rank(s)", node,
 	         was_alive ? "again" : "alive", n_devs, json_array_size(ranks));
@@ -314,15 +317,36 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 	attempt_failed(f, at, cause, attempt_not_retryable(attempt_payload_failure(p, (int)code, (int)sig)), detection_us);
 }
 
+/* LOGS: a rank's output lines, stored in this loop's transaction
+ * (coordinatord/store_logs.c). Lines of an unknown job are dropped. */
+static void on_logs(fabric_t *f, const char *ident, json_t *p)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	json_int_t attempt = json_integer_value(json_object_get(p, "attempt"));
+	json_int_t rank = json_integer_value(json_object_get(p, "rank"));
+	if (attempt < 0 || attempt > INT32_MAX || rank < 0 || rank > INT32_MAX) {
+		fabric_send_error(f, ident, strlen(ident), 400, "LOGS: attempt and rank must be integers >= 0");
+		return;
+	}
+	if (!fabric_tx(f))
+		return;
+	int r = store_log_append(f->st, job, (int)attempt, (int)rank, json_object_get(p, "lines"),
+	                         json_integer_value(json_object_get(p, "dropped")), STORE_LOG_MAX_LINES, NULL, NULL);
+	if (r == -ENOENT)
+		log_warn("LOGS from %.100s for unknown job %.64s: dropped", ident, job);
+	else
+		fabric_wrote(f, r, "job logs");
+}
+
 void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_type_t type, json_t *p)
 {
 	if (type == WIRE_REGISTER) {
 		on_register(f, ident, node, p);
 		return;
 	}
-	if (type != WIRE_HEARTBEAT && type != WIRE_RANK_EXITED) {
+	if (type != WIRE_HEARTBEAT && type != WIRE_RANK_EXITED && type != WIRE_LOGS) {
 		char detail[200];
-		snprintf(detail, sizeof detail, "an agent sends REGISTER, HEARTBEAT or RANK_EXITED, not %s",
+		snprintf(detail, sizeof detail, "an agent sends REGISTER, HEARTBEAT, RANK_EXITED or LOGS, not %s",
 		         wire_type_name(type));
 		fabric_send_error(f, ident, strlen(ident), 400, detail);
 		return;
@@ -338,6 +362,8 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
 	agents_touch(a);
 	if (type == WIRE_RANK_EXITED)
 		on_rank_exited(f, a, p);
+	else if (type == WIRE_LOGS)
+		on_logs(f, ident, p);
 }
 
 void agents_expire(fabric_t *f, int64_t now)
@@ -358,6 +384,7 @@ void agents_expire(fabric_t *f, int64_t now)
 			if (a->hb_dirty)
 				fabric_wrote(f, store_worker_heartbeat(f->st, a->node, a->last_seen_wall_us), "worker heartbeat");
 			fabric_wrote(f, store_worker_set_state(f->st, a->node, "dead"), "worker dead");
+			feed_worker_changed(a->node);
 		}
 		a->hb_dirty = false;
 		size_t jpos = 0;

@@ -28,6 +28,7 @@
 
 #include "clock.h"
 #include "fabric.h"
+#include "feed.h"
 #include "fsutil.h"
 #include "jobview.h"
 #include "log.h"
@@ -135,6 +136,10 @@ broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 	b->store = store_open(db_path, STORE_OPEN_WRITER, err, errlen);
 	if (!b->store)
 		goto fail;
+	if (feed_init(b->store, 0) < 0) {
+		snprintf(err, errlen, "out of memory for the change feed");
+		goto fail;
+	}
 
 	int linger = 0;
 	int64_t max_msg = WIRE_MAX_MSG_BYTES;
@@ -495,6 +500,8 @@ static void handle_commands(broker_t *b)
 			            "the coordinator could not write to its database; nothing was stored, retry later");
 	}
 	metrics_record_commit(n_cmd, r == 0);
+	if (r == 0)
+		feed_collect(b->store); /* the streams see it once it is durable */
 	for (int i = 0; i < n_cmd && r == 0; i++)
 		if (b->group[i].kind->committed)
 			b->group[i].kind->committed(b, &b->group[i]);

@@ -24,6 +24,8 @@ void config_defaults(config_t *cfg)
 	cfg->log_level = LOG_INFO;
 	cfg->max_body_bytes = CONFIG_DEFAULT_MAX_BODY_BYTES;
 	cfg->http_threads = CONFIG_DEFAULT_HTTP_THREADS;
+	cfg->max_streams = CONFIG_DEFAULT_MAX_STREAMS;
+	cfg->stream_keepalive_ms = CONFIG_DEFAULT_STREAM_KEEPALIVE_MS;
 	cfg->heartbeat_ms = CONFIG_DEFAULT_HEARTBEAT_MS;
 	cfg->heartbeat_misses = CONFIG_DEFAULT_HEARTBEAT_MISSES;
 	cfg->metrics_every = CONFIG_DEFAULT_METRICS_EVERY;
@@ -119,6 +121,19 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		}
 		snprintf(err, errlen, "%s: http_threads must be an integer from 1 to 256 (got \"%s\")", origin,
 		         value);
+	} else if (strcmp(key, "max_streams") == 0) {
+		if (parse_long(value, 1, 100000, &v) == 0) {
+			cfg->max_streams = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: max_streams must be an integer from 1 to 100000 (got \"%s\")", origin, value);
+	} else if (strcmp(key, "stream_keepalive_ms") == 0) {
+		if (parse_long(value, 100, 600000, &v) == 0) {
+			cfg->stream_keepalive_ms = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: stream_keepalive_ms must be an integer from 100 to 600000 (got \"%s\")", origin,
+		         value);
 	} else if (strcmp(key, "heartbeat_ms") == 0) {
 		if (parse_long(value, 10, 60000, &v) == 0) {
 			cfg->heartbeat_ms = (int)v;
@@ -156,7 +171,7 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		snprintf(err, errlen, "%s: %s must be an integer from 0 to %ld (got \"%s\")", origin, key, hi, value);
 	} else {
 		snprintf(err, errlen,
-		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, "
+		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, max_streams, stream_keepalive_ms, "
 		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
 		         "restart_grace_ms)",
 		         origin, key);
@@ -240,6 +255,8 @@ static void print_help(const char *argv0)
 	       "  --restart-backoff-ms MS  wait before a job's 2nd restart, doubling after (default 1000)\n"
 	       "  --restart-backoff-max-ms MS  longest wait between restarts (default 30000)\n"
 	       "  --restart-grace-ms MS  time a failed attempt's ranks get to exit (default 5000)\n"
+	       "  --max-streams N     Server-Sent Events streams open at once, 503 past it (default 256)\n"
+	       "  --stream-keepalive-ms MS  the streams' keep-alive comment interval (default 15000)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -250,7 +267,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                      size_t errlen)
 {
 	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
-	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE };
+	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -264,6 +281,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"restart-backoff-ms", required_argument, NULL, OPT_BACKOFF},
 		{"restart-backoff-max-ms", required_argument, NULL, OPT_BACKOFF_MAX},
 		{"restart-grace-ms", required_argument, NULL, OPT_GRACE},
+		{"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
+		{"stream-keepalive-ms", required_argument, NULL, OPT_KEEPALIVE},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -315,6 +334,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_BACKOFF: key = "restart_backoff_ms"; origin = "--restart-backoff-ms"; break;
 		case OPT_BACKOFF_MAX: key = "restart_backoff_max_ms"; origin = "--restart-backoff-max-ms"; break;
 		case OPT_GRACE: key = "restart_grace_ms"; origin = "--restart-grace-ms"; break;
+		case OPT_MAX_STREAMS: key = "max_streams"; origin = "--max-streams"; break;
+		case OPT_KEEPALIVE: key = "stream_keepalive_ms"; origin = "--stream-keepalive-ms"; break;
 		default: break;
 		}
 		if (key) {

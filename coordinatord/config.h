@@ -9,6 +9,8 @@
  *   log_level = info                   error | warn | info | debug
  *   max_body_bytes = 1048576           request body limit (413 above it)
  *   http_threads = 4                   libmicrohttpd thread pool size
+ *   max_streams = 256                  open Server-Sent Events streams at once (503 past it)
+ *   stream_keepalive_ms = 15000        the streams' keep-alive comment interval
  *   heartbeat_ms = 1000                heartbeat interval to and from agents
  *   heartbeat_misses = 3               intervals without a message: agent dead
  *   metrics_every = 1                  steps between the ranks' METRICS
@@ -40,6 +42,8 @@
 #define CONFIG_DEFAULT_RESTART_BACKOFF_MS 1000
 #define CONFIG_DEFAULT_RESTART_BACKOFF_MAX_MS 30000
 #define CONFIG_DEFAULT_RESTART_GRACE_MS 5000
+#define CONFIG_DEFAULT_MAX_STREAMS 256
+#define CONFIG_DEFAULT_STREAM_KEEPALIVE_MS 15000
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -55,6 +59,8 @@ typedef struct {
 	int restart_backoff_ms;     /* 0 .. 3600000 */
 	int restart_backoff_max_ms; /* 0 .. 3600000 */
 	int restart_grace_ms;       /* 0 .. 600000 */
+	int max_streams;            /* 1 .. 100000: open SSE streams at once */
+	int stream_keepalive_ms;    /* 100 .. 600000: the SSE keep-alive comment */
 } config_t;
 
 typedef enum {

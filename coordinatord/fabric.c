@@ -12,6 +12,7 @@
  * after a restart.
  */
 #include "fabric.h"
+#include "feed.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -100,6 +101,8 @@ void fabric_flush(fabric_t *f)
 			store_rollback(f->st);
 		}
 		metrics_record_commit(f->n_tx_writes, r == 0);
+		if (r == 0)
+			feed_collect(f->st); /* the streams see it once it is durable */
 		f->in_tx = false;
 		f->tx_failed = false;
 		f->n_tx_writes = 0;

@@ -39,6 +39,7 @@
 #include "problem.h"
 #include "request.h"
 #include "routes.h"
+#include "streamapi.h"
 
 struct http {
 	struct MHD_Daemon *mhd;
@@ -341,8 +342,13 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 	h->listen_fd = listen_socket(cfg, err, errlen);
 	if (h->listen_fd < 0)
 		goto fail;
+	/* ALLOW_SUSPEND_RESUME: the event streams (streamapi.c) */
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_TURBO |
-	                 MHD_USE_ERROR_LOG;
+	                 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+	if (streamapi_init(cfg->max_streams, cfg->stream_keepalive_ms) < 0) {
+		snprintf(err, errlen, "cannot start the event streams' ticker thread");
+		goto fail;
+	}
 	h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handle, h,
 	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 	                          MHD_OPTION_LISTEN_SOCKET, (MHD_socket)h->listen_fd,
@@ -368,6 +374,7 @@ void http_stop(http_t *h, int grace_ms)
 	h->stopped = true;
 	if (h->mhd) {
 		atomic_store(&h->stopping, true);
+		streamapi_shutdown(); /* the event streams end now */
 		MHD_socket fd = MHD_quiesce_daemon(h->mhd); /* no new connections from here */
 		if (fd != MHD_INVALID_SOCKET)
 			close(fd);

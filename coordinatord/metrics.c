@@ -28,6 +28,8 @@ static _Atomic uint64_t s_requests[METRICS_MAX_ROUTES][METRICS_N_METHODS][N_STAT
 static histogram_t s_latency[METRICS_MAX_ROUTES];
 static _Atomic uint64_t s_commits_ok, s_commits_failed, s_commit_commands;
 static int64_t s_start_time_s;
+static _Atomic int64_t s_streams_open;
+static _Atomic uint64_t s_streams_rejected;
 
 static const char *const s_method_names[METRICS_N_METHODS] = {
 	"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "OTHER",
@@ -82,6 +84,16 @@ static uint64_t load(_Atomic uint64_t *v)
 	return atomic_load_explicit(v, memory_order_relaxed);
 }
 
+void metrics_stream_opened(int delta)
+{
+	atomic_fetch_add_explicit(&s_streams_open, delta, memory_order_relaxed);
+}
+
+void metrics_stream_rejected(void)
+{
+	atomic_fetch_add_explicit(&s_streams_rejected, 1, memory_order_relaxed);
+}
+
 void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES])
 {
 	sbuf_puts(out, "# HELP ringmaster_build_info Build of this ringmasterd.\n"
@@ -93,6 +105,15 @@ void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES])
 	               "# HELP ringmaster_process_start_time_seconds Start time of the process since the Unix epoch.\n"
 	               "# TYPE ringmaster_process_start_time_seconds gauge\n");
 	sbuf_printf(out, "ringmaster_process_start_time_seconds %lld\n", (long long)s_start_time_s);
+	sbuf_printf(out,
+	            "# HELP ringmaster_http_streams_open Server-Sent Events streams open now.\n"
+	            "# TYPE ringmaster_http_streams_open gauge\n"
+	            "ringmaster_http_streams_open %lld\n"
+	            "# HELP ringmaster_http_streams_rejected_total Streams refused with 503 because max_streams were open.\n"
+	            "# TYPE ringmaster_http_streams_rejected_total counter\n"
+	            "ringmaster_http_streams_rejected_total %llu\n",
+	            (long long)atomic_load_explicit(&s_streams_open, memory_order_relaxed),
+	            (unsigned long long)load(&s_streams_rejected));
 
 	if (job_counts) {
 		sbuf_puts(out, "# HELP ringmaster_jobs Jobs in the store by state.\n"

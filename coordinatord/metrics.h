@@ -51,6 +51,12 @@ void metrics_record_commit(int n_commands, int ok);
  * not be read (the jobs gauge is then omitted). */
 void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES]);
 
+/* Server-Sent Events streams (streamapi.c): open ones (+1 / -1) and those
+ * refused at the cap; shown as ringmaster_http_streams_open and
+ * ringmaster_http_streams_rejected_total. */
+void metrics_stream_opened(int delta);
+void metrics_stream_rejected(void);
+
 /* The latest metrics of one running job, for the per-job gauges. */
 typedef struct {
 	char job_id[STORE_ID_BYTES];

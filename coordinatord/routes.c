@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "jobapi.h"
+#include "logapi.h"
 #include "opsapi.h"
+#include "streamapi.h"
 #include "webui.h"
 
 #define P ROUTE_PERM_PUBLIC
@@ -23,6 +25,9 @@ static const route_t s_routes[] = {
 	{METRICS_METHOD_GET, "/v1/jobs/{id}/checkpoints", jobapi_checkpoints, "/v1/jobs/{id}/checkpoints", P,
 	 ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/v1/jobs/{id}/trace", jobapi_trace, "/v1/jobs/{id}/trace", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/logs", logapi_logs, "/v1/jobs/{id}/logs", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/stream", streamapi_job, "/v1/jobs/{id}/stream", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/stream", streamapi_all, "/v1/stream", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/v1/workers", opsapi_workers, "/v1/workers", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/healthz", opsapi_healthz, "/healthz", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/readyz", opsapi_readyz, "/readyz", P, ROUTE_BODY_NONE},

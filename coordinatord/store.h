@@ -381,4 +381,70 @@ int store_metric_list_sampled(store_t *st, const char *job_id, int64_t since_ste
 /* The latest metrics row (highest step) of every running job. */
 int store_metric_latest_running(store_t *st, store_metric_fn fn, void *userdata);
 
+/* ---- job logs (schema 006; store_logs.c) ---- */
+
+#define STORE_LOG_MAX_LINES 100000   /* kept per job; past it the oldest go */
+#define STORE_LOG_TEXT_MAX_BYTES 4096
+
+/* One stored log line; text is borrowed for a list callback. */
+typedef struct {
+	int64_t seq;      /* its id: increasing in storage order */
+	int attempt;
+	int rank;
+	int stream;       /* 0 stdout, 1 stderr */
+	int64_t time_us;  /* the agent's wall clock when read, Unix microseconds */
+	const char *text;
+} store_log_line_t;
+
+typedef int (*store_log_fn)(const store_log_line_t *line, void *userdata);
+
+/*
+ * Writer: store the lines of one LOGS message (api/wire.h) of rank `rank` of
+ * `attempt` of a job, in order. A line that is not {stream: "stdout" |
+ * "stderr", time_us: integer >= 0, text: string of at most
+ * STORE_LOG_TEXT_MAX_BYTES} is not stored and counts as dropped, as do the
+ * `dropped` the agent reports. Past `max_lines` lines kept for the job the
+ * oldest are deleted (and counted as dropped). `fn` (may be NULL) gets each
+ * line stored, with its seq. Several statements: call it inside
+ * store_begin / store_commit. -ENOENT: no such job; -EINVAL: a negative
+ * attempt or rank, or lines not an array.
+ */
+int store_log_append(store_t *st, const char *job_id, int attempt, int rank, const json_t *lines,
+                     int64_t dropped, int64_t max_lines, store_log_fn fn, void *userdata);
+
+/* What GET /v1/jobs/{id}/logs asks: -1 for all attempts / ranks; lines with
+ * seq > since; tail > 0: only the last `tail` of those; at most `limit`
+ * (from the oldest, when tail is 0). */
+typedef struct {
+	int attempt;
+	int rank;
+	int64_t since;
+	int tail;
+	int limit;
+} store_log_query_t;
+
+/* The lines matching `q`, oldest first, to `fn` (a non-zero return stops the
+ * walk and is returned). -ENOENT: no such job. */
+int store_log_list(store_t *st, const char *job_id, const store_log_query_t *q, store_log_fn fn,
+                   void *userdata);
+
+/* The lines dropped for a job so far (0 when none). -ENOENT: no such job. */
+int store_log_dropped(store_t *st, const char *job_id, int64_t *ret_dropped);
+
+/* ---- the change feed (store_feed.c; writer, after a commit) ---- */
+
+/* The highest event id, metrics row id and log seq stored (0: none). */
+int store_feed_max_ids(store_t *st, int64_t *ret_event, int64_t *ret_metric, int64_t *ret_log);
+
+/* Every event row with id > after_id, by id, to `fn` (a non-zero return stops). */
+int store_feed_events(store_t *st, int64_t after_id, store_event_fn fn, void *userdata);
+
+/* Every metrics row with id > after_id, by id. */
+typedef int (*store_feed_metric_fn)(int64_t id, const store_metric_t *m, void *userdata);
+int store_feed_metrics(store_t *st, int64_t after_id, store_feed_metric_fn fn, void *userdata);
+
+/* Every log line with seq > after_seq, by seq. */
+typedef int (*store_feed_log_fn)(const char *job_id, const store_log_line_t *l, void *userdata);
+int store_feed_logs(store_t *st, int64_t after_seq, store_feed_log_fn fn, void *userdata);
+
 #endif

@@ -29,6 +29,7 @@
 #include "exitcode.h"
 #include "fabric.h"
 #include "gpus.h"
+#include "ranklog.h"
 #include "wire.h"
 
 extern char **environ;
@@ -38,7 +39,6 @@ extern char **environ;
  * coordinator frees a device when its rank is done). The new rank waits for
  * the old one this long, then the old one gets SIGTERM. */
 #define PENDING_GRACE_MS 2000
-#define LINE_MAX_BYTES 1024
 #define ERROR_MAX_BYTES 512
 
 /* One device slot and the rank running on it, if any. */
@@ -48,9 +48,9 @@ typedef struct {
 	char job[JOB_MAX_BYTES];
 	int attempt;
 	int rank;
-	int err_fd;                    /* read end of the rank's stderr; -1 once closed */
-	char line[LINE_MAX_BYTES];     /* the partial stderr line */
-	size_t line_len;
+	int fds[2];                    /* read ends of its stdout and stderr; -1 once closed */
+	ranklog_t log;                 /* its lines on their way to the coordinator */
+	int64_t rest_until_us[2];      /* do not poll that pipe before (monotonic) */
 	char last_error[ERROR_MAX_BYTES]; /* last stderr line saying "error" */
 	int64_t kill_at_us;            /* SIGKILL deadline after SIGTERM; 0: none */
 	json_t *pending;               /* a SPAWN for this slot, run once the rank exits */
@@ -299,48 +299,66 @@ static void s_copy(char *dst, size_t n, const char *src)
 	dst[len] = '\0';
 }
 
-/* One complete output line of a rank: forward it, remember it if it says error. */
-static void s_rank_line(agent_t *a, slot_t *s, const char *line)
+/* The wall clock, Unix microseconds: the time of a rank's log lines. */
+static int64_t s_wall_us(void)
 {
-	fprintf(a->log, "[rank %s/%d/%d] %s\n", s->job, s->attempt, s->rank, line);
-	fflush(a->log);
-	if (strcasestr(line, "error"))
-		s_copy(s->last_error, sizeof s->last_error, line);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Read what the rank wrote to stderr. Returns false at EOF or on error
- * (the pipe is then closed). */
-static bool s_drain_stderr(agent_t *a, slot_t *s)
+typedef struct {
+	agent_t *a;
+	slot_t *s;
+} line_ctx_t;
+
+/* One complete output line of a rank (ranklog_line_fn): into the agent's log;
+ * remembered when it is on stderr and says error. */
+static void s_rank_line(void *cls, ranklog_stream_t stream, const char *line)
+{
+	line_ctx_t *c = cls;
+	fprintf(c->a->log, "[rank %s/%d/%d] %s\n", c->s->job, c->s->attempt, c->s->rank, line);
+	if (stream == RANKLOG_STDERR && strcasestr(line, "error"))
+		s_copy(c->s->last_error, sizeof c->s->last_error, line);
+}
+
+/* Send the rank's batch of log lines when it is due, or now with `force`. */
+static void s_flush_log(agent_t *a, slot_t *s, bool force)
+{
+	if (!ranklog_pending(&s->log) || (!force && !ranklog_due(&s->log, s_wall_us())))
+		return;
+	s_send(a, WIRE_LOGS, ranklog_take(&s->log, s->job, s->attempt, s->rank));
+}
+
+/* Read what the rank wrote on `stream` (at most 64 KiB a call, so that one
+ * loud rank cannot starve the others; the pipe never blocks the rank for
+ * long as the agent comes back at once). At EOF or on error the pipe is
+ * closed. A full batch goes out at once. */
+static void s_drain(agent_t *a, slot_t *s, ranklog_stream_t stream)
 {
 	char buf[4096];
-	for (;;) {
-		ssize_t n = read(s->err_fd, buf, sizeof buf);
+	line_ctx_t c = {a, s};
+	s->rest_until_us[stream] = fabric_now_us() + (int64_t)RANKLOG_DRAIN_INTERVAL_MS * 1000;
+	for (int i = 0; i < 16; i++) {
+		ssize_t n = read(s->fds[stream], buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && errno == EAGAIN)
-			return true;
+		if (n < 0 && errno == EAGAIN) {
+			if (i == 0)
+				s->rest_until_us[stream] = 0; /* nothing was there: no rest */
+			break;
+		}
 		if (n <= 0) {
-			if (s->line_len > 0) {
-				s->line[s->line_len] = '\0';
-				s_rank_line(a, s, s->line);
-				s->line_len = 0;
-			}
-			close(s->err_fd);
-			s->err_fd = -1;
-			return false;
+			ranklog_eof(&s->log, stream, s_wall_us(), s_rank_line, &c);
+			close(s->fds[stream]);
+			s->fds[stream] = -1;
+			break;
 		}
-		for (ssize_t i = 0; i < n; i++) {
-			char ch = buf[i];
-			if (ch == '\n' || s->line_len == sizeof s->line - 1) {
-				s->line[s->line_len] = '\0';
-				s_rank_line(a, s, s->line);
-				s->line_len = 0;
-				if (ch == '\n')
-					continue;
-			}
-			s->line[s->line_len++] = ch;
-		}
+		ranklog_feed(&s->log, stream, buf, (size_t)n, s_wall_us(), s_rank_line, &c);
+		if (ranklog_due(&s->log, s_wall_us()))
+			s_flush_log(a, s, false);
 	}
+	fflush(a->log); /* once per read, not per line: a flood costs fewer writes */
 }
 
 /* Append "NAME=value" to env, dropping any NAME= there. */
@@ -477,6 +495,7 @@ static int s_spawn_slot(agent_t *a, const json_t *p, const char *job, int attemp
 		    strcmp(s->job, job) == 0) {
 			s_log(a, "rank %s/%d/%d (pid %d) rejoins as attempt %d in its process", job, s->attempt,
 			      rank, (int)s->pid, attempt);
+			s_flush_log(a, s, true); /* what it printed so far belongs to the old attempt */
 			s->attempt = attempt;
 			return -1;
 		}
@@ -579,9 +598,9 @@ static void s_spawn(agent_t *a, const json_t *p)
 	const char *const *argv = ra.argv;
 
 	char **env = s_rank_env(n_threads, gpu);
-	int pipefd[2] = {-1, -1};
+	int pipefd[2] = {-1, -1}, errfd[2] = {-1, -1};
 	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (!env || null_fd < 0 || pipe2(pipefd, O_CLOEXEC) < 0) {
+	if (!env || null_fd < 0 || pipe2(pipefd, O_CLOEXEC) < 0 || pipe2(errfd, O_CLOEXEC) < 0) {
 		snprintf(why, sizeof why, "cannot prepare the rank: %s", strerror(errno ? errno : ENOMEM));
 		goto fail;
 	}
@@ -593,7 +612,7 @@ static void s_spawn(agent_t *a, const json_t *p)
 	}
 	if (pid == 0) {
 		/* The child: async-signal-safe calls only (the agent has threads). */
-		if (dup2(null_fd, 0) < 0 || dup2(pipefd[1], 1) < 0 || dup2(pipefd[1], 2) < 0)
+		if (dup2(null_fd, 0) < 0 || dup2(pipefd[1], 1) < 0 || dup2(errfd[1], 2) < 0)
 			s_child_fail("dup2 failed");
 		setpgid(0, 0);
 		/* A rank must not outlive its agent, even one killed with -9. */
@@ -608,9 +627,11 @@ static void s_spawn(agent_t *a, const json_t *p)
 	/* Also here, so that a KILL right after the fork finds the group. */
 	setpgid(pid, pid);
 	close(pipefd[1]);
+	close(errfd[1]);
 	close(null_fd);
 	s_strv_free(env);
 	fcntl(pipefd[0], F_SETFL, fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
+	fcntl(errfd[0], F_SETFL, fcntl(errfd[0], F_GETFL) | O_NONBLOCK);
 
 	memset(s, 0, sizeof *s);
 	s->busy = true;
@@ -618,7 +639,9 @@ static void s_spawn(agent_t *a, const json_t *p)
 	snprintf(s->job, sizeof s->job, "%s", job);
 	s->attempt = attempt;
 	s->rank = rank;
-	s->err_fd = pipefd[0];
+	s->fds[RANKLOG_STDOUT] = pipefd[0];
+	s->fds[RANKLOG_STDERR] = errfd[0];
+	ranklog_init(&s->log);
 	char list[64] = "";
 	size_t off = 0;
 	for (int i = 0; i < CPU_SETSIZE && off < sizeof list - 8; i++)
@@ -628,9 +651,11 @@ static void s_spawn(agent_t *a, const json_t *p)
 	      attempt, rank, world, dev_name, gpu ? " " : "", gpu ? gpu->uuid : "", (int)pid, list, n_threads);
 	return;
 fail:
-	if (pipefd[0] >= 0) {
-		close(pipefd[0]);
-		close(pipefd[1]);
+	for (int k = 0; k < 2; k++) {
+		if (pipefd[k] >= 0)
+			close(pipefd[k]);
+		if (errfd[k] >= 0)
+			close(errfd[k]);
 	}
 	if (null_fd >= 0)
 		close(null_fd);
@@ -699,13 +724,21 @@ static void s_reap(agent_t *a)
 				s = &a->slots[i];
 		if (!s)
 			continue;
-		if (s->err_fd >= 0)
-			s_drain_stderr(a, s);
-		if (s->err_fd >= 0) {
-			/* Something else holds the pipe open; what the rank said is in. */
-			close(s->err_fd);
-			s->err_fd = -1;
+		for (int k = 0; k < 2; k++) {
+			/* Until EOF; a pipe something else holds open (a child of the
+			 * rank) is closed once what is in it has been read. */
+			for (int round = 0; s->fds[k] >= 0 && round < 64; round++)
+				s_drain(a, s, (ranklog_stream_t)k);
+			if (s->fds[k] >= 0) {
+				line_ctx_t c = {a, s};
+				ranklog_eof(&s->log, (ranklog_stream_t)k, s_wall_us(), s_rank_line, &c);
+				close(s->fds[k]);
+				s->fds[k] = -1;
+			}
 		}
+		/* its last lines reach the coordinator before its exit */
+		s_flush_log(a, s, true);
+		ranklog_clear(&s->log);
 		int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 		int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 		if (sig)
@@ -821,6 +854,8 @@ static void s_timers(agent_t *a)
 	}
 	for (int i = 0; i < a->n_slots; i++) {
 		slot_t *s = &a->slots[i];
+		if (s->busy)
+			s_flush_log(a, s, false);
 		if (s->busy && s->pending && now >= s->pending_term_at_us && !s->kill_at_us) {
 			char dev[32];
 			s_slot_label(a, i, dev, sizeof dev);
@@ -855,8 +890,18 @@ static int s_poll_timeout_ms(const agent_t *a)
 			next = s->kill_at_us;
 		if (s->busy && s->pending && !s->kill_at_us && s->pending_term_at_us < next)
 			next = s->pending_term_at_us;
+		for (int k = 0; k < 2; k++)
+			if (s->busy && s->fds[k] >= 0 && s->rest_until_us[k] > now && s->rest_until_us[k] < next)
+				next = s->rest_until_us[k];
 	}
 	int64_t ms = (next - now + 999) / 1000;
+	/* the rank log batches wait on the wall clock */
+	int64_t wall = s_wall_us();
+	for (int i = 0; i < a->n_slots; i++) {
+		int64_t due = ranklog_deadline_us(&a->slots[i].log);
+		if (a->slots[i].busy && due != INT64_MAX && (due - wall + 999) / 1000 < ms)
+			ms = (due - wall + 999) / 1000;
+	}
 	return ms < 0 ? 0 : (int)ms;
 }
 
@@ -962,7 +1007,7 @@ static int s_setup(agent_t *a, const agent_options_t *opt)
 	if (!a->slots)
 		return -ENOMEM;
 	for (int i = 0; i < a->n_slots; i++)
-		a->slots[i].err_fd = -1;
+		a->slots[i].fds[0] = a->slots[i].fds[1] = -1;
 	if (opt->rank_exe) {
 		snprintf(a->exe, sizeof a->exe, "%s", opt->rank_exe);
 	} else {
@@ -1018,8 +1063,10 @@ static void s_teardown(agent_t *a)
 		close(a->sig_fd);
 	if (a->slots)
 		for (int i = 0; i < a->n_slots; i++) {
-			if (a->slots[i].err_fd >= 0)
-				close(a->slots[i].err_fd);
+			for (int k = 0; k < 2; k++)
+				if (a->slots[i].fds[k] >= 0)
+					close(a->slots[i].fds[k]);
+			ranklog_clear(&a->slots[i].log);
 			json_decref(a->slots[i].pending);
 		}
 	free(a->slots);
@@ -1043,11 +1090,13 @@ int agent_run(const agent_options_t *opt)
 	s_send_register(&a);
 	a.retry_at_us = fabric_now_us() + (int64_t)FABRIC_BACKOFF_MIN_MS * 1000;
 
-	zmq_pollitem_t *items = calloc((size_t)a.n_slots + 2, sizeof *items);
-	slot_t **item_slot = calloc((size_t)a.n_slots + 2, sizeof *item_slot);
-	if (!items || !item_slot) {
+	zmq_pollitem_t *items = calloc((size_t)a.n_slots * 2 + 2, sizeof *items);
+	slot_t **item_slot = calloc((size_t)a.n_slots * 2 + 2, sizeof *item_slot);
+	int *item_stream = calloc((size_t)a.n_slots * 2 + 2, sizeof *item_stream);
+	if (!items || !item_slot || !item_stream) {
 		free(items);
 		free(item_slot);
+		free(item_stream);
 		s_teardown(&a);
 		return 1;
 	}
@@ -1061,10 +1110,14 @@ int agent_run(const agent_options_t *opt)
 		items[n++] = sock ? (zmq_pollitem_t){.socket = sock, .events = ZMQ_POLLIN}
 		                  : (zmq_pollitem_t){.fd = -1, .events = 0};
 		items[n++] = (zmq_pollitem_t){.fd = a.sig_fd, .events = ZMQ_POLLIN};
+		int64_t now_us = fabric_now_us();
 		for (int i = 0; i < a.n_slots; i++) {
-			if (a.slots[i].busy && a.slots[i].err_fd >= 0) {
-				item_slot[n] = &a.slots[i];
-				items[n++] = (zmq_pollitem_t){.fd = a.slots[i].err_fd, .events = ZMQ_POLLIN};
+			for (int k = 0; k < 2; k++) {
+				if (a.slots[i].busy && a.slots[i].fds[k] >= 0 && a.slots[i].rest_until_us[k] <= now_us) {
+					item_slot[n] = &a.slots[i];
+					item_stream[n] = k;
+					items[n++] = (zmq_pollitem_t){.fd = a.slots[i].fds[k], .events = ZMQ_POLLIN};
+				}
 			}
 		}
 		int rc = zmq_poll(items, n, s_poll_timeout_ms(&a));
@@ -1075,8 +1128,8 @@ int agent_run(const agent_options_t *opt)
 		if (rc > 0) {
 			for (int i = 2; i < n; i++)
 				if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))
-					if (item_slot[i]->err_fd >= 0)
-						s_drain_stderr(&a, item_slot[i]);
+					if (item_slot[i]->fds[item_stream[i]] >= 0)
+						s_drain(&a, item_slot[i], (ranklog_stream_t)item_stream[i]);
 			if (items[1].revents & ZMQ_POLLIN)
 				s_on_signals(&a);
 			if (items[0].revents & ZMQ_POLLIN)
@@ -1086,6 +1139,7 @@ int agent_run(const agent_options_t *opt)
 	}
 	s_log(&a, "stopped");
 	free(items);
+	free(item_stream);
 	free(item_slot);
 	s_teardown(&a);
 	return 0;

@@ -85,6 +85,8 @@ static const char *const s_valid[WIRE_N_TYPES + 1] = {
 	[WIRE_REJOIN] = "{\"job\":\"j\",\"attempt\":2}",
 	[WIRE_TRACE] = "{\"step\":7,\"start_unix_us\":1763900000123456,\"dur_us\":2048.25,"
 	               "\"events\":[{\"name\":\"forward\",\"ts_us\":0,\"dur_us\":812.5}]}",
+	[WIRE_LOGS] = "{\"job\":\"j\",\"attempt\":2,\"rank\":1,\"dropped\":0,"
+	              "\"lines\":[{\"stream\":\"stdout\",\"time_us\":1763900000123456,\"text\":\"step 1\"}]}",
 };
 
 static int s_decode3(const char *proto, const char *type, const char *payload, size_t payload_len,
@@ -539,6 +541,21 @@ static void test_trace_fields(void)
 	            sizeof err) == -EINVAL && strstr(err, "events"));
 }
 
+/* LOGS: dropped is a count (an integer >= 0), lines an array (each line's
+ * fields are the coordinator's to check: coordinatord/store_logs.c). */
+static void test_logs_fields(void)
+{
+	char err[256];
+	CHECK(s_try("LOGS", "{\"job\":\"j\",\"attempt\":1,\"rank\":0,\"lines\":[],\"dropped\":7}", err,
+	            sizeof err) == 0);
+	CHECK(s_try("LOGS", "{\"job\":\"j\",\"attempt\":1,\"rank\":0,\"lines\":[],\"dropped\":-1}", err,
+	            sizeof err) == -EINVAL && strstr(err, "dropped"));
+	CHECK(s_try("LOGS", "{\"job\":\"j\",\"attempt\":1,\"rank\":0,\"lines\":{},\"dropped\":0}", err,
+	            sizeof err) == -EINVAL && strstr(err, "lines"));
+	CHECK(s_try("LOGS", "{\"job\":\"j\",\"attempt\":1,\"lines\":[],\"dropped\":0}", err, sizeof err) ==
+	              -EINVAL && strstr(err, "rank"));
+}
+
 int main(void)
 {
 	s_run("every_type_round_trips", test_every_type_round_trips);
@@ -547,6 +564,7 @@ int main(void)
 	s_run("snapshot_fields", test_snapshot_fields);
 	s_run("recovery_fields", test_recovery_fields);
 	s_run("trace_fields", test_trace_fields);
+	s_run("logs_fields", test_logs_fields);
 	s_run("failure_code", test_failure_code);
 	s_run("bad_frames", test_bad_frames);
 	s_run("encode_refuses", test_encode_refuses);

@@ -2,13 +2,19 @@
  * test_agent_units: the agent's pure helpers. agent_cpu_share splits the
  * node's CPUs between device slots (contiguous near-equal runs; round robin
  * when there are more slots than CPUs); agent_route_address finds the local
- * address of the route to the coordinator.
+ * address of the route to the coordinator. ranklog (the rank output lines
+ * the agent forwards in LOGS): lines split per stream, cut at
+ * RANKLOG_LINE_MAX_BYTES with the rest of the line discarded, invalid UTF-8
+ * replaced, the batch due at RANKLOG_BATCH_LINES lines or after
+ * RANKLOG_BATCH_MS, the rate cap dropping and counting lines within one
+ * second and letting them through the next.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "agent.h"
+#include "ranklog.h"
 #include "check.h"
 
 static void set_of(cpu_set_t *s, const int *cpus, int n)
@@ -96,10 +102,81 @@ static void test_route_address(void)
 	CHECK(rc < 0 && strstr(err, "--advertise"), "unresolvable: rc %d err %s", rc, err);
 }
 
+static int s_n_cb;
+
+static void s_count(void *cls, ranklog_stream_t stream, const char *line)
+{
+	(void)cls;
+	(void)stream;
+	(void)line;
+	s_n_cb++;
+}
+
+static const char *s_text(const json_t *p, size_t i)
+{
+	return json_string_value(json_object_get(json_array_get(json_object_get(p, "lines"), i), "text"));
+}
+
+static void test_ranklog(void)
+{
+	ranklog_t rl;
+	ranklog_init(&rl);
+	int64_t t = 1000000000;
+	CHECK(!ranklog_pending(&rl) && ranklog_deadline_us(&rl) == INT64_MAX, "empty");
+	/* lines of two streams interleave by line, partial lines wait */
+	ranklog_feed(&rl, RANKLOG_STDOUT, "step 1\nste", 10, t, s_count, NULL);
+	ranklog_feed(&rl, RANKLOG_STDERR, "warn\n", 5, t, s_count, NULL);
+	ranklog_feed(&rl, RANKLOG_STDOUT, "p 2\n\xff\xc3(ok\n", 10, t, s_count, NULL);
+	CHECK(s_n_cb == 4, "callbacks %d", s_n_cb);
+	CHECK(!ranklog_due(&rl, t + 1000), "due too early");
+	CHECK(ranklog_due(&rl, t + RANKLOG_BATCH_MS * 1000), "not due after %d ms", RANKLOG_BATCH_MS);
+	json_t *p = ranklog_take(&rl, "j-1", 2, 1);
+	CHECK(p && json_array_size(json_object_get(p, "lines")) == 4, "4 lines");
+	CHECK(strcmp(s_text(p, 0), "step 1") == 0 && strcmp(s_text(p, 1), "warn") == 0 &&
+	      strcmp(s_text(p, 2), "step 2") == 0 && strcmp(s_text(p, 3), "?" "?(ok") == 0,
+	      "texts %s|%s|%s|%s", s_text(p, 0), s_text(p, 1), s_text(p, 2), s_text(p, 3));
+	CHECK(strcmp(json_string_value(json_object_get(json_array_get(json_object_get(p, "lines"), 1), "stream")),
+	              "stderr") == 0, "stream of line 1");
+	CHECK(json_integer_value(json_object_get(p, "attempt")) == 2 && json_integer_value(json_object_get(p, "rank")) == 1 &&
+	      json_integer_value(json_object_get(p, "dropped")) == 0, "header");
+	json_decref(p);
+	/* a long line: cut, the rest up to the newline discarded */
+	static char big[RANKLOG_LINE_MAX_BYTES * 3];
+	memset(big, 'x', sizeof big);
+	ranklog_feed(&rl, RANKLOG_STDOUT, big, sizeof big, t, NULL, NULL);
+	ranklog_feed(&rl, RANKLOG_STDOUT, "\nnext\n", 6, t, NULL, NULL);
+	p = ranklog_take(&rl, "j", 1, 0);
+	CHECK(json_array_size(json_object_get(p, "lines")) == 2 && strlen(s_text(p, 0)) == RANKLOG_LINE_MAX_BYTES &&
+	      strcmp(s_text(p, 1), "next") == 0, "cut line: %zu lines", json_array_size(json_object_get(p, "lines")));
+	json_decref(p);
+	/* batch full at RANKLOG_BATCH_LINES */
+	for (int i = 0; i < RANKLOG_BATCH_LINES; i++)
+		ranklog_feed(&rl, RANKLOG_STDOUT, "l\n", 2, t + 1, NULL, NULL);
+	CHECK(ranklog_due(&rl, t + 1), "a full batch is not due");
+	json_decref(ranklog_take(&rl, "j", 1, 0));
+	/* the rate cap: one second from t+2 s */
+	ranklog_clear(&rl);
+	int64_t w = t + 2000000;
+	for (int i = 0; i < RANKLOG_RATE_LINES + 50; i++)
+		ranklog_feed(&rl, RANKLOG_STDOUT, "flood\n", 6, w + i, NULL, NULL);
+	p = ranklog_take(&rl, "j", 1, 0);
+	CHECK((int)json_array_size(json_object_get(p, "lines")) == RANKLOG_RATE_LINES &&
+	      json_integer_value(json_object_get(p, "dropped")) == 50, "capped: %zu lines, %lld dropped",
+	      json_array_size(json_object_get(p, "lines")), (long long)json_integer_value(json_object_get(p, "dropped")));
+	json_decref(p);
+	ranklog_feed(&rl, RANKLOG_STDOUT, "again\n", 6, w + 1000000, NULL, NULL);
+	p = ranklog_take(&rl, "j", 1, 0);
+	CHECK(json_array_size(json_object_get(p, "lines")) == 1 && json_integer_value(json_object_get(p, "dropped")) == 0,
+	      "the next second lets lines through");
+	json_decref(p);
+	ranklog_clear(&rl);
+}
+
 int main(void)
 {
 	test_cpu_share();
 	test_route_address();
+	test_ranklog();
 	if (failures) {
 		fprintf(stderr, "%d check(s) failed\n", failures);
 		return 1;

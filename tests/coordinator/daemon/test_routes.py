@@ -9,6 +9,7 @@
   route serves, leaves the job's state and its events unchanged (checked by
   GET); only POST .../cancel cancels it.
 """
+import http.client
 import subprocess
 
 from rmtest import Daemon, check, problem_of, run
@@ -49,6 +50,15 @@ def main(binary, workdir, daemons):
         for method in METHODS:
             if method in allowed:
                 if method == "POST" and path.endswith("/cancel"):
+                    continue
+                if method == "GET" and path.endswith("/stream"):
+                    # an event stream does not end: its status and type only
+                    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
+                    c.request("GET", url)
+                    r = c.getresponse()
+                    check(r.status == 200 and r.getheader("Content-Type") == "text/event-stream",
+                          "GET %s: %s %s" % (url, r.status, r.getheader("Content-Type")))
+                    c.close()
                     continue
                 st, h, raw = d.request(method, url, b"{}" if method == "POST" else None,
                                        {"Content-Type": "application/json"} if method == "POST" else None)

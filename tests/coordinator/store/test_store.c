@@ -825,6 +825,78 @@ static void test_traces(void)
 	}
 }
 
+typedef struct {
+	char text[512];
+	int n;
+} log_seen_t;
+
+static int see_log(const store_log_line_t *l, void *userdata)
+{
+	log_seen_t *ls = userdata;
+	size_t n = strlen(ls->text);
+	snprintf(ls->text + n, sizeof ls->text - n, "%d/%d/%d:%s ", l->attempt, l->rank, l->stream, l->text);
+	ls->n++;
+	return 0;
+}
+
+static json_t *log_lines(const char *const *texts, int n)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(a, json_pack("{s:s, s:I, s:s}", "stream", i % 2 ? "stderr" : "stdout", "time_us",
+		                                   (json_int_t)(1000 + i), "text", texts[i]));
+	return a;
+}
+
+/* Job logs (schema 006): lines kept in order, malformed ones and the
+ * agent's drops counted, filters, tail, since, and the per-job cap deleting
+ * the oldest lines. */
+static void test_logs(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "logs.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(insert_job(st, "j-lg", "lg", 0) == 0, "job");
+	const char *t1[] = {"a", "b", "c"};
+	json_t *lines = log_lines(t1, 3);
+	json_array_append_new(lines, json_pack("{s:s, s:i, s:s}", "stream", "stdin", "time_us", 1, "text", "bad"));
+	CHECK(store_log_append(st, "j-lg", 1, 0, lines, 2, 5, NULL, NULL) == 0, "append attempt 1");
+	json_decref(lines);
+	const char *t2[] = {"d", "e", "f", "g"};
+	lines = log_lines(t2, 4);
+	CHECK(store_log_append(st, "j-lg", 2, 1, lines, 0, 5, NULL, NULL) == 0, "append attempt 2");
+	CHECK(store_log_append(st, "j-nope", 1, 0, lines, 0, 5, NULL, NULL) == -ENOENT, "unknown job");
+	CHECK(store_log_append(st, "j-lg", -1, 0, lines, 0, 5, NULL, NULL) == -EINVAL, "negative attempt");
+	json_decref(lines);
+	CHECK(store_commit(st) == 0, "commit");
+	int64_t dropped = -1;
+	/* 3 + 4 = 7 kept > 5: the 2 oldest went; 1 malformed + 2 reported + 2 deleted */
+	CHECK(store_log_dropped(st, "j-lg", &dropped) == 0 && dropped == 5, "dropped %lld", (long long)dropped);
+	log_seen_t seen = {0};
+	store_log_query_t q = {.attempt = -1, .rank = -1, .since = 0, .tail = 0, .limit = 100};
+	CHECK(store_log_list(st, "j-lg", &q, see_log, &seen) == 0 &&
+	          strcmp(seen.text, "1/0/0:c 2/1/0:d 2/1/1:e 2/1/0:f 2/1/1:g ") == 0,
+	      "all: %s", seen.text);
+	memset(&seen, 0, sizeof seen);
+	q.attempt = 2;
+	q.tail = 2;
+	CHECK(store_log_list(st, "j-lg", &q, see_log, &seen) == 0 && strcmp(seen.text, "2/1/0:f 2/1/1:g ") == 0,
+	      "attempt 2, tail 2: %s", seen.text);
+	memset(&seen, 0, sizeof seen);
+	q = (store_log_query_t){.attempt = -1, .rank = 0, .since = 0, .limit = 100};
+	CHECK(store_log_list(st, "j-lg", &q, see_log, &seen) == 0 && strcmp(seen.text, "1/0/0:c ") == 0,
+	      "rank 0: %s", seen.text);
+	memset(&seen, 0, sizeof seen);
+	q = (store_log_query_t){.attempt = -1, .rank = -1, .since = 0, .limit = 2};
+	CHECK(store_log_list(st, "j-lg", &q, see_log, &seen) == 0 && seen.n == 2, "limit 2: %d", seen.n);
+	CHECK(store_log_list(st, "j-nope", &q, see_log, &seen) == -ENOENT, "list of an unknown job");
+	CHECK(store_log_dropped(st, "j-nope", &dropped) == -ENOENT, "dropped of an unknown job");
+	store_close(st);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/test-store-XXXXXX");
@@ -840,6 +912,7 @@ int main(void)
 	test_cluster_tables();
 	test_memory_and_checkpoints();
 	test_traces();
+	test_logs();
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)
