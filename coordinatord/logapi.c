@@ -1,7 +1,7 @@
 /*
  * logapi: GET /v1/jobs/{id}/logs (see logapi.h and docs/coordinator.md
  * "Job logs"). Parameters are checked before the database is read; each bad
- * one gets a 400 naming it. A line is shown as CONTRACT21's log line:
+ * one gets a 400 naming it. A line is shown as api/openapi.yaml's LogLine:
  * {"seq", "rank", "attempt", "stream", "time" (RFC 3339 UTC), "text"}.
  */
 #include "logapi.h"

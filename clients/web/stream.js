@@ -1,5 +1,5 @@
 // stream: a live view fed by the coordinator's Server-Sent Events when it
-// serves them (CONTRACT: GET /v1/jobs/{id}/stream, GET /v1/stream), else by
+// serves them (docs/coordinator.md "Live streams": GET /v1/jobs/{id}/stream, GET /v1/stream), else by
 // polling its REST routes every 2 s. On a stream error it polls until the
 // stream opens again (reconnects back off, resume after the last event id:
 // logic.js's StreamBook); an `event: reset` reloads the state over REST.

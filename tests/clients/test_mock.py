@@ -6,7 +6,7 @@ fields, missing optional ones, several pages, problem+json with a pointer, a
 proxy's HTML error page, a body that is not JSON, worker lists. It also
 records what ringctl sends (headers, escaped paths, query strings).
 
-Also: the log lines of GET /v1/jobs/{id}/logs (CONTRACT21's shape: seq,
+Also: the log lines of GET /v1/jobs/{id}/logs (api/openapi.yaml's LogLine: seq,
 rank, attempt, stream, time, text; since/tail/rank/attempt; 400 naming a
 bad parameter), jobs that move to succeeded, failed and cancelled as they
 are read (logs -f, wait, submit --wait), a job list that changes (jobs
@@ -117,7 +117,7 @@ def lf_lines():
 
 
 def logs_answer(lines, q):
-    """GET .../logs as CONTRACT21 says; None + the bad parameter's name when a
+    """GET .../logs as api/openapi.yaml says; None + the bad parameter's name when a
     value is bad."""
     def num(name, lo, hi):
         v = q.get(name, [None])[0]
