@@ -16,7 +16,9 @@
 # busy machine the numbers mean little, and the table says so.
 #
 # Environment knobs: STEPS_124M / WARMUP_124M (10 / 3), STEPS_SMALL /
-# WARMUP_SMALL (10 / 3), TORCH_PY (/usr/bin/python3).
+# WARMUP_SMALL (10 / 3), TORCH_PY (/usr/bin/python3), PRECISIONS ("fp32
+# bf16"; "fp32" alone on a CPU without AVX512-BF16, where PyTorch's bf16
+# autocast is emulated and one run takes over ten minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,7 +67,7 @@ for s in "${shapes[@]}"; do
   read -r name L H C V B T steps warmup <<< "$s"
   args=(--layers "$L" --heads "$H" --embd "$C" --vocab "$V" --batch "$B" --seq "$T"
         --steps "$steps" --warmup "$warmup")
-  for precision in fp32 bf16; do
+  for precision in ${PRECISIONS:-fp32 bf16}; do
     for prog in ours torch; do
       f="$out/$name-$prog-$precision.json"
       echo "$name $prog $precision..." >&2
@@ -105,7 +107,7 @@ print("| shape | program | precision | median tok/s | ms/step | peak RSS MiB | v
 print("|---|---|---|---:|---:|---:|---:|---:|")
 for shape, desc in (("124M", "GPT-2 124M (12L 12H 768C, V 50257, B 4, T 64)"),
                     ("small", "small (6L 6H 384C, V 50257, B 8, T 64)")):
-    for precision in ("fp32", "bf16"):
+    for precision in os.environ.get("PRECISIONS", "fp32 bf16").split():
         torch_r = load_run(f"{shape}-torch-{precision}.json")
         for prog in ("ours", "torch"):
             r = load_run(f"{shape}-{prog}-{precision}.json")
