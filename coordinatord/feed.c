@@ -60,7 +60,8 @@ void feed_set_notify(void (*fn)(void))
 }
 
 /* Append one entry whose data is `json` (`len` bytes). */
-static void s_publish(feed_type_t type, const char *job_id, int rank, int attempt, const char *json, size_t len)
+static void s_publish(feed_type_t type, const char *job_id, int rank, int attempt, int64_t line_seq,
+                      const char *json, size_t len)
 {
 	if (!g.ring)
 		return;
@@ -77,8 +78,8 @@ static void s_publish(feed_type_t type, const char *job_id, int rank, int attemp
 	memcpy(frame + k + len, "\n\n", 3);
 	feed_entry_t *e = &g.ring[seq % g.cap];
 	free(e->frame);
-	*e = (feed_entry_t){.seq = seq, .type = type, .rank = rank, .attempt = attempt, .frame = frame,
-	                    .frame_len = (size_t)k + len + 2};
+	*e = (feed_entry_t){.seq = seq, .type = type, .rank = rank, .attempt = attempt, .line_seq = line_seq,
+	                    .frame = frame, .frame_len = (size_t)k + len + 2};
 	snprintf(e->job_id, sizeof e->job_id, "%s", job_id ? job_id : "");
 	g.last_seq = seq;
 	if (seq - g.first_seq >= g.cap)
@@ -87,12 +88,13 @@ static void s_publish(feed_type_t type, const char *job_id, int rank, int attemp
 	pthread_mutex_unlock(&g.lock);
 }
 
-static void s_publish_json(feed_type_t type, const char *job_id, int rank, int attempt, json_t *doc)
+static void s_publish_json(feed_type_t type, const char *job_id, int rank, int attempt, int64_t line_seq,
+                           json_t *doc)
 {
 	char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
 	json_decref(doc);
 	if (text)
-		s_publish(type, job_id, rank, attempt, text, strlen(text));
+		s_publish(type, job_id, rank, attempt, line_seq, text, strlen(text));
 	free(text);
 }
 
@@ -149,7 +151,7 @@ static int s_worker(const store_worker_t *w, void *cls)
 		return 0;
 	}
 	json_t *devices = json_loads(w->devices_json ? w->devices_json : "null", JSON_DECODE_ANY, NULL);
-	s_publish_json(FEED_WORKER, "", -1, -1,
+	s_publish_json(FEED_WORKER, "", -1, -1, 0,
 	               json_pack("{so so so so so sI so}", "node", jobview_string(w->node), "state",
 	                         jobview_string(w->state), "devices", devices, "last_heartbeat",
 	                         w->has_heartbeat ? jobview_time(w->last_heartbeat_us) : json_null(), "registered_at",
@@ -168,7 +170,7 @@ json_t *feed_log_line_json(const store_log_line_t *l)
 static int s_on_metric(int64_t id, const store_metric_t *m, void *cls)
 {
 	(void)cls;
-	s_publish_json(FEED_METRICS, m->job_id, -1, -1, jobview_metric(m));
+	s_publish_json(FEED_METRICS, m->job_id, -1, -1, 0, jobview_metric(m));
 	g.metric_id = id;
 	return 0;
 }
@@ -176,7 +178,7 @@ static int s_on_metric(int64_t id, const store_metric_t *m, void *cls)
 static int s_on_log(const char *job_id, const store_log_line_t *l, void *cls)
 {
 	(void)cls;
-	s_publish_json(FEED_LOG, job_id, l->rank, l->attempt, feed_log_line_json(l));
+	s_publish_json(FEED_LOG, job_id, l->rank, l->attempt, l->seq, feed_log_line_json(l));
 	g.log_seq = l->seq;
 	return 0;
 }
@@ -185,10 +187,10 @@ static int s_on_event(const store_event_t *ev, void *cls)
 {
 	store_t *st = cls;
 	g.event_id = ev->id;
-	s_publish_json(FEED_EVENT, ev->job_id, -1, -1, jobview_event(ev));
+	s_publish_json(FEED_EVENT, ev->job_id, -1, -1, 0, jobview_event(ev));
 	if (!ev->to_state)
 		return 0;
-	s_publish_json(FEED_STATE, ev->job_id, -1, -1,
+	s_publish_json(FEED_STATE, ev->job_id, -1, -1, 0,
 	               json_pack("{s:s, s:s, s:o, s:i}", "job", ev->job_id, "state", ev->to_state, "reason",
 	                         jobview_string(ev->reason), "attempt", ev->attempt));
 	store_job_t job;
@@ -197,13 +199,14 @@ static int s_on_event(const store_event_t *ev, void *cls)
 		sbuf_t b = {0};
 		jobview_job(&b, &job);
 		if (!b.failed && b.data)
-			s_publish(FEED_JOB, ev->job_id, -1, -1, b.data, b.len);
+			s_publish(FEED_JOB, ev->job_id, -1, -1, 0, b.data, b.len);
 		sbuf_free(&b);
 		store_job_clear(&job);
 	}
 	store_job_state_t state;
 	if (store_job_state_parse(ev->to_state, &state) == 0 && store_job_state_is_final(state))
-		s_publish_json(FEED_END, ev->job_id, -1, -1, json_pack("{s:s, s:s}", "job", ev->job_id, "state", ev->to_state));
+		s_publish_json(FEED_END, ev->job_id, -1, -1, 0,
+		               json_pack("{s:s, s:s}", "job", ev->job_id, "state", ev->to_state));
 	return 0;
 }
 

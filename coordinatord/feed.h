@@ -49,6 +49,7 @@ typedef struct {
 	feed_type_t type;
 	char job_id[STORE_ID_BYTES]; /* "" for a worker */
 	int rank, attempt;           /* of a log line; -1 otherwise */
+	int64_t line_seq;            /* of a log line: its stored seq; 0 otherwise */
 	char *frame;                 /* the SSE frame, owned by the feed */
 	size_t frame_len;
 } feed_entry_t;

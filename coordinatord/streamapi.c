@@ -39,6 +39,8 @@ typedef struct stream {
 	stream_kind_t kind;
 	char job[STORE_ID_BYTES];
 	int rank, attempt;   /* SK_LOGS filters; -1: all */
+	int64_t listed_seq;  /* SK_LOGS: the last stored line sent before the feed's */
+	int64_t n_listed;    /* SK_LOGS: stored lines sent so far */
 	uint64_t cursor;
 	sbuf_t out;
 	size_t out_off;
@@ -140,7 +142,7 @@ static bool s_match(const feed_entry_t *e, void *cls)
 		break;
 	default:
 		take = strcmp(e->job_id, t->job) == 0 &&
-		       ((e->type == FEED_LOG && (t->rank < 0 || e->rank == t->rank) &&
+		       ((e->type == FEED_LOG && e->line_seq > t->listed_seq && (t->rank < 0 || e->rank == t->rank) &&
 		         (t->attempt < 0 || e->attempt == t->attempt)) ||
 		        e->type == FEED_END);
 	}
@@ -400,7 +402,25 @@ static int s_line_fn(const store_log_line_t *l, void *cls)
 		return -ENOMEM;
 	sbuf_printf(&t->out, "event: log\ndata: %s\n\n", text);
 	free(text);
+	t->listed_seq = l->seq;
+	t->n_listed++;
 	return 0;
+}
+
+/* The stored lines `q` asks for, every page of them, into `t`. A line that
+ * was committed after the feed cursor was taken is both stored and in the
+ * feed: s_match passes over feed lines up to the last one listed here, so
+ * it is sent once. 0 or a negative errno. */
+static int s_list_stored(store_t *st, const char *job_id, const store_log_query_t *q, stream_t *t)
+{
+	store_log_query_t page = *q;
+	for (;;) {
+		int64_t before = t->n_listed;
+		int r = store_log_list(st, job_id, &page, s_line_fn, t);
+		if (r < 0 || q->tail > 0 || page.limit <= 0 || t->n_listed - before < page.limit)
+			return r;
+		page.since = t->listed_seq;
+	}
 }
 
 enum MHD_Result streamapi_logs(request_t *rq, const store_log_query_t *q)
@@ -411,10 +431,12 @@ enum MHD_Result streamapi_logs(request_t *rq, const store_log_query_t *q)
 		return answer;
 	t->rank = q->rank;
 	t->attempt = q->attempt;
+	t->listed_seq = q->since;
 	store_t *st = request_reader(rq);
 	/* the lines stored so far (without ids: page them with since=), then
-	 * the feed's from the cursor taken before reading them */
-	int r = st ? store_log_list(st, rq->id, q, s_line_fn, t) : -EIO;
+	 * the feed's from the cursor taken before reading them, less those
+	 * already listed */
+	int r = st ? s_list_stored(st, rq->id, q, t) : -EIO;
 	if (r == 0)
 		r = s_job_now(rq, t, false);
 	if (r < 0) {

@@ -10,7 +10,8 @@ ringmasterd (--max-streams 4, --stream-keepalive-ms 500) and agent, and a
   closes; a Last-Event-ID the server never issued gets `reset`;
 - GET /v1/stream carries `job` objects for the job's changes and a
   `worker` object (as GET /v1/workers shows it) when an agent registers;
-- GET /v1/jobs/{id}/logs?follow=1 on a finished job sends its lines as
+- GET /v1/jobs/{id}/logs?follow=1 on a finished job (also one with more
+  than a page of 1000 stored lines) sends its lines as
   `log` events, then `end`;
 - the cap holds: with 4 open the 5th gets 503 with Retry-After, and /metrics
   shows ringmaster_http_streams_open and ..._rejected_total;
@@ -163,6 +164,31 @@ def main(c, _args):
         lines.append(f["data"])
     check(lines == [l for l in d.json("GET", "/v1/jobs/%s/logs?rank=0" % job)["lines"]], "follow=1 lines")
     check(s5.next() is None, "follow=1 stays open after end")
+
+    # ---- follow=1 of a job with more stored lines than one page (1000) ----
+    long_job = d.submit(tiny_spec("streams-long", 1, 4, 1200))["id"]
+    d.wait_state(long_job, {"succeeded"}, timeout=300)
+    stored, since = [], 0
+    while True:
+        page = d.json("GET", "/v1/jobs/%s/logs?since=%d" % (long_job, since))
+        if not page["lines"]:
+            break
+        stored += page["lines"]
+        since = page["next"]
+    check(len(stored) > 1000, "the long job stored only %d lines" % len(stored))
+    s6 = Sse(d, "/v1/jobs/%s/logs?follow=1" % long_job)
+    followed = []
+    while True:
+        f = s6.next()
+        check(f is not None, "follow=1 of the long job closed without `end`")
+        if f["event"] == "end":
+            break
+        followed.append(f["data"])
+    s6.close()
+    check(followed == stored, "follow=1 sent %d lines, %d stored (first seq %r / %r, last %r / %r)"
+          % (len(followed), len(stored), followed[0]["seq"] if followed else None, stored[0]["seq"],
+             followed[-1]["seq"] if followed else None, stored[-1]["seq"]))
+    log("follow=1 of a finished job with %d stored lines sent each once" % len(stored))
 
     # ---- the global stream ----
     seen, workers = [], []
