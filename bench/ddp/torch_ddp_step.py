@@ -56,7 +56,7 @@ def main():
     model = GPT2(args.layers, args.heads, args.embd, args.vocab, args.seq)
     model.train()
     ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
-    opt = adamw(model)
+    opt = adamw(model, cuda=False)
     n_params = sum(p.numel() for p in model.parameters())
     flops_per_token = 6.0 * n_params + 6.0 * args.layers * args.embd * args.seq
 
