@@ -15,10 +15,7 @@
  * applies retention and answers SNAPSHOT_COMMITTED. At the start every rank
  * resumes from the newest good committed snapshot of the job, if any.
  *
- * Benchmark knob (bench/streams/log_flood.sh only): with the environment
- * variable RINGMASTER_BENCH_LOG_FLOOD=N (1..1000000) a thread of the rank
- * prints N lines per second on stdout while it trains, to measure what a
- * rank that prints in a tight loop costs its training and the coordinator.
+ * The log flood benchmark knob is worker/logflood.h's.
  */
 #include "rank.h"
 
@@ -44,6 +41,7 @@
 #include "exitcode.h"
 #include "fabric.h"
 #include "jobspec.h"
+#include "logflood.h"
 #include "snapshot.h"
 #include "train.h"
 #include "wire.h"
@@ -595,53 +593,6 @@ static void s_send_parked(rank_t *r)
 	fflush(stderr);
 }
 
-/* ---- the log flood benchmark knob ---- */
-
-typedef struct {
-	pthread_t thread;
-	atomic_bool stop;
-	long per_s;
-	int rank;
-} flood_t;
-
-/* Print per_s lines a second on stdout, in bursts every millisecond, with
- * write(2): the pipe's reader (the agent) sets the pace if it falls behind. */
-static void *s_flood(void *arg)
-{
-	flood_t *fl = arg;
-	struct timespec t0, now;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	long long sent = 0;
-	char line[160];
-	while (!atomic_load(&fl->stop)) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		double el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
-		while (sent < (long long)(el * (double)fl->per_s)) {
-			int n = snprintf(line, sizeof line, "flood rank %d line %lld: the quick brown fox jumps over the lazy dog\n",
-			                 fl->rank, sent);
-			if (write(1, line, (size_t)n) < 0)
-				return NULL;
-			sent++;
-		}
-		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-	}
-	return NULL;
-}
-
-/* Start the flood thread when RINGMASTER_BENCH_LOG_FLOOD asks for one. */
-static bool s_flood_start(flood_t *fl, int rank)
-{
-	const char *v = getenv("RINGMASTER_BENCH_LOG_FLOOD");
-	char *end;
-	long n = v ? strtol(v, &end, 10) : 0;
-	if (!v || *end || n < 1 || n > 1000000)
-		return false;
-	fl->per_s = n;
-	fl->rank = rank;
-	atomic_store(&fl->stop, false);
-	return pthread_create(&fl->thread, NULL, s_flood, fl) == 0;
-}
-
 static void *s_watch(void *arg)
 {
 	rank_t *r = arg;
@@ -1090,12 +1041,11 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	else
 		fprintf(stderr, "ringworker rank: no watcher thread; ABORT is read only at exit\n");
 
-	flood_t flood;
-	bool flooding = s_flood_start(&flood, o->rank);
+	logflood_t flood;
+	bool flooding = logflood_start(&flood, o->rank);
 	int rc = train_run(spec, &topt);
 	if (flooding) {
-		atomic_store(&flood.stop, true);
-		pthread_join(flood.thread, NULL);
+		logflood_stop(&flood);
 	}
 	fflush(stdout);
 	fclose(log);
