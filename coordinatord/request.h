@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "auth.h"
 #include "broker.h"
 #include "metrics.h"
 #include "sbuf.h"
@@ -62,6 +63,7 @@ typedef struct {
 	sbuf_t body;
 	char idem_key[REQUEST_IDEM_KEY_MAX + 1];
 	bool has_idem_key;
+	auth_principal_t who; /* the caller, authenticated before dispatch (auth.h) */
 } request_t;
 
 /* The thread's reader / broker client, opened on first use (the failure is

@@ -13,25 +13,28 @@
 #include "webui.h"
 
 #define P ROUTE_PERM_PUBLIC
+#define V ROUTE_PERM_VIEWER
+#define O ROUTE_PERM_OPERATOR
+#define M ROUTE_PERM_METRICS
 
 /* The API: one row per method and path, in the order /metrics lists them. */
 static const route_t s_routes[] = {
-	{METRICS_METHOD_GET, "/v1/jobs", jobapi_list, "/v1/jobs", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_POST, "/v1/jobs", jobapi_submit, "/v1/jobs", P, ROUTE_BODY_JSON},
-	{METRICS_METHOD_GET, "/v1/jobs/{id}", jobapi_get, "/v1/jobs/{id}", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_POST, "/v1/jobs/{id}/cancel", jobapi_cancel, "/v1/jobs/{id}/cancel", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/jobs/{id}/events", jobapi_events, "/v1/jobs/{id}/events", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/jobs/{id}/metrics", jobapi_metrics, "/v1/jobs/{id}/metrics", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/jobs/{id}/checkpoints", jobapi_checkpoints, "/v1/jobs/{id}/checkpoints", P,
+	{METRICS_METHOD_GET, "/v1/jobs", jobapi_list, "/v1/jobs", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/jobs", jobapi_submit, "/v1/jobs", O, ROUTE_BODY_JSON},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}", jobapi_get, "/v1/jobs/{id}", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/jobs/{id}/cancel", jobapi_cancel, "/v1/jobs/{id}/cancel", O, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/events", jobapi_events, "/v1/jobs/{id}/events", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/metrics", jobapi_metrics, "/v1/jobs/{id}/metrics", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/checkpoints", jobapi_checkpoints, "/v1/jobs/{id}/checkpoints", V,
 	 ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/jobs/{id}/trace", jobapi_trace, "/v1/jobs/{id}/trace", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/jobs/{id}/logs", logapi_logs, "/v1/jobs/{id}/logs", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/jobs/{id}/stream", streamapi_job, "/v1/jobs/{id}/stream", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/stream", streamapi_all, "/v1/stream", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/v1/workers", opsapi_workers, "/v1/workers", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/trace", jobapi_trace, "/v1/jobs/{id}/trace", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/logs", logapi_logs, "/v1/jobs/{id}/logs", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/jobs/{id}/stream", streamapi_job, "/v1/jobs/{id}/stream", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/stream", streamapi_all, "/v1/stream", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/workers", opsapi_workers, "/v1/workers", V, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/healthz", opsapi_healthz, "/healthz", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/readyz", opsapi_readyz, "/readyz", P, ROUTE_BODY_NONE},
-	{METRICS_METHOD_GET, "/metrics", opsapi_metrics, "/metrics", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/metrics", opsapi_metrics, "/metrics", M, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/", webui_index, "/", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/assets/{name}", webui_asset, "/assets/{name}", P, ROUTE_BODY_NONE},
 };

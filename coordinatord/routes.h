@@ -22,10 +22,15 @@
 #include "metrics.h"
 #include "request.h"
 
-/* What a caller must hold to use a route. Every route is public until the
- * API has authentication (the security issue adds the others). */
+/* What a caller must hold to use a route (auth.h): nothing, or at least a
+ * role. /metrics is its own case: a token, or a loopback caller, as
+ * configured. */
 typedef enum {
-	ROUTE_PERM_PUBLIC = 0,
+	ROUTE_PERM_PUBLIC = 0, /* anyone: /healthz, /readyz, the dashboard's page and assets */
+	ROUTE_PERM_VIEWER,     /* every other GET and the streams */
+	ROUTE_PERM_OPERATOR,   /* submit and cancel */
+	ROUTE_PERM_ADMIN,      /* tokens and workers' enrollment */
+	ROUTE_PERM_METRICS,    /* /metrics: see config.h's metrics_auth */
 } route_perm_t;
 
 /* How http.c reads the body of a request to the route. */
