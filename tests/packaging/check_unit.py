@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Checks packaging/systemd/ringmasterd.service.
+"""Checks packaging/systemd/ringmasterd.service (or, with --agent,
+packaging/systemd/ringworker-agent.service: its own directives below).
 
 1. The directives the service depends on are there with the right values
    (Type=notify, WatchdogSec, ProtectSystem=strict, NoNewPrivileges,
@@ -13,7 +14,12 @@
    A copy with a deliberate typo must be flagged, proving the check can fail.
 3. `systemd-analyze security --offline` rates the sandbox at most 2.0.
 
-Usage: check_unit.py UNIT [RINGMASTERD]
+The agent's unit is checked for: Restart=on-failure, a User= of its own
+(never root, never DynamicUser: checkpoints outlive the service), a
+StateDirectory (its enrolled key pair), ProtectSystem=strict, NoNewPrivileges,
+ExecStart running `ringworker agent --coordinator`, the same exposure bound.
+
+Usage: check_unit.py [--agent] UNIT [BINARY]
 """
 import os
 import re
@@ -98,6 +104,39 @@ def check_directives(sections):
     return errors
 
 
+def check_agent_directives(sections):
+    errors = []
+    service = sections.get("Service", [])
+
+    def values(key):
+        return [v for k, v in service if k == key]
+
+    for key, expected in (("Restart", "on-failure"), ("ProtectSystem", "strict"),
+                          ("NoNewPrivileges", "yes"), ("PrivateTmp", "yes"), ("ProtectHome", "yes")):
+        got = values(key)
+        if not got or got[-1] != expected:
+            errors.append("[Service] %s=%s expected (got %s)" % (key, expected, got or "nothing"))
+    user = values("User")
+    if not user or user[-1] in ("root", "0"):
+        errors.append("[Service] needs User= of its own (got %s)" % (user or "nothing"))
+    if values("DynamicUser") == ["yes"]:
+        errors.append("[Service] DynamicUser=yes would orphan the checkpoints' owner")
+    if not values("StateDirectory"):
+        errors.append("[Service] StateDirectory= missing (the agent's key pair)")
+    exec_start = values("ExecStart")
+    if len(exec_start) != 1:
+        errors.append("[Service] exactly one ExecStart= expected (got %s)" % exec_start)
+    else:
+        argv = exec_start[0].split()
+        if not argv[0].startswith("/") or not argv[0].endswith("/ringworker") or argv[1:2] != ["agent"]:
+            errors.append("ExecStart must run `ringworker agent` by absolute path (got %s)" % exec_start[0])
+        if "--coordinator" not in argv:
+            errors.append("ExecStart must pass --coordinator")
+    if ("WantedBy", "multi-user.target") not in sections.get("Install", []):
+        errors.append("[Install] WantedBy=multi-user.target missing")
+    return errors
+
+
 def verify(unit_path):
     """Runs systemd-analyze verify; returns (lines about this unit, other lines)."""
     env = dict(os.environ, SYSTEMD_LOG_LEVEL="info",
@@ -125,15 +164,19 @@ def exposure(unit_path):
 
 
 def main():
-    if len(sys.argv) not in (2, 3):
+    args = sys.argv[1:]
+    agent = bool(args) and args[0] == "--agent"
+    if agent:
+        args = args[1:]
+    if len(args) not in (1, 2):
         print(__doc__, file=sys.stderr)
         return 2
-    unit_src = sys.argv[1]
-    daemon = sys.argv[2] if len(sys.argv) == 3 and sys.argv[2] else None
+    unit_src = args[0]
+    daemon = args[1] if len(args) == 2 and args[1] else None
     with open(unit_src) as f:
         text = f.read()
 
-    errors = check_directives(parse_unit(text))
+    errors = (check_agent_directives if agent else check_directives)(parse_unit(text))
     for e in errors:
         print("FAIL:", e)
     if not errors:
@@ -144,9 +187,9 @@ def main():
         return 1 if errors else 77
     target = os.path.abspath(daemon) if daemon else shutil.which("true")
     if not daemon:
-        print("note: ringmasterd not built; verifying with ExecStart=%s" % target)
+        print("note: the binary is not built; verifying with ExecStart=%s" % target)
     with tempfile.TemporaryDirectory(prefix="rm-unit-") as tmp:
-        copy = os.path.join(tmp, "ringmasterd.service")
+        copy = os.path.join(tmp, os.path.basename(unit_src))
         new_text, n = re.subn(r"(?m)^ExecStart=\S+", "ExecStart=" + target, text)
         if n != 1:
             print("FAIL: cannot rewrite ExecStart in the copy")
