@@ -46,6 +46,7 @@
 #include <microhttpd.h>
 
 #include "clock.h"
+#include "httpparse.h"
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
@@ -54,6 +55,8 @@
 #include "ratelimit.h"
 #include "streamapi.h"
 #include "tls.h"
+
+_Static_assert(HTTPPARSE_IDEM_KEY_MAX == REQUEST_IDEM_KEY_MAX, "request_t.idem_key holds what httpparse accepts");
 
 /* The URL with its query, as decoded: longer is 414. */
 #define HTTP_MAX_URL_BYTES 8192
@@ -200,27 +203,11 @@ static enum MHD_Result answer_simple(http_t *h, struct MHD_Connection *conn, con
 	return dispatch(h, route, &rq);
 }
 
-/* application/json, any case, optionally followed by parameters. */
-static bool is_json_type(const char *ct)
-{
-	if (!ct)
-		return false;
-	while (*ct == ' ' || *ct == '\t')
-		ct++;
-	size_t n = strlen(REQUEST_JSON_TYPE);
-	if (strncasecmp(ct, REQUEST_JSON_TYPE, n) != 0)
-		return false;
-	ct += n;
-	while (*ct == ' ' || *ct == '\t')
-		ct++;
-	return *ct == '\0' || *ct == ';';
-}
-
 /* A JSON body's headers: 0, or the answer already queued (415 or 400). */
 static int check_json_headers(request_t *rq, enum MHD_Result *ret)
 {
 	const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-	if (!is_json_type(ct)) {
+	if (!httpparse_json_type(ct)) {
 		char detail[200];
 		snprintf(detail, sizeof detail, "Content-Type must be application/json (got %.64s)", ct ? ct : "none");
 		*ret = request_problem(rq, 415, detail, NULL);
@@ -228,16 +215,12 @@ static int check_json_headers(request_t *rq, enum MHD_Result *ret)
 	}
 	const char *key = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Idempotency-Key");
 	if (key) {
-		size_t n = strlen(key);
-		bool ok = n >= 1 && n <= REQUEST_IDEM_KEY_MAX;
-		for (size_t i = 0; ok && i < n; i++)
-			ok = key[i] >= 0x20 && key[i] <= 0x7e;
-		if (!ok) {
+		if (!httpparse_idem_key(key)) {
 			*ret = request_bad_request(rq, "Idempotency-Key must be 1 to 255 printable ASCII characters",
 			                           NULL);
 			return -EINVAL;
 		}
-		memcpy(rq->idem_key, key, n + 1);
+		memcpy(rq->idem_key, key, strlen(key) + 1);
 		rq->has_idem_key = true;
 	}
 	return 0;
@@ -304,10 +287,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
 	/* POST: refuse early what must not be read (the connection then closes) */
 	const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen) {
-		char *end;
-		errno = 0;
-		unsigned long long n = strtoull(clen, &end, 10);
-		if (errno || end == clen || n > h->max_body_bytes) {
+		if (httpparse_content_length(clen, h->max_body_bytes) < 0) {
 			char detail[200];
 			snprintf(detail, sizeof detail, "request body is larger than the limit of %zu bytes",
 			         h->max_body_bytes);
