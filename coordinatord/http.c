@@ -373,6 +373,9 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
 	http_t *h = cls;
+	if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED || toe == MHD_REQUEST_TERMINATED_READ_ERROR ||
+	    toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT || toe == MHD_REQUEST_TERMINATED_WITH_ERROR)
+		metrics_request_aborted(toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED);
 	body_request_t *br = *con_cls;
 	if (br && (void *)br != (void *)&s_simple) {
 		sbuf_free(&br->rq.body);
@@ -386,6 +389,12 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * failure); once serving, they are about one connection (a client that
  * reset, timed out or sent garbage), which any client can cause at will, so
  * they are debug lines rather than a warning each. */
+static void connection_event(void *cls, struct MHD_Connection *conn, void **socket_context,
+                             enum MHD_ConnectionNotificationCode code)
+{
+	metrics_connection_opened(code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	http_t *h = cls;
@@ -464,6 +473,7 @@ static struct MHD_Daemon *start_mhd(http_t *h, const config_t *cfg)
 	                        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)h->listen_fd,
 	                        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
 	                        MHD_OPTION_NOTIFY_COMPLETED, completed, h,
+	                        MHD_OPTION_NOTIFY_CONNECTION, connection_event, NULL,
 	                        MHD_OPTION_ARRAY, opts,
 	                        MHD_OPTION_END);
 }

@@ -89,6 +89,15 @@ def auth_header(d):
     return {"Authorization": "Bearer " + d.token} if getattr(d, "token", None) else {}
 
 
+def metric(d, name):
+    st, _, body = d.request("GET", "/metrics", headers=auth_header(d), timeout=5)
+    check(st == 200, "/metrics: %s" % st)
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise rmtest.Failure("/metrics has no %s" % name)
+
+
 def check_refused_at_start(binary, workdir, args, expect):
     p = subprocess.run([binary, "--db", os.path.join(workdir, "refused.db")] + args,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
@@ -119,6 +128,8 @@ def main(binary, workdir, daemons):
     st, _, _ = d.request("GET", "/v1/jobs", headers=auth, timeout=5)
     check(st == 200, "GET /v1/jobs with %d half-sent connections open: %s" % (N_HALF_SENT, st))
     time.sleep(0.5)
+    n_open = metric(d, "ringmaster_http_connections_open")
+    check(n_open <= 64 + 4, "%d connections open with a per-address cap of 64" % n_open)
     n_closed = sum(closed_by_server(s) for s in socks)
     check(n_closed >= N_HALF_SENT - 64, "the per-address cap (64) closed only %d of %d" % (n_closed, N_HALF_SENT))
     # the idle timeout (3 s) closes the rest
@@ -127,6 +138,7 @@ def main(binary, workdir, daemons):
         time.sleep(0.25)
     open_left = sum(not closed_by_server(s) for s in socks)
     check(open_left == 0, "%d half-sent connections still open past the idle timeout" % open_left)
+    check(metric(d, "ringmaster_http_connections_open") <= 2, "connections still counted open after the timeout")
     for s in socks:
         s.close()
 
@@ -139,6 +151,8 @@ def main(binary, workdir, daemons):
     time.sleep(0.5)
     warns = [l for l in d.logtext().splitlines() if " warn " in l and "libmicrohttpd" in l]
     check(not warns, "aborted connections logged warnings: %r" % warns[:3])
+    n_aborted = metric(d, "ringmaster_http_requests_aborted_total")
+    check(n_aborted >= 50, "aborted requests counted in /metrics: %s" % n_aborted)
 
     # header fields over the limit: 431 problem+json
     big = "a" * 20000
