@@ -50,9 +50,9 @@
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
+#include "ratelimit.h"
 #include "request.h"
 #include "routes.h"
-#include "ratelimit.h"
 #include "streamapi.h"
 #include "tls.h"
 
