@@ -102,7 +102,8 @@ int ratelimit_take(ratelimit_t *rl, const char *key, int64_t now_us, int64_t *re
 		b->level = level;
 		/* micro-tokens missing / (per_minute / 60 per us), rounded up, in ms */
 		int64_t wait_us = ((MICRO - level) * 60 + rl->per_minute - 1) / rl->per_minute;
-		*ret_retry_after_ms = wait_us / 1000 + 1;
+		int64_t wait_ms = (wait_us + 999) / 1000;
+		*ret_retry_after_ms = wait_ms > 0 ? wait_ms : 1;
 		r = -EAGAIN;
 	}
 	pthread_mutex_unlock(&rl->lock);

@@ -114,7 +114,7 @@ def main(binary, workdir, daemons):
     check_refused_at_start(binary, workdir, ["--submit-burst", "-1"], "submit_burst must be")
 
     d = rmtest.Daemon(binary, workdir, extra_args=[
-        "--idle-timeout-s", "3", "--submit-rate", "60", "--submit-burst", "5",
+        "--idle-timeout-s", "3", "--submit-rate", "1", "--submit-burst", "5",
         "--stream-keepalive-ms", "1000"])
     daemons.append(d)
     d.start()
@@ -151,8 +151,15 @@ def main(binary, workdir, daemons):
     time.sleep(0.5)
     warns = [l for l in d.logtext().splitlines() if " warn " in l and "libmicrohttpd" in l]
     check(not warns, "aborted connections logged warnings: %r" % warns[:3])
-    n_aborted = metric(d, "ringmaster_http_requests_aborted_total")
-    check(n_aborted >= 50, "aborted requests counted in /metrics: %s" % n_aborted)
+    # counted instead (a reset that arrives before the headers are read never
+    # becomes a request, so not every one of the 50 need count)
+    deadline = time.time() + 5
+    while True:
+        n_aborted = metric(d, "ringmaster_http_requests_aborted_total")
+        if n_aborted >= 25 or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    check(n_aborted >= 25, "aborted requests counted in /metrics: %s of 50" % n_aborted)
 
     # header fields over the limit: 431 problem+json
     big = "a" * 20000
@@ -169,7 +176,8 @@ def main(binary, workdir, daemons):
         check(st == 414, "a 10 KB URL: %s %r" % (st, body[:200]))
         problem_of(h, body, 414)
 
-    # a burst of submissions past --submit-burst: 429 with Retry-After, GETs work
+    # a burst of submissions past --submit-burst: 429 with Retry-After, GETs
+    # work (1 a minute: no token comes back during the test, however slow)
     codes = []
     for i in range(8):
         st, h, body = d.request("POST", "/v1/jobs", rmtest.SPEC, headers=auth)
@@ -178,7 +186,7 @@ def main(binary, workdir, daemons):
             doc = problem_of(h, body, 429)
             ra = h.get("retry-after", "")
             check(ra.isdigit() and 1 <= int(ra) <= 60, "429 with Retry-After %r" % ra)
-            check("limit is 60 a minute" in doc["detail"], "429 detail: %r" % doc["detail"])
+            check("limit is 1 a minute" in doc["detail"], "429 detail: %r" % doc["detail"])
             st2, _, _ = d.request("GET", "/v1/jobs", headers=auth)
             check(st2 == 200, "GET while submissions are limited: %s" % st2)
     check(codes[:5] == [201] * 5 and codes[5:] == [429] * 3, "burst of 8 with burst 5: %r" % codes)
