@@ -29,6 +29,7 @@ enum {
 typedef struct {
 	const char *server;    /* base URL; borrowed, may be replaced by --server */
 	const char *token;     /* bearer token or NULL; borrowed */
+	const char *cacert;    /* --cacert: CA file for https servers, or NULL (the system's); borrowed */
 	bool json;             /* print the server's JSON instead of tables */
 	rest_client_t *client; /* made on first request; owned */
 } cmd_ctx_t;

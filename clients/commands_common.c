@@ -159,13 +159,24 @@ int cmd_expect_args(const cmd_t *cmd, int argc, int first, int n_args, int *ret_
  * in *ret_response (clear it with rest_response_clear). Otherwise prints one
  * line on stderr and returns the exit status; nothing is returned.
  */
+rest_client_t *cmd_client(cmd_ctx_t *ctx)
+{
+	if (ctx->client)
+		return ctx->client;
+	rest_client_t *client = rest_client_new(ctx->server, ctx->token);
+	if (client && ctx->cacert && rest_client_set_cacert(client, ctx->cacert) < 0) {
+		rest_client_free(client);
+		return NULL;
+	}
+	return ctx->client = client;
+}
+
 int cmd_request_json(cmd_ctx_t *ctx, const char *method, const char *path, const char *body,
                      size_t body_bytes, const char *idempotency_key,
                      rest_response_t *ret_response, json_t **ret_json)
 {
 	if (!ctx->client) {
-		ctx->client = rest_client_new(ctx->server, ctx->token);
-		if (!ctx->client) {
+		if (!cmd_client(ctx)) {
 			fprintf(stderr, "ringctl: cannot set up libcurl (out of memory?)\n");
 			return CTL_EXIT_FAILED;
 		}
@@ -180,6 +191,10 @@ int cmd_request_json(cmd_ctx_t *ctx, const char *method, const char *path, const
 	case REST_ERR_UNREACHABLE:
 		fprintf(stderr, "ringctl: cannot reach %s: %s (is ringmasterd running? set --server or RINGMASTER_SERVER)\n",
 		        url, why);
+		return CTL_EXIT_UNREACHABLE;
+	case REST_ERR_TLS:
+		fprintf(stderr, "ringctl: cannot open a trusted TLS connection to %s: %s (if the server's certificate "
+		        "is self-signed or from a private CA, pass that CA with --cacert FILE)\n", url, why);
 		return CTL_EXIT_UNREACHABLE;
 	case REST_ERR_BAD_URL:
 		fprintf(stderr, "ringctl: cannot use server URL %s: %s (expected http://HOST:PORT)\n",
@@ -215,7 +230,7 @@ int cmd_request_json(cmd_ctx_t *ctx, const char *method, const char *path, const
 /* Returns "/v1/jobs/<escaped id><suffix>" (caller frees), or NULL. */
 char *cmd_job_path(cmd_ctx_t *ctx, const char *id, const char *suffix)
 {
-	if (!ctx->client && !(ctx->client = rest_client_new(ctx->server, ctx->token)))
+	if (!cmd_client(ctx))
 		return NULL;
 	char *escaped = rest_client_escape(ctx->client, id);
 	if (!escaped)

@@ -90,6 +90,10 @@ int cmd_parse_options(cmd_ctx_t *ctx, const cmd_t *cmd, int argc, char **argv,
  * *ret_exit = CTL_EXIT_USAGE after printing why. */
 int cmd_expect_args(const cmd_t *cmd, int argc, int first, int n_args, int *ret_exit);
 
+/* ctx's client, made on first use with ctx's server, token and CA file;
+ * NULL when out of memory. */
+rest_client_t *cmd_client(cmd_ctx_t *ctx);
+
 /*
  * Sends a request and checks the answer. On success returns CTL_EXIT_OK with
  * the parsed JSON body in *ret_json (owned by the caller) and the raw response

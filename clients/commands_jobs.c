@@ -176,7 +176,7 @@ static int fetch_pages(cmd_ctx_t *ctx, const char *base_path, const char *list_k
 		char *path = strdup(base_path);
 		char limit_text[32];
 		snprintf(limit_text, sizeof limit_text, "%ld", opts->limit);
-		if (!ctx->client && !(ctx->client = rest_client_new(ctx->server, ctx->token))) {
+		if (!cmd_client(ctx)) {
 			free(path);
 			status = cmd_out_of_memory();
 			goto out;

@@ -21,6 +21,7 @@ struct rest_client {
 	char *base_url;
 	char *auth_header; /* "Authorization: Bearer ..." or NULL */
 	char *last_url;
+	char *cacert; /* CURLOPT_CAINFO, or NULL: the system's store */
 	char error[CURL_ERROR_SIZE];
 };
 
@@ -67,7 +68,18 @@ void rest_client_free(rest_client_t *client)
 	free(client->base_url);
 	free(client->auth_header);
 	free(client->last_url);
+	free(client->cacert);
 	free(client);
+}
+
+int rest_client_set_cacert(rest_client_t *client, const char *path)
+{
+	char *copy = NULL;
+	if (path && !(copy = strdup(path)))
+		return REST_ERR_NOMEM;
+	free(client->cacert);
+	client->cacert = copy;
+	return 0;
 }
 
 const char *rest_client_error(const rest_client_t *client)
@@ -131,6 +143,12 @@ static rest_result_t classify(CURLcode rc, const growbuf_t *buf)
 		return REST_ERR_NOMEM;
 	case CURLE_WRITE_ERROR:
 		return buf->too_big ? REST_ERR_TOO_BIG : REST_ERR_NOMEM;
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_ISSUER_ERROR:
+		return REST_ERR_TLS;
 	default:
 		return REST_ERR_UNREACHABLE;
 	}
@@ -171,6 +189,8 @@ rest_result_t rest_client_request(rest_client_t *client, const char *method, con
 	curl_easy_setopt(curl, CURLOPT_USERAGENT, "ringctl/" RINGMASTER_VERSION);
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &buf);
+	if (client->cacert)
+		curl_easy_setopt(curl, CURLOPT_CAINFO, client->cacert);
 
 	struct curl_slist *h = curl_slist_append(headers, "Accept: application/json, application/problem+json");
 	if (!h)

@@ -19,6 +19,7 @@ typedef enum {
 	REST_ERR_BAD_URL = -2,     /* the server URL cannot be used (scheme, syntax) */
 	REST_ERR_NOMEM = -3,
 	REST_ERR_TOO_BIG = -4, /* response larger than REST_MAX_BODY_BYTES */
+	REST_ERR_TLS = -5,     /* https: the server's certificate is not trusted, or the handshake failed */
 } rest_result_t;
 
 typedef struct rest_client rest_client_t;
@@ -37,6 +38,13 @@ typedef struct {
  * cannot be initialised. curl_global_init() must have been called.
  */
 rest_client_t *rest_client_new(const char *base_url, const char *token);
+
+/*
+ * Trust the CA certificate(s) in the PEM file `path` (copied) for https
+ * servers, instead of the system's store (libcurl's CURLOPT_CAINFO); NULL
+ * goes back to the system's. Returns 0, or REST_ERR_NOMEM.
+ */
+int rest_client_set_cacert(rest_client_t *client, const char *path);
 
 /* Frees the client; NULL is fine. */
 void rest_client_free(rest_client_t *client);

@@ -17,7 +17,7 @@
 #include "commands.h"
 
 #define DEFAULT_SERVER "http://127.0.0.1:8080"
-#define USAGE_LINE "Usage: ringctl [--server URL] [--json] COMMAND [ARGS...]\n"
+#define USAGE_LINE "Usage: ringctl [--server URL] [--cacert FILE] [--json] COMMAND [ARGS...]\n"
 
 static void print_help(void)
 {
@@ -25,6 +25,8 @@ static void print_help(void)
 	       "Submit, list, inspect and cancel ringmaster training jobs.\n\n"
 	       "Options (also accepted after the command):\n"
 	       "  --server URL  coordinator address (default $RINGMASTER_SERVER, else " DEFAULT_SERVER ")\n"
+	       "  --cacert FILE trust the CA certificate(s) in FILE for an https:// server\n"
+	       "                (before the command only)\n"
 	       "  --json        print the server's JSON instead of a table, for scripts\n"
 	       "  --help        show this help and exit\n"
 	       "  --version     show the version and exit\n\n"
@@ -43,10 +45,11 @@ static int usage_error(const char *what, const char *arg)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_JSON = 1000, OPT_SERVER, OPT_HELP, OPT_VERSION };
+	enum { OPT_JSON = 1000, OPT_SERVER, OPT_HELP, OPT_VERSION, OPT_CACERT };
 	static const struct option long_opts[] = {
 		{"json", no_argument, NULL, OPT_JSON},
 		{"server", required_argument, NULL, OPT_SERVER},
+		{"cacert", required_argument, NULL, OPT_CACERT},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{0, 0, 0, 0},
@@ -65,6 +68,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case OPT_JSON: ctx.json = true; break;
 		case OPT_SERVER: ctx.server = optarg; break;
+		case OPT_CACERT: ctx.cacert = optarg; break;
 		case 'h':
 		case OPT_HELP: print_help(); return CTL_EXIT_OK;
 		case OPT_VERSION:

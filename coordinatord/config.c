@@ -32,6 +32,12 @@ void config_defaults(config_t *cfg)
 	cfg->restart_backoff_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MS;
 	cfg->restart_backoff_max_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MAX_MS;
 	cfg->restart_grace_ms = CONFIG_DEFAULT_RESTART_GRACE_MS;
+	cfg->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
+	cfg->max_connections_per_ip = CONFIG_DEFAULT_MAX_CONNECTIONS_PER_IP;
+	cfg->idle_timeout_s = CONFIG_DEFAULT_IDLE_TIMEOUT_S;
+	cfg->max_header_bytes = CONFIG_DEFAULT_MAX_HEADER_BYTES;
+	cfg->submit_rate = CONFIG_DEFAULT_SUBMIT_RATE;
+	cfg->submit_burst = CONFIG_DEFAULT_SUBMIT_BURST;
 }
 
 /* "HOST:PORT" or "[V6]:PORT"; port 0..65535. */
@@ -80,10 +86,76 @@ static int parse_long(const char *value, long lo, long hi, long *ret)
 	return 0;
 }
 
+/* The HTTP transport's keys (config.h): 1 when `key` is one of them (then 0
+ * or -EINVAL in *ret), 0 when it is not. */
+static int set_transport(config_t *cfg, const char *key, const char *value, const char *origin, char *err,
+                         size_t errlen, int *ret)
+{
+	static const struct {
+		const char *key;
+		long lo, hi;
+	} ints[] = {
+		{"max_connections", 16, 1000000},     {"max_connections_per_ip", 1, 1000000},
+		{"idle_timeout_s", 1, 3600},         {"max_header_bytes", 1024, 1048576},
+		{"submit_rate", 0, 1000000},         {"submit_burst", 1, 1000000},
+	};
+	*ret = 0;
+	if (strcmp(key, "tls_cert") == 0 || strcmp(key, "tls_key") == 0) {
+		char *dst = key[4] == 'c' ? cfg->tls_cert : cfg->tls_key;
+		if (strlen(value) < sizeof cfg->tls_cert) {
+			snprintf(dst, sizeof cfg->tls_cert, "%s", value);
+			return 1;
+		}
+		snprintf(err, errlen, "%s: %s must be a file path shorter than 4096 bytes", origin, key);
+		*ret = -EINVAL;
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+		if (strcmp(key, ints[i].key) != 0)
+			continue;
+		long v;
+		if (parse_long(value, ints[i].lo, ints[i].hi, &v) < 0) {
+			snprintf(err, errlen, "%s: %s must be an integer from %ld to %ld (got \"%s\")", origin, key,
+			         ints[i].lo, ints[i].hi, value);
+			*ret = -EINVAL;
+			return 1;
+		}
+		switch (i) {
+		case 0: cfg->max_connections = (int)v; break;
+		case 1: cfg->max_connections_per_ip = (int)v; break;
+		case 2: cfg->idle_timeout_s = (int)v; break;
+		case 3: cfg->max_header_bytes = (size_t)v; break;
+		case 4: cfg->submit_rate = (int)v; break;
+		default: cfg->submit_burst = (int)v; break;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+int config_check(const config_t *cfg, char *err, size_t errlen)
+{
+	if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
+		snprintf(err, errlen, "%s is set without %s: HTTPS needs both the certificate (--tls-cert) and its "
+		         "private key (--tls-key)", cfg->tls_cert[0] ? "tls_cert" : "tls_key",
+		         cfg->tls_cert[0] ? "tls_key" : "tls_cert");
+		return -EINVAL;
+	}
+	if (cfg->max_connections_per_ip >= cfg->max_connections) {
+		snprintf(err, errlen, "max_connections_per_ip (%d) must be below max_connections (%d), so that one "
+		         "client cannot take every connection", cfg->max_connections_per_ip, cfg->max_connections);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int config_set(config_t *cfg, const char *key, const char *value, const char *origin, char *err,
                size_t errlen)
 {
 	long v;
+	int tr;
+	if (set_transport(cfg, key, value, origin, err, errlen, &tr))
+		return tr;
 	if (strcmp(key, "listen") == 0) {
 		if (parse_listen(cfg, value) == 0)
 			return 0;
@@ -173,7 +245,8 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		snprintf(err, errlen,
 		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, max_streams, stream_keepalive_ms, "
 		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
-		         "restart_grace_ms)",
+		         "restart_grace_ms, tls_cert, tls_key, max_connections, max_connections_per_ip, idle_timeout_s, "
+		         "max_header_bytes, submit_rate, submit_burst)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -257,6 +330,14 @@ static void print_help(const char *argv0)
 	       "  --restart-grace-ms MS  time a failed attempt's ranks get to exit (default 5000)\n"
 	       "  --max-streams N     Server-Sent Events streams open at once, 503 past it (default 256)\n"
 	       "  --stream-keepalive-ms MS  the streams' keep-alive comment interval (default 15000)\n"
+	       "  --tls-cert FILE     serve HTTPS with this PEM certificate (chain); needs --tls-key\n"
+	       "  --tls-key FILE      the certificate's PEM private key (keep it 0600)\n"
+	       "  --max-connections N  open HTTP connections at once (default 1024)\n"
+	       "  --max-connections-per-ip N  open connections from one address, below the total (default 64)\n"
+	       "  --idle-timeout-s S  close a connection idle or with an incomplete request this long (default 30)\n"
+	       "  --max-header-bytes N  request header fields' size, 431 above (default 16384)\n"
+	       "  --submit-rate N     job submissions per minute per token, 429 past it; 0: off (default 60)\n"
+	       "  --submit-burst N    submissions allowed at once before the rate applies (default 30)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -267,7 +348,9 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                      size_t errlen)
 {
 	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
-	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE };
+	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE,
+	       OPT_TLS_CERT, OPT_TLS_KEY, OPT_MAX_CONN, OPT_MAX_CONN_IP, OPT_IDLE, OPT_MAX_HEADER, OPT_SUBMIT_RATE,
+	       OPT_SUBMIT_BURST };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -283,6 +366,14 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"restart-grace-ms", required_argument, NULL, OPT_GRACE},
 		{"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
 		{"stream-keepalive-ms", required_argument, NULL, OPT_KEEPALIVE},
+		{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
+		{"max-connections", required_argument, NULL, OPT_MAX_CONN},
+		{"max-connections-per-ip", required_argument, NULL, OPT_MAX_CONN_IP},
+		{"idle-timeout-s", required_argument, NULL, OPT_IDLE},
+		{"max-header-bytes", required_argument, NULL, OPT_MAX_HEADER},
+		{"submit-rate", required_argument, NULL, OPT_SUBMIT_RATE},
+		{"submit-burst", required_argument, NULL, OPT_SUBMIT_BURST},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -336,6 +427,14 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_GRACE: key = "restart_grace_ms"; origin = "--restart-grace-ms"; break;
 		case OPT_MAX_STREAMS: key = "max_streams"; origin = "--max-streams"; break;
 		case OPT_KEEPALIVE: key = "stream_keepalive_ms"; origin = "--stream-keepalive-ms"; break;
+		case OPT_TLS_CERT: key = "tls_cert"; origin = "--tls-cert"; break;
+		case OPT_TLS_KEY: key = "tls_key"; origin = "--tls-key"; break;
+		case OPT_MAX_CONN: key = "max_connections"; origin = "--max-connections"; break;
+		case OPT_MAX_CONN_IP: key = "max_connections_per_ip"; origin = "--max-connections-per-ip"; break;
+		case OPT_IDLE: key = "idle_timeout_s"; origin = "--idle-timeout-s"; break;
+		case OPT_MAX_HEADER: key = "max_header_bytes"; origin = "--max-header-bytes"; break;
+		case OPT_SUBMIT_RATE: key = "submit_rate"; origin = "--submit-rate"; break;
+		case OPT_SUBMIT_BURST: key = "submit_burst"; origin = "--submit-burst"; break;
 		default: break;
 		}
 		if (key) {
@@ -343,6 +442,11 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 			if (r < 0)
 				return r;
 		}
+	}
+	if (action == CONFIG_RUN) {
+		int r = config_check(cfg, err, errlen);
+		if (r < 0)
+			return r;
 	}
 	*ret_action = action;
 	return 0;

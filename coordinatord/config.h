@@ -19,6 +19,24 @@
  *   restart_backoff_max_ms = 30000     the longest wait between restarts
  *   restart_grace_ms = 5000            how long a failed attempt's ranks get to
  *                                      be reported gone before its restart
+ * The HTTP transport (TLS and the limits that keep one client from taking
+ * the API offline; each answered while the daemon keeps serving others):
+ *   tls_cert = /etc/ringmaster/tls.crt  PEM certificate (chain): serve HTTPS;
+ *   tls_key = /etc/ringmaster/tls.key   its PEM private key (both or neither;
+ *                                      a key readable by group/other is warned about)
+ *   max_connections = 1024             open HTTP connections at once (past it:
+ *                                      new ones are closed at accept)
+ *   max_connections_per_ip = 64        open connections from one client address;
+ *                                      must be below max_connections, so that
+ *                                      others (health checks) keep a reserve
+ *   idle_timeout_s = 30                a connection silent this long, or a
+ *                                      request still incomplete, is closed
+ *   max_header_bytes = 16384           the request's header fields (431 above;
+ *                                      the URL and query: 8192 bytes, 414 above)
+ *   submit_rate = 60                   POST /v1/jobs per minute per token (per
+ *                                      client address without one); 0: no limit
+ *   submit_burst = 30                  submissions allowed at once before the
+ *                                      rate applies (429 with Retry-After past it)
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -44,6 +62,12 @@
 #define CONFIG_DEFAULT_RESTART_GRACE_MS 5000
 #define CONFIG_DEFAULT_MAX_STREAMS 256
 #define CONFIG_DEFAULT_STREAM_KEEPALIVE_MS 15000
+#define CONFIG_DEFAULT_MAX_CONNECTIONS 1024
+#define CONFIG_DEFAULT_MAX_CONNECTIONS_PER_IP 64
+#define CONFIG_DEFAULT_IDLE_TIMEOUT_S 30
+#define CONFIG_DEFAULT_MAX_HEADER_BYTES 16384
+#define CONFIG_DEFAULT_SUBMIT_RATE 60
+#define CONFIG_DEFAULT_SUBMIT_BURST 30
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -61,6 +85,15 @@ typedef struct {
 	int restart_grace_ms;       /* 0 .. 600000 */
 	int max_streams;            /* 1 .. 100000: open SSE streams at once */
 	int stream_keepalive_ms;    /* 100 .. 600000: the SSE keep-alive comment */
+	/* the HTTP transport: TLS is on when tls_cert is not empty */
+	char tls_cert[4096];
+	char tls_key[4096];
+	int max_connections;        /* 16 .. 1000000 */
+	int max_connections_per_ip; /* 1 .. max_connections - 1 */
+	int idle_timeout_s;         /* 1 .. 3600 */
+	size_t max_header_bytes;    /* 1024 .. 1048576 */
+	int submit_rate;            /* 0 (off) .. 1000000 per minute */
+	int submit_burst;           /* 1 .. 1000000 */
 } config_t;
 
 typedef enum {
@@ -80,6 +113,13 @@ void config_defaults(config_t *cfg);
  */
 int config_set(config_t *cfg, const char *key, const char *value, const char *origin, char *err,
                size_t errlen);
+
+/*
+ * Checks between keys, once all are set: tls_cert and tls_key both or
+ * neither, max_connections_per_ip below max_connections. 0, or -EINVAL with a
+ * one-line message naming the keys.
+ */
+int config_check(const config_t *cfg, char *err, size_t errlen);
 
 /* Read an INI file over `cfg`. -errno / -EINVAL with a one-line message. */
 int config_load_file(config_t *cfg, const char *path, char *err, size_t errlen);

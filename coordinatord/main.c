@@ -94,8 +94,8 @@ int main(int argc, char **argv)
 		log_error("%s", err);
 		goto out;
 	}
-	log_info("ringmasterd %s serving http://%s%s%s:%s/ (broker %s, database %s, %d HTTP threads)",
-	         RINGMASTER_VERSION, strchr(cfg.listen_host, ':') ? "[" : "", cfg.listen_host,
+	log_info("ringmasterd %s serving %s://%s%s%s:%s/ (broker %s, database %s, %d HTTP threads)",
+	         RINGMASTER_VERSION, cfg.tls_cert[0] ? "https" : "http", strchr(cfg.listen_host, ':') ? "[" : "", cfg.listen_host,
 	         strchr(cfg.listen_host, ':') ? "]" : "", cfg.listen_port, cfg.broker, cfg.db,
 	         cfg.http_threads);
 	sd_notify(0, "READY=1\nSTATUS=serving");

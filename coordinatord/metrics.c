@@ -30,6 +30,8 @@ static _Atomic uint64_t s_commits_ok, s_commits_failed, s_commit_commands;
 static int64_t s_start_time_s;
 static _Atomic int64_t s_streams_open;
 static _Atomic uint64_t s_streams_rejected;
+static _Atomic int64_t s_connections_open;
+static _Atomic uint64_t s_requests_aborted, s_requests_timed_out;
 
 static const char *const s_method_names[METRICS_N_METHODS] = {
 	"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "OTHER",
@@ -94,6 +96,16 @@ void metrics_stream_rejected(void)
 	atomic_fetch_add_explicit(&s_streams_rejected, 1, memory_order_relaxed);
 }
 
+void metrics_connection_opened(int delta)
+{
+	atomic_fetch_add_explicit(&s_connections_open, delta, memory_order_relaxed);
+}
+
+void metrics_request_aborted(bool timed_out)
+{
+	atomic_fetch_add_explicit(timed_out ? &s_requests_timed_out : &s_requests_aborted, 1, memory_order_relaxed);
+}
+
 void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES])
 {
 	sbuf_puts(out, "# HELP ringmaster_build_info Build of this ringmasterd.\n"
@@ -114,6 +126,18 @@ void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES])
 	            "ringmaster_http_streams_rejected_total %llu\n",
 	            (long long)atomic_load_explicit(&s_streams_open, memory_order_relaxed),
 	            (unsigned long long)load(&s_streams_rejected));
+	sbuf_printf(out,
+	            "# HELP ringmaster_http_connections_open HTTP connections open now.\n"
+	            "# TYPE ringmaster_http_connections_open gauge\n"
+	            "ringmaster_http_connections_open %lld\n"
+	            "# HELP ringmaster_http_requests_aborted_total Requests the client reset or left before the answer.\n"
+	            "# TYPE ringmaster_http_requests_aborted_total counter\n"
+	            "ringmaster_http_requests_aborted_total %llu\n"
+	            "# HELP ringmaster_http_requests_timed_out_total Requests closed by idle_timeout_s.\n"
+	            "# TYPE ringmaster_http_requests_timed_out_total counter\n"
+	            "ringmaster_http_requests_timed_out_total %llu\n",
+	            (long long)atomic_load_explicit(&s_connections_open, memory_order_relaxed),
+	            (unsigned long long)load(&s_requests_aborted), (unsigned long long)load(&s_requests_timed_out));
 
 	if (job_counts) {
 		sbuf_puts(out, "# HELP ringmaster_jobs Jobs in the store by state.\n"

@@ -12,6 +12,7 @@
 #define RINGMASTER_COORDINATORD_METRICS_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sbuf.h"
@@ -56,6 +57,15 @@ void metrics_render(sbuf_t *out, const int64_t job_counts[STORE_JOB_N_STATES]);
  * ringmaster_http_streams_rejected_total. */
 void metrics_stream_opened(int delta);
 void metrics_stream_rejected(void);
+
+/* HTTP connections (http.c): open ones (+1 / -1), and requests that ended
+ * without their answer sent: the client went away or reset, or the
+ * connection hit idle_timeout_s; shown as ringmaster_http_connections_open,
+ * ringmaster_http_requests_aborted_total and
+ * ringmaster_http_requests_timed_out_total (libmicrohttpd's per-connection
+ * messages are debug lines; these are what to watch). */
+void metrics_connection_opened(int delta);
+void metrics_request_aborted(bool timed_out);
 
 /* The latest metrics of one running job, for the per-job gauges. */
 typedef struct {

@@ -17,8 +17,11 @@ const char *problem_title(int status)
 	case 409: return "Conflict";
 	case 411: return "Length Required";
 	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
 	case 415: return "Unsupported Media Type";
 	case 422: return "Unprocessable Content";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
 	case 500: return "Internal Server Error";
 	case 503: return "Service Unavailable";
 	default: return "Error";

@@ -35,7 +35,7 @@ trap cleanup EXIT
 
 mkdir -p "$work/db"
 "$daemon" --listen 127.0.0.1:$port --broker tcp://127.0.0.1:$bport --db "$work/db/rm.db" \
-  --log-level warn 2>"$work/daemon.log" &
+  --log-level warn --submit-rate 0 2>"$work/daemon.log" &
 dpid=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/readyz >/dev/null && break; sleep 0.1; done
 

@@ -113,7 +113,7 @@ class Daemon:
         self.http_host = http_host
         args = self.prefix + [self.binary, "--listen", "%s:%d" % (http_host, self.port),
                               "--broker", "tcp://%s:%d" % (self.host, self.broker_port),
-                              "--db", self.db, "--log-level", "info"] + self.extra_args
+                              "--db", self.db, "--log-level", "info", "--submit-rate", "0"] + self.extra_args
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build one libFuzzer harness with clang (outside meson) and run it.
 #
-#   tests/fuzz/run-fuzzer.sh [jobspec|wire|snapshot] [SECONDS] [extra libFuzzer flags...]
+#   tests/fuzz/run-fuzzer.sh [jobspec|wire|snapshot|http] [SECONDS] [extra libFuzzer flags...]
+#
+# http compiles the daemon's sources but main.c (instrumented), with the two
+# files meson generates (build/: meson compile -C build first).
 #
 # The seed corpus tests/fuzz/corpus/NAME/ is only read: new inputs go to
 # build-fuzz/corpus-NAME/, crashes to build-fuzz/. To keep an interesting
@@ -20,10 +23,19 @@ case $name in
   jobspec) srcs=(tests/fuzz/fuzz_jobspec.c api/jobspec.c); libs="jansson"; dict=(-dict=tests/fuzz/jobspec.dict) ;;
   wire) srcs=(tests/fuzz/fuzz_wire.c api/wire.c); libs="jansson libzmq"; dict=(-dict=tests/fuzz/wire.dict) ;;
   snapshot) srcs=(tests/fuzz/fuzz_snapshot.c api/snapshot.c); libs="jansson libxxhash"; dict=() ;;
-  *) echo "run-fuzzer: unknown harness '$name' (jobspec, wire or snapshot)" >&2; exit 2 ;;
+  http)
+    gen=(build/coordinatord/webui_assets.c build/schema/store_migrations.c)
+    for f in "${gen[@]}"; do
+      [ -f "$f" ] || { echo "run-fuzzer: $f is missing: meson compile -C build first" >&2; exit 2; }
+    done
+    mapfile -t daemon < <(ls coordinatord/*.c | grep -v '^coordinatord/main\.c$')
+    srcs=(tests/fuzz/fuzz_http.c "${daemon[@]}" "${gen[@]}" api/*.c -Icoordinatord -Ischema -DRINGMASTER_VERSION='"fuzz"')
+    libs="jansson libmicrohttpd libzmq libsodium sqlite3 inih libsystemd libxxhash gnutls"
+    dict=(-dict=tests/fuzz/http.dict) ;;
+  *) echo "run-fuzzer: unknown harness '$name' (jobspec, wire, snapshot or http)" >&2; exit 2 ;;
 esac
 
-clang -g -O1 -std=gnu11 -D_GNU_SOURCE \
+clang -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Iapi "${srcs[@]}" \
   $(pkg-config --cflags --libs $libs) -lm \

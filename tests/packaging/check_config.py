@@ -20,9 +20,17 @@ KEYS = {
     "log_level": lambda v: v in ("error", "warn", "info", "debug"),
     "max_body_bytes": lambda v: v.isdigit() and 1024 <= int(v) <= 1 << 30,
     "http_threads": lambda v: v.isdigit() and 1 <= int(v) <= 256,
+    "max_connections": lambda v: v.isdigit() and 16 <= int(v) <= 1000000,
+    "max_connections_per_ip": lambda v: v.isdigit() and 1 <= int(v) <= 1000000,
+    "idle_timeout_s": lambda v: v.isdigit() and 1 <= int(v) <= 3600,
+    "max_header_bytes": lambda v: v.isdigit() and 1024 <= int(v) <= 1048576,
+    "submit_rate": lambda v: v.isdigit() and int(v) <= 1000000,
+    "submit_burst": lambda v: v.isdigit() and 1 <= int(v) <= 1000000,
 }
 DEFAULTS = {"listen": "127.0.0.1:8080", "broker": "tcp://127.0.0.1:5555",
-            "log_level": "info", "max_body_bytes": "1048576", "http_threads": "4"}
+            "log_level": "info", "max_body_bytes": "1048576", "http_threads": "4",
+            "max_connections": "1024", "max_connections_per_ip": "64", "idle_timeout_s": "30",
+            "max_header_bytes": "16384", "submit_rate": "60", "submit_burst": "30"}
 
 
 def main():

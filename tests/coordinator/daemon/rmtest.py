@@ -53,7 +53,7 @@ class Daemon:
         self.log_path = os.path.join(self.workdir, "daemon-%d.log" % self.n_starts)
         args = [self.binary, "--listen", "127.0.0.1:%d" % self.port,
                 "--broker", "tcp://127.0.0.1:%d" % bport, "--db", self.db,
-                "--log-level", "info"] + self.extra_args
+                "--log-level", "info", "--submit-rate", "0"] + self.extra_args
         self.log = open(self.log_path, "wb")
         env = dict(os.environ)
         if self.env:
