@@ -582,6 +582,10 @@ enum MHD_Result jobapi_submit(request_t *rq)
 		err.message[sizeof err.message - 1] = '\0';
 		return request_bad_request(rq, err.message[0] ? err.message : "invalid job spec", err.pointer);
 	}
+	if (jobspec_check_paths(&spec, &err) < 0) { /* issue 22: confined to the agents' roots */
+		jobspec_free(&spec);
+		return request_bad_request(rq, err.message, err.pointer);
+	}
 	const char *pointer = NULL;
 	int status = check_resume_from(rq, &spec, detail, sizeof detail, &pointer);
 	if (status != 0) {

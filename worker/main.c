@@ -138,6 +138,13 @@ static int s_cmd_train(int argc, char **argv)
 			fprintf(stderr, "ringworker: error: %s\n", err.message);
 		return rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_SPEC;
 	}
+	/* With --data-root the data is confined as an agent's is (a relative path,
+	 * resolved beneath it); without, the user's own paths are taken as given. */
+	if (opt.data_root && jobspec_check_paths(&spec, &err) < 0) {
+		fprintf(stderr, "ringworker: error: %s: %s\n", opt.spec_name, err.message);
+		jobspec_free(&spec);
+		return RM_EXIT_DATA;
+	}
 	rc = train_run(&spec, &opt);
 	jobspec_free(&spec);
 	return rc;
