@@ -292,6 +292,14 @@ static void test_roundtrip(int64_t n, int world)
 	      "%s: shard header", what);
 	json_decref(h);
 	free(data);
+	/* Issue 22: the weights are readable by their owner only (umask 0 would
+	 * not widen them: the modes are given, not left to the umask). */
+	struct stat st;
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "%s: shard mode %o", what,
+	      (unsigned)(st.st_mode & 0777));
+	snprintf(path, sizeof path, "%s/manifest.json", dir);
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "%s: manifest mode %o", what,
+	      (unsigned)(st.st_mode & 0777));
 out:
 	flat_free(&f);
 }
