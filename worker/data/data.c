@@ -228,8 +228,10 @@ static int s_expand(const char *root, const char *pattern, const char *field, gl
 	size_t skip = 0;
 	if (root) {
 		if (!beneath_path_ok(pattern))
-			return s_fail(err, errlen, -EXDEV, "%s: the pattern '%s' %s", field, pattern,
-				      s_open_error(EXDEV));
+			return s_fail(err, errlen, -EXDEV,
+				      "%s: the pattern '%s' leaves the data root (an absolute path or a"
+				      " '..' component): give a pattern inside the agent's --data-root",
+				      field, pattern);
 		char *esc = s_glob_escape(root);
 		size_t n = esc ? strlen(esc) + strlen(pattern) + 2 : 0;
 		full = esc ? malloc(n) : NULL;
@@ -307,8 +309,10 @@ int data_source_open(const char *root, const char *pattern, data_format_t format
 		src->n_files++;
 		rc = s_map_file(f, root, format, field, err, errlen);
 		if (rc == -EXDEV && globbed) /* never name a match outside the root */
-			rc = s_fail(err, errlen, -EXDEV, "%s: a match of the pattern '%s' %s", field,
-				    pattern, s_open_error(EXDEV));
+			rc = s_fail(err, errlen, -EXDEV,
+				    "%s: a match of the pattern '%s' leaves the data root through a"
+				    " symbolic link: give a pattern inside the agent's --data-root",
+				    field, pattern);
 		if (rc < 0)
 			goto fail;
 		rc = s_check_tokens(f, src->token_bytes, vocab_size, field, err, errlen);
