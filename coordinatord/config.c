@@ -32,6 +32,8 @@ void config_defaults(config_t *cfg)
 	cfg->restart_backoff_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MS;
 	cfg->restart_backoff_max_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MAX_MS;
 	cfg->restart_grace_ms = CONFIG_DEFAULT_RESTART_GRACE_MS;
+	cfg->max_queued_jobs = CONFIG_DEFAULT_MAX_QUEUED_JOBS;
+	cfg->dead_worker_retention_s = CONFIG_DEFAULT_DEAD_WORKER_RETENTION_S;
 }
 
 /* "HOST:PORT" or "[V6]:PORT"; port 0..65535. */
@@ -169,11 +171,26 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 			return 0;
 		}
 		snprintf(err, errlen, "%s: %s must be an integer from 0 to %ld (got \"%s\")", origin, key, hi, value);
+	} else if (strcmp(key, "max_queued_jobs") == 0) {
+		if (parse_long(value, 1, 10000000, &v) == 0) {
+			cfg->max_queued_jobs = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: max_queued_jobs must be an integer from 1 to 10000000 (got \"%s\")",
+		         origin, value);
+	} else if (strcmp(key, "dead_worker_retention_s") == 0) {
+		if (parse_long(value, 0, 315360000, &v) == 0) {
+			cfg->dead_worker_retention_s = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen,
+		         "%s: dead_worker_retention_s must be an integer from 0 to 315360000 (got \"%s\")",
+		         origin, value);
 	} else {
 		snprintf(err, errlen,
 		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, max_streams, stream_keepalive_ms, "
 		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
-		         "restart_grace_ms)",
+		         "restart_grace_ms, max_queued_jobs, dead_worker_retention_s)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -257,6 +274,8 @@ static void print_help(const char *argv0)
 	       "  --restart-grace-ms MS  time a failed attempt's ranks get to exit (default 5000)\n"
 	       "  --max-streams N     Server-Sent Events streams open at once, 503 past it (default 256)\n"
 	       "  --stream-keepalive-ms MS  the streams' keep-alive comment interval (default 15000)\n"
+	       "  --max-queued-jobs N  queued jobs in all, 429 past it (default 10000)\n"
+	       "  --dead-worker-retention-s S  keep a dead worker's row S seconds (default 86400, 0: forever)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -267,7 +286,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                      size_t errlen)
 {
 	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
-	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE };
+	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE,
+	       OPT_MAX_QUEUED, OPT_DEAD_RETENTION };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -283,6 +303,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"restart-grace-ms", required_argument, NULL, OPT_GRACE},
 		{"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
 		{"stream-keepalive-ms", required_argument, NULL, OPT_KEEPALIVE},
+		{"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED},
+		{"dead-worker-retention-s", required_argument, NULL, OPT_DEAD_RETENTION},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -336,6 +358,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_GRACE: key = "restart_grace_ms"; origin = "--restart-grace-ms"; break;
 		case OPT_MAX_STREAMS: key = "max_streams"; origin = "--max-streams"; break;
 		case OPT_KEEPALIVE: key = "stream_keepalive_ms"; origin = "--stream-keepalive-ms"; break;
+		case OPT_MAX_QUEUED: key = "max_queued_jobs"; origin = "--max-queued-jobs"; break;
+		case OPT_DEAD_RETENTION: key = "dead_worker_retention_s"; origin = "--dead-worker-retention-s"; break;
 		default: break;
 		}
 		if (key) {

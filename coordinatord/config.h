@@ -19,6 +19,10 @@
  *   restart_backoff_max_ms = 30000     the longest wait between restarts
  *   restart_grace_ms = 5000            how long a failed attempt's ranks get to
  *                                      be reported gone before its restart
+ *   max_queued_jobs = 10000            queued jobs in all; a submission past it is
+ *                                      answered 429 naming the cap
+ *   dead_worker_retention_s = 86400    how long a dead worker's row is kept; older
+ *                                      ones are deleted (0: kept forever)
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -44,6 +48,8 @@
 #define CONFIG_DEFAULT_RESTART_GRACE_MS 5000
 #define CONFIG_DEFAULT_MAX_STREAMS 256
 #define CONFIG_DEFAULT_STREAM_KEEPALIVE_MS 15000
+#define CONFIG_DEFAULT_MAX_QUEUED_JOBS 10000
+#define CONFIG_DEFAULT_DEAD_WORKER_RETENTION_S 86400
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -61,6 +67,8 @@ typedef struct {
 	int restart_grace_ms;       /* 0 .. 600000 */
 	int max_streams;            /* 1 .. 100000: open SSE streams at once */
 	int stream_keepalive_ms;    /* 100 .. 600000: the SSE keep-alive comment */
+	int max_queued_jobs;        /* 1 .. 10000000: queued jobs in all (429 past it) */
+	int dead_worker_retention_s; /* 0 .. 315360000: dead worker rows kept; 0: forever */
 } config_t;
 
 typedef enum {

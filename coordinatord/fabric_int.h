@@ -207,6 +207,7 @@ struct fabric {
 	bool sched_dirty;
 	unsigned mark_gen;
 	int64_t next_hb_us, next_expiry_us, next_sched_us;
+	int64_t next_prune_us;         /* scheduler.c: the next pruning of dead worker rows */
 	outmsg_t *out_head, *out_tail; /* sent after the commit, in order */
 };
 

@@ -34,6 +34,7 @@
 #include <microhttpd.h>
 
 #include "clock.h"
+#include "jobapi.h"
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
@@ -345,6 +346,7 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 	/* ALLOW_SUSPEND_RESUME: the event streams (streamapi.c) */
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_TURBO |
 	                 MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+	jobapi_set_max_queued(cfg->max_queued_jobs); /* issue 22 (D) */
 	if (streamapi_init(cfg->max_streams, cfg->stream_keepalive_ms) < 0) {
 		snprintf(err, errlen, "cannot start the event streams' ticker thread");
 		goto fail;

@@ -512,6 +512,33 @@ enum MHD_Result jobapi_metrics(request_t *rq)
  * Checked on a reader, outside the writer's transaction: a checkpoint
  * deleted between this check and the placement fails the job then (fabric.c).
  */
+static int s_max_queued = 10000; /* --max-queued-jobs (config.h's default) */
+
+void jobapi_set_max_queued(int max_queued_jobs)
+{
+	s_max_queued = max_queued_jobs;
+}
+
+/* 429 when the queue holds --max-queued-jobs jobs already (issue 22: an
+ * unbounded queue is a disk and a scheduler pass without end), 0 when there
+ * is room, 500 when the count cannot be read. */
+static int check_queue_cap(request_t *rq, char *detail, size_t detail_len)
+{
+	int64_t counts[STORE_JOB_N_STATES];
+	store_t *st = request_reader(rq);
+	if (!st || store_job_count_by_state(st, counts) < 0) {
+		snprintf(detail, detail_len, "cannot count the queued jobs");
+		return 500;
+	}
+	if (counts[STORE_JOB_QUEUED] < s_max_queued)
+		return 0;
+	snprintf(detail, detail_len,
+	         "the queue is full: %lld jobs are queued, the most this server accepts"
+	         " (max_queued_jobs = %d); retry when some have started or cancel some",
+	         (long long)counts[STORE_JOB_QUEUED], s_max_queued);
+	return 429;
+}
+
 static int check_resume_from(request_t *rq, const jobspec_t *spec, char *detail,
                              size_t detail_len, const char **ret_pointer)
 {
@@ -591,6 +618,11 @@ enum MHD_Result jobapi_submit(request_t *rq)
 	if (status != 0) {
 		jobspec_free(&spec);
 		return request_problem(rq, status, detail, pointer);
+	}
+	status = check_queue_cap(rq, detail, sizeof detail);
+	if (status != 0) {
+		jobspec_free(&spec);
+		return request_problem(rq, status, detail, NULL);
 	}
 	json_t *doc = jobspec_to_json(&spec);
 	char *spec_json = doc ? json_dumps(doc, JSON_COMPACT) : NULL;

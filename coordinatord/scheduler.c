@@ -334,25 +334,28 @@ out:
  * Say why queued job `q` (of device kind `kind`) was not placed, as its
  * state_reason with a "state" event queued -> queued, when that differs
  * from the stored one: either the alive workers do not have `world_size`
- * devices of its kind at all (`total`), or they are in use. The texts
- * depend on the cluster's devices, not on which are free at the moment,
- * so a waiting job gets one event per change of the cluster, not one per
- * scheduling pass. Placement replaces the reason.
+ * devices of its kind at all (`total`), or they are in use. The texts hold
+ * no live count (how many workers, how many devices): an agent registering
+ * or dying would otherwise rewrite the reason, an event and a log line of
+ * every queued job (issue 22: 4,000 queued jobs and 500 registrations wrote
+ * 2.65 million events). So a job gets one event per change of its reason's
+ * class, not one per change of the cluster. Placement replaces the reason.
  */
-static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total, int n_alive)
+static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total)
 {
 	char reason[512];
 	if (total < q->world_size)
 		snprintf(reason, sizeof reason,
-		         "waiting: the job needs %d %s device(s) and the %d alive worker(s) have %ld%s", q->world_size,
-		         fabric_kind_name(kind), n_alive, total,
+		         "waiting: the job needs %d %s device(s), more than the alive workers have%s",
+		         q->world_size, fabric_kind_name(kind),
 		         kind == KIND_CUDA && total == 0
 		                 ? " (no alive worker offers a GPU; an agent offers the NVIDIA GPUs it finds, see "
 		                   "--gpus in docs/workers.md)"
-		                 : "");
+		                 : " (GET /v1/workers lists them)");
 	else
-		snprintf(reason, sizeof reason, "waiting for %d free %s device(s): the alive workers have %ld, now in use",
-		         q->world_size, fabric_kind_name(kind), total);
+		snprintf(reason, sizeof reason,
+		         "waiting for %d free %s device(s): the alive workers have enough, now in use",
+		         q->world_size, fabric_kind_name(kind));
 	store_job_t job;
 	if (store_job_get(f->st, q->id, &job) < 0)
 		return;
@@ -373,10 +376,32 @@ static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long tot
  * by a stream of narrow ones); a job wider than all alive devices of its kind
  * does not hold the others back. Jobs of the other kind are not affected.
  */
+/* Delete the rows of workers dead for longer than dead_worker_retention_s,
+ * at most once a minute (or once per retention period when that is
+ * shorter): agents that come and go (autoscaling, restarts
+ * under new names) must not grow the table without end (issue 22). */
+static void prune_dead_workers(fabric_t *f)
+{
+	int64_t now = clock_mono_us();
+	if (f->opt.dead_worker_retention_s <= 0 || now < f->next_prune_us)
+		return;
+	int period_s = f->opt.dead_worker_retention_s < 60 ? f->opt.dead_worker_retention_s : 60;
+	f->next_prune_us = now + (int64_t)period_s * 1000000;
+	int n = 0;
+	int64_t before = clock_wall_us() - (int64_t)f->opt.dead_worker_retention_s * 1000000;
+	if (!fabric_tx(f))
+		return;
+	fabric_wrote(f, store_worker_prune_dead(f->st, before, &n), "prune dead workers");
+	if (n > 0)
+		log_info("deleted %d dead worker row(s) last heard of more than %d s ago", n,
+		         f->opt.dead_worker_retention_s);
+}
+
 void scheduler_run(fabric_t *f)
 {
 	f->sched_dirty = false;
 	f->next_sched_us = clock_mono_us() + SCHED_PERIOD_US;
+	prune_dead_workers(f);
 	agent_t **alive = malloc((f->agents.n ? f->agents.n : 1) * sizeof *alive);
 	if (!alive)
 		return;
@@ -434,7 +459,7 @@ void scheduler_run(fabric_t *f)
 		int used = gang_pack(n_free, n_alive, job->world_size, take);
 		if (used > 0 && place(f, job, kind, alive, n_alive, take, NULL))
 			continue;
-		queue_wait_reason(f, job, kind, total, n_alive);
+		queue_wait_reason(f, job, kind, total);
 		if (total >= job->world_size)
 			blocked[kind] = true;
 	}
