@@ -7,9 +7,12 @@ one `state` event (and one log line) per queued job per registration
 (before the fix: 200 x 20 = 4,000 events). The queue cap
 (--max-queued-jobs) answers 429 naming the cap; train.steps past 10^9 is a
 400 naming the field; dead worker rows are pruned after
---dead-worker-retention-s."""
+--dead-worker-retention-s. `ringctl jobs` shows a name's bidirectional and
+C1 controls escaped (\\u202e), never raw."""
 import json
+import os
 import sqlite3
+import subprocess
 import time
 
 from cluster import check, log, run, tiny_spec, wait_until, wait_workers
@@ -38,7 +41,9 @@ def main(cluster, args):
     cluster.start_agent("base", "cpu:1")
     wait_workers(d, ["base"])
 
-    ids = [d.submit(tiny_spec("wide-%d" % i, 8, 4, 4))["id"] for i in range(N_JOBS)]
+    ids = [d.submit(tiny_spec("wide-%d" % i, 8, 4, 4))["id"] for i in range(N_JOBS - 1)]
+    # one name a terminal would show as "evilexe.png" (Trojan Source)
+    ids.append(d.submit(tiny_spec("\x9b[1mevil\u202egnp.exe\u2066", 8, 4, 4))["id"])
 
     def all_waiting():
         return all((d.job(j).get("state_reason") or "").startswith("waiting") for j in ids[-3:])
@@ -84,6 +89,20 @@ def main(cluster, args):
     st, body = d.request("POST", "/v1/jobs", spec)
     check(st == 400, "train.steps 10^12: %s" % st)
     log("train.steps past 10^9 refused: %s" % json.loads(body).get("detail"))
+
+    # ringctl jobs: a name with bidi and C1 controls is shown escaped.
+    env = {k: v for k, v in os.environ.items() if k not in ("RINGMASTER_SERVER", "RINGMASTER_TOKEN")}
+    if getattr(d, "token", None):
+        env["RINGMASTER_TOKEN"] = d.token
+    r = subprocess.run([cluster.bins["ringctl"], "--server", d.url, "jobs", "--state", "queued", "--all"],
+                       capture_output=True, timeout=60, env=env)
+    out = r.stdout.decode("utf-8", "replace")
+    check(r.returncode == 0, "ringctl jobs: %d %s" % (r.returncode, r.stderr))
+    check("\\u202e" in out and "\\u2066" in out and "\\u009b" in out,
+          "ringctl jobs shows the controls escaped: %r" % out[-600:])
+    for raw in ("\u202e", "\u2066", "\x9b"):
+        check(raw not in out, "ringctl jobs printed %r raw" % raw)
+    log("ringctl jobs shows %r" % [l for l in out.splitlines() if "gnp" in l][:1])
 
     # Dead workers' rows go after --dead-worker-retention-s (2 s here).
     wait_until("dead workers pruned", lambda: {w["node"] for w in d.workers()} == {"base"}, 30)
