@@ -89,6 +89,7 @@ typedef struct {
 	unsigned mark;     /* scratch for "each agent once" walks */
 	int64_t last_seen_mono_us;
 	int64_t last_seen_wall_us;
+	int64_t memory_bytes; /* host memory it offers ranks (REGISTER); 0: unknown, not limited */
 } agent_t;
 
 typedef struct {

@@ -11,8 +11,10 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "capacity.h"
 #include "jobspec.h"
 #include "jobview.h"
+#include "memfit.h"
 #include "problem.h"
 #include "store.h"
 #include "traces.h"
@@ -539,6 +541,33 @@ static int check_queue_cap(request_t *rq, char *detail, size_t detail_len)
 	return 429;
 }
 
+/* 422 when a CPU job's rank needs more memory than the largest alive
+ * worker offers (memfit.h's estimate; issue 22), while every alive worker
+ * said what it offers. With no worker alive, or one that did not say, the
+ * job is taken and waits, with the reason, for a worker that can hold it. */
+static int check_memory_fit(const jobspec_t *spec, char *detail, size_t detail_len)
+{
+	if (spec->parallel.device != JOBSPEC_DEVICE_CPU)
+		return 0;
+	capacity_t cap;
+	capacity_get(&cap);
+	if (cap.n_workers == 0 || !cap.all_known || cap.largest_bytes <= 0)
+		return 0;
+	memfit_t m;
+	memfit_estimate(spec, &m);
+	if (m.total_bytes <= (double)cap.largest_bytes)
+		return 0;
+	char est[256];
+	memfit_describe(&m, est, sizeof est);
+	snprintf(detail, detail_len,
+	         "the job cannot fit any worker: each rank needs %s, and the largest alive worker (%.100s)"
+	         " offers %.2f GiB (%lld bytes); lower train.batch_size, model.seq_len or the model's size,"
+	         " or shard it (parallel.sharding, docs/jobspec.md \"Memory\")",
+	         est, cap.largest_node, (double)cap.largest_bytes / 1073741824.0,
+	         (long long)cap.largest_bytes);
+	return 422;
+}
+
 static int check_resume_from(request_t *rq, const jobspec_t *spec, char *detail,
                              size_t detail_len, const char **ret_pointer)
 {
@@ -618,6 +647,11 @@ enum MHD_Result jobapi_submit(request_t *rq)
 	if (status != 0) {
 		jobspec_free(&spec);
 		return request_problem(rq, status, detail, pointer);
+	}
+	status = check_memory_fit(&spec, detail, sizeof detail);
+	if (status != 0) {
+		jobspec_free(&spec);
+		return request_problem(rq, status, detail, NULL);
 	}
 	status = check_queue_cap(rq, detail, sizeof detail);
 	if (status != 0) {

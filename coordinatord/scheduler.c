@@ -4,6 +4,7 @@
 #include "scheduler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,12 @@
 #include <jansson.h>
 
 #include "agents.h"
+#include "capacity.h"
 #include "attempt.h"
 #include "clock.h"
 #include "gang.h"
 #include "log.h"
+#include "memfit.h"
 #include "placement.h"
 
 /* A queued job as the pass sees it. */
@@ -341,10 +344,18 @@ out:
  * 2.65 million events). So a job gets one event per change of its reason's
  * class, not one per change of the cluster. Placement replaces the reason.
  */
-static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total)
+static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total,
+                              const memfit_t *mem_short)
 {
 	char reason[512];
-	if (total < q->world_size)
+	if (mem_short) {
+		char est[256];
+		memfit_describe(mem_short, est, sizeof est);
+		snprintf(reason, sizeof reason,
+		         "waiting: the alive workers do not have the memory for the job's %d rank(s): each"
+		         " needs %s (docs/jobspec.md, \"Memory\")",
+		         q->world_size, est);
+	} else if (total < q->world_size)
 		snprintf(reason, sizeof reason,
 		         "waiting: the job needs %d %s device(s), more than the alive workers have%s",
 		         q->world_size, fabric_kind_name(kind),
@@ -366,6 +377,52 @@ static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long tot
 	if (fabric_tx(f))
 		fabric_wrote(f, store_job_set_state(f->st, q->id, STORE_JOB_QUEUED, reason, clock_wall_us()), "job waiting");
 	log_info("job %s %s", q->id, reason);
+}
+
+/*
+ * The memory fit (issue 22): cap each alive agent's free devices of `kind`
+ * by the ranks of `est_bytes` its memory holds (an agent that did not say
+ * is not limited). Returns the ranks the alive agents could hold at all,
+ * devices and memory both counted (what `total` is without memory).
+ */
+static long cap_by_memory(agent_t **alive, int n_alive, int kind, double est_bytes, int *n_free)
+{
+	long total = 0;
+	for (int a = 0; a < n_alive; a++) {
+		long devs = 0;
+		for (int d = 0; d < alive[a]->n_devices; d++)
+			devs += alive[a]->devices[d].kind == kind;
+		if (alive[a]->memory_bytes > 0 && est_bytes > 0) {
+			double fit = floor((double)alive[a]->memory_bytes / est_bytes);
+			if (fit < n_free[a])
+				n_free[a] = (int)fit;
+			if (fit < devs)
+				devs = (long)fit;
+		}
+		total += devs;
+	}
+	return total;
+}
+
+/* Publish the alive CPU workers' memory for jobapi's check at submission. */
+static void publish_capacity(agent_t **alive, int n_alive)
+{
+	capacity_t c = {.all_known = true};
+	for (int a = 0; a < n_alive; a++) {
+		bool cpu = false;
+		for (int d = 0; d < alive[a]->n_devices; d++)
+			cpu |= alive[a]->devices[d].kind == KIND_CPU;
+		if (!cpu)
+			continue;
+		c.n_workers++;
+		if (alive[a]->memory_bytes <= 0)
+			c.all_known = false;
+		else if (alive[a]->memory_bytes > c.largest_bytes) {
+			c.largest_bytes = alive[a]->memory_bytes;
+			snprintf(c.largest_node, sizeof c.largest_node, "%s", alive[a]->node);
+		}
+	}
+	capacity_publish(&c);
 }
 
 /*
@@ -414,6 +471,7 @@ void scheduler_run(fabric_t *f)
 			alive[n_alive++] = a;
 	}
 	bool blocked[N_KINDS] = {false, false};
+	publish_capacity(alive, n_alive);
 	if (n_alive == 0) {
 		restart_due(f, alive, 0, blocked); /* nothing fits: they wait, their devices released */
 		free(alive);
@@ -456,11 +514,19 @@ void scheduler_run(fabric_t *f)
 			for (int d = 0; d < alive[a]->n_devices; d++)
 				total += alive[a]->devices[d].kind == kind;
 		}
+		/* host memory bounds CPU ranks; a cuda rank's state is on its GPU */
+		memfit_t est = {0};
+		long fit = total;
+		if (kind == KIND_CPU) {
+			memfit_estimate(&job->qs->spec, &est);
+			fit = cap_by_memory(alive, n_alive, kind, est.total_bytes, n_free);
+		}
 		int used = gang_pack(n_free, n_alive, job->world_size, take);
 		if (used > 0 && place(f, job, kind, alive, n_alive, take, NULL))
 			continue;
-		queue_wait_reason(f, job, kind, total);
-		if (total >= job->world_size)
+		bool mem_short = total >= job->world_size && fit < job->world_size;
+		queue_wait_reason(f, job, kind, total, mem_short ? &est : NULL);
+		if (fit >= job->world_size)
 			blocked[kind] = true;
 	}
 	free(n_free);

@@ -54,7 +54,10 @@ static void s_usage(FILE *f)
 	      "                   auto (default) every one found (within CUDA_VISIBLE_DEVICES if\n"
 	      "                   set), none, or the first N (refuses to start with fewer)\n"
 	      "  --node NAME      node name (default: the host name); identity agent/NAME\n"
-	      "  --data-root DIR  ranks resolve relative data paths against DIR\n"
+	      "  --data-root DIR  ranks open data files only beneath DIR (relative paths, no '..',\n"
+	      "                   no symbolic link out of it; default: the current directory)\n"
+	      "  --memory-bytes N host memory offered to ranks, for the coordinator's memory fit\n"
+	      "                   (default: MemAvailable when the agent starts)\n"
 	      "  --checkpoint-root DIR  ranks write snapshots to DIR/<job>/step-<N>/ and resume from\n"
 	      "                   the newest good one there (default: no snapshots)\n"
 	      "  --advertise ADDR address ranks listen on for their peers (default: this host's\n"
@@ -177,6 +180,7 @@ static int s_cmd_agent(int argc, char **argv)
 		{"kill-grace-ms", required_argument, NULL, 'g'},
 		{"comm-timeout-ms", required_argument, NULL, 't'},
 		{"step-timeout-ms", required_argument, NULL, 'W'},
+		{"memory-bytes", required_argument, NULL, 'M'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -235,6 +239,18 @@ static int s_cmd_agent(int argc, char **argv)
 			if (opt.step_timeout_ms < 0)
 				return RM_EXIT_USAGE;
 			break;
+		case 'M': { /* issue 22 (D): the memory offered to ranks */
+			char *end;
+			errno = 0;
+			long long v = strtoll(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 1) {
+				fprintf(stderr, "ringworker agent: error: --memory-bytes wants a byte count >= 1, got '%s'\n",
+					optarg);
+				return RM_EXIT_USAGE;
+			}
+			opt.memory_bytes = v;
+			break;
+		}
 		case 'h': s_usage(stdout); return RM_EXIT_OK;
 		default: s_usage(stderr); return RM_EXIT_USAGE;
 		}

@@ -51,7 +51,11 @@ def main(cluster, args):
     ck = os.path.join(cluster.workdir, "ck")
 
     d = cluster.start_daemon()
-    cluster.start_agent("c1", "cpu:2", extra_args=["--checkpoint-root", ck])
+    # --memory-bytes: the agent offers far more than it has, so that the
+    # coordinator's memory fit lets the too-big job of part 4 through to the
+    # rank's own check (exit 4)
+    cluster.start_agent("c1", "cpu:2", extra_args=["--checkpoint-root", ck,
+                                                   "--memory-bytes", str(10 ** 17)])
     wait_workers(d, ["c1"])
 
     # 1. Refused at submission: absolute paths and '..', each naming its field.
