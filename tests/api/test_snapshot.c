@@ -820,6 +820,9 @@ static void test_export_errors(void)
 	      memcmp(data + 8 + hlen, f.buf[0], 160) == 0,
 	      "the export holds the params in table order");
 	free(data);
+	struct stat est;
+	CHECK(stat(out, &est) == 0 && (est.st_mode & 0777) == 0600, "the exported weights are 0600: %o",
+	      (unsigned)(est.st_mode & 0777));
 	snprintf(out, sizeof out, "%s/no/such/dir/model.safetensors", base);
 	rc = snap_export_hf(s, out, &info, err, sizeof err);
 	CHECK(rc == -ENOENT && strstr(err, "no/such/dir"), "export to a missing folder: %d %s", rc, err);
