@@ -272,6 +272,31 @@ static bool place(fabric_t *f, const queued_t *q, int kind, agent_t **alive, int
 }
 
 /*
+ * The memory fit (issue 22): cap each alive agent's free devices of `kind`
+ * by the ranks of `est_bytes` its memory holds (an agent that did not say
+ * is not limited). Returns the ranks the alive agents could hold at all,
+ * devices and memory both counted (what `total` is without memory).
+ */
+static long cap_by_memory(agent_t **alive, int n_alive, int kind, double est_bytes, int *n_free)
+{
+	long total = 0;
+	for (int a = 0; a < n_alive; a++) {
+		long devs = 0;
+		for (int d = 0; d < alive[a]->n_devices; d++)
+			devs += alive[a]->devices[d].kind == kind;
+		if (alive[a]->memory_bytes > 0 && est_bytes > 0) {
+			double fit = floor((double)alive[a]->memory_bytes / est_bytes);
+			if (fit < n_free[a])
+				n_free[a] = (int)fit;
+			if (fit < devs)
+				devs = (long)fit;
+		}
+		total += devs;
+	}
+	return total;
+}
+
+/*
  * Restart the failed attempts whose ranks are gone and whose backoff is
  * over, before any queued job: on the same devices when they are all free
  * on alive agents, else with the normal gang placement. One that does not
@@ -317,6 +342,11 @@ static void restart_due(fabric_t *f, agent_t **alive, int n_alive, bool blocked[
 			n_free[a] = count_free(alive[a], at->kind);
 			for (int d = 0; d < alive[a]->n_devices; d++)
 				total += alive[a]->devices[d].kind == at->kind;
+		}
+		if (at->kind == KIND_CPU) { /* a restart fits memory as a first placement does */
+			memfit_t est;
+			memfit_estimate(&at->spec, &est);
+			total = cap_by_memory(alive, n_alive, at->kind, est.total_bytes, n_free);
 		}
 		if (!blocked[at->kind] && gang_pack(n_free, n_alive, at->world_size, take) > 0) {
 			place(f, &q, at->kind, alive, n_alive, take, at);
@@ -377,31 +407,6 @@ static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long tot
 	if (fabric_tx(f))
 		fabric_wrote(f, store_job_set_state(f->st, q->id, STORE_JOB_QUEUED, reason, clock_wall_us()), "job waiting");
 	log_info("job %s %s", q->id, reason);
-}
-
-/*
- * The memory fit (issue 22): cap each alive agent's free devices of `kind`
- * by the ranks of `est_bytes` its memory holds (an agent that did not say
- * is not limited). Returns the ranks the alive agents could hold at all,
- * devices and memory both counted (what `total` is without memory).
- */
-static long cap_by_memory(agent_t **alive, int n_alive, int kind, double est_bytes, int *n_free)
-{
-	long total = 0;
-	for (int a = 0; a < n_alive; a++) {
-		long devs = 0;
-		for (int d = 0; d < alive[a]->n_devices; d++)
-			devs += alive[a]->devices[d].kind == kind;
-		if (alive[a]->memory_bytes > 0 && est_bytes > 0) {
-			double fit = floor((double)alive[a]->memory_bytes / est_bytes);
-			if (fit < n_free[a])
-				n_free[a] = (int)fit;
-			if (fit < devs)
-				devs = (long)fit;
-		}
-		total += devs;
-	}
-	return total;
 }
 
 /* Publish the alive CPU workers' memory for jobapi's check at submission. */
