@@ -384,6 +384,10 @@ static void test_confinement(void)
 	s_expect_escape(root, "up", DATA_FORMAT_TEXT);
 	s_expect_escape(root, "passwd", DATA_FORMAT_TEXT);
 	s_expect_escape(root, "outdir/*.txt", DATA_FORMAT_TEXT);
+	/* refused before anything is listed: no "no file matches" to tell
+	 * what does or does not exist outside */
+	s_expect_escape(root, "outdir/nothing-like-this-*.xyz", DATA_FORMAT_TEXT);
+	s_expect_escape(root, "*/secret.txt", DATA_FORMAT_TEXT); /* a wildcard through the link */
 	s_expect_escape(root, "/etc/pass*", DATA_FORMAT_TEXT);
 	s_expect_escape(root, "sub/../../*.txt", DATA_FORMAT_TEXT);
 	data_source_t *src = NULL;

@@ -219,6 +219,36 @@ static char *s_glob_escape(const char *s)
 	return out;
 }
 
+/* The folders of `pattern` before its first component with a wildcard,
+ * opened beneath `root`: 0, or beneath_open's error. */
+static int s_check_prefix(const char *root, const char *pattern)
+{
+	char prefix[4096];
+	size_t end = 0; /* bytes of the components without wildcards */
+	for (size_t i = 0; pattern[i];) {
+		size_t n = strcspn(pattern + i, "/");
+		if (memchr(pattern + i, '*', n) || memchr(pattern + i, '?', n) || memchr(pattern + i, '[', n))
+			break;
+		i += n;
+		if (!pattern[i])
+			break; /* the last component has no wildcard: no folder to check */
+		end = i;
+		while (pattern[i] == '/')
+			i++;
+	}
+	if (end == 0)
+		return 0;
+	if (end >= sizeof prefix)
+		return -ENAMETOOLONG;
+	memcpy(prefix, pattern, end);
+	prefix[end] = '\0';
+	int fd = -1;
+	int rc = beneath_open(root, prefix, O_PATH | O_DIRECTORY, &fd);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* Expand `pattern` beneath `root` (NULL: as given) into *g; the matches are
  * made relative to the root again. 0 or a data error in err. */
 static int s_expand(const char *root, const char *pattern, const char *field, glob_t *g,
@@ -232,6 +262,18 @@ static int s_expand(const char *root, const char *pattern, const char *field, gl
 				      "%s: the pattern '%s' leaves the data root (an absolute path or a"
 				      " '..' component): give a pattern inside the agent's --data-root",
 				      field, pattern);
+		/* The folders before the first wildcard must resolve beneath the
+		 * root before glob(3) lists anything: "etc/pass*" through a link
+		 * to /etc is refused without looking into /etc (so the answer
+		 * does not tell whether a file there matches). */
+		int prc = s_check_prefix(root, pattern);
+		if (prc < 0)
+			return s_fail(err, errlen, prc == -EXDEV || prc == -ELOOP ? -EXDEV : prc,
+				      "%s: the pattern '%s' %s", field, pattern,
+				      prc == -EXDEV || prc == -ELOOP
+					      ? "leaves the data root through a symbolic link: give a pattern"
+						" inside the agent's --data-root"
+					      : "names a folder that cannot be opened");
 		char *esc = s_glob_escape(root);
 		size_t n = esc ? strlen(esc) + strlen(pattern) + 2 : 0;
 		full = esc ? malloc(n) : NULL;
