@@ -1038,7 +1038,11 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		.on_trace = s_on_trace, .on_trace_ctx = r, /* the spec's profile steps */
 	};
 	r->spec = spec;
-	if (o->checkpoint_root) {
+	if (o->checkpoint_root && (strchr(o->job, '/') || !beneath_path_ok(o->job) || strcmp(o->job, ".") == 0)) {
+		/* the job's folder is <root>/<job>: a job id is a plain name */
+		s_err("the job id '%.64s' is not a plain name: no snapshots outside --checkpoint-root",
+		      o->job);
+	} else if (o->checkpoint_root) {
 		int n = snprintf(r->job_dir, sizeof r->job_dir, "%s/%s", o->checkpoint_root, o->job);
 		if (n < 0 || (size_t)n >= sizeof r->job_dir)
 			r->job_dir[0] = '\0';
