@@ -11,14 +11,14 @@ typedef struct {
 	bool retryable;
 } kind_desc_t;
 
-/* Indexed by rm_failure_t. The phrases of the three kinds that are not
+/* Indexed by rm_failure_t. The phrases of the four kinds that are not
  * retryable appear in job reasons ("... (a job spec error: not retried)"). */
 static const kind_desc_t s_kinds[RM_FAILURE_MAX + 1] = {
 	[RM_FAILURE_NONE] = {"none", "no failure", true},
 	[RM_FAILURE_INTERNAL] = {"internal", "an internal error", true},
 	[RM_FAILURE_SPEC] = {"spec", "a job spec error", false},
 	[RM_FAILURE_DATA] = {"data", "a data error", false},
-	[RM_FAILURE_NOMEM] = {"nomem", "out of memory", true},
+	[RM_FAILURE_NOMEM] = {"nomem", "out of memory", false}, /* the same spec, the same size */
 	[RM_FAILURE_DIVERGED] = {"diverged", "training diverged", false},
 	[RM_FAILURE_COMM] = {"comm", "a collective failed", true},
 	[RM_FAILURE_ABORTED] = {"aborted", "stopped on request", true},

@@ -12,8 +12,9 @@
  * (rm_exit_failure) as before.
  *
  * Retryable means a restart of the job's ranks may succeed: a lost peer, a
- * signal, a full device, a timeout. A bad spec, bad data or a diverged loss
- * fail the same way again, so the job fails at once.
+ * signal, a timeout. A bad spec, bad data, a model that does not fit in
+ * memory or a diverged loss fail the same way again, so the job fails at
+ * once (a restart would only be killed again: issue 22).
  */
 #ifndef RINGMASTER_API_EXITCODE_H
 #define RINGMASTER_API_EXITCODE_H

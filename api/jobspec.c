@@ -52,7 +52,7 @@
 #define DEFAULT_PRIORITY 0
 
 /* Bounds not in the header (docs/jobspec.md states them all). */
-#define MAX_STEPS INT64_C(1000000000000) /* 10^12 */
+#define MAX_STEPS INT64_C(1000000000) /* 10^9: years of steps; bounds every step count */
 #define MAX_BATCH_SIZE 65536
 #define MAX_GRAD_ACCUM 65536
 #define MAX_LR 10.0
@@ -873,6 +873,45 @@ json_t *jobspec_to_json(const jobspec_t *s)
 		return NULL;
 	}
 	return doc;
+}
+
+/* Whether `path` names something beneath a root: relative, no ".."
+ * component. The worker's beneath_path_ok (worker/data/beneath.c) is the
+ * same rule; api/ cannot call into worker/. */
+static bool s_path_relative(const char *path)
+{
+	if (!path[0] || path[0] == '/')
+		return false;
+	for (const char *c = path; *c;) {
+		size_t n = strcspn(c, "/");
+		if (n == 2 && c[0] == '.' && c[1] == '.')
+			return false;
+		c += n;
+		while (*c == '/')
+			c++;
+	}
+	return true;
+}
+
+int jobspec_check_paths(const jobspec_t *spec, jobspec_error_t *err)
+{
+	const struct {
+		const char *field, *pointer, *path;
+	} p[] = {
+		{"data.train", "/data/train", spec->data.train},
+		{"data.val", "/data/val", spec->data.val},
+	};
+	for (size_t i = 0; i < N_ELEMS(p); i++) {
+		if (!p[i].path || s_path_relative(p[i].path))
+			continue;
+		char shown[96];
+		s_excerpt(p[i].path, strlen(p[i].path), shown, sizeof shown, 80);
+		return s_fail(err, p[i].pointer,
+			      "%s must be a path relative to the agent's --data-root, without '..'"
+			      " components (got '%s')",
+			      p[i].field, shown);
+	}
+	return 0;
 }
 
 void jobspec_free(jobspec_t *spec)

@@ -160,6 +160,17 @@ int jobspec_load_file(const char *path, jobspec_t *ret_spec, jobspec_error_t *er
  * NULL only on out-of-memory). Parsing the result gives an equal spec. */
 json_t *jobspec_to_json(const jobspec_t *spec);
 
+/*
+ * Check that the spec's data paths (data.train, data.val) can only name
+ * files beneath a root: relative, without ".." components. What every
+ * submission to the coordinator must pass (400 naming the field), and
+ * `ringworker train --data-root`; `ringworker train` without a root takes
+ * the user's own paths as given. The agent still resolves each file beneath
+ * its --data-root, so a symbolic link leading out is refused there. Returns
+ * 0, or -EINVAL with err's pointer on the field.
+ */
+int jobspec_check_paths(const jobspec_t *spec, jobspec_error_t *err);
+
 /* Release what jobspec_parse allocated; accepts a zeroed or freed spec. */
 void jobspec_free(jobspec_t *spec);
 

@@ -157,7 +157,7 @@ static int st_write(const char *path, const st_entry_t *entries, int n, json_t *
 	text = padded;
 	memset(text + text_len, ' ', header_len - text_len);
 
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = fail_errno(err, err_len, errno, "creating", tmp);
 		goto out;
@@ -288,7 +288,7 @@ static int manifest_write(const char *dir, const snap_manifest_t *m, char *err, 
 		rc = fail(err, err_len, -ENOMEM, "out of memory writing the manifest in %s", dir);
 		goto out;
 	}
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = fail_errno(err, err_len, errno, "creating", path);
 		goto out;

@@ -28,7 +28,9 @@
  *
  * agent -> coordinator
  *   REGISTER     node:str, devices:[{kind:"cpu"|"cuda", index:int}],
- *                ranks:[{job:str, attempt:int, rank:int, pid:int}]  (ranks it runs now)
+ *                ranks:[{job:str, attempt:int, rank:int, pid:int}]  (ranks it runs now);
+ *                optional memory_bytes:uint (host memory it offers its ranks: the
+ *                coordinator's memory fit; absent or 0: unknown, not limited)
  *   HEARTBEAT    node:str
  *   RANK_EXITED  job:str, attempt:int, rank:int,
  *                exit_code:int (-1 when killed by a signal), signal:int (0 when exited),

@@ -5,6 +5,10 @@
 #include "table.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,36 +34,96 @@ size_t table_display_width(const char *s)
 	return n;
 }
 
-char *table_sanitize(const char *s, size_t max_chars)
+/* The code point of the UTF-8 sequence at p and its length (1..4), or 0
+ * when the bytes there are not a valid, shortest sequence. */
+static size_t s_utf8_decode(const unsigned char *p, uint32_t *ret_cp)
 {
-	size_t n_bytes = strlen(s);
-	size_t n_chars = table_display_width(s);
-	size_t keep_bytes = n_bytes;
-	int cut = max_chars > 3 && n_chars > max_chars;
-	if (cut) {
-		/* Keep max_chars - 3 whole characters. */
-		size_t chars = 0;
-		keep_bytes = 0;
-		while (keep_bytes < n_bytes) {
-			if (!is_continuation((unsigned char)s[keep_bytes])) {
-				if (chars == max_chars - 3)
-					break;
-				chars++;
-			}
-			keep_bytes++;
-		}
+	uint32_t cp;
+	size_t n;
+	if (p[0] < 0x80)
+		return *ret_cp = p[0], 1;
+	if ((p[0] & 0xE0) == 0xC0)
+		cp = p[0] & 0x1F, n = 2;
+	else if ((p[0] & 0xF0) == 0xE0)
+		cp = p[0] & 0x0F, n = 3;
+	else if ((p[0] & 0xF8) == 0xF0)
+		cp = p[0] & 0x07, n = 4;
+	else
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if (!is_continuation(p[i])) /* also stops at the terminating NUL */
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3F);
 	}
-	char *out = malloc(keep_bytes + (cut ? 3 : 0) + 1);
+	static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+	if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	*ret_cp = cp;
+	return n;
+}
+
+/* Code points a terminal acts on instead of showing: C0 and C1 controls,
+ * DEL, the bidirectional embeddings, overrides, isolates and marks (which
+ * make "evil\u202egnp.exe" show as "evilexe.png": CVE-2021-42574's Trojan
+ * Source) and the line and paragraph separators. */
+static bool s_unsafe(uint32_t cp)
+{
+	return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x061C || cp == 0x200E ||
+	       cp == 0x200F || (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+/* s with every unsafe code point written as \uXXXX and every byte that is
+ * not valid UTF-8 as '?'. malloc'ed, NULL when out of memory. */
+static char *s_escape(const char *s)
+{
+	size_t len = strlen(s);
+	char *out = malloc(6 * len + 1), *o = out;
 	if (!out)
 		return NULL;
-	for (size_t i = 0; i < keep_bytes; i++) {
-		unsigned char c = (unsigned char)s[i];
-		out[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		uint32_t cp = 0;
+		size_t n = s_utf8_decode(p, &cp);
+		if (n == 0) {
+			*o++ = '?';
+			p++;
+		} else if (cp < 0x20 || cp == 0x7F) {
+			*o++ = '?'; /* C0 and DEL: '?' as ever (newlines, tabs, ESC in names and logs) */
+			p++;
+		} else if (s_unsafe(cp)) {
+			o += sprintf(o, "\\u%04" PRIx32, cp);
+			p += n;
+		} else {
+			memcpy(o, p, n);
+			o += n;
+			p += n;
+		}
 	}
-	if (cut)
-		memcpy(out + keep_bytes, "...", 3);
-	out[keep_bytes + (cut ? 3 : 0)] = '\0';
+	*o = '\0';
 	return out;
+}
+
+char *table_sanitize(const char *raw, size_t max_chars)
+{
+	char *s = s_escape(raw);
+	if (!s)
+		return NULL;
+	size_t n_bytes = strlen(s);
+	size_t n_chars = table_display_width(s);
+	int cut = max_chars > 3 && n_chars > max_chars;
+	if (!cut)
+		return s;
+	/* Keep max_chars - 3 whole characters. */
+	size_t chars = 0, keep_bytes = 0;
+	while (keep_bytes < n_bytes) {
+		if (!is_continuation((unsigned char)s[keep_bytes])) {
+			if (chars == max_chars - 3)
+				break;
+			chars++;
+		}
+		keep_bytes++;
+	}
+	memcpy(s + keep_bytes, "...", 4); /* fits: the cut removed at least 4 bytes */
+	return s;
 }
 
 static void free_row(char **row, size_t n_cols)

@@ -2,8 +2,9 @@
  * table: aligned text tables for ringctl's default output. Rows are added as
  * strings; widths are computed from the data when the table is printed, so a
  * column is as wide as its widest cell. Cells are made safe for a terminal
- * (control characters become '?') because job names are stored exactly as
- * users sent them.
+ * (C0 control characters become '?'; C1 controls and the bidirectional
+ * controls are shown escaped, \u202e) because job names are stored exactly
+ * as users sent them.
  */
 #ifndef RINGCTL_TABLE_H
 #define RINGCTL_TABLE_H
@@ -44,10 +45,13 @@ size_t table_n_rows(const table_t *table);
 void table_print(const table_t *table, FILE *out);
 
 /*
- * Copies s into a new string where each control character (C0, DEL) is
- * replaced by '?' and, when max_chars > 3 and s is longer than max_chars
- * characters, cut to max_chars characters ending in "...". Returns NULL when
- * out of memory; the caller frees the result.
+ * Copies s into a new string safe to print on a terminal: each C0 control
+ * character and DEL becomes '?', each C1 control (U+0080-U+009F),
+ * bidirectional control (U+202A-U+202E, U+2066-U+2069, U+200E/F, U+061C)
+ * and line or paragraph separator (U+2028/9) is written escaped as
+ * \uXXXX, each byte that is not valid UTF-8 becomes '?'; then, when max_chars > 3 and the result is longer than
+ * max_chars characters, it is cut to max_chars characters ending in "...".
+ * Returns NULL when out of memory; the caller frees the result.
  */
 char *table_sanitize(const char *s, size_t max_chars);
 

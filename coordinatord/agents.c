@@ -165,6 +165,8 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 	a->devices = devs;
 	a->n_devices = n_devs;
 	a->alive = true;
+	json_t *mem = json_object_get(p, "memory_bytes"); /* optional: the memory fit (issue 22) */
+	a->memory_bytes = json_is_integer(mem) && json_integer_value(mem) > 0 ? json_integer_value(mem) : 0;
 	agents_touch(a);
 	a->hb_dirty = false; /* written by the register itself */
 	if (fabric_tx(f)) {

@@ -163,6 +163,7 @@ broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 		.restart_backoff_ms = cfg->restart_backoff_ms,
 		.restart_backoff_max_ms = cfg->restart_backoff_max_ms,
 		.restart_grace_ms = cfg->restart_grace_ms,
+		.dead_worker_retention_s = cfg->dead_worker_retention_s,
 	};
 	b->fabric = fabric_new(b->router, b->store, &fo);
 	if (!b->fabric) {

@@ -38,6 +38,8 @@ void config_defaults(config_t *cfg)
 	cfg->max_header_bytes = CONFIG_DEFAULT_MAX_HEADER_BYTES;
 	cfg->submit_rate = CONFIG_DEFAULT_SUBMIT_RATE;
 	cfg->submit_burst = CONFIG_DEFAULT_SUBMIT_BURST;
+	cfg->max_queued_jobs = CONFIG_DEFAULT_MAX_QUEUED_JOBS;
+	cfg->dead_worker_retention_s = CONFIG_DEFAULT_DEAD_WORKER_RETENTION_S;
 }
 
 /* "HOST:PORT" or "[V6]:PORT"; port 0..65535. */
@@ -241,12 +243,28 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 			return 0;
 		}
 		snprintf(err, errlen, "%s: %s must be an integer from 0 to %ld (got \"%s\")", origin, key, hi, value);
+	} else if (strcmp(key, "max_queued_jobs") == 0) {
+		if (parse_long(value, 1, 10000000, &v) == 0) {
+			cfg->max_queued_jobs = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: max_queued_jobs must be an integer from 1 to 10000000 (got \"%s\")",
+		         origin, value);
+	} else if (strcmp(key, "dead_worker_retention_s") == 0) {
+		if (parse_long(value, 0, 315360000, &v) == 0) {
+			cfg->dead_worker_retention_s = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen,
+		         "%s: dead_worker_retention_s must be an integer from 0 to 315360000 (got \"%s\")",
+		         origin, value);
 	} else {
 		snprintf(err, errlen,
 		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, max_streams, stream_keepalive_ms, "
 		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
 		         "restart_grace_ms, tls_cert, tls_key, max_connections, max_connections_per_ip, idle_timeout_s, "
-		         "max_header_bytes, submit_rate, submit_burst)",
+		         "max_header_bytes, submit_rate, submit_burst, max_queued_jobs, "
+		         "dead_worker_retention_s)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -338,6 +356,8 @@ static void print_help(const char *argv0)
 	       "  --max-header-bytes N  request header fields' size, 431 above (default 16384)\n"
 	       "  --submit-rate N     job submissions per minute per token, 429 past it; 0: off (default 60)\n"
 	       "  --submit-burst N    submissions allowed at once before the rate applies (default 30)\n"
+	       "  --max-queued-jobs N  queued jobs in all, 429 past it (default 10000)\n"
+	       "  --dead-worker-retention-s S  keep a dead worker's row S seconds (default 86400, 0: forever)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -350,7 +370,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
 	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE,
 	       OPT_TLS_CERT, OPT_TLS_KEY, OPT_MAX_CONN, OPT_MAX_CONN_IP, OPT_IDLE, OPT_MAX_HEADER, OPT_SUBMIT_RATE,
-	       OPT_SUBMIT_BURST };
+	       OPT_SUBMIT_BURST, OPT_MAX_QUEUED, OPT_DEAD_RETENTION };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -374,6 +394,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"max-header-bytes", required_argument, NULL, OPT_MAX_HEADER},
 		{"submit-rate", required_argument, NULL, OPT_SUBMIT_RATE},
 		{"submit-burst", required_argument, NULL, OPT_SUBMIT_BURST},
+		{"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED},
+		{"dead-worker-retention-s", required_argument, NULL, OPT_DEAD_RETENTION},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -435,6 +457,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_MAX_HEADER: key = "max_header_bytes"; origin = "--max-header-bytes"; break;
 		case OPT_SUBMIT_RATE: key = "submit_rate"; origin = "--submit-rate"; break;
 		case OPT_SUBMIT_BURST: key = "submit_burst"; origin = "--submit-burst"; break;
+		case OPT_MAX_QUEUED: key = "max_queued_jobs"; origin = "--max-queued-jobs"; break;
+		case OPT_DEAD_RETENTION: key = "dead_worker_retention_s"; origin = "--dead-worker-retention-s"; break;
 		default: break;
 		}
 		if (key) {

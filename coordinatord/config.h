@@ -37,6 +37,10 @@
  *                                      client address without one); 0: no limit
  *   submit_burst = 30                  submissions allowed at once before the
  *                                      rate applies (429 with Retry-After past it)
+ *   max_queued_jobs = 10000            queued jobs in all; a submission past it is
+ *                                      answered 429 naming the cap
+ *   dead_worker_retention_s = 86400    how long a dead worker's row is kept; older
+ *                                      ones are deleted (0: kept forever)
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -68,6 +72,8 @@
 #define CONFIG_DEFAULT_MAX_HEADER_BYTES 16384
 #define CONFIG_DEFAULT_SUBMIT_RATE 60
 #define CONFIG_DEFAULT_SUBMIT_BURST 30
+#define CONFIG_DEFAULT_MAX_QUEUED_JOBS 10000
+#define CONFIG_DEFAULT_DEAD_WORKER_RETENTION_S 86400
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -94,6 +100,8 @@ typedef struct {
 	size_t max_header_bytes;    /* 1024 .. 1048576 */
 	int submit_rate;            /* 0 (off) .. 1000000 per minute */
 	int submit_burst;           /* 1 .. 1000000 */
+	int max_queued_jobs;        /* 1 .. 10000000: queued jobs in all (429 past it) */
+	int dead_worker_retention_s; /* 0 .. 315360000: dead worker rows kept; 0: forever */
 } config_t;
 
 typedef enum {

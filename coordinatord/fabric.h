@@ -42,6 +42,7 @@ typedef struct {
 	int restart_backoff_ms;     /* wait before the 2nd restart of a job, doubling after */
 	int restart_backoff_max_ms; /* the longest wait between restarts */
 	int restart_grace_ms;       /* time a failed attempt's ranks get to be reported gone */
+	int dead_worker_retention_s; /* dead worker rows older than this are deleted; 0: never */
 } fabric_options_t;
 
 /* A fabric on `router` (a bound ROUTER socket) and the writer store `st`,

@@ -89,6 +89,7 @@ typedef struct {
 	unsigned mark;     /* scratch for "each agent once" walks */
 	int64_t last_seen_mono_us;
 	int64_t last_seen_wall_us;
+	int64_t memory_bytes; /* host memory it offers ranks (REGISTER); 0: unknown, not limited */
 } agent_t;
 
 typedef struct {
@@ -207,6 +208,7 @@ struct fabric {
 	bool sched_dirty;
 	unsigned mark_gen;
 	int64_t next_hb_us, next_expiry_us, next_sched_us;
+	int64_t next_prune_us;         /* scheduler.c: the next pruning of dead worker rows */
 	outmsg_t *out_head, *out_tail; /* sent after the commit, in order */
 };
 

@@ -47,6 +47,7 @@
 
 #include "clock.h"
 #include "httpparse.h"
+#include "jobapi.h"
 #include "log.h"
 #include "metrics.h"
 #include "problem.h"
@@ -510,6 +511,7 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 	h->listen_fd = listen_socket(cfg, err, errlen);
 	if (h->listen_fd < 0)
 		goto fail;
+	jobapi_set_max_queued(cfg->max_queued_jobs); /* the queue cap (jobapi.c) */
 	if (streamapi_init(cfg->max_streams, cfg->stream_keepalive_ms) < 0) {
 		snprintf(err, errlen, "cannot start the event streams' ticker thread");
 		goto fail;

@@ -11,8 +11,10 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "capacity.h"
 #include "jobspec.h"
 #include "jobview.h"
+#include "memfit.h"
 #include "problem.h"
 #include "store.h"
 #include "traces.h"
@@ -512,6 +514,60 @@ enum MHD_Result jobapi_metrics(request_t *rq)
  * Checked on a reader, outside the writer's transaction: a checkpoint
  * deleted between this check and the placement fails the job then (fabric.c).
  */
+static int s_max_queued = 10000; /* --max-queued-jobs (config.h's default) */
+
+void jobapi_set_max_queued(int max_queued_jobs)
+{
+	s_max_queued = max_queued_jobs;
+}
+
+/* 429 when the queue holds --max-queued-jobs jobs already (issue 22: an
+ * unbounded queue is a disk and a scheduler pass without end), 0 when there
+ * is room, 500 when the count cannot be read. */
+static int check_queue_cap(request_t *rq, char *detail, size_t detail_len)
+{
+	int64_t counts[STORE_JOB_N_STATES];
+	store_t *st = request_reader(rq);
+	if (!st || store_job_count_by_state(st, counts) < 0) {
+		snprintf(detail, detail_len, "cannot count the queued jobs");
+		return 500;
+	}
+	if (counts[STORE_JOB_QUEUED] < s_max_queued)
+		return 0;
+	snprintf(detail, detail_len,
+	         "the queue is full: %lld jobs are queued, the most this server accepts"
+	         " (max_queued_jobs = %d); retry when some have started or cancel some",
+	         (long long)counts[STORE_JOB_QUEUED], s_max_queued);
+	return 429;
+}
+
+/* 422 when a CPU job's rank needs more memory than the largest alive
+ * worker offers (memfit.h's estimate; issue 22), while every alive worker
+ * said what it offers. With no worker alive, or one that did not say, the
+ * job is taken and waits, with the reason, for a worker that can hold it. */
+static int check_memory_fit(const jobspec_t *spec, char *detail, size_t detail_len)
+{
+	if (spec->parallel.device != JOBSPEC_DEVICE_CPU)
+		return 0;
+	capacity_t cap;
+	capacity_get(&cap);
+	if (cap.n_workers == 0 || !cap.all_known || cap.largest_bytes <= 0)
+		return 0;
+	memfit_t m;
+	memfit_estimate(spec, &m);
+	if (m.total_bytes <= (double)cap.largest_bytes)
+		return 0;
+	char est[256];
+	memfit_describe(&m, est, sizeof est);
+	snprintf(detail, detail_len,
+	         "the job cannot fit any worker: each rank needs %s, and the largest alive worker (%.100s)"
+	         " offers %.2f GiB (%lld bytes); lower train.batch_size, model.seq_len or the model's size,"
+	         " or shard it (parallel.sharding, docs/jobspec.md \"Memory\")",
+	         est, cap.largest_node, (double)cap.largest_bytes / 1073741824.0,
+	         (long long)cap.largest_bytes);
+	return 422;
+}
+
 static int check_resume_from(request_t *rq, const jobspec_t *spec, char *detail,
                              size_t detail_len, const char **ret_pointer)
 {
@@ -582,11 +638,25 @@ enum MHD_Result jobapi_submit(request_t *rq)
 		err.message[sizeof err.message - 1] = '\0';
 		return request_bad_request(rq, err.message[0] ? err.message : "invalid job spec", err.pointer);
 	}
+	if (jobspec_check_paths(&spec, &err) < 0) { /* issue 22: confined to the agents' roots */
+		jobspec_free(&spec);
+		return request_bad_request(rq, err.message, err.pointer);
+	}
 	const char *pointer = NULL;
 	int status = check_resume_from(rq, &spec, detail, sizeof detail, &pointer);
 	if (status != 0) {
 		jobspec_free(&spec);
 		return request_problem(rq, status, detail, pointer);
+	}
+	status = check_memory_fit(&spec, detail, sizeof detail);
+	if (status != 0) {
+		jobspec_free(&spec);
+		return request_problem(rq, status, detail, NULL);
+	}
+	status = check_queue_cap(rq, detail, sizeof detail);
+	if (status != 0) {
+		jobspec_free(&spec);
+		return request_problem(rq, status, detail, NULL);
 	}
 	json_t *doc = jobspec_to_json(&spec);
 	char *spec_json = doc ? json_dumps(doc, JSON_COMPACT) : NULL;

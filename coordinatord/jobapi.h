@@ -18,6 +18,15 @@
 
 #include "request.h"
 
+/*
+ * The most queued jobs in all (--max-queued-jobs): a submission that finds
+ * this many queued is answered 429 naming the cap. Set once before the HTTP
+ * threads start. The count is read from the thread's reader store, so
+ * submissions racing on several HTTP threads may pass it by at most the
+ * number of threads.
+ */
+void jobapi_set_max_queued(int max_queued_jobs);
+
 enum MHD_Result jobapi_list(request_t *rq);
 enum MHD_Result jobapi_submit(request_t *rq);
 enum MHD_Result jobapi_get(request_t *rq);

@@ -4,6 +4,7 @@
 #include "scheduler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,12 @@
 #include <jansson.h>
 
 #include "agents.h"
+#include "capacity.h"
 #include "attempt.h"
 #include "clock.h"
 #include "gang.h"
 #include "log.h"
+#include "memfit.h"
 #include "placement.h"
 
 /* A queued job as the pass sees it. */
@@ -269,6 +272,31 @@ static bool place(fabric_t *f, const queued_t *q, int kind, agent_t **alive, int
 }
 
 /*
+ * The memory fit (issue 22): cap each alive agent's free devices of `kind`
+ * by the ranks of `est_bytes` its memory holds (an agent that did not say
+ * is not limited). Returns the ranks the alive agents could hold at all,
+ * devices and memory both counted (what `total` is without memory).
+ */
+static long cap_by_memory(agent_t **alive, int n_alive, int kind, double est_bytes, int *n_free)
+{
+	long total = 0;
+	for (int a = 0; a < n_alive; a++) {
+		long devs = 0;
+		for (int d = 0; d < alive[a]->n_devices; d++)
+			devs += alive[a]->devices[d].kind == kind;
+		if (alive[a]->memory_bytes > 0 && est_bytes > 0) {
+			double fit = floor((double)alive[a]->memory_bytes / est_bytes);
+			if (fit < n_free[a])
+				n_free[a] = (int)fit;
+			if (fit < devs)
+				devs = (long)fit;
+		}
+		total += devs;
+	}
+	return total;
+}
+
+/*
  * Restart the failed attempts whose ranks are gone and whose backoff is
  * over, before any queued job: on the same devices when they are all free
  * on alive agents, else with the normal gang placement. One that does not
@@ -315,6 +343,11 @@ static void restart_due(fabric_t *f, agent_t **alive, int n_alive, bool blocked[
 			for (int d = 0; d < alive[a]->n_devices; d++)
 				total += alive[a]->devices[d].kind == at->kind;
 		}
+		if (at->kind == KIND_CPU) { /* a restart fits memory as a first placement does */
+			memfit_t est;
+			memfit_estimate(&at->spec, &est);
+			total = cap_by_memory(alive, n_alive, at->kind, est.total_bytes, n_free);
+		}
 		if (!blocked[at->kind] && gang_pack(n_free, n_alive, at->world_size, take) > 0) {
 			place(f, &q, at->kind, alive, n_alive, take, at);
 			continue;
@@ -334,25 +367,36 @@ out:
  * Say why queued job `q` (of device kind `kind`) was not placed, as its
  * state_reason with a "state" event queued -> queued, when that differs
  * from the stored one: either the alive workers do not have `world_size`
- * devices of its kind at all (`total`), or they are in use. The texts
- * depend on the cluster's devices, not on which are free at the moment,
- * so a waiting job gets one event per change of the cluster, not one per
- * scheduling pass. Placement replaces the reason.
+ * devices of its kind at all (`total`), or they are in use. The texts hold
+ * no live count (how many workers, how many devices): an agent registering
+ * or dying would otherwise rewrite the reason, an event and a log line of
+ * every queued job (issue 22: 4,000 queued jobs and 500 registrations wrote
+ * 2.65 million events). So a job gets one event per change of its reason's
+ * class, not one per change of the cluster. Placement replaces the reason.
  */
-static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total, int n_alive)
+static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total,
+                              const memfit_t *mem_short)
 {
 	char reason[512];
-	if (total < q->world_size)
+	if (mem_short) {
+		char est[256];
+		memfit_describe(mem_short, est, sizeof est);
 		snprintf(reason, sizeof reason,
-		         "waiting: the job needs %d %s device(s) and the %d alive worker(s) have %ld%s", q->world_size,
-		         fabric_kind_name(kind), n_alive, total,
+		         "waiting: the alive workers do not have the memory for the job's %d rank(s): each"
+		         " needs %s (docs/jobspec.md, \"Memory\")",
+		         q->world_size, est);
+	} else if (total < q->world_size)
+		snprintf(reason, sizeof reason,
+		         "waiting: the job needs %d %s device(s), more than the alive workers have%s",
+		         q->world_size, fabric_kind_name(kind),
 		         kind == KIND_CUDA && total == 0
 		                 ? " (no alive worker offers a GPU; an agent offers the NVIDIA GPUs it finds, see "
 		                   "--gpus in docs/workers.md)"
-		                 : "");
+		                 : " (GET /v1/workers lists them)");
 	else
-		snprintf(reason, sizeof reason, "waiting for %d free %s device(s): the alive workers have %ld, now in use",
-		         q->world_size, fabric_kind_name(kind), total);
+		snprintf(reason, sizeof reason,
+		         "waiting for %d free %s device(s): the alive workers have enough, now in use",
+		         q->world_size, fabric_kind_name(kind));
 	store_job_t job;
 	if (store_job_get(f->st, q->id, &job) < 0)
 		return;
@@ -365,6 +409,27 @@ static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long tot
 	log_info("job %s %s", q->id, reason);
 }
 
+/* Publish the alive CPU workers' memory for jobapi's check at submission. */
+static void publish_capacity(agent_t **alive, int n_alive)
+{
+	capacity_t c = {.all_known = true};
+	for (int a = 0; a < n_alive; a++) {
+		bool cpu = false;
+		for (int d = 0; d < alive[a]->n_devices; d++)
+			cpu |= alive[a]->devices[d].kind == KIND_CPU;
+		if (!cpu)
+			continue;
+		c.n_workers++;
+		if (alive[a]->memory_bytes <= 0)
+			c.all_known = false;
+		else if (alive[a]->memory_bytes > c.largest_bytes) {
+			c.largest_bytes = alive[a]->memory_bytes;
+			snprintf(c.largest_node, sizeof c.largest_node, "%s", alive[a]->node);
+		}
+	}
+	capacity_publish(&c);
+}
+
 /*
  * One scheduling pass. Queued jobs are taken by priority, then submission
  * order. A job that fits is placed. A job that does not fit waits; while it
@@ -373,10 +438,32 @@ static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long tot
  * by a stream of narrow ones); a job wider than all alive devices of its kind
  * does not hold the others back. Jobs of the other kind are not affected.
  */
+/* Delete the rows of workers dead for longer than dead_worker_retention_s,
+ * at most once a minute (or once per retention period when that is
+ * shorter): agents that come and go (autoscaling, restarts
+ * under new names) must not grow the table without end (issue 22). */
+static void prune_dead_workers(fabric_t *f)
+{
+	int64_t now = clock_mono_us();
+	if (f->opt.dead_worker_retention_s <= 0 || now < f->next_prune_us)
+		return;
+	int period_s = f->opt.dead_worker_retention_s < 60 ? f->opt.dead_worker_retention_s : 60;
+	f->next_prune_us = now + (int64_t)period_s * 1000000;
+	int n = 0;
+	int64_t before = clock_wall_us() - (int64_t)f->opt.dead_worker_retention_s * 1000000;
+	if (!fabric_tx(f))
+		return;
+	fabric_wrote(f, store_worker_prune_dead(f->st, before, &n), "prune dead workers");
+	if (n > 0)
+		log_info("deleted %d dead worker row(s) last heard of more than %d s ago", n,
+		         f->opt.dead_worker_retention_s);
+}
+
 void scheduler_run(fabric_t *f)
 {
 	f->sched_dirty = false;
 	f->next_sched_us = clock_mono_us() + SCHED_PERIOD_US;
+	prune_dead_workers(f);
 	agent_t **alive = malloc((f->agents.n ? f->agents.n : 1) * sizeof *alive);
 	if (!alive)
 		return;
@@ -389,6 +476,7 @@ void scheduler_run(fabric_t *f)
 			alive[n_alive++] = a;
 	}
 	bool blocked[N_KINDS] = {false, false};
+	publish_capacity(alive, n_alive);
 	if (n_alive == 0) {
 		restart_due(f, alive, 0, blocked); /* nothing fits: they wait, their devices released */
 		free(alive);
@@ -431,11 +519,19 @@ void scheduler_run(fabric_t *f)
 			for (int d = 0; d < alive[a]->n_devices; d++)
 				total += alive[a]->devices[d].kind == kind;
 		}
+		/* host memory bounds CPU ranks; a cuda rank's state is on its GPU */
+		memfit_t est = {0};
+		long fit = total;
+		if (kind == KIND_CPU) {
+			memfit_estimate(&job->qs->spec, &est);
+			fit = cap_by_memory(alive, n_alive, kind, est.total_bytes, n_free);
+		}
 		int used = gang_pack(n_free, n_alive, job->world_size, take);
 		if (used > 0 && place(f, job, kind, alive, n_alive, take, NULL))
 			continue;
-		queue_wait_reason(f, job, kind, total, n_alive);
-		if (total >= job->world_size)
+		bool mem_short = total >= job->world_size && fit < job->world_size;
+		queue_wait_reason(f, job, kind, total, mem_short ? &est : NULL);
+		if (fit >= job->world_size)
 			blocked[kind] = true;
 	}
 	free(n_free);

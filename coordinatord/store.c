@@ -124,6 +124,9 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_TRACE_LIST] = "SELECT job_id, attempt, rank, step, start_unix_us, dur_us, events, received_at_us "
 	                  "FROM traces WHERE job_id = ?1 AND (?2 < 0 OR attempt = ?2) AND (?3 < 0 OR rank = ?3) "
 	                  "ORDER BY attempt, rank, step",
+	/* dead workers whose last sign of life is older than ?1 (issue 22) */
+	[ST_WORKER_PRUNE] = "DELETE FROM workers WHERE state = 'dead' AND "
+	                    "COALESCE(last_heartbeat_us, registered_at_us, 0) < ?1",
 };
 
 int store_schema_version_known(void)

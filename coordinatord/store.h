@@ -227,6 +227,10 @@ int store_worker_heartbeat(store_t *st, const char *node, int64_t at_us);
 /* Workers in node order; `fn` gets each (borrowed for the call). */
 typedef int (*store_worker_fn)(const store_worker_t *w, void *userdata);
 int store_worker_list(store_t *st, store_worker_fn fn, void *userdata);
+/* Writer: delete the dead workers last heard of (heartbeat, else
+ * registration) before `before_us`; *ret_n (may be NULL) the rows deleted.
+ * Without it every agent that ever registered keeps a row (issue 22). */
+int store_worker_prune_dead(store_t *st, int64_t before_us, int *ret_n);
 /* Number of workers alive and dead. */
 int store_worker_count_by_state(store_t *st, int64_t *ret_alive, int64_t *ret_dead);
 

@@ -90,6 +90,16 @@ int store_worker_count_by_state(store_t *st, int64_t *ret_alive, int64_t *ret_de
 	return r;
 }
 
+int store_worker_prune_dead(store_t *st, int64_t before_us, int *ret_n)
+{
+	sqlite3_stmt *s = stmt(st, ST_WORKER_PRUNE);
+	sqlite3_bind_int64(s, 1, before_us);
+	int r = step_done(s);
+	if (r == 0 && ret_n)
+		*ret_n = sqlite3_changes(st->db);
+	return r;
+}
+
 static bool rank_state_valid(const char *state)
 {
 	static const char *const names[] = {"placed", "joined", "done", "exited", "lost"};

@@ -81,6 +81,7 @@ typedef struct {
 	bool stopping;
 	int64_t stop_deadline_us;
 	int kill_grace_ms;
+	long long memory_bytes; /* offered to ranks, sent in REGISTER (0: unknown) */
 } agent_t;
 
 static void s_log(agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -245,6 +246,25 @@ static void s_slot_label(const agent_t *a, int i, char *buf, size_t n)
 		snprintf(buf, n, "cuda:%d", i - a->n_cpu);
 }
 
+/* The host memory the ranks may use: MemAvailable now, else MemTotal; 0
+ * when /proc/meminfo cannot be read. */
+static long long s_host_memory(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (!f)
+		return 0;
+	char line[256];
+	unsigned long long kib, total = 0, avail = 0;
+	while (fgets(line, sizeof line, f)) {
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			avail = kib;
+		else if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
+			total = kib;
+	}
+	fclose(f);
+	return (long long)(avail ? avail : total) * 1024;
+}
+
 static void s_send_register(agent_t *a)
 {
 	json_t *devices = json_array(), *ranks = json_array();
@@ -265,8 +285,9 @@ static void s_send_register(agent_t *a)
 			                                       "pid", (int)s->pid));
 	}
 	s_send(a, WIRE_REGISTER,
-	       json_pack("{s:s, s:o, s:o, s:s, s:s}", "node", a->node, "devices", devices, "ranks",
-	                 ranks, "advertise", a->advertise, "version", RINGMASTER_VERSION));
+	       json_pack("{s:s, s:o, s:o, s:s, s:s, s:I}", "node", a->node, "devices", devices, "ranks",
+	                 ranks, "advertise", a->advertise, "version", RINGMASTER_VERSION,
+	                 "memory_bytes", (json_int_t)a->memory_bytes));
 }
 
 static void s_send_exited(agent_t *a, const slot_t *s, int exit_code, int sig)
@@ -995,6 +1016,8 @@ static int s_setup(agent_t *a, const agent_options_t *opt)
 		return -EINVAL;
 	}
 	a->n_cpu = a->n_slots;
+	/* measured once, before any rank runs: the memory fit's figure (issue 22) */
+	a->memory_bytes = opt->memory_bytes > 0 ? opt->memory_bytes : s_host_memory();
 	if (s_find_gpus(a, opt) < 0)
 		return -ENODEV;
 	a->n_slots = a->n_cpu + a->n_gpus;

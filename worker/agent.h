@@ -49,6 +49,9 @@ typedef struct {
 	                          * peer); 0: the rank's default */
 	int step_timeout_ms;     /* handed to every rank (--step-timeout-ms): the step-time
 	                          * watchdog (rank.h); 0: the rank's automatic bound */
+	long long memory_bytes;  /* host memory offered to ranks (--memory-bytes), told to the
+	                          * coordinator in REGISTER for its memory fit; 0: MemAvailable
+	                          * when the agent starts */
 	FILE *log;               /* the agent's log and the ranks' stderr (stderr) */
 } agent_options_t;
 

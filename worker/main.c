@@ -54,7 +54,10 @@ static void s_usage(FILE *f)
 	      "                   auto (default) every one found (within CUDA_VISIBLE_DEVICES if\n"
 	      "                   set), none, or the first N (refuses to start with fewer)\n"
 	      "  --node NAME      node name (default: the host name); identity agent/NAME\n"
-	      "  --data-root DIR  ranks resolve relative data paths against DIR\n"
+	      "  --data-root DIR  ranks open data files only beneath DIR (relative paths, no '..',\n"
+	      "                   no symbolic link out of it; default: the current directory)\n"
+	      "  --memory-bytes N host memory offered to ranks, for the coordinator's memory fit\n"
+	      "                   (default: MemAvailable when the agent starts)\n"
 	      "  --checkpoint-root DIR  ranks write snapshots to DIR/<job>/step-<N>/ and resume from\n"
 	      "                   the newest good one there (default: no snapshots)\n"
 	      "  --advertise ADDR address ranks listen on for their peers (default: this host's\n"
@@ -138,6 +141,13 @@ static int s_cmd_train(int argc, char **argv)
 			fprintf(stderr, "ringworker: error: %s\n", err.message);
 		return rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_SPEC;
 	}
+	/* With --data-root the data is confined as an agent's is (a relative path,
+	 * resolved beneath it); without, the user's own paths are taken as given. */
+	if (opt.data_root && jobspec_check_paths(&spec, &err) < 0) {
+		fprintf(stderr, "ringworker: error: %s: %s\n", opt.spec_name, err.message);
+		jobspec_free(&spec);
+		return RM_EXIT_DATA;
+	}
 	rc = train_run(&spec, &opt);
 	jobspec_free(&spec);
 	return rc;
@@ -170,6 +180,7 @@ static int s_cmd_agent(int argc, char **argv)
 		{"kill-grace-ms", required_argument, NULL, 'g'},
 		{"comm-timeout-ms", required_argument, NULL, 't'},
 		{"step-timeout-ms", required_argument, NULL, 'W'},
+		{"memory-bytes", required_argument, NULL, 'M'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -228,6 +239,18 @@ static int s_cmd_agent(int argc, char **argv)
 			if (opt.step_timeout_ms < 0)
 				return RM_EXIT_USAGE;
 			break;
+		case 'M': { /* issue 22 (D): the memory offered to ranks */
+			char *end;
+			errno = 0;
+			long long v = strtoll(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 1) {
+				fprintf(stderr, "ringworker agent: error: --memory-bytes wants a byte count >= 1, got '%s'\n",
+					optarg);
+				return RM_EXIT_USAGE;
+			}
+			opt.memory_bytes = v;
+			break;
+		}
 		case 'h': s_usage(stdout); return RM_EXIT_OK;
 		default: s_usage(stderr); return RM_EXIT_USAGE;
 		}

@@ -37,6 +37,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "beneath.h"
 #include "comm.h"
 #include "exitcode.h"
 #include "fabric.h"
@@ -769,21 +770,33 @@ static int s_on_step(void *ctx, const train_report_t *t)
 	return 0;
 }
 
-/* A spec's data path must stay inside the data root: relative, with no ".."
- * component (DESIGN.md, Security). A glob is checked the same way. */
-static bool s_path_confined(const char *path)
+/* Another job's snapshot folder, as this agent reaches it: the last two
+ * components of `path` ("<job>/step-<N>", as the coordinator recorded it)
+ * beneath this agent's `root`, whatever came before them. The rank never
+ * opens a folder outside its --checkpoint-root, whoever names it. false
+ * when there is no root or the two components are not plain names. */
+static bool s_rebase_snapshot(const char *path, const char *root, char *out, size_t out_len)
 {
-	if (path[0] == '/')
+	if (!root || !root[0])
 		return false;
-	for (const char *c = path; *c;) {
-		size_t n = strcspn(c, "/");
-		if (n == 2 && c[0] == '.' && c[1] == '.')
-			return false;
-		c += n;
-		while (*c == '/')
-			c++;
+	size_t n = strlen(path);
+	while (n > 0 && path[n - 1] == '/')
+		n--;
+	size_t end = n, slashes = 0, start = n;
+	for (; start > 0; start--) {
+		if (path[start - 1] == '/' && ++slashes == 2)
+			break;
 	}
-	return true;
+	char tail[300];
+	if (end - start >= sizeof tail || end == start)
+		return false;
+	memcpy(tail, path + start, end - start);
+	tail[end - start] = '\0';
+	const char *step = strchr(tail, '/');
+	if (!step || step == tail || !beneath_path_ok(tail) || strncmp(step + 1, "step-", 5) != 0)
+		return false;
+	int k = snprintf(out, out_len, "%s/%s", root, tail);
+	return k > 0 && (size_t)k < out_len;
 }
 
 /* Whether the committed folder `path` (<root>/<job>/step-N) is one of
@@ -851,7 +864,17 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 	if (resume_path && !s_own_snapshot(resume_path, o->job)) {
 		/* another job's snapshot (the spec's resume_from): this job has
 		 * none of its own recorded, so none of its own folders counts */
-		snprintf(r->resume_dir, sizeof r->resume_dir, "%s", resume_path);
+		if (!s_rebase_snapshot(resume_path, o->checkpoint_root, r->resume_dir,
+		                       sizeof r->resume_dir)) {
+			char reason[ERROR_MAX_BYTES];
+			snprintf(reason, sizeof reason,
+			         "ringworker rank: error: resume_from: the snapshot '%.200s' is not a"
+			         " <job>/step-<N> folder of the agent's --checkpoint-root", resume_path);
+			fprintf(stderr, "%s\n", reason);
+			s_send_failed(r, reason, RM_EXIT_DATA);
+			json_decref(p);
+			return RM_EXIT_DATA;
+		}
 		r->resume_upto = 0;
 	}
 	jobspec_error_t jerr = {0};
@@ -877,7 +900,7 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 	}
 	const char *paths[2][2] = {{"data.train", ret_spec->data.train}, {"data.val", ret_spec->data.val}};
 	for (int i = 0; i < 2; i++) {
-		if (!paths[i][1] || s_path_confined(paths[i][1]))
+		if (!paths[i][1] || beneath_path_ok(paths[i][1]))
 			continue;
 		char reason[ERROR_MAX_BYTES];
 		snprintf(reason, sizeof reason,
@@ -885,9 +908,9 @@ static int s_join(rank_t *r, jobspec_t *ret_spec)
 		         "to the agent's --data-root, without '..'",
 		         paths[i][0], paths[i][1]);
 		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason, RM_EXIT_SPEC);
+		s_send_failed(r, reason, RM_EXIT_DATA); /* a refused path is a data error (issue 22) */
 		jobspec_free(ret_spec);
-		return RM_EXIT_SPEC;
+		return RM_EXIT_DATA;
 	}
 	r->last_step = ret_spec->train.steps;
 	return 0;
@@ -1003,7 +1026,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	}
 	setvbuf(log, NULL, _IOLBF, 0);
 	train_options_t topt = {
-		.data_root = o->data_root,
+		.data_root = o->data_root ? o->data_root : ".", /* confined even without a root */
 		.out = stdout,
 		.log = log,
 		.spec_name = spec->name,
@@ -1015,7 +1038,11 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		.on_trace = s_on_trace, .on_trace_ctx = r, /* the spec's profile steps */
 	};
 	r->spec = spec;
-	if (o->checkpoint_root) {
+	if (o->checkpoint_root && (strchr(o->job, '/') || !beneath_path_ok(o->job) || strcmp(o->job, ".") == 0)) {
+		/* the job's folder is <root>/<job>: a job id is a plain name */
+		s_err("the job id '%.64s' is not a plain name: no snapshots outside --checkpoint-root",
+		      o->job);
+	} else if (o->checkpoint_root) {
 		int n = snprintf(r->job_dir, sizeof r->job_dir, "%s/%s", o->checkpoint_root, o->job);
 		if (n < 0 || (size_t)n >= sizeof r->job_dir)
 			r->job_dir[0] = '\0';

@@ -84,30 +84,16 @@ static data_format_t s_data_format(jobspec_format_t f)
 	return DATA_FORMAT_NANOGPT;
 }
 
-/* A data path as the spec gives it, resolved against the data root.
- * Returns a malloc'ed string or NULL. */
-static char *s_resolve(const char *root, const char *path)
-{
-	if (path[0] == '/' || !root || !root[0] || strcmp(root, ".") == 0)
-		return strdup(path);
-	size_t n = strlen(root) + strlen(path) + 2;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, "%s%s%s", root, root[strlen(root) - 1] == '/' ? "" : "/", path);
-	return s;
-}
-
 /* Open a data source and its sampler; returns a RM_EXIT_* code. */
 static int s_open_data(train_t *t, const char *field, const char *path, uint64_t seed,
                        data_source_t **ret_src, data_sampler_t *ret_sampler)
 {
 	char err[1024];
-	char *full = s_resolve(t->opt->data_root, path);
-	if (!full)
-		return train_error(t, RM_EXIT_NOMEM, "out of memory");
-	int rc = data_source_open(full, s_data_format(t->spec->data.format), t->spec->model.vocab_size,
-				  field, ret_src, err, sizeof err);
-	free(full);
+	/* With a data root every file resolves beneath it (data.h); without
+	 * one (`ringworker train` run by hand) the path is the user's own. */
+	const char *root = t->opt->data_root && t->opt->data_root[0] ? t->opt->data_root : NULL;
+	int rc = data_source_open(root, path, s_data_format(t->spec->data.format),
+				  t->spec->model.vocab_size, field, ret_src, err, sizeof err);
 	if (rc < 0)
 		return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_DATA, "%s%s", err,
 			       rc == -ENOENT && t->opt->missing_data_hint ? t->opt->missing_data_hint : "");

@@ -84,7 +84,7 @@ typedef struct {
 } train_snapshot_t;
 
 typedef struct {
-	const char *data_root; /* relative data paths resolve against it; NULL: the current directory */
+	const char *data_root; /* data paths resolve beneath it, confined (data.h); NULL: as given, unconfined */
 	int64_t steps;         /* steps to run; 0: train.steps. The lr schedule stays the spec's. */
 	bool json;             /* one JSON object per step on `out`; header and summary on `log` */
 	FILE *out;             /* step lines (stdout) */

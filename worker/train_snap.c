@@ -231,7 +231,7 @@ bool tsnap_begin(tsnap_t *s, int64_t step)
 	tsnap_poll(s, true); /* at most one in flight */
 	char tmp[4096];
 	s_tmp_dir(s, step, tmp, sizeof tmp);
-	int rc = fs_mkdir_p(tmp, 0755);
+	int rc = fs_mkdir_p(tmp, 0700); /* the weights are the job owner's: 0700 folders, 0600 files */
 	if (rc < 0) {
 		s_snapshot_failed(s, step, "cannot create %s: %s", tmp, strerror(-rc));
 		return false;

@@ -266,7 +266,7 @@ static const struct {
 	{"/data/train", "\"a\""},
 	{"/data/val", "\"val.bin\""}, {"/data/val", "null"},
 	{"/data/format", "\"nanogpt\""}, {"/data/format", "\"llmc\""}, {"/data/format", "\"text\""},
-	{"/train/steps", "100"}, {"/train/steps", "1000000000000"},
+	{"/train/steps", "100"}, {"/train/steps", "1000000000"},
 	{"/train/batch_size", "1"}, {"/train/batch_size", "65536"},
 	{"/train/grad_accum", "1"}, {"/train/grad_accum", "65536"},
 	{"/train/lr", "10"}, {"/train/lr", "0.001"}, {"/train/lr", "1e-3"}, {"/train/lr", "1"},
@@ -276,16 +276,16 @@ static const struct {
 	{"/train/weight_decay", "0"}, {"/train/weight_decay", "10"}, {"/train/weight_decay", "0.01"},
 	{"/train/grad_clip", "0"}, {"/train/grad_clip", "1000000"}, {"/train/grad_clip", "0.5"},
 	{"/train/seed", "0"}, {"/train/seed", "9007199254740991"},
-	{"/train/eval_every", "0"}, {"/train/eval_every", "1000000000000"},
+	{"/train/eval_every", "0"}, {"/train/eval_every", "1000000000"},
 	{"/train/eval_batches", "1"}, {"/train/eval_batches", "100000"},
 	{"/train/precision", "\"fp32\""}, {"/train/precision", "\"bf16\""},
 	{"/parallel/world_size", "1"}, {"/parallel/world_size", "65536"},
 	{"/parallel/device", "\"cpu\""}, {"/parallel/device", "\"cuda\""},
 	{"/parallel/sharding", "\"none\""}, {"/parallel/sharding", "\"zero1\""},
 	{"/parallel/sharding", "\"zero2\""}, {"/parallel/sharding", "\"zero3\""},
-	{"/checkpoint/every_steps", "0"}, {"/checkpoint/every_steps", "1000000000000"},
+	{"/checkpoint/every_steps", "0"}, {"/checkpoint/every_steps", "1000000000"},
 	{"/checkpoint/keep_last", "1"}, {"/checkpoint/keep_last", "1000000"},
-	{"/checkpoint/keep_every", "0"}, {"/checkpoint/keep_every", "1000000000000"},
+	{"/checkpoint/keep_every", "0"}, {"/checkpoint/keep_every", "1000000000"},
 	{"/restart/max_restarts", "0"}, {"/restart/max_restarts", "1000"},
 	{"/priority", "-1000"}, {"/priority", "1000"}, {"/priority", "0"},
 };
@@ -383,8 +383,8 @@ static const struct {
 	{"/data/format", "null", "/data/format", "(got null)"},
 	{"/data/format", "\"\"", "/data/format", "(got the string \"\")"},
 	/* train */
-	{"/train/steps", "0", "/train/steps", "train.steps must be an integer between 1 and 1000000000000 (got 0)"},
-	{"/train/steps", "1000000000001", "/train/steps", "(got 1000000000001)"},
+	{"/train/steps", "0", "/train/steps", "train.steps must be an integer between 1 and 1000000000 (got 0)"},
+	{"/train/steps", "1000000001", "/train/steps", "train.steps must be an integer between 1 and 1000000000 (got 1000000001)"}, {"/train/steps", "1000000000000", "/train/steps", "(got 1000000000000)"},
 	{"/train/steps", "1e6", "/train/steps", "(got 1000000, a real number"},
 	{"/train/batch_size", "-3", "/train/batch_size", "train.batch_size must be an integer between 1 and 65536 (got -3)"},
 	{"/train/batch_size", "65537", "/train/batch_size", "(got 65537)"},
@@ -397,7 +397,7 @@ static const struct {
 	{"/train/lr", "1e308", "/train/lr", "(got 1e+308)"},
 	{"/train/lr", "\"3e-4\"", "/train/lr", "(got the string \"3e-4\")"},
 	{"/train/lr", "null", "/train/lr", "(got null)"},
-	{"/train/warmup_steps", "-1", "/train/warmup_steps", "train.warmup_steps must be an integer between 0 and 1000000000000"},
+	{"/train/warmup_steps", "-1", "/train/warmup_steps", "train.warmup_steps must be an integer between 0 and 1000000000"},
 	{"/train/lr_schedule", "\"linear\"", "/train/lr_schedule", "train.lr_schedule must be one of \"cosine\", \"constant\""},
 	{"/train/min_lr", "-1e-9", "/train/min_lr", "train.min_lr must be a number between 0 and 10 (got -1e-09)"},
 	{"/train/weight_decay", "11", "/train/weight_decay", "train.weight_decay must be a number between 0 and 10 (got 11)"},
@@ -407,7 +407,7 @@ static const struct {
 	{"/train/seed", "-1", "/train/seed", "train.seed must be an integer between 0 and 9007199254740991 (got -1)"},
 	{"/train/seed", "9007199254740992", "/train/seed", "(got 9007199254740992)"},
 	{"/train/seed", "1.5", "/train/seed", "a real number"},
-	{"/train/eval_every", "-1", "/train/eval_every", "train.eval_every must be an integer between 0 and 1000000000000"},
+	{"/train/eval_every", "-1", "/train/eval_every", "train.eval_every must be an integer between 0 and 1000000000"},
 	{"/train/eval_batches", "0", "/train/eval_batches", "train.eval_batches must be an integer between 1 and 100000 (got 0)"},
 	{"/train/eval_batches", "100001", "/train/eval_batches", "(got 100001)"},
 	{"/train/precision", "\"fp16\"", "/train/precision", "train.precision must be one of \"fp32\", \"bf16\" (got the string \"fp16\")"},
@@ -418,9 +418,9 @@ static const struct {
 	{"/parallel/sharding", "\"zero4\"", "/parallel/sharding", "parallel.sharding must be one of \"none\", \"zero1\", \"zero2\", \"zero3\""},
 	{"/parallel/sharding", "true", "/parallel/sharding", "(got true)"},
 	/* checkpoint, restart, priority */
-	{"/checkpoint/every_steps", "-100", "/checkpoint/every_steps", "checkpoint.every_steps must be an integer between 0 and 1000000000000 (got -100)"},
+	{"/checkpoint/every_steps", "-100", "/checkpoint/every_steps", "checkpoint.every_steps must be an integer between 0 and 1000000000 (got -100)"},
 	{"/checkpoint/keep_last", "0", "/checkpoint/keep_last", "checkpoint.keep_last must be an integer between 1 and 1000000 (got 0)"},
-	{"/checkpoint/keep_every", "-1", "/checkpoint/keep_every", "checkpoint.keep_every must be an integer between 0 and 1000000000000"},
+	{"/checkpoint/keep_every", "-1", "/checkpoint/keep_every", "checkpoint.keep_every must be an integer between 0 and 1000000000"},
 	{"/restart/max_restarts", "1001", "/restart/max_restarts", "restart.max_restarts must be an integer between 0 and 1000 (got 1001)"},
 	{"/restart/max_restarts", "-1", "/restart/max_restarts", "(got -1)"},
 	{"/priority", "1001", "/priority", "priority must be an integer between -1000 and 1000 (got 1001)"},
@@ -1039,6 +1039,41 @@ static void test_load_file(void)
 	CHECK(jobspec_load_file("/", &s, &err) < 0); /* a directory */
 }
 
+/* Issue 22: data paths must stay beneath the agent's --data-root. */
+static void test_check_paths(void)
+{
+	static const struct {
+		const char *pointer, *value;
+		bool ok;
+	} cases[] = {
+		{"/data/train", "\"a/b.bin\"", true},
+		{"/data/train", "\"shards/*.bin\"", true},
+		{"/data/train", "\"a..b/c..\"", true},
+		{"/data/val", "null", true},
+		{"/data/train", "\"/etc/passwd\"", false},
+		{"/data/train", "\"../etc/passwd\"", false},
+		{"/data/train", "\"a/../../etc/passwd\"", false},
+		{"/data/train", "\"a/..\"", false},
+		{"/data/train", "\"/etc/pass*\"", false},
+		{"/data/val", "\"/etc/passwd\"", false},
+		{"/data/val", "\"x/../../y\"", false},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		jobspec_t s;
+		jobspec_error_t err = {0};
+		CHECK(s_parse_with(cases[i].pointer, cases[i].value, &s, &err) == 0);
+		int rc = jobspec_check_paths(&s, &err);
+		CHECK((rc == 0) == cases[i].ok);
+		if (!cases[i].ok) {
+			CHECK(rc == -EINVAL);
+			CHECK(strcmp(err.pointer, cases[i].pointer) == 0);
+			CHECK(strstr(err.message, cases[i].pointer[6] == 't' ? "data.train" : "data.val"));
+			CHECK(strstr(err.message, "relative to the agent's --data-root"));
+		}
+		jobspec_free(&s);
+	}
+}
+
 static void test_enum_names(void)
 {
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_NANOGPT), "nanogpt");
@@ -1086,6 +1121,7 @@ int main(void)
 	s_run("profile", test_profile);
 	s_run("load_file", test_load_file);
 	s_run("enum_names", test_enum_names);
+	s_run("check_paths", test_check_paths);
 
 	printf("%d passed, %d failed\n", s_n_passed, s_n_failed);
 	return s_n_failed ? 1 : 0;

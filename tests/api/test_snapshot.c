@@ -292,6 +292,14 @@ static void test_roundtrip(int64_t n, int world)
 	      "%s: shard header", what);
 	json_decref(h);
 	free(data);
+	/* Issue 22: the weights are readable by their owner only (umask 0 would
+	 * not widen them: the modes are given, not left to the umask). */
+	struct stat st;
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "%s: shard mode %o", what,
+	      (unsigned)(st.st_mode & 0777));
+	snprintf(path, sizeof path, "%s/manifest.json", dir);
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "%s: manifest mode %o", what,
+	      (unsigned)(st.st_mode & 0777));
 out:
 	flat_free(&f);
 }
@@ -812,6 +820,9 @@ static void test_export_errors(void)
 	      memcmp(data + 8 + hlen, f.buf[0], 160) == 0,
 	      "the export holds the params in table order");
 	free(data);
+	struct stat est;
+	CHECK(stat(out, &est) == 0 && (est.st_mode & 0777) == 0600, "the exported weights are 0600: %o",
+	      (unsigned)(est.st_mode & 0777));
 	snprintf(out, sizeof out, "%s/no/such/dir/model.safetensors", base);
 	rc = snap_export_hf(s, out, &info, err, sizeof err);
 	CHECK(rc == -ENOENT && strstr(err, "no/such/dir"), "export to a missing folder: %d %s", rc, err);

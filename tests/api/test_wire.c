@@ -498,9 +498,9 @@ static void test_failure_code(void)
 	CHECK(rm_exit_failure(RM_EXIT_SPEC, 0) == RM_FAILURE_SPEC && rm_exit_failure(RM_EXIT_COMM, 0) == RM_FAILURE_COMM);
 	CHECK(rm_exit_failure(RM_EXIT_EXEC, 0) == RM_FAILURE_SPAWN && rm_exit_failure(134, 0) == RM_FAILURE_UNKNOWN);
 	CHECK(!rm_exit_retryable(RM_EXIT_SPEC, 0) && !rm_exit_retryable(RM_EXIT_DATA, 0) &&
-	      !rm_exit_retryable(RM_EXIT_DIVERGED, 0));
+	      !rm_exit_retryable(RM_EXIT_DIVERGED, 0) && !rm_exit_retryable(RM_EXIT_NOMEM, 0));
 	CHECK(rm_exit_retryable(RM_EXIT_SPEC, 9)); /* a signal: whatever the status */
-	int retryable[] = {RM_EXIT_OK, RM_EXIT_USAGE, RM_EXIT_NOMEM, RM_EXIT_COMM, RM_EXIT_ABORTED, RM_EXIT_WATCHDOG,
+	int retryable[] = {RM_EXIT_OK, RM_EXIT_USAGE, RM_EXIT_COMM, RM_EXIT_ABORTED, RM_EXIT_WATCHDOG,
 	                   RM_EXIT_EXEC, 42};
 	for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++)
 		CHECK(rm_exit_retryable(retryable[i], 0));

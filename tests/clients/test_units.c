@@ -36,6 +36,29 @@ static void test_sanitize(void)
 	char *s = table_sanitize("a\nb\x1b[31mc\x7f", 0);
 	CHECK_STR(s, "a?b?[31mc?");
 	free(s);
+	/* Issue 22: bidi controls (Trojan Source), C1 controls (\x9b is CSI on
+	 * some terminals), separators and broken UTF-8, each escaped or '?' */
+	static const struct {
+		const char *in, *want;
+	} cases[] = {
+		{"evil\xe2\x80\xaegnp.exe", "evil\\u202egnp.exe"},           /* U+202E RLO */
+		{"a\xe2\x80\xaa" "b\xe2\x80\xac" "c", "a\\u202ab\\u202cc"},          /* LRE, PDF */
+		{"\xe2\x81\xa6x\xe2\x81\xa9", "\\u2066x\\u2069"},               /* LRI, PDI */
+		{"\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c", "\\u200e\\u200f\\u061c"}, /* LRM RLM ALM */
+		{"x\xc2\x9b" "31m", "x\\u009b31m"},                              /* C1 CSI */
+		{"l\xe2\x80\xa8m", "l\\u2028m"},                             /* line separator */
+		{"bad\xff\xc3(", "bad?" "?("},                                    /* not UTF-8 */
+		{"\xe0\x80\xaf", "???"},                                      /* overlong '/' */
+		{"\xc3\xa9t\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80", "\xc3\xa9t\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		s = table_sanitize(cases[i].in, 0);
+		CHECK_STR(s, cases[i].want);
+		free(s);
+	}
+	s = table_sanitize("ab\xe2\x80\xae" "cdefgh", 8);
+	CHECK_STR(s, "ab\\u2...");
+	free(s);
 	s = table_sanitize("abcdefghij", 6);
 	CHECK_STR(s, "abc...");
 	free(s);

@@ -61,7 +61,7 @@ def cpu_only(c, d):
 
     job_id = d.submit(cuda_spec("wants-a-gpu", 1))["id"]
     job = wait_reason(d, job_id, "waiting: ")
-    want = ("waiting: the job needs 1 cuda device(s) and the 1 alive worker(s) have 0 (no alive worker "
+    want = ("waiting: the job needs 1 cuda device(s), more than the alive workers have (no alive worker "
             "offers a GPU; an agent offers the NVIDIA GPUs it finds, see --gpus in docs/workers.md)")
     check(job["state"] == "queued" and job["attempt"] == 0 and job["ranks"] == [], "cuda job %r" % job)
     check(job["state_reason"] == want, "reason %r" % job["state_reason"])

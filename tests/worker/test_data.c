@@ -6,9 +6,11 @@
  * temporary directory. A tiny harness: a failed CHECK prints file:line and
  * the test goes on; the exit status is non-zero on any failure.
  */
+#include "beneath.h"
 #include "data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -117,9 +119,7 @@ static void s_write_llmc(const char *name, uint32_t magic, uint32_t version, uin
 
 static int s_open(const char *name, data_format_t fmt, int vocab, data_source_t **src, char *err)
 {
-	char pattern[512];
-	snprintf(pattern, sizeof pattern, "%s/%s", s_dir, name);
-	return data_source_open(pattern, fmt, vocab, "data.train", src, err, 512);
+	return data_source_open(s_dir, name, fmt, vocab, "data.train", src, err, 512);
 }
 
 static void test_nanogpt(void)
@@ -254,16 +254,16 @@ static void test_errors(void)
 	s_write("tiny.bin", "abcd", 4);
 	s_expect_fail("tiny.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "tiny.bin", "too short");
 	s_write_llmc("magic.bin", 12345, 1, 4, 4, 0);
-	s_expect_fail("magic.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "magic.bin", "magic 12345");
+	s_expect_fail("magic.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "magic.bin", "not an llm.c shard");
 	s_write_llmc("ver.bin", DATA_LLMC_MAGIC, 7, 4, 4, 0);
-	s_expect_fail("ver.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "ver.bin", "version 7");
+	s_expect_fail("ver.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "ver.bin", "version other than 1");
 	s_write_llmc("trunc.bin", DATA_LLMC_MAGIC, 1, 100, 50, 0);
 	s_expect_fail("trunc.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "trunc.bin", "truncated");
 	s_write_llmc("long.bin", DATA_LLMC_MAGIC, 1, 10, 50, 0);
 	s_expect_fail("long.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "long.bin", "1124 bytes");
 	s_write_nanogpt("vocab.bin", 600, 0, 50257);
 	s_expect_fail("vocab.bin", DATA_FORMAT_NANOGPT, 512, -EINVAL, "vocab.bin",
-		      "token id 512 at byte offset 1024");
+		      "token id at byte offset 1024");
 	s_write_llmc("vocabl.bin", DATA_LLMC_MAGIC, 1, 600, 600, 0);
 	s_expect_fail("vocabl.bin", DATA_FORMAT_LLMC, 512, -EINVAL, "vocabl.bin",
 		      "byte offset 2048");
@@ -281,6 +281,156 @@ static void test_errors(void)
 	char err[512] = "";
 	CHECK(s_open("adir", DATA_FORMAT_TEXT, 256, &src, err) < 0);
 	CHECK_CONTAINS(err, "adir");
+}
+
+#define CHECK_LACKS(hay, needle)                                                      \
+	do {                                                                          \
+		if (strstr((hay), (needle))) {                                        \
+			fprintf(stderr, "%s:%d: '%s' contains '%s'\n", __FILE__,     \
+				__LINE__, (hay), (needle));                           \
+			s_test_failed = true;                                         \
+		}                                                                     \
+	} while (0)
+
+/* A file opened beneath `root` by both ways (openat2 and the walk):
+ * the same answer from each, the code returned. */
+static int s_beneath_both(const char *root, const char *path)
+{
+	int fd1 = -1, fd2 = -1;
+	int rc1 = beneath_open(root, path, O_RDONLY, &fd1);
+	int rc2 = beneath_open_walk(root, path, O_RDONLY, &fd2);
+	if (rc1 != rc2)
+		fprintf(stderr, "beneath '%s': openat2 %d, walk %d\n", path, rc1, rc2);
+	CHECK(rc1 == rc2);
+	if (fd1 >= 0)
+		close(fd1);
+	if (fd2 >= 0)
+		close(fd2);
+	return rc1;
+}
+
+/* A data source that must be refused as leaving the root: the field and
+ * the path as given in the message, nothing of the target. */
+static void s_expect_escape(const char *root, const char *path, data_format_t fmt)
+{
+	data_source_t *src = NULL;
+	char err[512] = "";
+	int rc = data_source_open(root, path, fmt, 256, "data.train", &src, err, sizeof err);
+	CHECK(rc == -EXDEV);
+	CHECK(src == NULL);
+	CHECK_CONTAINS(err, "data.train");
+	CHECK_CONTAINS(err, "leaves the data root");
+	CHECK_LACKS(err, "root:");
+	CHECK_LACKS(err, "passwd:");   /* no match outside the root is named */
+	CHECK_LACKS(err, "outdir/secret"); /* the glob match outside */
+	data_source_free(src);
+}
+
+/* Issue 22: absolute paths, "..", links and globs leading out of the data
+ * root are refused; links that stay inside keep working; a wrong format
+ * never shows the file's first bytes. */
+static void test_confinement(void)
+{
+	char root[600], path[700], target[700];
+	snprintf(root, sizeof root, "%s/jail", s_dir);
+	CHECK(mkdir(root, 0700) == 0);
+	snprintf(path, sizeof path, "%s/secret.txt", s_dir);
+	s_write("secret.txt", "root:x:0:0:secret\n", 18);
+	snprintf(path, sizeof path, "%s/sub", root);
+	CHECK(mkdir(path, 0700) == 0);
+	snprintf(path, sizeof path, "%s/sub/in.txt", root);
+	FILE *f = fopen(path, "w");
+	for (int i = 0; f && i < 200; i++)
+		fputs("abcdefgh", f);
+	if (f)
+		fclose(f);
+	struct {
+		const char *name, *target;
+	} links[] = {
+		{"up", "../secret.txt"},         /* a relative link climbing out */
+		{"passwd", "/etc/passwd"},       /* an absolute link */
+		{"proc", "/proc/self/fd/0"},     /* a magic link */
+		{"outdir", ".."},                /* a folder link out, for a glob */
+		{"cur", "sub"},                  /* inside: works */
+		{"sub/back", "../sub/in.txt"},   /* inside through "..": works */
+		{"loop", "loop"},                /* itself */
+	};
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", root, links[i].name);
+		snprintf(target, sizeof target, "%s", links[i].target);
+		CHECK(symlink(target, path) == 0);
+	}
+	/* the module, both ways */
+	CHECK(s_beneath_both(root, "sub/in.txt") == 0);
+	CHECK(s_beneath_both(root, "./sub//in.txt") == 0);
+	CHECK(s_beneath_both(root, "cur/in.txt") == 0);
+	CHECK(s_beneath_both(root, "sub/back") == 0);
+	CHECK(s_beneath_both(root, "/etc/passwd") == -EXDEV);
+	CHECK(s_beneath_both(root, "../secret.txt") == -EXDEV);
+	CHECK(s_beneath_both(root, "sub/../../secret.txt") == -EXDEV);
+	CHECK(s_beneath_both(root, "up") == -EXDEV);
+	CHECK(s_beneath_both(root, "passwd") == -EXDEV);
+	CHECK(s_beneath_both(root, "outdir/secret.txt") == -EXDEV);
+	CHECK(s_beneath_both(root, "loop") == -ELOOP);
+	CHECK(s_beneath_both(root, "absent") == -ENOENT);
+	CHECK(s_beneath_both(root, "") == -EXDEV);
+	int rc = s_beneath_both(root, "proc");
+	CHECK(rc == -EXDEV || rc == -ELOOP);
+	CHECK(!beneath_path_ok("a/../b") && !beneath_path_ok("/a") && !beneath_path_ok("..")
+	      && beneath_path_ok("a/..b") && beneath_path_ok("a/b.."));
+	/* the data source */
+	s_expect_escape(root, "/etc/passwd", DATA_FORMAT_TEXT);
+	s_expect_escape(root, "../secret.txt", DATA_FORMAT_TEXT);
+	s_expect_escape(root, "up", DATA_FORMAT_TEXT);
+	s_expect_escape(root, "passwd", DATA_FORMAT_TEXT);
+	s_expect_escape(root, "outdir/*.txt", DATA_FORMAT_TEXT);
+	/* refused before anything is listed: no "no file matches" to tell
+	 * what does or does not exist outside */
+	s_expect_escape(root, "outdir/nothing-like-this-*.xyz", DATA_FORMAT_TEXT);
+	s_expect_escape(root, "*/secret.txt", DATA_FORMAT_TEXT); /* a wildcard through the link */
+	s_expect_escape(root, "/etc/pass*", DATA_FORMAT_TEXT);
+	s_expect_escape(root, "sub/../../*.txt", DATA_FORMAT_TEXT);
+	data_source_t *src = NULL;
+	char err[512] = "";
+	CHECK(data_source_open(root, "cur/in.txt", DATA_FORMAT_TEXT, 256, "data.train", &src, err,
+			       sizeof err) == 0);
+	CHECK(src && data_source_num_tokens(src) == 1600);
+	data_source_free(src);
+	src = NULL;
+	CHECK(data_source_open(root, "cur/*.txt", DATA_FORMAT_TEXT, 256, "data.train", &src, err,
+			       sizeof err) == 0);
+	CHECK(src && data_source_num_files(src) == 1 &&
+	      strcmp(data_source_file(src, 0), "cur/in.txt") == 0);
+	data_source_free(src);
+	/* "root:x:0:0" read as an llm.c header: the error says what is wrong,
+	 * not what the bytes are (its magic read as a number is 1953460082) */
+	snprintf(path, sizeof path, "%s/fake.bin", root);
+	f = fopen(path, "w");
+	for (int i = 0; f && i < 200; i++)
+		fputs("root:x:0:0:root:/root:/bin/bash\n", f);
+	if (f)
+		fclose(f);
+	src = NULL;
+	CHECK(data_source_open(root, "fake.bin", DATA_FORMAT_LLMC, 50257, "data.train", &src, err,
+			       sizeof err) == -EINVAL);
+	CHECK_CONTAINS(err, "not an llm.c shard");
+	CHECK_LACKS(err, "1953460082");
+	CHECK_LACKS(err, "root:");
+	/* a root folder whose name has glob characters is taken literally */
+	char odd[700];
+	snprintf(odd, sizeof odd, "%s/odd[1]", s_dir);
+	CHECK(mkdir(odd, 0700) == 0);
+	snprintf(path, sizeof path, "%s/odd[1]/t.txt", s_dir);
+	f = fopen(path, "w");
+	if (f) {
+		fputs("hello world", f);
+		fclose(f);
+	}
+	src = NULL;
+	CHECK(data_source_open(odd, "*.txt", DATA_FORMAT_TEXT, 256, "data.train", &src, err,
+			       sizeof err) == 0);
+	CHECK(src && strcmp(data_source_file(src, 0), "t.txt") == 0);
+	data_source_free(src);
 }
 
 static void test_short_data(void)
@@ -529,6 +679,7 @@ int main(void)
 	s_run("glob_sorted_and_crossing", test_glob_sorted_and_crossing);
 	s_run("glob_llmc", test_glob_llmc);
 	s_run("errors", test_errors);
+	s_run("confinement", test_confinement);
 	s_run("short_data", test_short_data);
 	s_run("permute_bijection", test_permute_bijection);
 	s_run("epochs", test_epochs);

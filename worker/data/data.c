@@ -5,6 +5,8 @@
  */
 #include "data.h"
 
+#include "beneath.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -69,15 +71,31 @@ static bool s_has_glob_chars(const char *s)
 	return strpbrk(s, "*?[") != NULL;
 }
 
-/* Map one file and check its header and size. Fills f->map, tokens, n_tokens. */
-static int s_map_file(data_file_t *f, data_format_t format, const char *field, char *err,
-                      size_t errlen)
+/* Why a path was refused, as a phrase. */
+static const char *s_open_error(int e)
 {
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		return s_fail(err, errlen, -e, "%s: cannot open '%s': %s", field, f->path, strerror(e));
+	switch (e) {
+	case EXDEV:
+		return "it leaves the data root (an absolute path, a '..' component or a symbolic"
+		       " link that points outside): give a path inside the agent's --data-root";
+	case ELOOP:
+		return "too many symbolic links, or a link into /proc";
+	default:
+		return strerror(e);
 	}
+}
+
+/* Map one file and check its header and size. Fills f->map, tokens, n_tokens.
+ * f->path is relative to `root` (NULL: as given). Messages name the path as
+ * the spec gives it and say what is wrong, never what the bytes are. */
+static int s_map_file(data_file_t *f, const char *root, data_format_t format, const char *field,
+                      char *err, size_t errlen)
+{
+	int fd = -1;
+	int orc = beneath_open(root, f->path, O_RDONLY | O_NONBLOCK, &fd);
+	if (orc < 0)
+		return s_fail(err, errlen, orc == -EXDEV || orc == -ELOOP ? -EXDEV : orc,
+			      "%s: cannot open '%s': %s", field, f->path, s_open_error(-orc));
 	errno = 0;
 	struct stat st;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -122,19 +140,21 @@ static int s_map_file(data_file_t *f, data_format_t format, const char *field, c
 				      field, f->path, size, DATA_LLMC_HEADER_BYTES);
 		uint32_t magic = s_le32(f->map), version = s_le32(f->map + 4);
 		int32_t count = (int32_t)s_le32(f->map + 8);
+		/* Neither the magic nor the version is printed: the file may not
+		 * be a shard at all, and its first bytes are its contents. */
 		if (magic != DATA_LLMC_MAGIC)
 			return s_fail(err, errlen, -EINVAL,
-				      "%s: '%s' has magic %" PRIu32 ", expected %d: not an llm.c shard "
-				      "(for flat uint16 tokens use data.format \"nanogpt\")",
-				      field, f->path, magic, DATA_LLMC_MAGIC);
+				      "%s: '%s' does not start with the llm.c shard magic (%d): not an"
+				      " llm.c shard (for flat uint16 tokens use data.format \"nanogpt\")",
+				      field, f->path, DATA_LLMC_MAGIC);
 		if (version != DATA_LLMC_VERSION)
 			return s_fail(err, errlen, -EINVAL,
-				      "%s: '%s' has llm.c shard version %" PRIu32 ", this reader supports %d",
-				      field, f->path, version, DATA_LLMC_VERSION);
+				      "%s: '%s' has an llm.c shard version other than %d, the one this"
+				      " reader supports", field, f->path, DATA_LLMC_VERSION);
 		if (count < 0)
 			return s_fail(err, errlen, -EINVAL,
-				      "%s: '%s' is corrupt: header token count %" PRId32 " is negative",
-				      field, f->path, count);
+				      "%s: '%s' is corrupt: its header's token count is negative", field,
+				      f->path);
 		uint64_t want = DATA_LLMC_HEADER_BYTES + 2 * (uint64_t)count;
 		if (want != size)
 			return s_fail(err, errlen, -EINVAL,
@@ -160,9 +180,9 @@ static int s_check_tokens(const data_file_t *f, int token_bytes, int vocab_size,
 		for (uint64_t i = 0; i < f->n_tokens; i++)
 			if (f->tokens[i] >= vocab_size)
 				return s_fail(err, errlen, -EINVAL,
-					      "%s: '%s' has byte %d at offset %" PRIu64
-					      ", not below model.vocab_size (%d)",
-					      field, f->path, f->tokens[i], i, vocab_size);
+					      "%s: '%s' has a byte at offset %" PRIu64
+					      " that is not below model.vocab_size (%d)",
+					      field, f->path, i, vocab_size);
 		return 0;
 	}
 	if (vocab_size >= 65536)
@@ -171,9 +191,9 @@ static int s_check_tokens(const data_file_t *f, int token_bytes, int vocab_size,
 		unsigned t = (unsigned)f->tokens[2 * i] | (unsigned)f->tokens[2 * i + 1] << 8;
 		if (t >= (unsigned)vocab_size)
 			return s_fail(err, errlen, -EINVAL,
-				      "%s: '%s' has token id %u at byte offset %" PRIu64
-				      " (token %" PRIu64 "), not below model.vocab_size (%d)",
-				      field, f->path, t, header + 2 * i, i, vocab_size);
+				      "%s: '%s' has a token id at byte offset %" PRIu64
+				      " (token %" PRIu64 ") that is not below model.vocab_size (%d)",
+				      field, f->path, header + 2 * i, i, vocab_size);
 	}
 	return 0;
 }
@@ -183,8 +203,112 @@ static int s_cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int data_source_open(const char *pattern, data_format_t format, int vocab_size, const char *field,
-                     data_source_t **ret_src, char *err, size_t errlen)
+/* `s` with glob(3)'s special characters escaped (a root folder's name is
+ * taken literally). malloc'ed, NULL when out of memory. */
+static char *s_glob_escape(const char *s)
+{
+	char *out = malloc(2 * strlen(s) + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (; *s; s++) {
+		if (strchr("*?[]\\", *s))
+			*o++ = '\\';
+		*o++ = *s;
+	}
+	*o = '\0';
+	return out;
+}
+
+/* The folders of `pattern` before its first component with a wildcard,
+ * opened beneath `root`: 0, or beneath_open's error. */
+static int s_check_prefix(const char *root, const char *pattern)
+{
+	char prefix[4096];
+	size_t end = 0; /* bytes of the components without wildcards */
+	for (size_t i = 0; pattern[i];) {
+		size_t n = strcspn(pattern + i, "/");
+		if (memchr(pattern + i, '*', n) || memchr(pattern + i, '?', n) || memchr(pattern + i, '[', n))
+			break;
+		i += n;
+		if (!pattern[i])
+			break; /* the last component has no wildcard: no folder to check */
+		end = i;
+		while (pattern[i] == '/')
+			i++;
+	}
+	if (end == 0)
+		return 0;
+	if (end >= sizeof prefix)
+		return -ENAMETOOLONG;
+	memcpy(prefix, pattern, end);
+	prefix[end] = '\0';
+	int fd = -1;
+	int rc = beneath_open(root, prefix, O_PATH | O_DIRECTORY, &fd);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Expand `pattern` beneath `root` (NULL: as given) into *g; the matches are
+ * made relative to the root again. 0 or a data error in err. */
+static int s_expand(const char *root, const char *pattern, const char *field, glob_t *g,
+                    char *err, size_t errlen)
+{
+	char *full = NULL;
+	size_t skip = 0;
+	if (root) {
+		if (!beneath_path_ok(pattern))
+			return s_fail(err, errlen, -EXDEV,
+				      "%s: the pattern '%s' leaves the data root (an absolute path or a"
+				      " '..' component): give a pattern inside the agent's --data-root",
+				      field, pattern);
+		/* The folders before the first wildcard must resolve beneath the
+		 * root before glob(3) lists anything: "etc/pass*" through a link
+		 * to /etc is refused without looking into /etc (so the answer
+		 * does not tell whether a file there matches). */
+		int prc = s_check_prefix(root, pattern);
+		if (prc < 0)
+			return s_fail(err, errlen, prc == -EXDEV || prc == -ELOOP ? -EXDEV : prc,
+				      "%s: the pattern '%s' %s", field, pattern,
+				      prc == -EXDEV || prc == -ELOOP
+					      ? "leaves the data root through a symbolic link: give a pattern"
+						" inside the agent's --data-root"
+					      : "names a folder that cannot be opened");
+		char *esc = s_glob_escape(root);
+		size_t n = esc ? strlen(esc) + strlen(pattern) + 2 : 0;
+		full = esc ? malloc(n) : NULL;
+		if (!full) {
+			free(esc);
+			return s_fail(err, errlen, -ENOMEM, "%s: out of memory", field);
+		}
+		snprintf(full, n, "%s/%s", esc, pattern);
+		free(esc);
+		skip = strlen(root) + 1; /* each match starts with the root's name and '/' */
+	}
+	int grc = glob(full ? full : pattern, GLOB_ERR, NULL, g);
+	free(full);
+	if (grc == GLOB_NOMATCH || (grc == 0 && g->gl_pathc == 0))
+		return s_fail(err, errlen, -ENOENT, "%s: no file matches the pattern '%s'", field,
+			      pattern);
+	if (grc == GLOB_NOSPACE)
+		return s_fail(err, errlen, -ENOMEM, "%s: out of memory expanding '%s'", field, pattern);
+	if (grc != 0)
+		return s_fail(err, errlen, -EIO, "%s: cannot read the directories of '%s'", field,
+			      pattern);
+	for (size_t i = 0; i < g->gl_pathc; i++) {
+		char *m = g->gl_pathv[i];
+		if (strlen(m) < skip)
+			return s_fail(err, errlen, -EIO, "%s: cannot expand '%s'", field, pattern);
+		memmove(m, m + skip, strlen(m + skip) + 1);
+	}
+	/* glob sorts by the locale's collation; sort bytewise so the order is
+	 * the same everywhere. */
+	qsort(g->gl_pathv, g->gl_pathc, sizeof *g->gl_pathv, s_cmp_str);
+	return 0;
+}
+
+int data_source_open(const char *root, const char *pattern, data_format_t format, int vocab_size,
+                     const char *field, data_source_t **ret_src, char *err, size_t errlen)
 {
 	if (!field)
 		field = "data";
@@ -201,28 +325,12 @@ int data_source_open(const char *pattern, data_format_t format, int vocab_size, 
 	size_t n_paths = 0;
 
 	if (s_has_glob_chars(pattern)) {
-		int grc = glob(pattern, GLOB_ERR, NULL, &g);
 		globbed = true;
-		if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
-			rc = s_fail(err, errlen, -ENOENT, "%s: no file matches the pattern '%s'", field,
-				    pattern);
+		rc = s_expand(root, pattern, field, &g, err, errlen);
+		if (rc < 0)
 			goto fail;
-		}
-		if (grc == GLOB_NOSPACE) {
-			rc = s_fail(err, errlen, -ENOMEM, "%s: out of memory expanding '%s'", field,
-				    pattern);
-			goto fail;
-		}
-		if (grc != 0) {
-			rc = s_fail(err, errlen, -EIO, "%s: cannot read the directories of '%s'", field,
-				    pattern);
-			goto fail;
-		}
 		paths = g.gl_pathv;
 		n_paths = g.gl_pathc;
-		/* glob sorts by the locale's collation; sort bytewise so the order is
-		 * the same everywhere. */
-		qsort(paths, n_paths, sizeof *paths, s_cmp_str);
 	} else {
 		paths = (char **)&pattern;
 		n_paths = 1;
@@ -241,7 +349,12 @@ int data_source_open(const char *pattern, data_format_t format, int vocab_size, 
 			goto fail;
 		}
 		src->n_files++;
-		rc = s_map_file(f, format, field, err, errlen);
+		rc = s_map_file(f, root, format, field, err, errlen);
+		if (rc == -EXDEV && globbed) /* never name a match outside the root */
+			rc = s_fail(err, errlen, -EXDEV,
+				    "%s: a match of the pattern '%s' leaves the data root through a"
+				    " symbolic link: give a pattern inside the agent's --data-root",
+				    field, pattern);
 		if (rc < 0)
 			goto fail;
 		rc = s_check_tokens(f, src->token_bytes, vocab_size, field, err, errlen);

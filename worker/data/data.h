@@ -53,13 +53,19 @@ typedef struct data_source data_source_t;
 /*
  * Open the file or glob `pattern` in `format` and check every token against
  * `vocab_size`. `field` names the spec field in messages ("data.train").
- * On success sets *ret_src (free with data_source_free) and returns 0. On
- * failure returns -ENOMEM when memory ran out, another negative errno-style
- * code for a data error (-ENOENT missing file or no glob match, -EINVAL bad
- * header, size or token), and writes one line to `err` naming the file.
+ * `root` (the agent's --data-root) confines it: `pattern` must be relative,
+ * without "..", and every file it names must resolve beneath `root`,
+ * symbolic links included (beneath.h); `root` NULL: `pattern` is opened as
+ * given (the user's own `ringworker train`). On success sets *ret_src (free
+ * with data_source_free) and returns 0. On failure returns -ENOMEM when
+ * memory ran out, another negative errno-style code for a data error
+ * (-EXDEV the path leaves the root, -ENOENT missing file or no glob match,
+ * -EINVAL bad header, size or token), and writes one line to `err` naming
+ * the field and the path as given, never the file's bytes nor a glob match
+ * outside the root.
  */
-int data_source_open(const char *pattern, data_format_t format, int vocab_size, const char *field,
-                     data_source_t **ret_src, char *err, size_t errlen);
+int data_source_open(const char *root, const char *pattern, data_format_t format, int vocab_size,
+                     const char *field, data_source_t **ret_src, char *err, size_t errlen);
 
 /* Unmap and free; accepts NULL. */
 void data_source_free(data_source_t *src);
