@@ -65,6 +65,7 @@ typedef struct {
 	int world_size;
 	const char *idem_key;  /* NULL without an Idempotency-Key */
 	unsigned char body_hash[32]; /* SHA-256 of the request body */
+	const char *submitted_by; /* the token's name (auth.h); NULL or "": none (auth off) */
 } broker_submit_t;
 
 typedef struct {
@@ -78,15 +79,21 @@ typedef struct {
 void broker_reply_clear(broker_reply_t *r);
 
 /*
- * Submit a job / cancel one, and wait up to `timeout_ms` for the loop's
- * answer. 0 and *ret filled (free with broker_reply_clear), -ETIMEDOUT, or
- * another negative errno when the socket failed. A timed-out command may
- * still be applied later.
+ * Submit a job / cancel one (on behalf of token `cancelled_by`, NULL or ""
+ * for none), and wait up to `timeout_ms` for the loop's answer. 0 and *ret
+ * filled (free with broker_reply_clear), -ETIMEDOUT, or another negative
+ * errno when the socket failed. A timed-out command may still be applied
+ * later. A submission past cfg->max_queued_per_token queued jobs of its
+ * token is answered 429.
  */
 int broker_client_submit(broker_client_t *c, const broker_submit_t *cmd, int timeout_ms,
                          broker_reply_t *ret);
-int broker_client_cancel(broker_client_t *c, const char *job_id, int timeout_ms,
+int broker_client_cancel(broker_client_t *c, const char *job_id, const char *cancelled_by, int timeout_ms,
                          broker_reply_t *ret);
+
+/* A token command (tokenapi.h's JSON) applied in the loop's transaction;
+ * as above. With timeout_ms 0 it is sent without waiting (-ETIMEDOUT). */
+int broker_client_token(broker_client_t *c, const char *cmd_json, int timeout_ms, broker_reply_t *ret);
 
 /* Round trip through the loop without touching the store: 0 when it answered
  * within `timeout_ms`, else -ETIMEDOUT (or another negative errno). */

@@ -19,6 +19,17 @@
  *   restart_backoff_max_ms = 30000     the longest wait between restarts
  *   restart_grace_ms = 5000            how long a failed attempt's ranks get to
  *                                      be reported gone before its restart
+ *   auth = on                          on | off: API tokens required (off: every
+ *                                      caller is an admin; refused unless every
+ *                                      listen address is loopback or insecure is set)
+ *   insecure = false                   allow auth = off on a non-loopback address
+ *                                      (logged as a warning at every start)
+ *   metrics_auth = loopback            loopback | token | open: who may read /metrics
+ *                                      (loopback: loopback callers need no token)
+ *   allowed_hosts =                    extra Host names the dashboard's session
+ *                                      accepts (comma-separated), besides the listen
+ *                                      host, localhost, 127.0.0.1, ::1 and the host name
+ *   max_queued_per_token = 1000        queued jobs one token may have (429 past it)
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -44,6 +55,14 @@
 #define CONFIG_DEFAULT_RESTART_GRACE_MS 5000
 #define CONFIG_DEFAULT_MAX_STREAMS 256
 #define CONFIG_DEFAULT_STREAM_KEEPALIVE_MS 15000
+#define CONFIG_DEFAULT_MAX_QUEUED_PER_TOKEN 1000
+
+/* Who may read /metrics (metrics_auth). */
+typedef enum {
+	CONFIG_METRICS_AUTH_LOOPBACK = 0, /* loopback callers need nothing, others a viewer token */
+	CONFIG_METRICS_AUTH_TOKEN,        /* everyone needs a viewer token */
+	CONFIG_METRICS_AUTH_OPEN,         /* nobody needs anything */
+} config_metrics_auth_t;
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -61,6 +80,12 @@ typedef struct {
 	int restart_grace_ms;       /* 0 .. 600000 */
 	int max_streams;            /* 1 .. 100000: open SSE streams at once */
 	int stream_keepalive_ms;    /* 100 .. 600000: the SSE keep-alive comment */
+	bool auth;                  /* API tokens required (default true) */
+	bool insecure;              /* auth off accepted on a non-loopback address */
+	config_metrics_auth_t metrics_auth;
+	char allowed_hosts[1024];   /* extra Host names, comma-separated ("" none) */
+	int max_queued_per_token;   /* 1 .. 10000000 */
+	char tls_cert[4096];        /* HTTPS certificate (the transport's option); "" plain HTTP */
 } config_t;
 
 typedef enum {

@@ -33,6 +33,7 @@
 
 #include <microhttpd.h>
 
+#include "authz.h"
 #include "clock.h"
 #include "log.h"
 #include "metrics.h"
@@ -86,11 +87,13 @@ static const route_t *route_request(http_t *h, struct MHD_Connection *conn, cons
 	return route_match(url, rq->method, rq);
 }
 
-/* Hand the request to its route's handler. The place for the route's
- * permission check (route->perm): every route is ROUTE_PERM_PUBLIC until the
- * API has authentication. */
+/* Hand the request to its route's handler once the caller may use the
+ * route (authz.h: 401, 403 or 421 otherwise). */
 static enum MHD_Result dispatch(const route_t *route, request_t *rq)
 {
+	enum MHD_Result answer;
+	if (authz_check(rq, route->perm, &answer) < 0)
+		return answer;
 	return route->handler(rq);
 }
 
@@ -175,7 +178,11 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
 	probe.thread = thread_get(h);
 	if (!probe.thread)
 		return MHD_NO;
-	/* POST: refuse early what must not be read (the connection then closes) */
+	/* POST: refuse early what must not be read (the connection then closes):
+	 * a caller who may not use the route, then a body over the limit */
+	enum MHD_Result refused;
+	if (authz_check(&probe, route->perm, &refused) < 0)
+		return refused;
 	const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen) {
 		char *end;
@@ -260,7 +267,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	br->rq.thread = thread_get(h);
 	if (!br->rq.thread)
 		return MHD_NO;
-	return dispatch(br->route, &br->rq);
+	return br->route->handler(&br->rq); /* authorized on the first call */
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -335,6 +342,7 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 	pthread_mutex_init(&h->lock, NULL);
 	atomic_init(&h->in_flight, 0);
 	atomic_init(&h->stopping, false);
+	authz_init(cfg);
 	int n_labels;
 	const char *const *labels = route_init(&n_labels);
 	metrics_init(labels, n_labels);
