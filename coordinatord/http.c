@@ -40,6 +40,7 @@
 #include "problem.h"
 #include "request.h"
 #include "routes.h"
+#include "sessionapi.h"
 #include "streamapi.h"
 
 struct http {
@@ -343,6 +344,7 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 	atomic_init(&h->in_flight, 0);
 	atomic_init(&h->stopping, false);
 	authz_init(cfg);
+	sessionapi_init(cfg);
 	int n_labels;
 	const char *const *labels = route_init(&n_labels);
 	metrics_init(labels, n_labels);
