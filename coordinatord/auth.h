@@ -6,8 +6,9 @@
  * that credential's name, which jobs and events record as their submitter or
  * canceller. Roles are ordered: a viewer reads (every GET and stream), an
  * operator also submits and cancels, an admin also manages tokens and
- * workers. http.c authenticates each request into request_t.who before its
- * route's permission (routes.h) is checked.
+ * workers. authz.c (from http.c's dispatch) authenticates each request into
+ * request_t.who with the functions here, then checks its route's permission
+ * (routes.h).
  */
 #ifndef RINGMASTER_COORDINATORD_AUTH_H
 #define RINGMASTER_COORDINATORD_AUTH_H

@@ -34,7 +34,8 @@ typedef struct broker_client broker_client_t;
  * migrating the schema), bind the ROUTER at cfg->broker and the inproc
  * command socket in the ZeroMQ context `zctx` (borrowed; must outlive the
  * broker), and restore the workers' state from the store. cfg's heartbeat_ms,
- * heartbeat_misses and metrics_every are the protocol's settings. Returns
+ * heartbeat_misses and metrics_every are the protocol's settings;
+ * max_queued_per_token caps each token's queued jobs. Returns
  * NULL with one line in `err` on failure (schema too new, folder not
  * writable, address in use).
  */
