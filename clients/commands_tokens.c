@@ -20,6 +20,8 @@
 
 int cmd_parse_duration(const char *text, long long *ret_s)
 {
+	if (text[0] < '0' || text[0] > '9')
+		return -1;
 	char *end;
 	errno = 0;
 	long long n = strtoll(text, &end, 10);
