@@ -190,6 +190,24 @@ def main(binary, workdir, daemons):
     d.json("GET", "/v1/jobs", token=operator, expect=200)
     d.stop()
 
+    # a new database beside an old admin.token that is a symlink planted
+    # elsewhere: the link is replaced by a new 0600 file, its target untouched
+    fresh = Daemon(binary, sub(workdir, "fresh"))
+    daemons.append(fresh)
+    os.makedirs(os.path.dirname(fresh.db), exist_ok=True)
+    target = os.path.join(workdir, "fresh", "victim")
+    with open(target, "w") as f:
+        f.write("precious\n")
+    os.symlink(target, fresh.admin_token_path)
+    fresh.start()
+    check(not os.path.islink(fresh.admin_token_path), "admin.token is still a symlink")
+    check(stat.S_IMODE(os.stat(fresh.admin_token_path).st_mode) == 0o600, "the new admin.token's mode")
+    with open(target) as f:
+        check(f.read() == "precious\n", "the symlink's target was written")
+    check("removed" in fresh.logtext(), "the stale admin.token's removal is not logged")
+    fresh.json("GET", "/v1/jobs", expect=200)
+    fresh.stop()
+
     # the per-token cap on queued jobs
     capped = Daemon(binary, sub(workdir, "capped"), extra_args=["--max-queued-per-token", "2",
                                                                           "--metrics-auth", "token"])
