@@ -13,6 +13,7 @@
 #include "commands_follow.h"
 #include "commands_jobs.h"
 #include "commands_status.h"
+#include "commands_tokens.h"
 #include "export.h"
 
 /* ---- the command table ---------------------------------------------------- */
@@ -44,6 +45,11 @@ static const cmd_t commands[] = {
 	 "Download the Chrome trace of a job's profiled steps (its spec's profile range) to FILE"
 	 " (default: stdout); open it in https://ui.perfetto.dev."},
 	{"workers", cmd_run_workers, "", "List the worker nodes known to the coordinator."},
+	{"token", cmd_run_token, "create --name N --role viewer|operator|admin [--expires 30d] | list | revoke NAME|ID",
+	 "Manage API tokens (admin): create prints the new token once (store it), list shows them"
+	 " without their secrets, revoke refuses one from the next request on."},
+	{"dashboard", cmd_run_dashboard, "",
+	 "Print the dashboard's address with a one-time login code (60 seconds) that signs a browser in."},
 	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] -o FILE",
 	 "Write a snapshot's model weights as one Hugging Face safetensors file (reads the"
 	 " checkpoint folder, verifies checksums; JOB's snapshot is where the coordinator lists it,"

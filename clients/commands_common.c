@@ -210,6 +210,14 @@ int cmd_request_json(cmd_ctx_t *ctx, const char *method, const char *path, const
 		report_format_http_error(response.status, response.content_type, response.body,
 		                         response.body_bytes, line, sizeof line);
 		fprintf(stderr, "ringctl: %s\n", line);
+		if (response.status == 401)
+			fprintf(stderr, "ringctl: %s; pass --token, set RINGMASTER_TOKEN or put \"token = ...\" in "
+			                "~/.config/ringmaster/ringctl.conf (an admin makes one with 'ringctl token create'; "
+			                "the first admin token is in admin.token beside the daemon's database)\n",
+			        ctx->token ? "the server refused this token" : "the server wants an API token");
+		else if (response.status == 403)
+			fprintf(stderr, "ringctl: this token's role may not do that; ask an admin for a token with the "
+			                "role named above ('ringctl token create --role ...')\n");
 		rest_response_clear(&response);
 		return CTL_EXIT_FAILED;
 	}

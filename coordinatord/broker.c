@@ -4,8 +4,9 @@
  * Commands travel as multipart messages on inproc://ringmaster-writer:
  *   client -> loop   [cmd_hdr_t] [args...]   (the ROUTER prepends the identity)
  *   loop -> client   [reply_hdr_t] [body]
- * SUBMIT args are [name] [spec_json] [idempotency key or empty]; CANCEL has
- * [job id]; PING has none. s_cmds lists the commands: to add one, give it a
+ * SUBMIT args are [name] [spec_json] [idempotency key or empty] [submitting
+ * token's name or empty]; CANCEL has [job id] [cancelling token's name or
+ * empty]; TOKEN has one JSON command (tokenapi.h); PING has none. s_cmds lists the commands: to add one, give it a
  * CMD_ type, an apply function and a row there, and a client function. Each command carries a sequence number so that a
  * client that gave up waiting skips the late answer to its previous command.
  */
@@ -36,6 +37,7 @@
 #include "problem.h"
 #include "sbuf.h"
 #include "store.h"
+#include "tokenapi.h"
 #include "wire.h"
 
 #define WRITER_ENDPOINT "inproc://ringmaster-writer"
@@ -47,7 +49,7 @@
  * a larger frame makes ZeroMQ drop the peer's connection. */
 #define WIRE_MAX_MSG_BYTES (2 * WIRE_MAX_PAYLOAD_BYTES)
 
-enum { CMD_PING = 1, CMD_SUBMIT, CMD_CANCEL };
+enum { CMD_PING = 1, CMD_SUBMIT, CMD_CANCEL, CMD_TOKEN };
 
 typedef struct {
 	uint32_t magic;
@@ -71,7 +73,7 @@ typedef struct {
 	size_t identity_len;
 	cmd_hdr_t hdr;
 	const struct cmd_kind *kind; /* s_cmds row of hdr.type */
-	char *arg[3]; /* malloc'ed, NUL-terminated */
+	char *arg[4]; /* malloc'ed, NUL-terminated */
 	int status;
 	bool replayed;
 	char job_id[STORE_ID_BYTES]; /* set with a 2xx status */
@@ -89,6 +91,7 @@ struct broker {
 	atomic_bool stop;
 	cmd_t group[MAX_GROUP];
 	char endpoint[512];
+	int max_queued_per_token; /* 429 past it */
 };
 
 struct broker_client {
@@ -128,6 +131,7 @@ broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	b->zctx = zctx;
+	b->max_queued_per_token = cfg->max_queued_per_token;
 	atomic_init(&b->stop, false);
 	snprintf(b->endpoint, sizeof b->endpoint, "%s", endpoint);
 
@@ -193,7 +197,7 @@ fail:
 
 static void cmd_clear(cmd_t *c)
 {
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		free(c->arg[i]);
 		c->arg[i] = NULL;
 	}
@@ -290,6 +294,7 @@ static int set_job_body(cmd_t *c, const store_job_t *job)
 static int apply_submit(broker_t *b, cmd_t *c)
 {
 	const char *name = c->arg[0], *spec = c->arg[1], *key = c->arg[2];
+	const char *by = c->arg[3] && c->arg[3][0] ? c->arg[3] : NULL;
 	bool has_key = c->hdr.has_idem_key && key && key[0];
 	if (has_key) {
 		unsigned char hash[32];
@@ -319,9 +324,25 @@ static int apply_submit(broker_t *b, cmd_t *c)
 			return r;
 	}
 
+	if (by) { /* the per-token cap on queued jobs */
+		int64_t n_queued = 0;
+		int r = store_job_count_queued_by(b->store, by, &n_queued);
+		if (r < 0)
+			return r;
+		if (n_queued >= b->max_queued_per_token) {
+			char detail[256];
+			snprintf(detail, sizeof detail,
+			         "token \"%s\" already has %lld queued jobs, the cap per token (max_queued_per_token "
+			         "%d); wait for some to start or cancel some",
+			         by, (long long)n_queued, b->max_queued_per_token);
+			cmd_problem(c, 429, detail);
+			return 0;
+		}
+	}
 	store_job_t job;
 	memset(&job, 0, sizeof job);
 	job.name = (char *)name;
+	job.submitted_by = (char *)by;
 	job.spec_json = (char *)spec;
 	job.priority = c->hdr.priority;
 	job.world_size = c->hdr.world_size;
@@ -372,7 +393,8 @@ static int apply_cancel(broker_t *b, cmd_t *c)
 		return 0;
 	}
 	store_job_clear(&job);
-	r = store_job_set_state(b->store, id, STORE_JOB_CANCELLED, "cancelled by request", clock_wall_us());
+	const char *by = c->arg[1] && c->arg[1][0] ? c->arg[1] : NULL;
+	r = store_job_cancel(b->store, id, by, "cancelled by request", clock_wall_us());
 	if (r < 0)
 		return r;
 	r = store_job_get(b->store, id, &job);
@@ -384,8 +406,13 @@ static int apply_cancel(broker_t *b, cmd_t *c)
 		return -ENOMEM;
 	c->status = 200;
 	snprintf(c->job_id, sizeof c->job_id, "%s", id);
-	log_info("job %s cancelled", id);
+	log_info("job %s cancelled%s%s", id, by ? " by " : "", by ? by : "");
 	return 0;
+}
+
+static int apply_token(broker_t *b, cmd_t *c)
+{
+	return tokenapi_apply(b->store, c->arg[0], &c->body, &c->status);
 }
 
 /* After the group's commit: the workers' side may act on it now. */
@@ -416,8 +443,9 @@ typedef struct cmd_kind {
 
 static const cmd_kind_t s_cmds[] = {
 	{CMD_PING, "ping", 0, NULL, NULL},
-	{CMD_SUBMIT, "submit", 3, apply_submit, submit_committed},
-	{CMD_CANCEL, "cancel", 1, apply_cancel, cancel_committed},
+	{CMD_SUBMIT, "submit", 4, apply_submit, submit_committed},
+	{CMD_CANCEL, "cancel", 2, apply_cancel, cancel_committed},
+	{CMD_TOKEN, "token", 1, apply_token, NULL},
 };
 
 static const cmd_kind_t *cmd_kind(uint32_t type)
@@ -707,18 +735,28 @@ int broker_client_submit(broker_client_t *c, const broker_submit_t *cmd, int tim
 	h.world_size = cmd->world_size;
 	h.has_idem_key = cmd->idem_key != NULL;
 	memcpy(h.body_hash, cmd->body_hash, sizeof h.body_hash);
-	const char *args[3] = {cmd->name, cmd->spec_json, cmd->idem_key};
+	const char *args[4] = {cmd->name, cmd->spec_json, cmd->idem_key, cmd->submitted_by};
 	memset(ret, 0, sizeof *ret);
-	return call(c, &h, args, 3, timeout_ms, ret);
+	return call(c, &h, args, 4, timeout_ms, ret);
 }
 
-int broker_client_cancel(broker_client_t *c, const char *job_id, int timeout_ms,
+int broker_client_cancel(broker_client_t *c, const char *job_id, const char *cancelled_by, int timeout_ms,
                          broker_reply_t *ret)
 {
 	cmd_hdr_t h;
 	memset(&h, 0, sizeof h);
 	h.type = CMD_CANCEL;
-	const char *args[1] = {job_id};
+	const char *args[2] = {job_id, cancelled_by};
+	memset(ret, 0, sizeof *ret);
+	return call(c, &h, args, 2, timeout_ms, ret);
+}
+
+int broker_client_token(broker_client_t *c, const char *cmd_json, int timeout_ms, broker_reply_t *ret)
+{
+	cmd_hdr_t h;
+	memset(&h, 0, sizeof h);
+	h.type = CMD_TOKEN;
+	const char *args[1] = {cmd_json};
 	memset(ret, 0, sizeof *ret);
 	return call(c, &h, args, 1, timeout_ms, ret);
 }

@@ -34,7 +34,8 @@ typedef struct broker_client broker_client_t;
  * migrating the schema), bind the ROUTER at cfg->broker and the inproc
  * command socket in the ZeroMQ context `zctx` (borrowed; must outlive the
  * broker), and restore the workers' state from the store. cfg's heartbeat_ms,
- * heartbeat_misses and metrics_every are the protocol's settings. Returns
+ * heartbeat_misses and metrics_every are the protocol's settings;
+ * max_queued_per_token caps each token's queued jobs. Returns
  * NULL with one line in `err` on failure (schema too new, folder not
  * writable, address in use).
  */
@@ -65,6 +66,7 @@ typedef struct {
 	int world_size;
 	const char *idem_key;  /* NULL without an Idempotency-Key */
 	unsigned char body_hash[32]; /* SHA-256 of the request body */
+	const char *submitted_by; /* the token's name (auth.h); NULL or "": none (auth off) */
 } broker_submit_t;
 
 typedef struct {
@@ -78,15 +80,21 @@ typedef struct {
 void broker_reply_clear(broker_reply_t *r);
 
 /*
- * Submit a job / cancel one, and wait up to `timeout_ms` for the loop's
- * answer. 0 and *ret filled (free with broker_reply_clear), -ETIMEDOUT, or
- * another negative errno when the socket failed. A timed-out command may
- * still be applied later.
+ * Submit a job / cancel one (on behalf of token `cancelled_by`, NULL or ""
+ * for none), and wait up to `timeout_ms` for the loop's answer. 0 and *ret
+ * filled (free with broker_reply_clear), -ETIMEDOUT, or another negative
+ * errno when the socket failed. A timed-out command may still be applied
+ * later. A submission past cfg->max_queued_per_token queued jobs of its
+ * token is answered 429.
  */
 int broker_client_submit(broker_client_t *c, const broker_submit_t *cmd, int timeout_ms,
                          broker_reply_t *ret);
-int broker_client_cancel(broker_client_t *c, const char *job_id, int timeout_ms,
+int broker_client_cancel(broker_client_t *c, const char *job_id, const char *cancelled_by, int timeout_ms,
                          broker_reply_t *ret);
+
+/* A token command (tokenapi.h's JSON) applied in the loop's transaction;
+ * as above. With timeout_ms 0 it is sent without waiting (-ETIMEDOUT). */
+int broker_client_token(broker_client_t *c, const char *cmd_json, int timeout_ms, broker_reply_t *ret);
 
 /* Round trip through the loop without touching the store: 0 when it answered
  * within `timeout_ms`, else -ETIMEDOUT (or another negative errno). */

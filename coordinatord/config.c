@@ -40,6 +40,70 @@ void config_defaults(config_t *cfg)
 	cfg->submit_burst = CONFIG_DEFAULT_SUBMIT_BURST;
 	cfg->max_queued_jobs = CONFIG_DEFAULT_MAX_QUEUED_JOBS;
 	cfg->dead_worker_retention_s = CONFIG_DEFAULT_DEAD_WORKER_RETENTION_S;
+	cfg->auth = true;
+	cfg->metrics_auth = CONFIG_METRICS_AUTH_LOOPBACK;
+	cfg->max_queued_per_token = CONFIG_DEFAULT_MAX_QUEUED_PER_TOKEN;
+}
+
+static int parse_long(const char *value, long lo, long hi, long *ret);
+
+/* on/off, true/false, yes/no, 1/0. */
+static int parse_bool(const char *value, bool *ret)
+{
+	static const char *const yes[] = {"on", "true", "yes", "1"}, *const no[] = {"off", "false", "no", "0"};
+	for (size_t i = 0; i < 4; i++) {
+		if (strcmp(value, yes[i]) == 0 || strcmp(value, no[i]) == 0) {
+			*ret = strcmp(value, yes[i]) == 0;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* The security keys (auth, insecure, metrics_auth, allowed_hosts,
+ * max_queued_per_token): 0, -EINVAL with a message, or -ENOENT when `key`
+ * is none of them. */
+static int set_auth_key(config_t *cfg, const char *key, const char *value, const char *origin, char *err,
+                        size_t errlen)
+{
+	long v;
+	if (strcmp(key, "auth") == 0 || strcmp(key, "insecure") == 0) {
+		bool *field = key[0] == 'a' ? &cfg->auth : &cfg->insecure;
+		if (parse_bool(value, field) == 0)
+			return 0;
+		snprintf(err, errlen, "%s: %s must be on or off (got \"%.64s\")", origin, key, value);
+	} else if (strcmp(key, "metrics_auth") == 0) {
+		static const char *const names[] = {"loopback", "token", "open"};
+		for (int i = 0; i < 3; i++) {
+			if (strcmp(value, names[i]) == 0) {
+				cfg->metrics_auth = (config_metrics_auth_t)i;
+				return 0;
+			}
+		}
+		snprintf(err, errlen, "%s: metrics_auth must be loopback, token or open (got \"%.64s\")", origin, value);
+	} else if (strcmp(key, "allowed_hosts") == 0) {
+		size_t n = strlen(value);
+		bool ok = n < sizeof cfg->allowed_hosts;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = value[i] > 0x20 && value[i] < 0x7f;
+		if (ok) {
+			memcpy(cfg->allowed_hosts, value, n + 1);
+			return 0;
+		}
+		snprintf(err, errlen,
+		         "%s: allowed_hosts must be host names separated by commas, without spaces, under %zu bytes",
+		         origin, sizeof cfg->allowed_hosts);
+	} else if (strcmp(key, "max_queued_per_token") == 0) {
+		if (parse_long(value, 1, 10000000, &v) == 0) {
+			cfg->max_queued_per_token = (int)v;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: max_queued_per_token must be an integer from 1 to 10000000 (got \"%.64s\")",
+		         origin, value);
+	} else {
+		return -ENOENT;
+	}
+	return -EINVAL;
 }
 
 /* "HOST:PORT" or "[V6]:PORT"; port 0..65535. */
@@ -158,6 +222,9 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 	int tr;
 	if (set_transport(cfg, key, value, origin, err, errlen, &tr))
 		return tr;
+	int ra = set_auth_key(cfg, key, value, origin, err, errlen);
+	if (ra != -ENOENT)
+		return ra;
 	if (strcmp(key, "listen") == 0) {
 		if (parse_listen(cfg, value) == 0)
 			return 0;
@@ -264,7 +331,7 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
 		         "restart_grace_ms, tls_cert, tls_key, max_connections, max_connections_per_ip, idle_timeout_s, "
 		         "max_header_bytes, submit_rate, submit_burst, max_queued_jobs, "
-		         "dead_worker_retention_s)",
+		         "dead_worker_retention_s, auth, insecure, metrics_auth, allowed_hosts, max_queued_per_token)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -358,6 +425,11 @@ static void print_help(const char *argv0)
 	       "  --submit-burst N    submissions allowed at once before the rate applies (default 30)\n"
 	       "  --max-queued-jobs N  queued jobs in all, 429 past it (default 10000)\n"
 	       "  --dead-worker-retention-s S  keep a dead worker's row S seconds (default 86400, 0: forever)\n"
+	       "  --auth on|off       require API tokens (default on; off only on loopback)\n"
+	       "  --insecure          accept --auth off on a non-loopback address (logged at every start)\n"
+	       "  --metrics-auth loopback|token|open  who may read /metrics (default loopback)\n"
+	       "  --allowed-hosts H1,H2  Host names the dashboard accepts besides the defaults\n"
+	       "  --max-queued-per-token N  queued jobs per token, 429 past it (default 1000)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -370,7 +442,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
 	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE,
 	       OPT_TLS_CERT, OPT_TLS_KEY, OPT_MAX_CONN, OPT_MAX_CONN_IP, OPT_IDLE, OPT_MAX_HEADER, OPT_SUBMIT_RATE,
-	       OPT_SUBMIT_BURST, OPT_MAX_QUEUED, OPT_DEAD_RETENTION };
+	       OPT_SUBMIT_BURST, OPT_MAX_QUEUED, OPT_DEAD_RETENTION,
+	       OPT_AUTH, OPT_INSECURE, OPT_METRICS_AUTH, OPT_ALLOWED_HOSTS, OPT_MAX_QUEUED_PER_TOKEN };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -396,6 +469,11 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"submit-burst", required_argument, NULL, OPT_SUBMIT_BURST},
 		{"max-queued-jobs", required_argument, NULL, OPT_MAX_QUEUED},
 		{"dead-worker-retention-s", required_argument, NULL, OPT_DEAD_RETENTION},
+		{"auth", required_argument, NULL, OPT_AUTH},
+		{"insecure", no_argument, NULL, OPT_INSECURE},
+		{"metrics-auth", required_argument, NULL, OPT_METRICS_AUTH},
+		{"allowed-hosts", required_argument, NULL, OPT_ALLOWED_HOSTS},
+		{"max-queued-per-token", required_argument, NULL, OPT_MAX_QUEUED_PER_TOKEN},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -459,6 +537,11 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_SUBMIT_BURST: key = "submit_burst"; origin = "--submit-burst"; break;
 		case OPT_MAX_QUEUED: key = "max_queued_jobs"; origin = "--max-queued-jobs"; break;
 		case OPT_DEAD_RETENTION: key = "dead_worker_retention_s"; origin = "--dead-worker-retention-s"; break;
+		case OPT_AUTH: key = "auth"; origin = "--auth"; break;
+		case OPT_INSECURE: key = "insecure"; origin = "--insecure"; optarg = (char *)"on"; break;
+		case OPT_METRICS_AUTH: key = "metrics_auth"; origin = "--metrics-auth"; break;
+		case OPT_ALLOWED_HOSTS: key = "allowed_hosts"; origin = "--allowed-hosts"; break;
+		case OPT_MAX_QUEUED_PER_TOKEN: key = "max_queued_per_token"; origin = "--max-queued-per-token"; break;
 		default: break;
 		}
 		if (key) {

@@ -41,6 +41,17 @@
  *                                      answered 429 naming the cap
  *   dead_worker_retention_s = 86400    how long a dead worker's row is kept; older
  *                                      ones are deleted (0: kept forever)
+ *   auth = on                          on | off: API tokens required (off: every
+ *                                      caller is an admin; refused unless every
+ *                                      listen address is loopback or insecure is set)
+ *   insecure = false                   allow auth = off on a non-loopback address
+ *                                      (logged as a warning at every start)
+ *   metrics_auth = loopback            loopback | token | open: who may read /metrics
+ *                                      (loopback: loopback callers need no token)
+ *   allowed_hosts =                    extra Host names the dashboard's session
+ *                                      accepts (comma-separated), besides the listen
+ *                                      host, localhost, 127.0.0.1, ::1 and the host name
+ *   max_queued_per_token = 1000        queued jobs one token may have (429 past it)
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -74,6 +85,14 @@
 #define CONFIG_DEFAULT_SUBMIT_BURST 30
 #define CONFIG_DEFAULT_MAX_QUEUED_JOBS 10000
 #define CONFIG_DEFAULT_DEAD_WORKER_RETENTION_S 86400
+#define CONFIG_DEFAULT_MAX_QUEUED_PER_TOKEN 1000
+
+/* Who may read /metrics (metrics_auth). */
+typedef enum {
+	CONFIG_METRICS_AUTH_LOOPBACK = 0, /* loopback callers need nothing, others a viewer token */
+	CONFIG_METRICS_AUTH_TOKEN,        /* everyone needs a viewer token */
+	CONFIG_METRICS_AUTH_OPEN,         /* nobody needs anything */
+} config_metrics_auth_t;
 
 typedef struct {
 	char listen_host[256]; /* without brackets */
@@ -102,6 +121,11 @@ typedef struct {
 	int submit_burst;           /* 1 .. 1000000 */
 	int max_queued_jobs;        /* 1 .. 10000000: queued jobs in all (429 past it) */
 	int dead_worker_retention_s; /* 0 .. 315360000: dead worker rows kept; 0: forever */
+	bool auth;                  /* API tokens required (default true) */
+	bool insecure;              /* auth off accepted on a non-loopback address */
+	config_metrics_auth_t metrics_auth;
+	char allowed_hosts[1024];   /* extra Host names, comma-separated ("" none) */
+	int max_queued_per_token;   /* 1 .. 10000000 */
 } config_t;
 
 typedef enum {

@@ -45,6 +45,7 @@
 
 #include <microhttpd.h>
 
+#include "authz.h"
 #include "clock.h"
 #include "httpparse.h"
 #include "jobapi.h"
@@ -54,6 +55,7 @@
 #include "ratelimit.h"
 #include "request.h"
 #include "routes.h"
+#include "sessionapi.h"
 #include "streamapi.h"
 #include "tls.h"
 
@@ -175,15 +177,16 @@ static bool limit_submission(http_t *h, const route_t *route, request_t *rq, enu
 	return true;
 }
 
-/* Hand the request to its route's handler. The place for the route's
- * permission check (route->perm): every route is ROUTE_PERM_PUBLIC until the
- * API has authentication. The submission rate is checked after it, on the
- * authenticated caller. */
+/* Hand the request to its route's handler once the caller may use the
+ * route (authz.h: 401, 403 or 421 otherwise) and, for a submission, has
+ * not run past the rate (checked on the authenticated caller). */
 static enum MHD_Result dispatch(http_t *h, const route_t *route, request_t *rq)
 {
-	enum MHD_Result limited;
-	if (limit_submission(h, route, rq, &limited))
-		return limited;
+	enum MHD_Result answer;
+	if (authz_check(rq, route->perm, &answer) < 0)
+		return answer;
+	if (limit_submission(h, route, rq, &answer))
+		return answer;
 	return route->handler(rq);
 }
 
@@ -285,7 +288,11 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
 	probe.thread = thread_get(h);
 	if (!probe.thread)
 		return MHD_NO;
-	/* POST: refuse early what must not be read (the connection then closes) */
+	/* POST: refuse early what must not be read (the connection then closes):
+	 * a caller who may not use the route, then a body over the limit */
+	enum MHD_Result refused;
+	if (authz_check(&probe, route->perm, &refused) < 0)
+		return refused;
 	const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen) {
 		if (httpparse_content_length(clen, h->max_body_bytes) < 0) {
@@ -367,7 +374,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	br->rq.thread = thread_get(h);
 	if (!br->rq.thread)
 		return MHD_NO;
-	return dispatch(h, br->route, &br->rq);
+	/* authorized on the first call; the rate on the authenticated caller */
+	enum MHD_Result limited;
+	if (limit_submission(h, br->route, &br->rq, &limited))
+		return limited;
+	return br->route->handler(&br->rq);
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -497,6 +508,8 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 	pthread_mutex_init(&h->lock, NULL);
 	atomic_init(&h->in_flight, 0);
 	atomic_init(&h->stopping, false);
+	authz_init(cfg);
+	sessionapi_init(cfg);
 	int n_labels;
 	const char *const *labels = route_init(&n_labels);
 	metrics_init(labels, n_labels);

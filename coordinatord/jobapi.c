@@ -671,6 +671,7 @@ enum MHD_Result jobapi_submit(request_t *rq)
 		.priority = spec.priority,
 		.world_size = spec.parallel.world_size,
 		.idem_key = rq->has_idem_key ? rq->idem_key : NULL,
+		.submitted_by = rq->who.name,
 	};
 	crypto_hash_sha256(cmd.body_hash, (const unsigned char *)rq->body.data, rq->body.len);
 	broker_client_t *bc = request_client(rq);
@@ -697,7 +698,7 @@ enum MHD_Result jobapi_cancel(request_t *rq)
 	broker_client_t *bc = request_client(rq);
 	broker_reply_t reply;
 	memset(&reply, 0, sizeof reply);
-	int r = bc ? broker_client_cancel(bc, rq->id, WRITE_TIMEOUT_MS, &reply) : -ENOTCONN;
+	int r = bc ? broker_client_cancel(bc, rq->id, rq->who.name, WRITE_TIMEOUT_MS, &reply) : -ENOTCONN;
 	if (r < 0)
 		return request_problem(rq, 503, "the writer loop did not answer in time; retry later", NULL);
 	return request_reply_broker(rq, &reply, NULL);

@@ -104,6 +104,10 @@ void jobview_job_open(sbuf_t *out, const store_job_t *job)
 	put_time(out, job->updated_at_us);
 	sbuf_puts(out, ",\"state_reason\":");
 	put_str(out, job->state_reason);
+	sbuf_puts(out, ",\"submitted_by\":");
+	put_str(out, job->submitted_by);
+	sbuf_puts(out, ",\"cancelled_by\":");
+	put_str(out, job->cancelled_by);
 }
 
 /* ---- the other views, with jansson ---- */
@@ -129,9 +133,10 @@ json_t *jobview_checkpoint(const store_checkpoint_t *c)
 
 json_t *jobview_event(const store_event_t *ev)
 {
-	return json_pack("{sI so so so so so si}", "id", (json_int_t)ev->id, "type", jobview_string(ev->type), "at",
+	return json_pack("{sI so so so so so si so}", "id", (json_int_t)ev->id, "type", jobview_string(ev->type), "at",
 	                 jobview_time(ev->at_us), "from", jobview_string(ev->from_state), "to",
-	                 jobview_string(ev->to_state), "reason", jobview_string(ev->reason), "attempt", ev->attempt);
+	                 jobview_string(ev->to_state), "reason", jobview_string(ev->reason), "attempt", ev->attempt,
+	                 "actor", jobview_string(ev->actor));
 }
 
 json_t *jobview_metric(const store_metric_t *m)

@@ -20,6 +20,7 @@
 #include <systemd/sd-daemon.h>
 #include <zmq.h>
 
+#include "auth.h"
 #include "broker.h"
 #include "config.h"
 #include "http.h"
@@ -72,6 +73,11 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	if (auth_check_exposure(&cfg, err, sizeof err) < 0) {
+		log_error("%s", err);
+		return 1;
+	}
+
 	int status = 1;
 	http_t *http = NULL;
 	broker_t *broker = NULL;
@@ -87,6 +93,10 @@ int main(int argc, char **argv)
 	}
 	if (broker_start(broker) < 0) {
 		log_error("cannot start the broker loop thread");
+		goto out;
+	}
+	if (auth_bootstrap(&cfg, zctx, err, sizeof err) < 0) {
+		log_error("%s", err);
 		goto out;
 	}
 	http = http_new(&cfg, zctx, err, sizeof err);

@@ -18,7 +18,7 @@
 #include "sbuf.h"
 #include "store.h"
 
-#define METRICS_MAX_ROUTES 24
+#define METRICS_MAX_ROUTES 40
 
 typedef enum {
 	METRICS_METHOD_GET = 0,

@@ -60,6 +60,8 @@ enum MHD_Result request_respond(request_t *rq, int status, const char *ctype, vo
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
 	if (replayed)
 		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	if (rq->extra_header && rq->extra_value)
+		MHD_add_response_header(resp, rq->extra_header, rq->extra_value);
 	enum MHD_Result r = MHD_queue_response(rq->conn, (unsigned)status, resp);
 	MHD_destroy_response(resp);
 	metrics_record(rq->label, rq->method, status, clock_mono_us() - rq->start_us);

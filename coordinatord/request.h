@@ -64,6 +64,9 @@ typedef struct {
 	char idem_key[REQUEST_IDEM_KEY_MAX + 1];
 	bool has_idem_key;
 	auth_principal_t who; /* the caller, authenticated before dispatch (auth.h) */
+	/* one more header for the answer (WWW-Authenticate, Set-Cookie); NULL: none */
+	const char *extra_header;
+	const char *extra_value;
 } request_t;
 
 /* The thread's reader / broker client, opened on first use (the failure is
@@ -75,8 +78,8 @@ void request_thread_free(request_thread_t *t);
 
 /*
  * Queue the response: `body` (len bytes, `mode` as libmicrohttpd's) with
- * Content-Type `ctype` and, when not NULL, Allow, Location and (replayed)
- * Idempotent-Replayed headers. Counts it in the metrics under rq's label and
+ * Content-Type `ctype` and, when not NULL, Allow, Location, (replayed)
+ * Idempotent-Replayed and rq->extra_header headers. Counts it in the metrics under rq's label and
  * method. With MHD_RESPMEM_MUST_FREE the body is freed even on failure.
  */
 enum MHD_Result request_respond(request_t *rq, int status, const char *ctype, void *body, size_t len,

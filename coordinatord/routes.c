@@ -9,12 +9,15 @@
 #include "jobapi.h"
 #include "logapi.h"
 #include "opsapi.h"
+#include "sessionapi.h"
 #include "streamapi.h"
+#include "tokenapi.h"
 #include "webui.h"
 
 #define P ROUTE_PERM_PUBLIC
 #define V ROUTE_PERM_VIEWER
 #define O ROUTE_PERM_OPERATOR
+#define A ROUTE_PERM_ADMIN
 #define M ROUTE_PERM_METRICS
 
 /* The API: one row per method and path, in the order /metrics lists them. */
@@ -37,6 +40,13 @@ static const route_t s_routes[] = {
 	{METRICS_METHOD_GET, "/metrics", opsapi_metrics, "/metrics", M, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/", webui_index, "/", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/assets/{name}", webui_asset, "/assets/{name}", P, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/tokens", tokenapi_list, "/v1/tokens", A, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/tokens", tokenapi_create, "/v1/tokens", A, ROUTE_BODY_JSON},
+	{METRICS_METHOD_POST, "/v1/tokens/{id}/revoke", tokenapi_revoke, "/v1/tokens/{id}/revoke", A, ROUTE_BODY_NONE},
+	{METRICS_METHOD_GET, "/v1/session", sessionapi_get, "/v1/session", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/session", sessionapi_login, "/v1/session", P, ROUTE_BODY_JSON},
+	{METRICS_METHOD_POST, "/v1/session/logout", sessionapi_logout, "/v1/session/logout", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/session/codes", sessionapi_code, "/v1/session/codes", V, ROUTE_BODY_NONE},
 };
 #define N_ROUTES (sizeof s_routes / sizeof s_routes[0])
 

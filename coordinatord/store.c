@@ -32,22 +32,22 @@
 
 static const char *const stmt_sql[ST_N] = {
 	[ST_JOB_INSERT] = "INSERT INTO jobs (id, name, state, priority, world_size, spec_json, attempt, "
-	                  "created_at_us, updated_at_us, state_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-	                  "?8, ?8, ?9)",
+	                  "created_at_us, updated_at_us, state_reason, submitted_by) VALUES (?1, ?2, ?3, ?4, ?5, "
+	                  "?6, ?7, ?8, ?8, ?9, ?10)",
 	[ST_JOB_SET_STATE] = "UPDATE jobs SET state = ?2, state_reason = ?3, updated_at_us = ?4 WHERE id = ?1 "
 	                     "RETURNING attempt",
 	[ST_JOB_GET] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, created_at_us, "
-	               "updated_at_us, state_reason, restarts FROM jobs WHERE id = ?1",
+	               "updated_at_us, state_reason, restarts, submitted_by, cancelled_by FROM jobs WHERE id = ?1",
 	[ST_JOB_LIST] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, created_at_us, "
-	                "updated_at_us, state_reason, restarts FROM jobs WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+	                "updated_at_us, state_reason, restarts, submitted_by, cancelled_by FROM jobs WHERE seq > ?1 ORDER BY seq LIMIT ?2",
 	[ST_JOB_LIST_STATE] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, "
-	                      "created_at_us, updated_at_us, state_reason, restarts FROM jobs WHERE state = ?3 AND "
+	                      "created_at_us, updated_at_us, state_reason, restarts, submitted_by, cancelled_by FROM jobs WHERE state = ?3 AND "
 	                      "seq > ?1 ORDER BY seq LIMIT ?2",
 	[ST_JOB_COUNT_BY_STATE] = "SELECT state, count(*) FROM jobs GROUP BY state",
 	[ST_JOB_COUNT] = "SELECT count(*) FROM jobs",
-	[ST_EVENT_INSERT] = "INSERT INTO events (job_id, at_us, type, from_state, to_state, reason, attempt) "
-	                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-	[ST_EVENT_LIST] = "SELECT id, job_id, at_us, type, from_state, to_state, reason, attempt FROM events "
+	[ST_EVENT_INSERT] = "INSERT INTO events (job_id, at_us, type, from_state, to_state, reason, attempt, actor) "
+	                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+	[ST_EVENT_LIST] = "SELECT id, job_id, at_us, type, from_state, to_state, reason, attempt, actor FROM events "
 	                  "WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
 	[ST_JOB_EXISTS] = "SELECT 1 FROM jobs WHERE id = ?1",
 	[ST_IDEM_GET] = "SELECT body_hash, status, body, job_id FROM idempotency_keys WHERE key = ?1",
@@ -64,7 +64,7 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_WORKER_COUNT] = "SELECT state, count(*) FROM workers GROUP BY state",
 	[ST_JOB_SET_ATTEMPT] = "UPDATE jobs SET attempt = ?2, updated_at_us = ?3 WHERE id = ?1",
 	[ST_JOB_LIST_QUEUED] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, "
-	                       "created_at_us, updated_at_us, state_reason, restarts FROM jobs WHERE state = 'queued' "
+	                       "created_at_us, updated_at_us, state_reason, restarts, submitted_by, cancelled_by FROM jobs WHERE state = 'queued' "
 	                       "ORDER BY priority DESC, seq",
 	[ST_RANK_INSERT] = "INSERT INTO ranks (job_id, attempt, rank, node, device_kind, device_index, state, "
 	                   "updated_at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -127,6 +127,19 @@ static const char *const stmt_sql[ST_N] = {
 	/* dead workers whose last sign of life is older than ?1 (issue 22) */
 	[ST_WORKER_PRUNE] = "DELETE FROM workers WHERE state = 'dead' AND "
 	                    "COALESCE(last_heartbeat_us, registered_at_us, 0) < ?1",
+	[ST_JOB_SET_CANCELLED_BY] = "UPDATE jobs SET cancelled_by = ?2 WHERE id = ?1",
+	[ST_JOB_COUNT_QUEUED_BY] = "SELECT count(*) FROM jobs WHERE submitted_by = ?1 AND state = 'queued'",
+	[ST_TOKEN_INSERT] = "INSERT INTO tokens (name, role, hash, prefix, created_at_us, expires_at_us) VALUES "
+	                    "(?1, ?2, ?3, ?4, ?5, ?6)",
+	[ST_TOKEN_REVOKE] = "UPDATE tokens SET revoked_at_us = ?2 WHERE id = ?1 AND revoked_at_us IS NULL",
+	[ST_TOKEN_TOUCH] = "UPDATE tokens SET last_used_at_us = ?2 WHERE id = ?1",
+	[ST_TOKEN_BY_HASH] = "SELECT id, name, role, prefix, hash, created_at_us, expires_at_us, last_used_at_us, "
+	                     "revoked_at_us FROM tokens WHERE hash = ?1",
+	[ST_TOKEN_GET] = "SELECT id, name, role, prefix, hash, created_at_us, expires_at_us, last_used_at_us, "
+	                 "revoked_at_us FROM tokens WHERE id = ?1",
+	[ST_TOKEN_LIST] = "SELECT id, name, role, prefix, hash, created_at_us, expires_at_us, last_used_at_us, "
+	                  "revoked_at_us FROM tokens ORDER BY id",
+	[ST_TOKEN_COUNT] = "SELECT count(*) FROM tokens",
 };
 
 int store_schema_version_known(void)

@@ -67,6 +67,8 @@ typedef struct {
 	int64_t updated_at_us;
 	char *state_reason;      /* owned, may be NULL: why it reached its state */
 	int restarts;            /* restarts after a failure so far (schema 004) */
+	char *submitted_by;      /* owned, may be NULL: the submitting token's name (schema 007) */
+	char *cancelled_by;      /* owned, may be NULL: the cancelling token's name (schema 007) */
 } store_job_t;
 
 /* Release the strings a store_job_t owns; accepts a zeroed job. */
@@ -81,6 +83,7 @@ typedef struct {
 	char *to_state;        /* owned, NULL when not a transition */
 	char *reason;          /* owned, may be NULL */
 	int attempt;
+	char *actor;           /* owned, may be NULL: the token's name that caused it (schema 007) */
 } store_event_t;
 
 void store_event_clear(store_event_t *ev);
@@ -121,8 +124,8 @@ int store_rollback(store_t *st);
 /*
  * Insert a new job (state queued unless job->state says otherwise) and its
  * "submitted" event. job->id, name, spec_json, priority, world_size,
- * created_at_us must be set; job->seq is written back. -EEXIST on a duplicate
- * id.
+ * created_at_us must be set; job->submitted_by (may be NULL) is stored and
+ * is the event's actor; job->seq is written back. -EEXIST on a duplicate id.
  */
 int store_job_insert(store_t *st, store_job_t *job);
 
@@ -133,6 +136,17 @@ int store_job_insert(store_t *st, store_job_t *job);
  */
 int store_job_set_state(store_t *st, const char *job_id, store_job_state_t to,
                         const char *reason, int64_t now_us);
+
+/*
+ * Cancel a job on behalf of `actor` (a token's name; NULL: nobody named):
+ * state cancelled with `reason`, jobs.cancelled_by set, and the "state"
+ * event's actor. -ENOENT when there is no such job; the caller checks the
+ * job is not final.
+ */
+int store_job_cancel(store_t *st, const char *job_id, const char *actor, const char *reason, int64_t now_us);
+
+/* The queued jobs submitted by token `name` into *ret_count. */
+int store_job_count_queued_by(store_t *st, const char *name, int64_t *ret_count);
 
 /* Append an event of any type (from/to/reason may be NULL). */
 int store_event_insert(store_t *st, const char *job_id, const char *type, const char *from_state,
@@ -434,6 +448,46 @@ int store_log_list(store_t *st, const char *job_id, const store_log_query_t *q, 
 
 /* The lines dropped for a job so far (0 when none). -ENOENT: no such job. */
 int store_log_dropped(store_t *st, const char *job_id, int64_t *ret_dropped);
+
+/* ---- API tokens (schema 007; store_tokens.c) ---- */
+
+#define STORE_TOKEN_NAME_MAX 64
+#define STORE_TOKEN_PREFIX_MAX 15
+
+/* One token's row; never its secret (only a hash is stored). */
+typedef struct {
+	int64_t id;
+	char name[STORE_TOKEN_NAME_MAX + 1];
+	char role[16];                          /* "viewer", "operator", "admin" */
+	char prefix[STORE_TOKEN_PREFIX_MAX + 1]; /* the token's first characters, for listings */
+	unsigned char hash[32];
+	int64_t created_at_us;
+	int64_t expires_at_us;   /* 0: never */
+	int64_t last_used_at_us; /* 0: never used */
+	int64_t revoked_at_us;   /* 0: not revoked */
+} store_token_t;
+
+/*
+ * Writer: insert a token (t->id and the times as given; expires_at_us 0 is
+ * never). t->id is written back. -EEXIST when an unrevoked token has the
+ * name (or the hash exists); -EINVAL for an empty name or role.
+ */
+int store_token_insert(store_t *st, store_token_t *t);
+/* Writer: revoke token `id` at `now_us`. -ENOENT when there is no such
+ * token not yet revoked. */
+int store_token_revoke(store_t *st, int64_t id, int64_t now_us);
+/* Writer: record that token `id` was used at `now_us` (no row: no error). */
+int store_token_touch(store_t *st, int64_t id, int64_t now_us);
+/* The token whose hash is `hash` (revoked or not): 0 and *ret, or -ENOENT. */
+int store_token_by_hash(store_t *st, const unsigned char hash[32], store_token_t *ret);
+/* Token `id`: 0 and *ret, or -ENOENT. */
+int store_token_get(store_t *st, int64_t id, store_token_t *ret);
+/* Every token, revoked ones included, by id; `fn` gets each (borrowed for
+ * the call; a non-zero return stops the walk and is returned). */
+typedef int (*store_token_fn)(const store_token_t *t, void *userdata);
+int store_token_list(store_t *st, store_token_fn fn, void *userdata);
+/* How many tokens there are (revoked ones included). */
+int store_token_count(store_t *st, int64_t *ret_count);
 
 /* ---- the change feed (store_feed.c; writer, after a commit) ---- */
 

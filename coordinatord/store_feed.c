@@ -45,7 +45,7 @@ int store_feed_events(store_t *st, int64_t after_id, store_event_fn fn, void *us
 {
 	sqlite3_stmt *s = NULL;
 	int r = s_prepare(st,
-	                  "SELECT id, job_id, at_us, type, from_state, to_state, reason, attempt FROM events "
+	                  "SELECT id, job_id, at_us, type, from_state, to_state, reason, attempt, actor FROM events "
 	                  "WHERE id > ?1 ORDER BY id",
 	                  &s);
 	if (r < 0)
@@ -64,6 +64,7 @@ int store_feed_events(store_t *st, int64_t after_id, store_event_fn fn, void *us
 		ev.to_state = column_strdup(s, 5);
 		ev.reason = column_strdup(s, 6);
 		ev.attempt = sqlite3_column_int(s, 7);
+		ev.actor = column_strdup(s, 8);
 		r = ev.type ? fn(&ev, userdata) : -ENOMEM;
 		store_event_clear(&ev);
 		if (r != 0)

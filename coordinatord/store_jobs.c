@@ -52,7 +52,9 @@ void store_job_clear(store_job_t *job)
 	free(job->name);
 	free(job->spec_json);
 	free(job->state_reason);
-	job->name = job->spec_json = job->state_reason = NULL;
+	free(job->submitted_by);
+	free(job->cancelled_by);
+	job->name = job->spec_json = job->state_reason = job->submitted_by = job->cancelled_by = NULL;
 }
 
 void store_event_clear(store_event_t *ev)
@@ -63,11 +65,14 @@ void store_event_clear(store_event_t *ev)
 	free(ev->from_state);
 	free(ev->to_state);
 	free(ev->reason);
-	ev->type = ev->from_state = ev->to_state = ev->reason = NULL;
+	free(ev->actor);
+	ev->type = ev->from_state = ev->to_state = ev->reason = ev->actor = NULL;
 }
 
-int store_event_insert(store_t *st, const char *job_id, const char *type, const char *from_state,
-                       const char *to_state, const char *reason, int attempt, int64_t at_us)
+/* An event with its actor (a token's name, or NULL). */
+static int event_insert_actor(store_t *st, const char *job_id, const char *type, const char *from_state,
+                              const char *to_state, const char *reason, int attempt, int64_t at_us,
+                              const char *actor)
 {
 	sqlite3_stmt *s = stmt(st, ST_EVENT_INSERT);
 	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
@@ -77,7 +82,14 @@ int store_event_insert(store_t *st, const char *job_id, const char *type, const 
 	bind_text_or_null(s, 5, to_state);
 	bind_text_or_null(s, 6, reason);
 	sqlite3_bind_int(s, 7, attempt);
+	bind_text_or_null(s, 8, actor);
 	return step_done(s);
+}
+
+int store_event_insert(store_t *st, const char *job_id, const char *type, const char *from_state,
+                       const char *to_state, const char *reason, int attempt, int64_t at_us)
+{
+	return event_insert_actor(st, job_id, type, from_state, to_state, reason, attempt, at_us, NULL);
 }
 
 int store_job_insert(store_t *st, store_job_t *job)
@@ -95,13 +107,14 @@ int store_job_insert(store_t *st, store_job_t *job)
 	sqlite3_bind_int(s, 7, job->attempt);
 	sqlite3_bind_int64(s, 8, job->created_at_us);
 	bind_text_or_null(s, 9, job->state_reason);
+	bind_text_or_null(s, 10, job->submitted_by);
 	int r = step_done(s);
 	if (r < 0)
 		return r;
 	job->seq = sqlite3_last_insert_rowid(st->db);
 	job->updated_at_us = job->created_at_us;
-	return store_event_insert(st, job->id, "submitted", NULL, state, NULL, job->attempt,
-	                          job->created_at_us);
+	return event_insert_actor(st, job->id, "submitted", NULL, state, NULL, job->attempt, job->created_at_us,
+	                          job->submitted_by);
 }
 
 /* Fill a job from a row of the job SELECTs. -ENOMEM or -EIO on failure. */
@@ -122,8 +135,12 @@ static int job_from_row(sqlite3_stmt *s, store_job_t *job)
 	job->updated_at_us = sqlite3_column_int64(s, 9);
 	job->state_reason = column_strdup(s, 10);
 	job->restarts = sqlite3_column_int(s, 11);
+	job->submitted_by = column_strdup(s, 12);
+	job->cancelled_by = column_strdup(s, 13);
 	if (!job->name || !job->spec_json ||
-	    (!job->state_reason && sqlite3_column_type(s, 10) != SQLITE_NULL)) {
+	    (!job->state_reason && sqlite3_column_type(s, 10) != SQLITE_NULL) ||
+	    (!job->submitted_by && sqlite3_column_type(s, 12) != SQLITE_NULL) ||
+	    (!job->cancelled_by && sqlite3_column_type(s, 13) != SQLITE_NULL)) {
 		store_job_clear(job);
 		return -ENOMEM;
 	}
@@ -144,8 +161,9 @@ int store_job_get(store_t *st, const char *job_id, store_job_t *ret_job)
 	return r;
 }
 
-int store_job_set_state(store_t *st, const char *job_id, store_job_state_t to, const char *reason,
-                        int64_t now_us_)
+/* A state change and its event, with the event's actor (may be NULL). */
+static int set_state_actor(store_t *st, const char *job_id, store_job_state_t to, const char *reason,
+                           int64_t now_us_, const char *actor)
 {
 	store_job_t old;
 	int r = store_job_get(st, job_id, &old);
@@ -167,7 +185,36 @@ int store_job_set_state(store_t *st, const char *job_id, store_job_state_t to, c
 	sqlite3_reset(s);
 	if (r < 0)
 		return r;
-	return store_event_insert(st, job_id, "state", from, to_name, reason, attempt, now_us_);
+	return event_insert_actor(st, job_id, "state", from, to_name, reason, attempt, now_us_, actor);
+}
+
+int store_job_set_state(store_t *st, const char *job_id, store_job_state_t to, const char *reason,
+                        int64_t now_us_)
+{
+	return set_state_actor(st, job_id, to, reason, now_us_, NULL);
+}
+
+int store_job_cancel(store_t *st, const char *job_id, const char *actor, const char *reason, int64_t now_us_)
+{
+	int r = set_state_actor(st, job_id, STORE_JOB_CANCELLED, reason, now_us_, actor);
+	if (r < 0)
+		return r;
+	sqlite3_stmt *s = stmt(st, ST_JOB_SET_CANCELLED_BY);
+	sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC);
+	bind_text_or_null(s, 2, actor);
+	return step_update(st, s);
+}
+
+int store_job_count_queued_by(store_t *st, const char *name, int64_t *ret_count)
+{
+	sqlite3_stmt *s = stmt(st, ST_JOB_COUNT_QUEUED_BY);
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(s);
+	int r = rc == SQLITE_ROW ? 0 : sqlite_err(rc) ? sqlite_err(rc) : -EIO;
+	if (r == 0)
+		*ret_count = sqlite3_column_int64(s, 0);
+	sqlite3_reset(s);
+	return r;
 }
 
 int store_idem_get(store_t *st, const char *key, unsigned char ret_body_hash[32], int *ret_status,
@@ -279,6 +326,7 @@ int store_event_list(store_t *st, const char *job_id, int64_t after_id, int limi
 		ev.to_state = column_strdup(s, 5);
 		ev.reason = column_strdup(s, 6);
 		ev.attempt = sqlite3_column_int(s, 7);
+		ev.actor = column_strdup(s, 8);
 		if (!ev.type) {
 			store_event_clear(&ev);
 			r = -ENOMEM;

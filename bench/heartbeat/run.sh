@@ -45,7 +45,7 @@ sleep "$DURATION"
 C1=$(cpu_ticks)
 T1=$(date +%s.%N)
 LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)
-WORKERS=$(curl -sf "http://127.0.0.1:$HTTP/v1/workers")
+WORKERS=$(curl -sf -H "Authorization: Bearer $(cat "$TMP/admin.token")" "http://127.0.0.1:$HTTP/v1/workers")
 set +e
 wait "$LPID"
 LOAD_RC=$?

@@ -35,23 +35,28 @@ trap cleanup EXIT
 
 mkdir -p "$work/db"
 "$daemon" --listen 127.0.0.1:$port --broker tcp://127.0.0.1:$bport --db "$work/db/rm.db" \
-  --log-level warn --submit-rate 0 2>"$work/daemon.log" &
+  --log-level warn --max-queued-per-token 1000000 --submit-rate 0 2>"$work/daemon.log" &
 dpid=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/readyz >/dev/null && break; sleep 0.1; done
+# every request carries the admin token (authentication is on)
+RM_TOKEN=$(cat "$work/db/admin.token")
+export RM_TOKEN
+auth=(-H "Authorization: Bearer $RM_TOKEN")
 
 echo "== POST /v1/jobs, wrk -t2 -c32 -d${duration}s" >&2
 wrk -t2 -c32 -d${duration}s --latency -s bench/http/post.lua http://127.0.0.1:$port > "$out/post.txt"
-jobs=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^ringmaster_jobs\{/ {s += $2} END {print s+0}')
+jobs=$(curl -s "${auth[@]}" "http://127.0.0.1:$port/metrics" | awk '/^ringmaster_jobs\{/ {s += $2} END {print s+0}')
 echo "   $jobs jobs stored; topping up to 10000" >&2
 if [ "$jobs" -lt 10000 ]; then
   /usr/bin/python3 - "$port" $((10000 - jobs)) <<'PY'
-import http.client, sys, threading
+import http.client, os, sys, threading
 port, n = int(sys.argv[1]), int(sys.argv[2])
+auth = "Bearer " + os.environ["RM_TOKEN"]
 def worker(k):
     c = http.client.HTTPConnection("127.0.0.1", port)
     for i in range(k):
         c.request("POST", "/v1/jobs", body='{"name":"fill","data":{"train":"x.bin"}}',
-                  headers={"Content-Type": "application/json"})
+                  headers={"Content-Type": "application/json", "Authorization": auth})
         r = c.getresponse(); r.read()
         assert r.status == 201, r.status
 threads = [threading.Thread(target=worker, args=(n // 8 + (1 if i < n % 8 else 0),)) for i in range(8)]
@@ -61,25 +66,26 @@ fi
 
 # 1,000 ids drawn across the whole store, through the paging API.
 /usr/bin/python3 - "$port" > "$work/ids.txt" <<'PY'
-import json, random, sys, urllib.request
+import json, os, random, sys, urllib.request
 port = int(sys.argv[1]); ids = []; cursor = None
+auth = {"Authorization": "Bearer " + os.environ["RM_TOKEN"]}
 while True:
     url = f"http://127.0.0.1:{port}/v1/jobs?limit=1000" + (f"&cursor={cursor}" if cursor else "")
-    d = json.load(urllib.request.urlopen(url))
+    d = json.load(urllib.request.urlopen(urllib.request.Request(url, headers=auth)))
     ids += [j["id"] for j in d["jobs"]]
     cursor = d.get("next_cursor")
     if not cursor: break
 random.seed(1); print("\n".join(random.sample(ids, 1000)))
 print(len(ids), file=sys.stderr)
 PY
-total=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^ringmaster_jobs\{/ {s += $2} END {print s+0}')
-size=$(curl -s "http://127.0.0.1:$port/v1/jobs/$(head -1 "$work/ids.txt")" | wc -c)
+total=$(curl -s "${auth[@]}" "http://127.0.0.1:$port/metrics" | awk '/^ringmaster_jobs\{/ {s += $2} END {print s+0}')
+size=$(curl -s "${auth[@]}" "http://127.0.0.1:$port/v1/jobs/$(head -1 "$work/ids.txt")" | wc -c)
 
 echo "== GET /v1/jobs/{id} ($total jobs in store, ${size} B), wrk -t2 -c32 -d${duration}s" >&2
 IDS="$work/ids.txt" wrk -t2 -c32 -d${duration}s --latency -s bench/http/get.lua http://127.0.0.1:$port > "$out/get.txt"
 
 echo "== GET /v1/jobs?limit=100, wrk -t2 -c32 -d${duration}s" >&2
-wrk -t2 -c32 -d${duration}s --latency "http://127.0.0.1:$port/v1/jobs?limit=100" > "$out/list.txt"
+wrk -t2 -c32 -d${duration}s --latency "${auth[@]}" "http://127.0.0.1:$port/v1/jobs?limit=100" > "$out/list.txt"
 
 kill "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=""
 

@@ -39,9 +39,10 @@ def parse_time(s):
 class Stream:
     """A raw HTTP/1.1 SSE connection: de-chunks and splits frames."""
 
-    def __init__(self, port, path):
+    def __init__(self, port, path, token):
         self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n" % path).encode())
+        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n"
+                           "Authorization: Bearer %s\r\n\r\n" % (path, token)).encode())
         self.sock.setblocking(False)
         self.raw = b""
         self.body = b""
@@ -117,7 +118,7 @@ def main():
         base = window(d, args.window)
         steps_base = last_step(d, job) - s0
         sel = selectors.DefaultSelector()
-        streams = [Stream(d.port, "/v1/jobs/%s/stream" % job) for _ in range(args.streams)]
+        streams = [Stream(d.port, "/v1/jobs/%s/stream" % job, d.token) for _ in range(args.streams)]
         for s in streams:
             sel.register(s.sock, selectors.EVENT_READ, s)
         delays = []

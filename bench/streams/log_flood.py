@@ -30,12 +30,13 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def hammer(port, job, stop, out):
+def hammer(port, job, stop, out, token):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Authorization": "Bearer " + token}
     n, lat = 0, []
     while not stop.is_set():
         t = time.perf_counter()
-        conn.request("GET", "/v1/jobs/%s" % job)
+        conn.request("GET", "/v1/jobs/%s" % job, headers=headers)
         r = conn.getresponse()
         r.read()
         lat.append(time.perf_counter() - t)
@@ -76,7 +77,7 @@ def one_run(args, flood):
         d_cpu, a_cpu = cpu_s(d.proc.pid) - d_cpu0, cpu_s(agent.proc.pid) - a_cpu0
         ms = [r["ms"] for r in rows if s0 < r["step"] <= s1 and r.get("ms")]
         stop, got = threading.Event(), {}
-        th = threading.Thread(target=hammer, args=(d.port, job, stop, got))
+        th = threading.Thread(target=hammer, args=(d.port, job, stop, got, d.token))
         h0 = time.time()
         th.start()
         time.sleep(args.window)

@@ -13,6 +13,9 @@ const ctx = await chromium.launchPersistentContext(process.env.RM_PROFILE, {
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   viewport: { width: 1280, height: 900 },
 });
+// signed in once (the session cookie, shared by the context's tabs)
+const signin = await ctx.request.post(`${process.env.RM_URL}/v1/session`, { data: { token: process.env.RM_TOKEN } });
+if (signin.status() !== 200) throw new Error('sign-in: HTTP ' + signin.status());
 const loads = [];
 let cold = null;
 const errors = [];

@@ -38,9 +38,13 @@ def free_port():
     return p
 
 
+TOKEN = {}
+
+
 def http(method, url, body=None):
     req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": "Bearer " + TOKEN["admin"]})
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
@@ -66,6 +70,8 @@ def main():
                 break
             except OSError:
                 time.sleep(0.05)
+        with open(os.path.join(work, "admin.token")) as f:
+            TOKEN["admin"] = f.read().strip()
         spec = json.load(open(os.path.join(ROOT, "jobs", "default.json")))
         spec["train"]["steps"] = a.rows
         job = http("POST", url + "/v1/jobs", spec)["id"]
@@ -83,7 +89,7 @@ def main():
         t = time.perf_counter()
         rows = http("GET", url + "/v1/jobs/%s/metrics?max_points=2000" % job)["metrics"]
         t_sampled = (time.perf_counter() - t) * 1000
-        env = dict(os.environ, RM_URL=url, RM_JOB=job, RM_RUNS=str(a.runs),
+        env = dict(os.environ, RM_URL=url, RM_JOB=job, RM_TOKEN=TOKEN["admin"], RM_RUNS=str(a.runs),
                    NODE_PATH=os.path.join(ROOT, "clients", "web", "node_modules"),
                    RM_PROFILE=os.path.join(work, "profile"))
         out = subprocess.run(["node", os.path.join(ROOT, "bench", "web", "job_page.mjs")], env=env,

@@ -1,6 +1,30 @@
 // api: the REST calls the dashboard makes (api/openapi.yaml), and which
 // optional routes this coordinator serves (GET /assets/routes.json, the
 // daemon's route table), so the pages never request a route that is absent.
+// The page is signed in by its session cookie (HttpOnly: this code never
+// sees it); every POST carries the session's CSRF token in X-CSRF-Token.
+
+let csrf = null;
+
+// GET /v1/session: {status, body}; remembers the session's CSRF token.
+export async function session() {
+  const r = await call('GET', '/v1/session');
+  if (r.status === 200 && r.body) csrf = r.body.csrf;
+  return r;
+}
+
+// POST /v1/session with {token} or {code}: {status, body}.
+export async function signIn(credential) {
+  const r = await call('POST', '/v1/session', JSON.stringify(credential));
+  if (r.status === 200 && r.body) csrf = r.body.csrf;
+  return r;
+}
+
+export async function signOut() {
+  const r = await call('POST', '/v1/session/logout');
+  csrf = null;
+  return r;
+}
 
 let routesPromise = null;
 
@@ -32,9 +56,12 @@ export async function post(path, body) {
 async function call(method, path, body) {
   let r;
   try {
+    const headers = body === undefined ? {} : { 'Content-Type': 'application/json' };
+    if (method !== 'GET' && csrf) headers['X-CSRF-Token'] = csrf;
     r = await fetch(path, {
       method,
-      headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
+      headers,
+      credentials: 'same-origin',
       body: body === undefined ? undefined : body,
       cache: 'no-store',
     });

@@ -135,7 +135,9 @@ export function jobPage(main, id) {
       ['World size', String(j.world_size)],
       ['Device', (j.spec && j.spec.parallel && j.spec.parallel.device) || 'cpu'],
       ['Attempt / restarts', `${j.attempt} / ${j.restarts}`],
+      ['Submitted by', j.submitted_by || '–'],
     ];
+    if (j.cancelled_by) kv.push(['Cancelled by', j.cancelled_by]);
     summary.replaceChildren(...kv.flatMap(([k, v]) => [h('span', { class: 'muted' }, k), h('span', {}, v)]));
     cancelBtn.disabled = FINAL.includes(j.state);
   };
@@ -162,7 +164,8 @@ export function jobPage(main, id) {
       const rec = ev.type === 'recovered' ? recoveryPhases(ev.reason) : null;
       const what = ev.type === 'state' ? `${ev.from || '∅'} → ${ev.to}` : ev.type;
       return h('li', { class: cls, 'data-type': ev.type },
-        h('div', {}, h('strong', {}, what), ` · attempt ${ev.attempt} · `, h('span', { class: 'muted' }, new Date(ev.at).toLocaleString())),
+        h('div', {}, h('strong', {}, what), ` · attempt ${ev.attempt} · `, h('span', { class: 'muted' }, new Date(ev.at).toLocaleString()),
+          ev.actor ? h('span', { class: 'muted' }, ` · by ${ev.actor}`) : null),
         ev.reason ? h('div', {}, ev.reason) : null,
         rec ? h('div', { class: 'phases', title: 'where the recovery time went' },
           rec.phases.map(([name, ms], i) => {

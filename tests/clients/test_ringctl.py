@@ -34,6 +34,7 @@ def clean_env(extra=None):
            if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
            and k not in ("RINGMASTER_SERVER", "RINGMASTER_TOKEN", "NOTIFY_SOCKET",
                          "WATCHDOG_USEC", "WATCHDOG_PID")}
+    env["RINGCTL_CONFIG"] = "/nonexistent/ringctl.conf"  # the user's own file stays out of the tests
     env.update(extra or {})
     return env
 
@@ -67,6 +68,8 @@ class RingctlTest(unittest.TestCase):
                 cls.stop_daemon()
                 raise RuntimeError("ringmasterd not serving after 20 s:\n" + cls.daemon_log())
             time.sleep(0.05)
+        with open(os.path.join(cls.tmp, "admin.token")) as f:
+            cls.token = f.read().strip()
 
     @classmethod
     def daemon_log(cls):
@@ -93,10 +96,15 @@ class RingctlTest(unittest.TestCase):
         if rc != 0:
             raise RuntimeError("ringmasterd exited with %d after SIGTERM" % rc)
 
-    def ctl(self, *args, stdin=None, env=None, server=True):
+    def ctl(self, *args, stdin=None, env=None, server=True, cwd=None):
+        """ringctl with the admin token in RINGMASTER_TOKEN unless env names one
+        (env={"RINGMASTER_TOKEN": ""}: no token)."""
         argv = [RINGCTL] + (["--server", self.url] if server else []) + list(args)
+        env = dict({"RINGMASTER_TOKEN": self.token}, **(env or {}))
+        if not env["RINGMASTER_TOKEN"]:
+            del env["RINGMASTER_TOKEN"]
         r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30,
-                           env=clean_env(env))
+                           env=clean_env(env), cwd=cwd)
         self.assertNotIn("Sanitizer", r.stderr)
         self.assertNotIn("runtime error:", r.stderr)
         return r
@@ -219,6 +227,76 @@ class RingctlTest(unittest.TestCase):
         self.assertIn("evil??[31mred", r.stdout)
         shown = json.loads(self.ok("--json", "show", job_id).stdout)
         self.assertEqual(shown["name"], "evil\n\x1b[31mred")  # stored exactly
+
+    # ---- tokens -----------------------------------------------------------
+
+    def test_token_create_list_revoke(self):
+        r = self.ok("token", "create", "--name", "ci-viewer", "--role", "viewer", "--expires", "30d")
+        viewer = r.stdout.strip()
+        self.assertRegex(viewer, r"^rmt_[A-Za-z0-9_-]{43}$")
+        self.assertIn("Store it now", r.stderr)
+        self.assertNotIn(viewer, r.stderr)
+        r = self.ok("token", "list")
+        rows = [l.split() for l in r.stdout.splitlines()]
+        self.assertEqual(rows[0][:4], ["ID", "NAME", "ROLE", "PREFIX"])
+        mine = [row for row in rows if row[1] == "ci-viewer"]
+        self.assertEqual(len(mine), 1, r.stdout)
+        self.assertEqual(mine[0][2:4], ["viewer", viewer[:12]])
+        self.assertNotIn(viewer, r.stdout)  # never the secret
+        listed = json.loads(self.ok("--json", "token", "list").stdout)["tokens"]
+        self.assertTrue(all("token" not in t for t in listed))
+        # the viewer reads but may not submit: 403 with what to do
+        self.ok("jobs", env={"RINGMASTER_TOKEN": viewer})
+        r = self.ctl("submit", os.path.join(SPEC_DIR, "spec-tiny.json"), env={"RINGMASTER_TOKEN": viewer})
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("403", r.stderr)
+        self.assertIn("operator", r.stderr)
+        self.assertIn("ask an admin", r.stderr)
+        # a duplicate name is refused
+        r = self.ctl("token", "create", "--name", "ci-viewer", "--role", "viewer")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("409", r.stderr)
+        # revoke by name: refused from the next request on
+        r = self.ok("token", "revoke", "ci-viewer")
+        self.assertRegex(r.stdout, r"^token \d+ \(ci-viewer\) revoked\n$")
+        r = self.ctl("jobs", env={"RINGMASTER_TOKEN": viewer})
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("401", r.stderr)
+        self.assertIn("revoked", r.stderr)
+        r = self.ctl("token", "revoke", "ci-viewer")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no token named", r.stderr)
+        # bad usage
+        for args in (["token"], ["token", "create", "--name", "x"], ["token", "create", "--name", "x", "--role",
+                     "viewer", "--expires", "soon"], ["token", "frob"]):
+            r = self.ctl(*args)
+            self.assertEqual(r.returncode, 64, "%r: %s" % (args, r.stderr))
+
+    def test_no_token_says_what_to_do(self):
+        r = self.ctl("jobs", env={"RINGMASTER_TOKEN": ""})
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("401", r.stderr)
+        self.assertIn("RINGMASTER_TOKEN", r.stderr)
+        r = self.ctl("jobs", env={"RINGMASTER_TOKEN": "rmt_" + "A" * 43})
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not known", r.stderr)
+
+    def test_token_from_config_file_and_admin_token_file(self):
+        conf = os.path.join(self.tmp, "ringctl.conf")
+        with open(conf, "w") as f:
+            f.write("# ringctl\n[ringctl]\nserver = %s\ntoken = %s\n" % (self.url, self.token))
+        self.ok("jobs", server=False, env={"RINGMASTER_TOKEN": "", "RINGCTL_CONFIG": conf})
+        with open(conf, "w") as f:
+            f.write("tokn = x\n")
+        r = self.ctl("jobs", env={"RINGCTL_CONFIG": conf})
+        self.assertEqual(r.returncode, 64)
+        self.assertIn("ringctl.conf:1: unknown key", r.stderr)
+        # ./state/admin.token of the folder ringctl runs in (the daemon's default db folder)
+        here = os.path.join(self.tmp, "cwd")
+        os.makedirs(os.path.join(here, "state"), exist_ok=True)
+        with open(os.path.join(here, "state", "admin.token"), "w") as f:
+            f.write(self.token + "\n")
+        self.ok("jobs", env={"RINGMASTER_TOKEN": ""}, cwd=here)
 
     # ---- where to find the server ---------------------------------------
 

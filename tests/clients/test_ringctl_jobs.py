@@ -32,6 +32,8 @@ def ctl(c, *args, stdin=None, timeout=180):
     env = {k: v for k, v in os.environ.items()
            if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
            and k not in ("RINGMASTER_SERVER", "RINGMASTER_TOKEN", "RINGMASTER_CHECKPOINT_ROOT")}
+    if c.daemon.token:
+        env["RINGMASTER_TOKEN"] = c.daemon.token
     argv = [c.bins["ringctl"], "--server", c.daemon.url] + list(args)
     r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, env=env)
     log("ringctl %s -> %d\n%s%s" % (" ".join(args), r.returncode, r.stdout[-1500:], r.stderr[-1500:]))

@@ -1,13 +1,17 @@
 /*
  * Unit tests of ringctl's pure modules: table.c (widths, sanitizing,
- * truncation, alignment) and report.c (the one-line error message). The REST
+ * truncation, alignment), report.c (the one-line error message), the
+ * durations of `token create --expires` and the config file (ctlconf.c). The REST
  * side is tested against a mock server (test_mock.py) and the real daemon
  * (test_ringctl.py).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "commands_tokens.h"
+#include "ctlconf.h"
 #include "report.h"
 #include "table.h"
 
@@ -136,8 +140,56 @@ static void test_report(void)
 	CHECK(report_reason_phrase(299) == NULL);
 }
 
+static void test_duration(void)
+{
+	long long s = 0;
+	CHECK(cmd_parse_duration("30d", &s) == 0 && s == 30LL * 86400);
+	CHECK(cmd_parse_duration("12h", &s) == 0 && s == 12 * 3600);
+	CHECK(cmd_parse_duration("90m", &s) == 0 && s == 90 * 60);
+	CHECK(cmd_parse_duration("45s", &s) == 0 && s == 45);
+	CHECK(cmd_parse_duration("3600", &s) == 0 && s == 3600);
+	static const char *const bad[] = {"", "0", "-1d", "1w", "1dd", "d", "99999999999999d", "1.5h", " 1d"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		CHECK(cmd_parse_duration(bad[i], &s) < 0);
+}
+
+/* Write `text` to a temporary config file and load it through RINGCTL_CONFIG. */
+static int load_conf(const char *text, ctlconf_t *ret, char *err, size_t errlen)
+{
+	char path[] = "/tmp/ringctl-conf-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return -2;
+	FILE *f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+	setenv("RINGCTL_CONFIG", path, 1);
+	int r = ctlconf_load(ret, err, errlen);
+	unlink(path);
+	return r;
+}
+
+static void test_config(void)
+{
+	ctlconf_t c;
+	char err[512] = "";
+	CHECK(load_conf("# mine\n[ringctl]\nserver = http://h:8080  \ntoken=rmt_x # comment\ncacert = /ca.pem\n\n", &c, err,
+	                sizeof err) == 0);
+	CHECK_STR(c.server, "http://h:8080");
+	CHECK_STR(c.token, "rmt_x");
+	CHECK_STR(c.cacert, "/ca.pem");
+	CHECK(load_conf("tokn = x\n", &c, err, sizeof err) == -1 && strstr(err, ":1: unknown key \"tokn\""));
+	CHECK(load_conf("server\n", &c, err, sizeof err) == -1 && strstr(err, ":1: expected"));
+	setenv("RINGCTL_CONFIG", "/nonexistent/ringctl.conf", 1);
+	CHECK(ctlconf_load(&c, err, sizeof err) == 0 && c.path[0] == '\0' && c.token[0] == '\0');
+	char tok[64];
+	CHECK(ctlconf_read_token_file("/nonexistent/admin.token", tok, sizeof tok) < 0);
+}
+
 int main(void)
 {
+	test_duration();
+	test_config();
 	test_sanitize();
 	test_table_print();
 	test_report();

@@ -84,8 +84,19 @@ def tiny_spec(name, world_size, batch_size, steps, seed=1337, eval_every=0, max_
     }
 
 
+# request(token=...) default: the daemon's admin token
+ADMIN = object()
+
+
 class Daemon:
-    """One ringmasterd process; `workdir` holds its database and log."""
+    """One ringmasterd process; `workdir` holds its database and log.
+
+    Authentication is on by default: once the daemon is ready, `token` holds
+    the admin token it wrote to admin.token beside its database, and
+    request(), json() and submit() send it as "Authorization: Bearer"
+    (token=None: no credential; token="rmt_...": that one). ctl_env() is the
+    environment for ringctl (RINGMASTER_SERVER and RINGMASTER_TOKEN).
+    """
 
     def __init__(self, binary, workdir, extra_args=(), host="127.0.0.1", prefix=()):
         self.binary = binary
@@ -96,6 +107,33 @@ class Daemon:
         self.prefix = list(prefix)  # e.g. ["ip", "netns", "exec", NS]
         self.proc = None
         self.log_path = os.path.join(workdir, "ringmasterd.log")
+        self.token = None
+
+    @property
+    def admin_token_path(self):
+        return os.path.join(os.path.dirname(self.db), "admin.token")
+
+    def read_token(self):
+        try:
+            with open(self.admin_token_path) as f:
+                self.token = f.read().strip() or None
+        except FileNotFoundError:
+            self.token = None
+        return self.token
+
+    def auth_headers(self, token=ADMIN):
+        t = self.token if token is ADMIN else token
+        return {"Authorization": "Bearer " + t} if t else {}
+
+    def ctl_env(self, token=ADMIN, base=None):
+        """The environment to run ringctl against this daemon."""
+        env = dict(base if base is not None else os.environ)
+        env["RINGMASTER_SERVER"] = self.url
+        env.pop("RINGMASTER_TOKEN", None)
+        t = self.token if token is ADMIN else token
+        if t:
+            env["RINGMASTER_TOKEN"] = t
+        return env
 
     @property
     def endpoint(self):
@@ -122,8 +160,9 @@ class Daemon:
                 raise Failure("ringmasterd exited with %s at start:\n%s" %
                               (self.proc.returncode, self.logtext()))
             try:
-                st, _ = self.request("GET", "/readyz", timeout=2)
+                st, _ = self.request("GET", "/readyz", timeout=2, token=None)
                 if st == 200:
+                    self.read_token()
                     return self
             except OSError:
                 pass
@@ -137,10 +176,10 @@ class Daemon:
         except OSError:
             return ""
 
-    def request(self, method, path, body=None, timeout=30):
+    def request(self, method, path, body=None, timeout=30, token=ADMIN):
         c = http.client.HTTPConnection(self.http_host, self.port, timeout=timeout)
         try:
-            h = {}
+            h = self.auth_headers(token)
             if body is not None:
                 body = json.dumps(body).encode()
                 h["Content-Type"] = "application/json"
@@ -150,8 +189,8 @@ class Daemon:
         finally:
             c.close()
 
-    def json(self, method, path, body=None, expect=200):
-        st, data = self.request(method, path, body)
+    def json(self, method, path, body=None, expect=200, token=ADMIN):
+        st, data = self.request(method, path, body, token=token)
         check(st == expect, "%s %s: expected %s, got %s: %r" % (method, path, expect, st, data[:500]))
         return json.loads(data) if data else None
 

@@ -53,7 +53,7 @@ def main(cluster, args):
     wait_workers(d, ["n1", "n2"])
 
     ctl = cluster.bins["ringctl"]
-    env = dict(os.environ, RINGMASTER_SERVER=d.url)
+    env = d.ctl_env()
 
     # A 2-rank job with ringctl.
     spec2 = os.path.join(cluster.workdir, "two.json")
@@ -66,6 +66,7 @@ def main(cluster, args):
 
     # A 4-rank job with curl.
     p = subprocess.run(["curl", "-sS", "-X", "POST", "-H", "Content-Type: application/json",
+                        "-H", "Authorization: Bearer " + d.token,
                         "--data-binary", json.dumps(tiny_spec("e2e-four", 4, 2, STEPS)),
                         d.url + "/v1/jobs"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=30)

@@ -122,7 +122,7 @@ def fault_escape_data_root(cluster, d):
 def fault_cancel(cluster, d):
     job_id = d.submit(tiny_spec("fault-cancel", 2, 4, LONG))["id"]
     wait_training(d, job_id, 2)
-    env = dict(os.environ, RINGMASTER_SERVER=d.url)
+    env = d.ctl_env()
     t0 = time.time()
     p = subprocess.run([cluster.bins["ringctl"], "cancel", job_id], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=30)

@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 
-from cluster import Daemon, Failure, Skip, check, log, run, tiny_spec, wait_no_ranks, wait_workers
+from cluster import ADMIN, Daemon, Failure, Skip, check, log, run, tiny_spec, wait_no_ranks, wait_workers
 
 HTTP_PORT = 18080
 BROKER_PORT = 15555
@@ -43,9 +43,11 @@ class NetnsDaemon(Daemon):
         self.broker_port = BROKER_PORT
         return super().start(http_host, same_ports=True)
 
-    def request(self, method, path, body=None, timeout=30):
+    def request(self, method, path, body=None, timeout=30, token=ADMIN):
         args = ["ip", "netns", "exec", self.ns, "curl", "-sS", "-m", str(timeout), "-X", method,
                 "-o", "-", "-w", "\n%{http_code}"]
+        for k, v in self.auth_headers(token).items():
+            args += ["-H", "%s: %s" % (k, v)]
         data = None
         if body is not None:
             args += ["-H", "Content-Type: application/json", "--data-binary", "@-"]

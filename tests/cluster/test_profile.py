@@ -143,13 +143,13 @@ def main(c, args):
     # ringctl trace: the same JSON in a file
     out = os.path.join(c.workdir, "trace.json")
     r = subprocess.run([ringctl, "--server", d.url, "trace", job, "-o", out], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, env=d.ctl_env())
     check(r.returncode == 0, "ringctl trace: %s %s" % (r.returncode, r.stderr))
     check("wrote %s" % out in r.stdout and "steps 2 to 4 on 2 rank(s)" in r.stdout, "stdout %r" % r.stdout)
     with open(out) as f:
         check(json.load(f) == trace, "ringctl's file differs from GET /v1/jobs/%s/trace" % job)
     r = subprocess.run([ringctl, "--server", d.url, "trace", "--rank", "0", job], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=60, env=d.ctl_env())
     check(r.returncode == 0, "ringctl trace --rank 0: %s %s" % (r.returncode, r.stderr))
     check_trace(json.loads(r.stdout), [0], [2, 3, 4])
 
@@ -159,7 +159,7 @@ def main(c, args):
     p = json.loads(body)
     check("set profile: {start_step, end_step} in the job spec" in p["detail"], "detail %r" % p)
     r = subprocess.run([ringctl, "--server", d.url, "trace", plain, "-o", out + ".none"], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=60, env=d.ctl_env())
     check(r.returncode == 1 and "set profile: {start_step, end_step}" in r.stderr and not os.path.exists(out + ".none"),
           "ringctl trace without profile: %s %r" % (r.returncode, r.stderr))
     st, body = get(d, "/v1/jobs/j-nosuchjobnosuchjob22/trace")

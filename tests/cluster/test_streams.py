@@ -30,7 +30,7 @@ class Sse:
 
     def __init__(self, d, path, last_event_id=None, timeout=30):
         self.conn = http.client.HTTPConnection(d.http_host, d.port, timeout=timeout)
-        headers = {"Accept": "text/event-stream"}
+        headers = dict(d.auth_headers(), Accept="text/event-stream")
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
         self.conn.request("GET", path, headers=headers)

@@ -3,12 +3,14 @@
 // non-zero on the first failed check, printing what it saw.
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 
 const require = createRequire(path.join(process.env.NODE_PATH, 'x.js'));
 const { chromium } = require('playwright-core');
 
 const URL_ = process.env.RM_URL;
+const TOKEN = process.env.RM_TOKEN;
 const SHOTS = process.env.RM_SHOTS;
 const t0 = Date.now();
 const log = (m) => console.log(`${((Date.now() - t0) / 1000).toFixed(1)}s ${m}`);
@@ -31,6 +33,36 @@ function rankPid(job, rank) {
   return null;
 }
 
+// A request from node with the admin token (the test's own view).
+async function api(method, p) {
+  const r = await fetch(URL_ + p, { method, headers: { Authorization: 'Bearer ' + TOKEN } });
+  return { status: r.status, body: await r.json() };
+}
+
+// One raw request with a chosen Host header: its status.
+function rawStatus(method, p, headers) {
+  const u = new URL(URL_);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, method, path: p, headers }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', reject);
+    req.end(method === 'POST' ? '{}' : undefined);
+  });
+}
+
+// A page on another origin (another port of 127.0.0.1: same site, so a
+// SameSite=Strict cookie still goes with its requests) that POSTs a cancel.
+function evilServer(target) {
+  const html = `<!doctype html><title>evil</title><script>
+    fetch(${JSON.stringify(target)}, { method: 'POST', credentials: 'include', mode: 'no-cors' })
+      .then(() => { document.title = 'sent'; }, () => { document.title = 'sent'; });
+    </script>`;
+  const srv = http.createServer((req, res) => { res.setHeader('Content-Type', 'text/html'); res.end(html); });
+  return new Promise((resolve) => srv.listen(0, '127.0.0.1', () => resolve(srv)));
+}
+
 async function main() {
   const ctx = await chromium.launchPersistentContext(process.env.RM_PROFILE, {
     executablePath: process.env.RM_CHROMIUM,
@@ -50,10 +82,22 @@ async function main() {
   const shot = async (name) => page.screenshot({ path: path.join(SHOTS, name + '.png'), fullPage: true });
 
   try {
-    // ---- jobs (empty) ----
+    // ---- the login page: a wrong token refused, the admin token signs in ----
+    phase = 'login';
     await page.goto(URL_ + '/#/jobs');
+    await page.waitForSelector('#login');
+    await shot('login');
+    await page.fill('#login-token', 'rmt_' + 'x'.repeat(43));
+    await page.click('#login button[type=submit]');
+    await page.waitForFunction(() => document.querySelector('#login-error').textContent.includes('not known'));
+    await page.fill('#login-token', TOKEN);
+    await page.click('#login button[type=submit]');
+    phase = 'jobs';
     await page.waitForSelector('#jobs tbody tr');
-    log('jobs page up');
+    const cookie = (await ctx.cookies(URL_)).find((c) => c.name === 'rm_session');
+    check(cookie && cookie.httpOnly && cookie.sameSite === 'Strict' && cookie.path === '/', 'session cookie: ' + JSON.stringify(cookie));
+    check(!(await page.evaluate(() => document.cookie)).includes('rm_session'), 'the page can read the session cookie');
+    log('signed in through the login page');
 
     // ---- submit: default job prefilled, a bad spec, then a good one ----
     await page.goto(URL_ + '/#/submit');
@@ -151,6 +195,35 @@ async function main() {
     await shot('job-phone');
     await page.setViewportSize({ width: 1280, height: 900 });
 
+    // ---- a cross-origin page POSTs a cancel with the cookie: refused ----
+    phase = 'csrf';
+    const evil = await evilServer(URL_ + '/v1/jobs/' + encodeURIComponent(job) + '/cancel');
+    const evilPage = await ctx.newPage();
+    const answers = [];
+    evilPage.on('response', (r) => { if (r.url().includes('/cancel')) answers.push(r.status()); });
+    await evilPage.goto(`http://127.0.0.1:${evil.address().port}/`);
+    await evilPage.waitForFunction(() => document.title === 'sent', null, { timeout: 10000 });
+    await evilPage.close();
+    evil.close();
+    const still = await api('GET', '/v1/jobs/' + encodeURIComponent(job));
+    check(still.body.state === 'running', 'a cross-origin POST changed the job: ' + still.body.state);
+    log('cross-origin cancel refused (answers seen: ' + JSON.stringify(answers) + ')');
+    // the same with the cookie and a forged Origin, no CSRF header
+    const sessCookie = 'rm_session=' + cookie.value;
+    const cancelPath = '/v1/jobs/' + encodeURIComponent(job) + '/cancel';
+    let st = await rawStatus('POST', cancelPath, { Cookie: sessCookie, Origin: 'http://evil.example' });
+    check(st === 403, 'forged Origin with the cookie: ' + st);
+    st = await rawStatus('POST', cancelPath, { Cookie: sessCookie });
+    check(st === 403, 'the cookie without X-CSRF-Token: ' + st);
+    // DNS rebinding: the cookie with a Host that is not the coordinator's
+    st = await rawStatus('GET', '/v1/jobs', { Cookie: sessCookie, Host: 'evil.example:' + new URL(URL_).port });
+    check(st === 421, 'the cookie with a foreign Host: ' + st);
+    st = await rawStatus('POST', '/v1/session', { Host: 'evil.example', 'Content-Type': 'application/json' });
+    check(st === 421, 'sign-in with a foreign Host: ' + st);
+    check((await api('GET', '/v1/jobs/' + encodeURIComponent(job))).body.state === 'running', 'the job changed');
+    log('forged Origin, missing CSRF and foreign Host refused');
+    phase = 'cancel';
+
     // ---- cancel, with the confirmation ----
     await page.click('#cancel');
     check(await page.isVisible('#confirm-cancel'), 'no confirmation dialog');
@@ -161,9 +234,29 @@ async function main() {
     await page.click('#confirm-yes');
     await page.waitForFunction(() => document.querySelector('#job-state').textContent === 'cancelled', null, { timeout: 30000 });
     log('cancelled from the page');
+    const cancelled = await api('GET', '/v1/jobs/' + encodeURIComponent(job));
+    check(cancelled.body.cancelled_by === 'admin', 'cancelled_by: ' + cancelled.body.cancelled_by);
+
+    // ---- sign in with a one-time code, as `ringctl dashboard` prints it ----
+    phase = 'code';
+    await page.click('#signout');
+    await page.waitForSelector('#login');
+    const code = (await api('POST', '/v1/session/codes')).body.code;
+    check(/^rmc_/.test(code), 'login code ' + code);
+    await page.goto(URL_ + '/?code=' + encodeURIComponent(code) + '#/workers');
+    await page.waitForSelector('#workers');
+    check(!page.url().includes('code='), 'the code stayed in the address bar: ' + page.url());
+    log('signed in by a one-time code; the address is ' + page.url());
+    await ctx.clearCookies();
+    await page.goto(URL_ + '/?code=' + encodeURIComponent(code) + '#/jobs');
+    await page.waitForSelector('#login');
+    const used = await page.textContent('#login-error');
+    check(/already used/.test(used), 'a reused code: ' + used);
+    log('a used code is refused');
 
     const bad400 = (e) => e.phase === 'bad-spec' && /status of 400/.test(e.text);
-    const unexpected = errors.filter((e) => !bad400(e));
+    const want401 = (e) => ['login', 'code'].includes(e.phase) && /status of 401/.test(e.text);
+    const unexpected = errors.filter((e) => !bad400(e) && !want401(e));
     check(unexpected.length === 0, 'console errors: ' + JSON.stringify(unexpected));
     check(foreign.length === 0, 'requests to elsewhere: ' + JSON.stringify(foreign));
     log('ok');

@@ -2,12 +2,17 @@
 driven by playwright-core from clients/web/node_modules; nothing is
 downloaded) against the real ringmasterd and a real `ringworker agent` with
 two CPU slots (tests/cluster/cluster.py starts them on free ports).
-dashboard.mjs drives the browser through: the jobs page, the submit form
+dashboard.mjs drives the browser through: the login page (a wrong token
+refused, the admin token signs in; the cookie is HttpOnly and SameSite=Strict),
+the jobs page, the submit form
 (prefilled with the default job; a bad spec shows its error at the field;
 a small job submitted), the job page (the loss chart gains points, a rank
 killed -9 shows the recovery on the timeline and the job goes on, logs,
-checkpoints), the workers page, and a cancel with its confirmation; no
-console errors on any page. Screenshots of each page go to SHOT_DIR.
+checkpoints), the workers page, a cross-origin page's POST with the cookie
+refused (403: Origin, CSRF), a request with the cookie and a foreign Host
+refused (421), a cancel with its confirmation, and a sign-in by the
+one-time code of `/?code=...` (the code leaves the address bar and works
+once); no console errors on any page beyond the expected 401s. Screenshots of each page go to SHOT_DIR.
 
 Usage: test_dashboard.py --ringmasterd BIN --ringworker BIN --shots DIR
 Exit 77 (skipped) only when node or chromium is not installed.
@@ -57,6 +62,7 @@ def main(cluster, rest):
     env = dict(os.environ)
     env.update({
         "RM_URL": d.url,
+        "RM_TOKEN": d.token,
         "RM_SHOTS": shots,
         "RM_CHROMIUM": CHROMIUM,
         "RM_PROFILE": os.path.join(cluster.workdir, "chromium-profile"),

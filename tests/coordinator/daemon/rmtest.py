@@ -32,8 +32,20 @@ def check(cond, msg):
         raise Failure(msg)
 
 
+# request(token=...) default: the daemon's admin token
+ADMIN = object()
+
+
 class Daemon:
-    """One ringmasterd process. `workdir` holds its database and log."""
+    """One ringmasterd process. `workdir` holds its database and log.
+
+    Authentication is on by default: once the daemon is ready, `token` holds
+    the admin token it wrote to admin.token beside its database (None when
+    there is none, as with --auth off on a fresh folder), and request(),
+    json() and submit() send it as "Authorization: Bearer" unless told
+    otherwise (token=None: no credential; token="rmt_...": that one; an
+    Authorization header given by the caller wins).
+    """
 
     def __init__(self, binary, workdir, db=None, extra_args=(), env=None):
         self.binary = binary
@@ -45,6 +57,44 @@ class Daemon:
         self.port = None
         self.log_path = None
         self.n_starts = 0
+        self.token = None
+
+    @property
+    def admin_token_path(self):
+        return os.path.join(os.path.dirname(self.db), "admin.token")
+
+    def read_token(self):
+        """The admin token from admin.token (None when the file is absent)."""
+        try:
+            with open(self.admin_token_path) as f:
+                self.token = f.read().strip() or None
+        except FileNotFoundError:
+            self.token = None
+        return self.token
+
+    def auth_headers(self, token=ADMIN):
+        """{"Authorization": "Bearer ..."} for `token` (ADMIN: the admin token; None: {})."""
+        t = self.token if token is ADMIN else token
+        return {"Authorization": "Bearer " + t} if t else {}
+
+    def ctl_env(self, token=ADMIN):
+        """The environment to run ringctl against this daemon: RINGMASTER_SERVER
+        and RINGMASTER_TOKEN (the admin token unless told)."""
+        env = dict(os.environ)
+        env["RINGMASTER_SERVER"] = "http://127.0.0.1:%d" % self.port
+        env.pop("RINGMASTER_TOKEN", None)
+        t = self.token if token is ADMIN else token
+        if t:
+            env["RINGMASTER_TOKEN"] = t
+        return env
+
+    def make_token(self, name, role, expires_in_s=None):
+        """A new token of `role` made with the admin token: its 201 document (with "token")."""
+        body = {"name": name, "role": role}
+        if expires_in_s is not None:
+            body["expires_in_s"] = expires_in_s
+        _, _, doc = self.json("POST", "/v1/tokens", body, expect=201)
+        return doc
 
     def start(self, wait=True):
         self.port = free_port()
@@ -53,7 +103,8 @@ class Daemon:
         self.log_path = os.path.join(self.workdir, "daemon-%d.log" % self.n_starts)
         args = [self.binary, "--listen", "127.0.0.1:%d" % self.port,
                 "--broker", "tcp://127.0.0.1:%d" % bport, "--db", self.db,
-                "--log-level", "info", "--submit-rate", "0"] + self.extra_args
+                "--log-level", os.environ.get("RM_LOG_LEVEL", "info"),
+                "--submit-rate", "0"] + self.extra_args
         self.log = open(self.log_path, "wb")
         env = dict(os.environ)
         if self.env:
@@ -69,8 +120,9 @@ class Daemon:
             if self.proc.poll() is not None:
                 raise Failure("ringmasterd exited with %s at start:\n%s" % (self.proc.returncode, self.logtext()))
             try:
-                st, _, _ = self.request("GET", "/readyz", timeout=2)
+                st, _, _ = self.request("GET", "/readyz", timeout=2, token=None)
                 if st == 200:
+                    self.read_token()
                     return
             except OSError:
                 pass
@@ -87,11 +139,12 @@ class Daemon:
     def conn(self, timeout=30):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
-    def request(self, method, path, body=None, headers=None, timeout=30):
+    def request(self, method, path, body=None, headers=None, timeout=30, token=ADMIN):
         """One request on a new connection: (status, headers dict lower-case, body bytes)."""
         c = self.conn(timeout)
         try:
-            h = dict(headers or {})
+            h = self.auth_headers(token)
+            h.update(headers or {})
             if isinstance(body, (dict, list)):
                 body = json.dumps(body).encode()
                 h.setdefault("Content-Type", "application/json")
@@ -104,8 +157,8 @@ class Daemon:
         finally:
             c.close()
 
-    def json(self, method, path, body=None, headers=None, expect=None):
-        st, h, data = self.request(method, path, body, headers)
+    def json(self, method, path, body=None, headers=None, expect=None, token=ADMIN):
+        st, h, data = self.request(method, path, body, headers, token=token)
         if expect is not None:
             check(st == expect, "%s %s: expected %s, got %s: %r" % (method, path, expect, st, data[:500]))
         try:
@@ -114,8 +167,8 @@ class Daemon:
             raise Failure("%s %s: body is not JSON: %r" % (method, path, data[:300]))
         return st, h, doc
 
-    def submit(self, spec=None, headers=None, expect=201):
-        _, _, doc = self.json("POST", "/v1/jobs", spec or SPEC, headers, expect)
+    def submit(self, spec=None, headers=None, expect=201, token=ADMIN):
+        _, _, doc = self.json("POST", "/v1/jobs", spec or SPEC, headers, expect, token=token)
         return doc
 
     def stop(self, sig=signal.SIGTERM, timeout=20):

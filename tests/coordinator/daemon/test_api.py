@@ -10,7 +10,7 @@ from rmtest import Daemon, SPEC, check, problem_of, run
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 JOB_KEYS = {"id", "name", "state", "priority", "world_size", "attempt", "restarts", "spec",
-            "created_at", "updated_at", "state_reason"}
+            "created_at", "updated_at", "state_reason", "submitted_by", "cancelled_by"}
 
 
 def check_job(job):
@@ -72,7 +72,7 @@ def main(binary, workdir, daemons):
             c = d.conn()
             for i in range(n):
                 c.request("POST", "/v1/jobs", body=json.dumps({"name": "bulk", "data": {"train": "t.bin"}}),
-                          headers={"Content-Type": "application/json"})
+                          headers=dict(d.auth_headers(), **{"Content-Type": "application/json"}))
                 r = c.getresponse()
                 body = r.read()
                 if r.status != 201:
@@ -140,7 +140,8 @@ def main(binary, workdir, daemons):
     types = [e["type"] for e in ev["events"]]
     check(types[0] == "submitted" and len(types) >= 2, "event types %r" % types)
     last = ev["events"][-1]
-    check(set(last) == {"id", "type", "at", "from", "to", "reason", "attempt"}, "event keys %r" % last)
+    check(set(last) == {"id", "type", "at", "from", "to", "reason", "attempt", "actor"}, "event keys %r" % last)
+    check(last["actor"] == "admin" and ev["events"][0]["actor"] == "admin", "event actors %r" % ev["events"])
     check(last["to"] == "cancelled" and last["from"] == "queued", "cancel event %r" % last)
     check(RFC3339.match(last["at"]), "event time %r" % last["at"])
     _, _, ev1 = d.json("GET", "/v1/jobs/%s/events?limit=1" % job["id"], expect=200)

@@ -117,15 +117,16 @@ def main(binary, workdir, daemons):
             field = pointer.rsplit("/", 1)[-1]
             check(field in p["detail"], "%s: detail %r does not name %s" % (label, p["detail"], field))
 
+    auth = b"Authorization: Bearer %s\r\n" % d.token.encode()
     # a 2 MiB body sent whole: 413 (the server answers without reading it all)
     body = b"{\"name\": \"" + b"a" * (2 << 20) + b"\"}"
-    st, h, raw = raw_request(port, b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    st, h, raw = raw_request(port, b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
                              b"Content-Length: %d\r\n\r\n" % len(body), [body])
     check(st == 413, "2 MiB body: %s" % st)
     check("limit" in problem_of(h, raw, 413)["detail"], "413 detail")
 
     # 10 MiB body announced by Content-Length: refused before it is sent
-    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
             b"Content-Length: %d\r\n\r\n" % (10 << 20))
     st, h, raw = raw_request(port, head, read_first=True)
     check(st == 413, "10 MiB announced: %s" % st)
@@ -136,7 +137,7 @@ def main(binary, workdir, daemons):
     # 10 MiB chunked (no Content-Length): counted while streaming
     chunk = b"a" * (1 << 20)
     chunks = [b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(10)] + [b"0\r\n\r\n"]
-    head_chunked = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head_chunked = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
                     b"Transfer-Encoding: chunked\r\n\r\n")
     st, h, raw = raw_request(port, head_chunked, chunks)
     check(st == 413, "10 MiB chunked: %s" % st)

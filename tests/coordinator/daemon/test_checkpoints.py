@@ -70,7 +70,7 @@ def checkpoint_events(d, jid):
 
 def ctl(d, ringctl, *args):
     out = subprocess.run([ringctl, "--server", "http://127.0.0.1:%d" % d.port] + list(args),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, env=d.ctl_env())
     return out.returncode, out.stdout.decode(), out.stderr.decode()
 
 

@@ -25,7 +25,8 @@ def main(binary, workdir, daemons):
                 while not stop.is_set():
                     body = json.dumps({"name": "crash-%d-%d" % (k, i), "data": {"train": "c.bin"}})
                     i += 1
-                    c.request("POST", "/v1/jobs", body=body, headers={"Content-Type": "application/json"})
+                    c.request("POST", "/v1/jobs", body=body,
+                              headers=dict(d.auth_headers(), **{"Content-Type": "application/json"}))
                     r = c.getresponse()
                     raw = r.read()
                     if r.status == 201:

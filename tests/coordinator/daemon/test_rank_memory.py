@@ -68,7 +68,7 @@ def scenario(d, sh, ringctl):
 
     # ringctl show: a table of the ranks with their memory, in binary units
     out = subprocess.run([ringctl, "--server", "http://127.0.0.1:%d" % d.port, "show", jid],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, env=d.ctl_env())
     text = out.stdout.decode()
     check(out.returncode == 0, "ringctl show: %s %s" % (out.returncode, out.stderr.decode()))
     lines = text.splitlines()

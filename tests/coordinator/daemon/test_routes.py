@@ -54,7 +54,7 @@ def main(binary, workdir, daemons):
                 if method == "GET" and path.endswith("/stream"):
                     # an event stream does not end: its status and type only
                     c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
-                    c.request("GET", url)
+                    c.request("GET", url, headers=d.auth_headers())
                     r = c.getresponse()
                     check(r.status == 200 and r.getheader("Content-Type") == "text/event-stream",
                           "GET %s: %s %s" % (url, r.status, r.getheader("Content-Type")))

@@ -10,7 +10,9 @@
  * connections while the writer commits, ranks' memory, committed
  * checkpoints (commit, re-commit, delete, list newest first, latest), and
  * traces (insert, the first of a repeated step kept, the per-job row and
- * byte caps with their refusal count, filters by attempt and rank, order).
+ * byte caps with their refusal count, filters by attempt and rank, order),
+ * API tokens (looked up by hash, a live name unique but reusable once
+ * revoked, revocation, last use) and who submitted and cancelled a job.
  */
 #include <errno.h>
 #include <math.h>
@@ -897,6 +899,95 @@ static void test_logs(void)
 	store_close(st);
 }
 
+static int token_names(const store_token_t *t, void *userdata)
+{
+	char *out = userdata;
+	size_t n = strlen(out);
+	snprintf(out + n, 256 - n, "%s%s:%s", n ? "," : "", t->name, t->revoked_at_us ? "revoked" : "live");
+	return 0;
+}
+
+static int actor_fn(const store_event_t *ev, void *userdata)
+{
+	char *out = userdata;
+	size_t n = strlen(out);
+	snprintf(out + n, 256 - n, "%s%s/%s", n ? "," : "", ev->type, ev->actor ? ev->actor : "-");
+	return 0;
+}
+
+/* Tokens (schema 007) and the job's submitted_by / cancelled_by / actor. */
+static void test_tokens(void)
+{
+	char path[512];
+	path_in_tmp(path, sizeof path, "tokens.db");
+	store_t *st = open_writer(path);
+	if (!st)
+		return;
+	store_token_t t;
+	memset(&t, 0, sizeof t);
+	snprintf(t.name, sizeof t.name, "alice");
+	snprintf(t.role, sizeof t.role, "operator");
+	snprintf(t.prefix, sizeof t.prefix, "rmt_abcdefgh");
+	memset(t.hash, 0xab, sizeof t.hash);
+	t.created_at_us = 1000;
+	t.expires_at_us = 5000;
+	int64_t n = -1;
+	CHECK(store_token_count(st, &n) == 0 && n == 0, "a new database has %lld tokens", (long long)n);
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(store_token_insert(st, &t) == 0 && t.id > 0, "insert: %s", store_errmsg(st));
+	store_token_t dup = t;
+	memset(dup.hash, 0xcd, sizeof dup.hash);
+	CHECK(store_token_insert(st, &dup) == -EEXIST, "a second live token named alice");
+	CHECK(store_commit(st) == 0, "commit");
+
+	store_token_t got;
+	unsigned char other[32];
+	memset(other, 0x11, sizeof other);
+	CHECK(store_token_by_hash(st, other, &got) == -ENOENT, "an unknown hash found");
+	CHECK(store_token_by_hash(st, t.hash, &got) == 0 && got.id == t.id && strcmp(got.name, "alice") == 0 &&
+	          strcmp(got.role, "operator") == 0 && got.expires_at_us == 5000 && got.revoked_at_us == 0 &&
+	          got.last_used_at_us == 0 && memcmp(got.hash, t.hash, 32) == 0,
+	      "token read back differs");
+	CHECK(store_begin(st) == 0, "begin");
+	CHECK(store_token_touch(st, t.id, 1500) == 0, "touch");
+	CHECK(store_token_revoke(st, t.id, 2000) == 0, "revoke");
+	CHECK(store_token_revoke(st, t.id, 2001) == -ENOENT, "revoked twice");
+	CHECK(store_token_insert(st, &dup) == 0, "the name of a revoked token cannot be given again");
+	CHECK(store_token_insert(st, &dup) == -EEXIST, "the same hash twice");
+	CHECK(store_commit(st) == 0, "commit");
+	CHECK(store_token_get(st, t.id, &got) == 0 && got.revoked_at_us == 2000 && got.last_used_at_us == 1500,
+	      "revocation or last use not stored");
+	char names[256] = "";
+	CHECK(store_token_list(st, token_names, names) == 0 && strcmp(names, "alice:revoked,alice:live") == 0,
+	      "list: %s", names);
+
+	/* a job submitted by one token, cancelled by another */
+	store_job_t job;
+	memset(&job, 0, sizeof job);
+	snprintf(job.id, sizeof job.id, "j-tok");
+	job.name = (char *)"x";
+	job.spec_json = (char *)"{}";
+	job.world_size = 1;
+	job.created_at_us = 1000;
+	job.submitted_by = (char *)"alice";
+	CHECK(store_begin(st) == 0 && store_job_insert(st, &job) == 0, "insert job: %s", store_errmsg(st));
+	CHECK(store_job_count_queued_by(st, "alice", &n) == 0 && n == 1, "alice's queued jobs: %lld", (long long)n);
+	CHECK(store_job_cancel(st, "j-tok", "bob", "cancelled by request", 3000) == 0, "cancel");
+	CHECK(store_job_cancel(st, "j-none", "bob", "x", 3000) == -ENOENT, "cancel of no job");
+	CHECK(store_commit(st) == 0, "commit");
+	CHECK(store_job_count_queued_by(st, "alice", &n) == 0 && n == 0, "alice's queued jobs after the cancel");
+	CHECK(store_job_get(st, "j-tok", &job) == 0 && job.state == STORE_JOB_CANCELLED &&
+	          strcmp(job.submitted_by, "alice") == 0 && strcmp(job.cancelled_by, "bob") == 0,
+	      "submitted_by / cancelled_by not stored");
+	store_job_clear(&job);
+	char actors[256] = "";
+	bool more = false;
+	CHECK(store_event_list(st, "j-tok", 0, 10, actor_fn, actors, &more) == 0 &&
+	          strcmp(actors, "submitted/alice,state/bob") == 0,
+	      "event actors: %s", actors);
+	store_close(st);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/test-store-XXXXXX");
@@ -913,6 +1004,7 @@ int main(void)
 	test_memory_and_checkpoints();
 	test_traces();
 	test_logs();
+	test_tokens();
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)
