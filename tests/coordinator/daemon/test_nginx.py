@@ -85,11 +85,8 @@ class ViaNginx(rmtest.Daemon):
         import http.client
         return http.client.HTTPSConnection("localhost", self.nginx_port, timeout=timeout, context=self.ctx)
 
-    def request(self, method, path, body=None, headers=None, timeout=30):
-        h = dict(headers or {})
-        if self.token:
-            h.setdefault("Authorization", "Bearer " + self.token)
-        return rmtest.Daemon.request(self, method, path, body, h, timeout)
+    def request(self, method, path, body=None, headers=None, timeout=30, token=rmtest.ADMIN):
+        return rmtest.Daemon.request(self, method, path, body, headers, timeout, token=token)
 
 
 def main(binary, workdir, daemons):
