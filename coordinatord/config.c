@@ -28,6 +28,7 @@ void config_defaults(config_t *cfg)
 	cfg->stream_keepalive_ms = CONFIG_DEFAULT_STREAM_KEEPALIVE_MS;
 	cfg->heartbeat_ms = CONFIG_DEFAULT_HEARTBEAT_MS;
 	cfg->heartbeat_misses = CONFIG_DEFAULT_HEARTBEAT_MISSES;
+	cfg->broker_auth = true;
 	cfg->metrics_every = CONFIG_DEFAULT_METRICS_EVERY;
 	cfg->restart_backoff_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MS;
 	cfg->restart_backoff_max_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MAX_MS;
@@ -169,11 +170,23 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 			return 0;
 		}
 		snprintf(err, errlen, "%s: %s must be an integer from 0 to %ld (got \"%s\")", origin, key, hi, value);
+	} else if (strcmp(key, "broker_auth") == 0) {
+		if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
+			cfg->broker_auth = strcmp(value, "on") == 0;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: broker_auth must be on or off (got \"%s\")", origin, value);
+	} else if (strcmp(key, "insecure") == 0) {
+		if (strcmp(value, "true") == 0 || strcmp(value, "false") == 0) {
+			cfg->insecure = strcmp(value, "true") == 0;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: insecure must be true or false (got \"%s\")", origin, value);
 	} else {
 		snprintf(err, errlen,
 		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, max_streams, stream_keepalive_ms, "
 		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
-		         "restart_grace_ms)",
+		         "restart_grace_ms, broker_auth, insecure)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -257,6 +270,9 @@ static void print_help(const char *argv0)
 	       "  --restart-grace-ms MS  time a failed attempt's ranks get to exit (default 5000)\n"
 	       "  --max-streams N     Server-Sent Events streams open at once, 503 past it (default 256)\n"
 	       "  --stream-keepalive-ms MS  the streams' keep-alive comment interval (default 15000)\n"
+	       "  --broker-auth on|off  CurveZMQ and enrolled keys on the broker (default on; off only\n"
+	       "                      for a loopback, ipc:// or inproc:// broker unless --insecure)\n"
+	       "  --insecure          accept an off switch on a non-loopback address (logged at start)\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -267,7 +283,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                      size_t errlen)
 {
 	enum { OPT_CONFIG = 1000, OPT_LISTEN, OPT_BROKER, OPT_DB, OPT_LOG_LEVEL, OPT_ROUTES, OPT_HB_MS,
-	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE };
+	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE,
+	       OPT_BROKER_AUTH, OPT_INSECURE };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -283,6 +300,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"restart-grace-ms", required_argument, NULL, OPT_GRACE},
 		{"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
 		{"stream-keepalive-ms", required_argument, NULL, OPT_KEEPALIVE},
+		{"broker-auth", required_argument, NULL, OPT_BROKER_AUTH},
+		{"insecure", no_argument, NULL, OPT_INSECURE},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -336,6 +355,8 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_GRACE: key = "restart_grace_ms"; origin = "--restart-grace-ms"; break;
 		case OPT_MAX_STREAMS: key = "max_streams"; origin = "--max-streams"; break;
 		case OPT_KEEPALIVE: key = "stream_keepalive_ms"; origin = "--stream-keepalive-ms"; break;
+		case OPT_BROKER_AUTH: key = "broker_auth"; origin = "--broker-auth"; break;
+		case OPT_INSECURE: key = "insecure"; origin = "--insecure"; optarg = (char *)"true"; break;
 		default: break;
 		}
 		if (key) {

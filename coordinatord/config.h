@@ -61,6 +61,8 @@ typedef struct {
 	int restart_grace_ms;       /* 0 .. 600000 */
 	int max_streams;            /* 1 .. 100000: open SSE streams at once */
 	int stream_keepalive_ms;    /* 100 .. 600000: the SSE keep-alive comment */
+	bool broker_auth;           /* --broker-auth on|off (CurveZMQ + ZAP on the broker; default on) */
+	bool insecure;              /* --insecure: allow an off switch on a non-loopback address */
 } config_t;
 
 typedef enum {
