@@ -416,7 +416,8 @@ int wire_recv_peer(void *sock, int flags, unsigned char *ret_identity, size_t *r
 	size_t first = 0;
 	if (ret_user_id && user_id_len > 0) {
 		/* the connection's authenticated User-Id (set by the ZAP handler) */
-		const char *uid = n > 0 ? zmq_msg_gets(&parts[0], "User-Id") : NULL;
+		/* a frame the peer sent: a ROUTER's identity frame carries no metadata */
+		const char *uid = n > 0 ? zmq_msg_gets(&parts[n - 1], "User-Id") : NULL;
 		snprintf(ret_user_id, user_id_len, "%s", uid ? uid : "");
 	}
 	if (ret_identity) {
