@@ -13,6 +13,7 @@
 #include "commands_follow.h"
 #include "commands_jobs.h"
 #include "commands_status.h"
+#include "commands_workers.h"
 #include "export.h"
 
 /* ---- the command table ---------------------------------------------------- */
@@ -44,6 +45,10 @@ static const cmd_t commands[] = {
 	 "Download the Chrome trace of a job's profiled steps (its spec's profile range) to FILE"
 	 " (default: stdout); open it in https://ui.perfetto.dev."},
 	{"workers", cmd_run_workers, "", "List the worker nodes known to the coordinator."},
+	{"worker", cmd_run_worker, "enroll [--uses N] [--expires DUR] | keys | add-key NAME PUBLIC_KEY | revoke ID",
+	 "The workers' CURVE keys (admin): enroll prints a one-time join token for `ringworker agent"
+	 " --join-token` (default 1 use, 1h); keys lists the enrolled keys; add-key enrolls an agent's"
+	 " public key (its state folder's agent.pub); revoke drops that agent and refuses its key."},
 	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] -o FILE",
 	 "Write a snapshot's model weights as one Hugging Face safetensors file (reads the"
 	 " checkpoint folder, verifies checksums; JOB's snapshot is where the coordinator lists it,"
