@@ -211,6 +211,8 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 	a->key_id = f->opt.auth ? f->peer.key_id : 0;
 	free(a->ckpt_root);
 	a->ckpt_root = root ? strdup(json_string_value(root)) : NULL;
+	if (f->opt.auth && fabric_tx(f)) /* kept for a restart of the coordinator */
+		fabric_wrote(f, store_key_set_root(f->st, a->key_id, a->ckpt_root), "key checkpoint root");
 	free(a->devices);
 	a->devices = devs;
 	a->n_devices = n_devs;

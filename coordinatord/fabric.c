@@ -456,6 +456,15 @@ static int load_worker(const store_worker_t *w, void *userdata)
 	a->devices = devs;
 	a->n_devices = n;
 	a->alive = true;
+	store_key_t k;
+	if (c->f->opt.auth && store_key_for_node(c->f->st, w->node, &k) == 0) {
+		a->key_id = k.id; /* its ranks may speak before it registers again */
+		char root[4096];
+		if (store_key_root(c->f->st, k.id, root, sizeof root) == 0 && root[0]) {
+			free(a->ckpt_root);
+			a->ckpt_root = strdup(root);
+		}
+	}
 	a->last_seen_mono_us = clock_mono_us(); /* dead_after intervals from now to speak again */
 	a->last_seen_wall_us = w->has_heartbeat ? w->last_heartbeat_us : clock_wall_us();
 	return 0;

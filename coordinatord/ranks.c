@@ -325,7 +325,7 @@ static bool rank_key_matches(fabric_t *f, const char *ident, wire_type_t type, a
 	                  wire_type_name(type), ident, (long long)f->peer.key_id,
 	                  rr && rr->agent ? rr->agent->node : "no node", (long long)owner);
 	fabric_send_error(f, ident, strlen(ident), 403, "this rank identity belongs to another agent's key");
-	if (rr && rr->joined && !rr->done && !at->failed) {
+	if (owner && rr->joined && !rr->done && !at->failed) {
 		snprintf(cause, sizeof cause, "rank %d lost: its identity was taken over by key %lld", rank,
 		         (long long)f->peer.key_id);
 		attempt_failed(f, at, cause, NULL, 0);

@@ -114,6 +114,31 @@ int store_key_bind_node(store_t *st, int64_t id, const char *node)
 	return run(st, s, true);
 }
 
+int store_key_set_root(store_t *st, int64_t id, const char *root)
+{
+	sqlite3_stmt *s = prepare(st, "UPDATE agent_keys SET checkpoint_root = ?2 WHERE id = ?1 "
+	                              "AND checkpoint_root IS NOT ?2");
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	bind_text_or_null(s, 2, root);
+	return run(st, s, false);
+}
+
+int store_key_root(store_t *st, int64_t id, char *out, size_t n)
+{
+	sqlite3_stmt *s = prepare(st, "SELECT coalesce(checkpoint_root, '') FROM agent_keys WHERE id = ?1");
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	int rc = sqlite3_step(s);
+	int r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : -EIO;
+	if (r == 0)
+		snprintf(out, n, "%s", (const char *)sqlite3_column_text(s, 0));
+	sqlite3_finalize(s);
+	return r;
+}
+
 int store_key_touch(store_t *st, int64_t id, int64_t now_us)
 {
 	sqlite3_stmt *s = prepare(st, "UPDATE agent_keys SET last_used_at_us = ?2 WHERE id = ?1");

@@ -11,6 +11,7 @@
 #define RINGMASTER_COORDINATORD_STORE_KEYS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "store.h"
@@ -44,6 +45,11 @@ int store_key_for_node(store_t *st, const char *node, store_key_t *ret);
 
 /* Writer: bind key `id` to `node` (only when it has no node yet). */
 int store_key_bind_node(store_t *st, int64_t id, const char *node);
+
+/* Writer: record the checkpoint root (NULL: none) key `id`'s agent
+ * reported; read it back into `out` (`n` bytes; "" when none). */
+int store_key_set_root(store_t *st, int64_t id, const char *root);
+int store_key_root(store_t *st, int64_t id, char *out, size_t n);
 
 /* Writer: note a handshake of key `id` at `now_us`. */
 int store_key_touch(store_t *st, int64_t id, int64_t now_us);

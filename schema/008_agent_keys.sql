@@ -12,6 +12,7 @@ CREATE TABLE agent_keys (
 	name            TEXT    NOT NULL,
 	public_key      TEXT    NOT NULL UNIQUE CHECK (length(public_key) = 40),
 	node            TEXT,
+	checkpoint_root TEXT,
 	created_at_us   INTEGER NOT NULL,
 	last_used_at_us INTEGER,
 	revoked_at_us   INTEGER

@@ -62,7 +62,7 @@ static int s_enroll(void *zctx, const char *endpoint, const char *node, const ch
 	void *mon = NULL;
 	char mon_ep[64];
 	snprintf(mon_ep, sizeof mon_ep, "inproc://ringworker-enroll-%d", (int)getpid());
-	int rc = RM_EXIT_USAGE, refusals = 0;
+	int rc = RM_EXIT_USAGE;
 	for (int tries = 0;; tries++) {
 		if (!mon && zmq_socket_monitor(fabric_socket(fab), mon_ep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
 			mon = zmq_socket(zctx, ZMQ_PAIR);
@@ -79,7 +79,7 @@ static int s_enroll(void *zctx, const char *endpoint, const char *node, const ch
 			wire_type_t type;
 			json_t *ans = NULL;
 			int r = fabric_recv(fab, 200, &type, &ans, err, sizeof err);
-			if (mon && s_auth_refused(mon) && ++refusals >= 2) {
+			if (mon && s_auth_refused(mon)) {
 				fprintf(log, "ringworker agent: error: the coordinator refused this key: the join token is "
 				        "unknown, already used or expired (and no other is live); ask an admin for a new one "
 				        "(ringctl worker enroll)\n");
