@@ -20,9 +20,11 @@ KEYS = {
     "log_level": lambda v: v in ("error", "warn", "info", "debug"),
     "max_body_bytes": lambda v: v.isdigit() and 1024 <= int(v) <= 1 << 30,
     "http_threads": lambda v: v.isdigit() and 1 <= int(v) <= 256,
+    "broker_auth": lambda v: v in ("on", "off"),
 }
 DEFAULTS = {"listen": "127.0.0.1:8080", "broker": "tcp://127.0.0.1:5555",
-            "log_level": "info", "max_body_bytes": "1048576", "http_threads": "4"}
+            "log_level": "info", "max_body_bytes": "1048576", "http_threads": "4",
+            "broker_auth": "on"}
 
 
 def main():
