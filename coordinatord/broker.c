@@ -200,8 +200,20 @@ broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 		goto fail;
 	zmq_setsockopt(b->router, ZMQ_LINGER, &linger, sizeof linger);
 	zmq_setsockopt(b->router, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
-	int one = 1; /* a reconnecting agent's new connection takes over its identity */
-	zmq_setsockopt(b->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+	if (!cfg->broker_auth) {
+		int one = 1; /* a reconnecting agent's new connection takes over its identity */
+		zmq_setsockopt(b->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+	} else {
+		/* No handover with keys: a second connection can never take a live
+		 * identity over (another enrolled key would silence an agent or a
+		 * rank). A reconnecting peer's old connection is gone once its FIN
+		 * arrives, or once ZMTP heartbeats find it dead within the agents'
+		 * own liveness window. */
+		int ivl = cfg->heartbeat_ms, timeout = cfg->heartbeat_ms * cfg->heartbeat_misses;
+		zmq_setsockopt(b->router, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+		zmq_setsockopt(b->router, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+		zmq_setsockopt(b->router, ZMQ_HEARTBEAT_TTL, &timeout, sizeof timeout);
+	}
 	if (zmq_bind(b->router, endpoint) != 0) {
 		snprintf(err, errlen, "cannot bind the broker to %s: %s", endpoint, zmq_strerror(zmq_errno()));
 		goto fail;
