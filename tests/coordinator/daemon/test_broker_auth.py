@@ -7,7 +7,9 @@ a key once (a used or unknown token is refused); a key speaks for one node;
 an enrolled agent cannot report for another agent's rank or another job
 (refused, logged, job unchanged); a forged SNAPSHOT_COMMITTED path is not
 stored (the coordinator derives the path); another key cannot take a live
-agent or rank identity over (no ROUTER handover with keys); a revoked key is
+agent or rank identity over (no ROUTER handover with keys), and a rank
+identity spoken by another key once its connection is gone fails the
+attempt (the silenced rank is noticed); a revoked key is
 dropped and refused; --broker-auth off is refused on a non-loopback
 endpoint."""
 import json
@@ -192,6 +194,25 @@ def scenario(d, sh):
     sh.expect("r%d" % on_a1, "KV_OK", what="the real rank is still heard")
     sh.close("evil")
     sh.close("evil_a")
+    # once the real rank's connection is gone, another key speaking on its
+    # identity is refused, and the rank nobody hears any more fails its
+    # attempt (a rank death) instead of leaving the job running forever
+    sh.close("r%d" % on_a1)
+    sh.sleep(300)
+    sh.curve_dealer("evil2", "rank/%s/1/%d" % (jid, on_a1), broker, g_pub, g_sec)
+    sh.send("evil2", "DONE", {"step": 10, "loss": 0.1})
+    e = sh.expect("evil2", "ERROR", what="DONE from another key on a free rank identity")
+    check(e["code"] == 403, "forged DONE: %r" % e)
+    wait_log(d, "refused DONE on identity rank/%s/1/%d" % (jid, on_a1))
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        doc = d.json("GET", "/v1/jobs/" + jid, expect=200)[2]
+        if "taken over" in (doc.get("state_reason") or ""):
+            break
+        time.sleep(0.05)
+    check(doc["state"] != "succeeded" and "taken over" in (doc.get("state_reason") or ""),
+          "the silenced rank is noticed: %s %r" % (doc["state"], doc.get("state_reason")))
+    sh.close("evil2")
 
     # 5. revocation: n2 is dropped and refused at its next handshake
     st, _, _ = d.json("POST", "/v1/workers/keys/%d/revoke" % g["id"])
