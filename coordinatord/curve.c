@@ -21,6 +21,7 @@
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define REFUSAL_SLOTS 64
 #define REFUSAL_EVERY_US (60LL * 1000 * 1000)
+#define REFUSAL_LINES_PER_MINUTE 60 /* in all: a peer making new keys cannot flood the log */
 
 struct curve {
 	void *zap;
@@ -161,6 +162,8 @@ typedef struct {
 } refusal_t;
 
 static refusal_t s_refusals[REFUSAL_SLOTS];
+static int64_t s_window_us; /* the current minute of the overall cap */
+static int s_window_lines, s_suppressed;
 
 void curve_log_refusal(const char *who, const char *fmt, ...)
 {
@@ -187,6 +190,26 @@ void curve_log_refusal(const char *who, const char *fmt, ...)
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
 	log_warn("broker auth: %s", line);
+}
+
+/* Whether a refusal of a key nobody enrolled may be logged: at most
+ * REFUSAL_LINES_PER_MINUTE a minute in all, since such a peer can make a
+ * new key for every connection; one line then counts the rest. */
+static bool unknown_budget(void)
+{
+	int64_t now = clock_mono_us();
+	if (now - s_window_us >= REFUSAL_EVERY_US) {
+		if (s_suppressed)
+			log_warn("broker auth: %d more refusal(s) of unknown keys in the last minute were not logged",
+			         s_suppressed);
+		s_window_us = now;
+		s_window_lines = s_suppressed = 0;
+	}
+	if (++s_window_lines > REFUSAL_LINES_PER_MINUTE) {
+		s_suppressed++;
+		return false;
+	}
+	return true;
 }
 
 /* ---- ZAP (RFC 27) ---- */
@@ -233,7 +256,8 @@ static void decide(curve_t *c, const char *mechanism, const uint8_t *client_key,
 	user[0] = '\0';
 	if (strcmp(mechanism, "CURVE") != 0 || key_len != 32) {
 		snprintf(text, tlen, "CURVE required");
-		curve_log_refusal(address, "refused a %s handshake from %s: the broker requires CURVE", mechanism,
+		if (unknown_budget())
+			curve_log_refusal(address, "refused a %s handshake from %s: the broker requires CURVE", mechanism,
 		                  address);
 		return;
 	}
@@ -262,7 +286,8 @@ static void decide(curve_t *c, const char *mechanism, const uint8_t *client_key,
 		return;
 	}
 	snprintf(text, tlen, "key not enrolled");
-	curve_log_refusal(z85, "refused key %s from %s: not enrolled (ringctl worker enroll prints a join token; "
+	if (unknown_budget())
+		curve_log_refusal(z85, "refused key %s from %s: not enrolled (ringctl worker enroll prints a join token; "
 	                  "an admin can also add the key)", z85, address);
 }
 

@@ -71,7 +71,8 @@ void curve_handle_zap(curve_t *c);
 void curve_peer_parse(const char *user_id, curve_peer_t *ret);
 
 /* Log a refusal about `who` (a key, an identity: any text) at warning
- * level, at most once a minute per `who`; the line is `fmt` formatted. */
+ * level, at most once a minute per `who`; the line is `fmt` formatted.
+ * (Refusals of unknown keys are also capped at 60 lines a minute in all.) */
 void curve_log_refusal(const char *who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
