@@ -108,8 +108,11 @@ int wkeys_load_or_create(const char *dir, fabric_keys_t *keys, bool *ret_created
 		snprintf(text, sizeof text, "%s\n", pub);
 		if (write_file(dir, "agent.pub", text, 0644, err, errlen) < 0)
 			return -EIO;
+		snprintf(keys->public_key, sizeof keys->public_key, "%s", pub);
+		snprintf(keys->secret_key, sizeof keys->secret_key, "%s", sec);
+		sodium_memzero(sec, sizeof sec);
 		*ret_created = true;
-		return wkeys_load_or_create(dir, keys, ret_created, err, errlen) == 0 ? (*ret_created = true, 0) : -EIO;
+		return 0;
 	}
 	if (r == -EPERM) {
 		snprintf(err, errlen, "%s/agent.key is not a regular file readable by this user only: chmod 600 it", dir);
