@@ -51,7 +51,8 @@ typedef struct {
 
 /* Indexed by wire_type_t; entry 0 unused. */
 static const type_desc_t types[WIRE_N_TYPES + 1] = {
-	[WIRE_REGISTER] = {"REGISTER", {{"node", F_STR}, {"devices", F_ARR}, {"ranks", F_ARR}}},
+	[WIRE_REGISTER] = {"REGISTER",
+	                   {{"node", F_STR}, {"devices", F_ARR}, {"ranks", F_ARR}, {"checkpoint_root", F_STR, OPT}}},
 	[WIRE_HEARTBEAT] = {"HEARTBEAT", {{"node", F_STR}}},
 	[WIRE_RANK_EXITED] = {"RANK_EXITED",
 	                      {{"job", F_STR},
@@ -120,6 +121,8 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	[WIRE_SNAPSHOT_FAILED] = {"SNAPSHOT_FAILED", {{"step", F_UINT}, {"error", F_STR}, {"failure", F_UINT, OPT}}},
 	[WIRE_LOGS] = {"LOGS",
 	               {{"job", F_STR}, {"attempt", F_INT}, {"rank", F_INT}, {"lines", F_ARR}, {"dropped", F_UINT}}},
+	[WIRE_ENROLL] = {"ENROLL", {{"node", F_STR}, {"token", F_STR}}},
+	[WIRE_ENROLLED] = {"ENROLLED", {{"key_id", F_UINT}, {"node", F_STR}}},
 	[WIRE_TRACE] = {"TRACE",
 	                {{"step", F_UINT}, {"start_unix_us", F_UINT}, {"dur_us", F_UNUM}, {"events", F_ARR}}},
 };
@@ -372,6 +375,14 @@ int wire_send_error(void *sock, const void *identity, size_t identity_len, int c
 int wire_recv(void *sock, int flags, unsigned char *ret_identity, size_t *ret_identity_len,
               wire_type_t *ret_type, json_t **ret_payload, char *err, size_t errlen)
 {
+	return wire_recv_peer(sock, flags, ret_identity, ret_identity_len, NULL, 0, ret_type, ret_payload, err,
+	                      errlen);
+}
+
+int wire_recv_peer(void *sock, int flags, unsigned char *ret_identity, size_t *ret_identity_len,
+                   char *ret_user_id, size_t user_id_len, wire_type_t *ret_type, json_t **ret_payload,
+                   char *err, size_t errlen)
+{
 	zmq_msg_t parts[MAX_RECV_PARTS];
 	size_t n = 0, dropped = 0;
 	int rc = 0;
@@ -403,6 +414,12 @@ int wire_recv(void *sock, int flags, unsigned char *ret_identity, size_t *ret_id
 	}
 
 	size_t first = 0;
+	if (ret_user_id && user_id_len > 0) {
+		/* the connection's authenticated User-Id (set by the ZAP handler) */
+		/* a frame the peer sent: a ROUTER's identity frame carries no metadata */
+		const char *uid = n > 0 ? zmq_msg_gets(&parts[n - 1], "User-Id") : NULL;
+		snprintf(ret_user_id, user_id_len, "%s", uid ? uid : "");
+	}
 	if (ret_identity) {
 		size_t len = zmq_msg_size(&parts[0]);
 		if (len > WIRE_MAX_IDENTITY_BYTES)

@@ -31,6 +31,14 @@
  *                ranks:[{job:str, attempt:int, rank:int, pid:int}]  (ranks it runs now);
  *                optional memory_bytes:uint (host memory it offers its ranks: the
  *                coordinator's memory fit; absent or 0: unknown, not limited)
+ *                optional checkpoint_root:str (the agent's --checkpoint-root:
+ *                the coordinator derives a committed snapshot's folder from
+ *                it, <root>/<job>/step-<NNNNNNNN>, never from a message)
+ *   ENROLL       node:str, token:str (a join token, rmj_...): sent once, on
+ *                the identity enroll/<node>, by an agent whose CURVE key is not
+ *                enrolled yet (docs/workers.md); answered ENROLLED or ERROR
+ *                (403: token unknown, used or expired; 409: the node is
+ *                another key's)
  *   HEARTBEAT    node:str
  *   RANK_EXITED  job:str, attempt:int, rank:int,
  *                exit_code:int (-1 when killed by a signal), signal:int (0 when exited),
@@ -41,6 +49,8 @@
  *                the status means; without it the coordinator derives it from
  *                exit_code and signal with rm_exit_failure)
  * coordinator -> agent
+ *   ENROLLED     key_id:uint, node:str: the sender's public key is enrolled
+ *                for node; it reconnects and REGISTERs with that key
  *   REGISTERED   heartbeat_ms:int, dead_after:int
  *   SPAWN        job:str, attempt:int, rank:int, world_size:int,
  *                device:{kind:str, index:int}   (the agent picks the rank's
@@ -237,9 +247,11 @@ typedef enum {
 	WIRE_TRACE,
 	WIRE_SNAPSHOT_FAILED,
 	WIRE_LOGS,
+	WIRE_ENROLL,
+	WIRE_ENROLLED,
 } wire_type_t;
 
-#define WIRE_N_TYPES 26 /* the highest wire_type_t */
+#define WIRE_N_TYPES 28 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);
@@ -295,6 +307,16 @@ int wire_send(void *sock, const void *identity, size_t identity_len, wire_type_t
  */
 int wire_recv(void *sock, int flags, unsigned char *ret_identity, size_t *ret_identity_len,
               wire_type_t *ret_type, json_t **ret_payload, char *err, size_t errlen);
+
+/*
+ * wire_recv, and on a CURVE server also the connection's authenticated
+ * User-Id (zmq_msg_gets "User-Id", set by the ZAP handler) into
+ * `ret_user_id` (`user_id_len` bytes, "" when there is none), whenever the
+ * identity is set.
+ */
+int wire_recv_peer(void *sock, int flags, unsigned char *ret_identity, size_t *ret_identity_len,
+                   char *ret_user_id, size_t user_id_len, wire_type_t *ret_type, json_t **ret_payload,
+                   char *err, size_t errlen);
 
 /* Send ERROR {code, detail} to `identity` (NULL on a DEALER). 0 or -errno. */
 int wire_send_error(void *sock, const void *identity, size_t identity_len, int code,

@@ -14,6 +14,7 @@
 #include "commands_jobs.h"
 #include "commands_status.h"
 #include "commands_tokens.h"
+#include "commands_workers.h"
 #include "export.h"
 
 /* ---- the command table ---------------------------------------------------- */
@@ -50,6 +51,10 @@ static const cmd_t commands[] = {
 	 " without their secrets, revoke refuses one from the next request on."},
 	{"dashboard", cmd_run_dashboard, "",
 	 "Print the dashboard's address with a one-time login code (60 seconds) that signs a browser in."},
+	{"worker", cmd_run_worker, "enroll [--uses N] [--expires DUR] | keys | add-key NAME PUBLIC_KEY | revoke ID",
+	 "The workers' CURVE keys (admin): enroll prints a one-time join token for `ringworker agent"
+	 " --join-token` (default 1 use, 1h); keys lists the enrolled keys; add-key enrolls an agent's"
+	 " public key (its state folder's agent.pub); revoke drops that agent and refuses its key."},
 	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] -o FILE",
 	 "Write a snapshot's model weights as one Hugging Face safetensors file (reads the"
 	 " checkpoint folder, verifies checksums; JOB's snapshot is where the coordinator lists it,"

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "attempt.h"
 #include "feed.h"
+#include "store_keys.h"
 
 static int device_cmp(const void *x, const void *y)
 {
@@ -121,6 +122,43 @@ device_t *agents_device(agent_t *a, int kind, int index)
 	return NULL;
 }
 
+/*
+ * --broker-auth on: bind `node` to the sender's key at its REGISTER. A key
+ * speaks for one node (set at enrollment, or at its first REGISTER) and a
+ * node for one live key. true when the sender may speak for `node`; false
+ * when it was refused (answered 403 and logged).
+ */
+static bool bind_key(fabric_t *f, const char *ident, const char *node)
+{
+	char detail[512];
+	store_key_t k, other;
+	int r = store_key_get(f->st, f->peer.key_id, &k);
+	if (r == 0 && k.revoked_at_us)
+		r = -EACCES;
+	if (r == 0 && k.node[0] && strcmp(k.node, node) != 0) {
+		snprintf(detail, sizeof detail, "key %lld is enrolled for node %s, not %.100s", (long long)k.id, k.node, node);
+		r = -EPERM;
+	} else if (r == 0 && !k.node[0]) {
+		if (store_key_for_node(f->st, node, &other) == 0 && other.id != k.id) {
+			snprintf(detail, sizeof detail, "node %.100s is enrolled with another key (id %lld)", node,
+			         (long long)other.id);
+			r = -EPERM;
+		} else if (fabric_tx(f)) {
+			fabric_wrote(f, store_key_bind_node(f->st, k.id, node), "key bound to node");
+			log_info("agent %s: key %lld bound to this node", node, (long long)k.id);
+		}
+	} else if (r < 0) {
+		snprintf(detail, sizeof detail, "key %lld is not enrolled (revoked?)", (long long)f->peer.key_id);
+	}
+	if (r == 0)
+		return true;
+	char who[32];
+	snprintf(who, sizeof who, "key:%lld", (long long)f->peer.key_id);
+	curve_log_refusal(who, "refused REGISTER of agent/%.100s: %s", node, detail);
+	fabric_send_error(f, ident, strlen(ident), 403, detail);
+	return false;
+}
+
 static void on_register(fabric_t *f, const char *ident, const char *node, json_t *p)
 {
 	char detail[512];
@@ -129,6 +167,15 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 		snprintf(detail, sizeof detail, "REGISTER node \"%.100s\" does not match the identity agent/%.100s",
 		         pnode, node);
 		fabric_send_error(f, ident, strlen(ident), 400, detail);
+		return;
+	}
+	if (f->opt.auth && !bind_key(f, ident, node))
+		return;
+	json_t *root = json_object_get(p, "checkpoint_root");
+	if (root && (json_string_length(root) == 0 || json_string_length(root) > 4000 ||
+	             json_string_value(root)[0] != '/' || strlen(json_string_value(root)) != json_string_length(root))) {
+		fabric_send_error(f, ident, strlen(ident), 400,
+		                  "REGISTER: checkpoint_root must be an absolute path of at most 4000 bytes, without NUL");
 		return;
 	}
 	device_t *devs = NULL;
@@ -161,6 +208,11 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 		return;
 	}
 	bool was_alive = a->alive;
+	a->key_id = f->opt.auth ? f->peer.key_id : 0;
+	free(a->ckpt_root);
+	a->ckpt_root = root ? strdup(json_string_value(root)) : NULL;
+	if (f->opt.auth && fabric_tx(f)) /* kept for a restart of the coordinator */
+		fabric_wrote(f, store_key_set_root(f->st, a->key_id, a->ckpt_root), "key checkpoint root");
 	free(a->devices);
 	a->devices = devs;
 	a->n_devices = n_devs;
@@ -265,6 +317,40 @@ static void describe_exit(char *out, size_t n, int rank, int exit_code, int sig,
 		snprintf(out, n, "rank %d exited with status %d", rank, exit_code);
 }
 
+/*
+ * Whether rank `rank` of `job`'s attempt `att` was placed on agent `a`
+ * (the live attempt's placement, else the ranks table). A report about
+ * another agent's rank or an unknown one is refused: ERROR 403, logged,
+ * nothing changed.
+ */
+static bool agent_owns_rank(fabric_t *f, agent_t *a, const char *job, int att, int rank, const char *what)
+{
+	attempt_t *at = smap_get(&f->attempts, job);
+	bool own;
+	const char *placed = "nowhere";
+	char node[WIRE_MAX_IDENTITY_BYTES + 1];
+	if (at && at->attempt == att && rank < at->world_size) {
+		own = at->ranks[rank].agent == a;
+		if (at->ranks[rank].agent)
+			placed = at->ranks[rank].agent->node;
+	} else if (store_key_rank_node(f->st, job, att, rank, node, sizeof node) == 0) {
+		own = strcmp(node, a->node) == 0;
+		placed = node;
+	} else {
+		own = false;
+	}
+	if (own)
+		return true;
+	char who[300], detail[400];
+	snprintf(who, sizeof who, "%s:%s", a->ident, what);
+	snprintf(detail, sizeof detail, "%s: rank %d of job %.40s attempt %d is not placed on node %.64s", what, rank,
+	         job, att, a->node);
+	curve_log_refusal(who, "refused %s from agent %s about rank %d of job %.40s attempt %d (placed on %.64s)", what,
+	                  a->node, rank, job, att, placed);
+	fabric_send_error(f, a->ident, strlen(a->ident), 403, detail);
+	return false;
+}
+
 static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 {
 	const char *job = json_string_value(json_object_get(p, "job"));
@@ -279,6 +365,8 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 		return;
 	}
 	attempt_t *at = smap_get(&f->attempts, job);
+	if (!agent_owns_rank(f, a, job, (int)att, (int)rank, "RANK_EXITED"))
+		return;
 	if (fabric_tx(f))
 		fabric_wrote(f, store_rank_set_state(f->st, job, (int)att, (int)rank, "exited", true, (int)code, (int)sig,
 		                                     clock_wall_us()),
@@ -330,6 +418,9 @@ static void on_logs(fabric_t *f, const char *ident, json_t *p)
 		fabric_send_error(f, ident, strlen(ident), 400, "LOGS: attempt and rank must be integers >= 0");
 		return;
 	}
+	agent_t *a = smap_get(&f->agents, ident + 6);
+	if (!a || !agent_owns_rank(f, a, job, (int)attempt, (int)rank, "LOGS"))
+		return;
 	if (!fabric_tx(f))
 		return;
 	int r = store_log_append(f->st, job, (int)attempt, (int)rank, json_object_get(p, "lines"),
@@ -361,11 +452,55 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
 		fabric_send_error(f, ident, strlen(ident), 404, detail);
 		return;
 	}
+	if (f->opt.auth && a->key_id != f->peer.key_id) {
+		/* another key speaks as this agent: its connection took the
+		 * identity over (ROUTER handover); the real agent hears no more
+		 * heartbeats and reconnects with its own key */
+		char who[300];
+		snprintf(who, sizeof who, "%s:%lld", ident, (long long)f->peer.key_id);
+		curve_log_refusal(who, "refused %s on identity %s from key %lld: the node is bound to key %lld "
+		                  "(an identity takeover?)", wire_type_name(type), ident, (long long)f->peer.key_id,
+		                  (long long)a->key_id);
+		fabric_send_error(f, ident, strlen(ident), 403, "this identity belongs to another key");
+		return;
+	}
 	agents_touch(a);
 	if (type == WIRE_RANK_EXITED)
 		on_rank_exited(f, a, p);
 	else if (type == WIRE_LOGS)
 		on_logs(f, ident, p);
+}
+
+/* Declare agent `a` dead for `cause`: its row, its attempts' failure
+ * (detection `detection_us` ago), its devices freed. */
+static void agent_dead(fabric_t *f, agent_t *a, const char *cause, int64_t now, int64_t detection_us)
+{
+	a->alive = false;
+	if (fabric_tx(f)) {
+		if (a->hb_dirty)
+			fabric_wrote(f, store_worker_heartbeat(f->st, a->node, a->last_seen_wall_us), "worker heartbeat");
+		fabric_wrote(f, store_worker_set_state(f->st, a->node, "dead"), "worker dead");
+		feed_worker_changed(a->node);
+	}
+	a->hb_dirty = false;
+	size_t jpos = 0;
+	smap_slot_t *js;
+	while ((js = smap_next(&f->attempts, &jpos))) {
+		attempt_t *at = js->value;
+		if (at->failed) {
+			attempt_check_drained(f, at, now); /* its ranks there are gone */
+			continue;
+		}
+		for (int r = 0; r < at->world_size; r++) {
+			if (at->ranks[r].agent == a && !at->ranks[r].done) {
+				attempt_failed(f, at, cause, NULL, detection_us);
+				break;
+			}
+		}
+	}
+	for (int i = 0; i < a->n_devices; i++)
+		a->devices[i].owner = NULL;
+	f->sched_dirty = true;
 }
 
 void agents_expire(fabric_t *f, int64_t now)
@@ -376,39 +511,34 @@ void agents_expire(fabric_t *f, int64_t now)
 		agent_t *a = s->value;
 		if (!a->alive || now - a->last_seen_mono_us <= f->dead_after_us)
 			continue;
-		a->alive = false;
 		char cause[REASON_BYTES];
 		snprintf(cause, sizeof cause, "node %s lost: no heartbeat for %.1f s", a->node,
 		         (double)f->dead_after_us / 1e6);
 		log_warn("agent %s declared dead: no message for %.1f s", a->node,
 		         (double)(now - a->last_seen_mono_us) / 1e6);
-		if (fabric_tx(f)) {
-			if (a->hb_dirty)
-				fabric_wrote(f, store_worker_heartbeat(f->st, a->node, a->last_seen_wall_us), "worker heartbeat");
-			fabric_wrote(f, store_worker_set_state(f->st, a->node, "dead"), "worker dead");
-			feed_worker_changed(a->node);
-		}
-		a->hb_dirty = false;
-		size_t jpos = 0;
-		smap_slot_t *js;
-		while ((js = smap_next(&f->attempts, &jpos))) {
-			attempt_t *at = js->value;
-			if (at->failed) {
-				attempt_check_drained(f, at, now); /* its ranks there are gone */
-				continue;
-			}
-			for (int r = 0; r < at->world_size; r++) {
-				if (at->ranks[r].agent == a && !at->ranks[r].done) {
-					/* detection: the time since its last message */
-					attempt_failed(f, at, cause, NULL, now - a->last_seen_mono_us);
-					break;
-				}
-			}
-		}
-		for (int i = 0; i < a->n_devices; i++)
-			a->devices[i].owner = NULL;
-		f->sched_dirty = true;
+		/* detection: the time since its last message */
+		agent_dead(f, a, cause, now, now - a->last_seen_mono_us);
 	}
+}
+
+void fabric_key_revoked(fabric_t *f, int64_t key_id)
+{
+	size_t pos = 0;
+	smap_slot_t *s;
+	int64_t now = clock_mono_us();
+	while ((s = smap_next(&f->agents, &pos))) {
+		agent_t *a = s->value;
+		if (a->key_id != key_id)
+			continue;
+		a->key_id = 0; /* its connection's messages match no key now */
+		if (!a->alive)
+			continue;
+		char cause[REASON_BYTES];
+		snprintf(cause, sizeof cause, "node %s lost: its key %lld was revoked", a->node, (long long)key_id);
+		log_warn("agent %s dropped: its key %lld was revoked", a->node, (long long)key_id);
+		agent_dead(f, a, cause, now, 0);
+	}
+	fabric_flush(f);
 }
 
 void agents_heartbeat(fabric_t *f)

@@ -28,6 +28,8 @@
 #include <zmq.h>
 
 #include "clock.h"
+#include "curve.h"
+#include "enroll.h"
 #include "fabric.h"
 #include "feed.h"
 #include "fsutil.h"
@@ -49,7 +51,7 @@
  * a larger frame makes ZeroMQ drop the peer's connection. */
 #define WIRE_MAX_MSG_BYTES (2 * WIRE_MAX_PAYLOAD_BYTES)
 
-enum { CMD_PING = 1, CMD_SUBMIT, CMD_CANCEL, CMD_TOKEN };
+enum { CMD_PING = 1, CMD_SUBMIT, CMD_CANCEL, CMD_TOKEN, CMD_WORKERS };
 
 typedef struct {
 	uint32_t magic;
@@ -92,6 +94,8 @@ struct broker {
 	cmd_t group[MAX_GROUP];
 	char endpoint[512];
 	int max_queued_per_token; /* 429 past it */
+	curve_t *curve;   /* --broker-auth on: the ZAP handler */
+	char broker_public[CURVE_Z85_BYTES];
 };
 
 struct broker_client {
@@ -119,6 +123,50 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "database folder %s is not writable: %s", dir, strerror(e));
 		return -e;
 	}
+	return 0;
+}
+
+/* Whether a broker endpoint is only reachable from this host. */
+static bool endpoint_is_local(const char *ep)
+{
+	if (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "inproc://", 9) == 0)
+		return true;
+	if (strncmp(ep, "tcp://", 6) != 0)
+		return false;
+	const char *host = ep + 6;
+	return strncmp(host, "127.", 4) == 0 || strncmp(host, "localhost:", 10) == 0 ||
+	       strncmp(host, "[::1]:", 6) == 0 || strncmp(host, "lo:", 3) == 0;
+}
+
+/* --broker-auth: make the ROUTER a CURVE server with the ZAP handler, or
+ * check that it may go without. 0 or a negative errno with `err`. */
+static int setup_auth(broker_t *b, const config_t *cfg, char *err, size_t errlen)
+{
+	if (!cfg->broker_auth) {
+		if (!endpoint_is_local(cfg->broker) && !cfg->insecure) {
+			snprintf(err, errlen, "--broker-auth off on %s: anyone who reaches that address could register as an "
+			         "agent and report for any job; use a loopback, ipc:// or inproc:// endpoint, or add "
+			         "--insecure", cfg->broker);
+			return -EINVAL;
+		}
+		log_warn("broker: --broker-auth off: %s admits any peer without a key%s", cfg->broker,
+		         cfg->insecure && !endpoint_is_local(cfg->broker) ? " (--insecure, on a non-loopback address)" : "");
+		return 0;
+	}
+	char secret[CURVE_Z85_BYTES];
+	int r = curve_broker_keys(cfg->db, b->broker_public, secret, err, errlen);
+	if (r < 0)
+		return r;
+	b->curve = curve_new(b->zctx, b->store, err, errlen);
+	r = b->curve ? curve_server_setup(b->router, secret) : -EIO;
+	sodium_memzero(secret, sizeof secret);
+	if (r < 0) {
+		if (b->curve)
+			snprintf(err, errlen, "cannot make the broker a CURVE server: %s", zmq_strerror(-r));
+		return r;
+	}
+	log_info("broker: CURVE on, public key %s; agents enroll with a join token (ringctl worker enroll)",
+	         b->broker_public);
 	return 0;
 }
 
@@ -152,10 +200,24 @@ broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot create the broker socket: %s", zmq_strerror(zmq_errno()));
 		goto fail;
 	}
+	if (setup_auth(b, cfg, err, errlen) < 0)
+		goto fail;
 	zmq_setsockopt(b->router, ZMQ_LINGER, &linger, sizeof linger);
 	zmq_setsockopt(b->router, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
-	int one = 1; /* a reconnecting agent's new connection takes over its identity */
-	zmq_setsockopt(b->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+	if (!cfg->broker_auth) {
+		int one = 1; /* a reconnecting agent's new connection takes over its identity */
+		zmq_setsockopt(b->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+	} else {
+		/* No handover with keys: a second connection can never take a live
+		 * identity over (another enrolled key would silence an agent or a
+		 * rank). A reconnecting peer's old connection is gone once its FIN
+		 * arrives, or once ZMTP heartbeats find it dead within the agents'
+		 * own liveness window. */
+		int ivl = cfg->heartbeat_ms, timeout = cfg->heartbeat_ms * cfg->heartbeat_misses;
+		zmq_setsockopt(b->router, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+		zmq_setsockopt(b->router, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+		zmq_setsockopt(b->router, ZMQ_HEARTBEAT_TTL, &timeout, sizeof timeout);
+	}
 	if (zmq_bind(b->router, endpoint) != 0) {
 		snprintf(err, errlen, "cannot bind the broker to %s: %s", endpoint, zmq_strerror(zmq_errno()));
 		goto fail;
@@ -168,6 +230,7 @@ broker_t *broker_new(void *zctx, const config_t *cfg, char *err, size_t errlen)
 		.restart_backoff_max_ms = cfg->restart_backoff_max_ms,
 		.restart_grace_ms = cfg->restart_grace_ms,
 		.dead_worker_retention_s = cfg->dead_worker_retention_s,
+		.auth = cfg->broker_auth,
 	};
 	b->fabric = fabric_new(b->router, b->store, &fo);
 	if (!b->fabric) {
@@ -415,6 +478,31 @@ static int apply_token(broker_t *b, cmd_t *c)
 	return tokenapi_apply(b->store, c->arg[0], &c->body, &c->status);
 }
 
+/* The workers' keys and join tokens (enroll.h): args [op] [a1] [a2]. */
+static int apply_workers(broker_t *b, cmd_t *c)
+{
+	int64_t revoked = 0;
+	if (!b->curve) {
+		cmd_problem(c, 409, "the broker runs with --broker-auth off: there are no keys or join tokens");
+		return 0;
+	}
+	int r = enroll_apply(b->store, b->broker_public, c->arg[0], c->arg[1], c->arg[2], &c->body, &c->status,
+	                     &revoked);
+	if (r == -EINVAL) {
+		cmd_problem(c, 400, "unknown workers operation");
+		return 0;
+	}
+	if (revoked)
+		snprintf(c->job_id, sizeof c->job_id, "%lld", (long long)revoked);
+	return r;
+}
+
+static void workers_committed(broker_t *b, const cmd_t *c)
+{
+	if (c->status == 200 && c->job_id[0] && strcmp(c->arg[0], ENROLL_OP_KEY_REVOKE) == 0)
+		fabric_key_revoked(b->fabric, strtoll(c->job_id, NULL, 10));
+}
+
 /* After the group's commit: the workers' side may act on it now. */
 static void submit_committed(broker_t *b, const cmd_t *c)
 {
@@ -446,6 +534,7 @@ static const cmd_kind_t s_cmds[] = {
 	{CMD_SUBMIT, "submit", 4, apply_submit, submit_committed},
 	{CMD_CANCEL, "cancel", 2, apply_cancel, cancel_committed},
 	{CMD_TOKEN, "token", 1, apply_token, NULL},
+	{CMD_WORKERS, "workers", 3, apply_workers, workers_committed},
 };
 
 static const cmd_kind_t *cmd_kind(uint32_t type)
@@ -568,11 +657,12 @@ static void *loop_main(void *arg)
 			if (until < timeout_ms)
 				timeout_ms = until < 0 ? 0 : until;
 		}
-		zmq_pollitem_t items[2] = {
+		zmq_pollitem_t items[3] = {
 			{.socket = b->writer, .events = ZMQ_POLLIN},
 			{.socket = b->router, .events = ZMQ_POLLIN},
+			{.socket = b->curve ? curve_zap_socket(b->curve) : NULL, .events = ZMQ_POLLIN},
 		};
-		int r = zmq_poll(items, 2, timeout_ms);
+		int r = zmq_poll(items, b->curve ? 3 : 2, timeout_ms);
 		if (r < 0) {
 			if (zmq_errno() == EINTR)
 				continue;
@@ -585,6 +675,8 @@ static void *loop_main(void *arg)
 		}
 		if (items[0].revents & ZMQ_POLLIN)
 			handle_commands(b);
+		if (b->curve && (items[2].revents & ZMQ_POLLIN))
+			curve_handle_zap(b->curve); /* handshakes first: their peers wait */
 		if (items[1].revents & ZMQ_POLLIN)
 			fabric_handle_wire(b->fabric);
 		fabric_tick(b->fabric);
@@ -628,6 +720,7 @@ void broker_free(broker_t *b)
 		zmq_close(b->writer);
 	if (b->router)
 		zmq_close(b->router);
+	curve_free(b->curve);
 	store_close(b->store);
 	free(b);
 }
@@ -767,4 +860,15 @@ int broker_client_ping(broker_client_t *c, int timeout_ms)
 	memset(&h, 0, sizeof h);
 	h.type = CMD_PING;
 	return call(c, &h, NULL, 0, timeout_ms, NULL);
+}
+
+int broker_client_workers(broker_client_t *c, const char *op, const char *a1, const char *a2, int timeout_ms,
+                          broker_reply_t *ret)
+{
+	cmd_hdr_t h;
+	memset(&h, 0, sizeof h);
+	h.type = CMD_WORKERS;
+	const char *args[3] = {op, a1, a2};
+	memset(ret, 0, sizeof *ret);
+	return call(c, &h, args, 3, timeout_ms, ret);
 }

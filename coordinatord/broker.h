@@ -100,4 +100,10 @@ int broker_client_token(broker_client_t *c, const char *cmd_json, int timeout_ms
  * within `timeout_ms`, else -ETIMEDOUT (or another negative errno). */
 int broker_client_ping(broker_client_t *c, int timeout_ms);
 
+/* The workers' keys and join tokens (coordinatord/enroll.h): `op` is an
+ * ENROLL_OP_*, a1/a2 its arguments (NULL: ""). The reply is as for submit:
+ * a status and a JSON (or problem) body. 0 or -ETIMEDOUT / -errno. */
+int broker_client_workers(broker_client_t *c, const char *op, const char *a1, const char *a2, int timeout_ms,
+                          broker_reply_t *ret);
+
 #endif

@@ -28,6 +28,7 @@ void config_defaults(config_t *cfg)
 	cfg->stream_keepalive_ms = CONFIG_DEFAULT_STREAM_KEEPALIVE_MS;
 	cfg->heartbeat_ms = CONFIG_DEFAULT_HEARTBEAT_MS;
 	cfg->heartbeat_misses = CONFIG_DEFAULT_HEARTBEAT_MISSES;
+	cfg->broker_auth = true;
 	cfg->metrics_every = CONFIG_DEFAULT_METRICS_EVERY;
 	cfg->restart_backoff_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MS;
 	cfg->restart_backoff_max_ms = CONFIG_DEFAULT_RESTART_BACKOFF_MAX_MS;
@@ -325,13 +326,19 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		snprintf(err, errlen,
 		         "%s: dead_worker_retention_s must be an integer from 0 to 315360000 (got \"%s\")",
 		         origin, value);
+	} else if (strcmp(key, "broker_auth") == 0) {
+		if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
+			cfg->broker_auth = strcmp(value, "on") == 0;
+			return 0;
+		}
+		snprintf(err, errlen, "%s: broker_auth must be on or off (got \"%s\")", origin, value);
 	} else {
 		snprintf(err, errlen,
 		         "%s: unknown key \"%s\" (known: listen, broker, db, log_level, max_body_bytes, http_threads, max_streams, stream_keepalive_ms, "
 		         "heartbeat_ms, heartbeat_misses, metrics_every, restart_backoff_ms, restart_backoff_max_ms, "
 		         "restart_grace_ms, tls_cert, tls_key, max_connections, max_connections_per_ip, idle_timeout_s, "
 		         "max_header_bytes, submit_rate, submit_burst, max_queued_jobs, "
-		         "dead_worker_retention_s, auth, insecure, metrics_auth, allowed_hosts, max_queued_per_token)",
+		         "dead_worker_retention_s, auth, insecure, metrics_auth, allowed_hosts, max_queued_per_token, broker_auth)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -426,7 +433,10 @@ static void print_help(const char *argv0)
 	       "  --max-queued-jobs N  queued jobs in all, 429 past it (default 10000)\n"
 	       "  --dead-worker-retention-s S  keep a dead worker's row S seconds (default 86400, 0: forever)\n"
 	       "  --auth on|off       require API tokens (default on; off only on loopback)\n"
-	       "  --insecure          accept --auth off on a non-loopback address (logged at every start)\n"
+	       "  --broker-auth on|off  CurveZMQ and enrolled keys on the broker (default on; off only\n"
+	       "                      for a loopback, ipc:// or inproc:// broker unless --insecure)\n"
+	       "  --insecure          accept --auth off or --broker-auth off on a non-loopback address\n"
+	       "                      (logged as a warning at every start)\n"
 	       "  --metrics-auth loopback|token|open  who may read /metrics (default loopback)\n"
 	       "  --allowed-hosts H1,H2  Host names the dashboard accepts besides the defaults\n"
 	       "  --max-queued-per-token N  queued jobs per token, 429 past it (default 1000)\n"
@@ -443,7 +453,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 	       OPT_HB_MISSES, OPT_METRICS_EVERY, OPT_BACKOFF, OPT_BACKOFF_MAX, OPT_GRACE, OPT_MAX_STREAMS, OPT_KEEPALIVE,
 	       OPT_TLS_CERT, OPT_TLS_KEY, OPT_MAX_CONN, OPT_MAX_CONN_IP, OPT_IDLE, OPT_MAX_HEADER, OPT_SUBMIT_RATE,
 	       OPT_SUBMIT_BURST, OPT_MAX_QUEUED, OPT_DEAD_RETENTION,
-	       OPT_AUTH, OPT_INSECURE, OPT_METRICS_AUTH, OPT_ALLOWED_HOSTS, OPT_MAX_QUEUED_PER_TOKEN };
+	       OPT_AUTH, OPT_INSECURE, OPT_METRICS_AUTH, OPT_ALLOWED_HOSTS, OPT_MAX_QUEUED_PER_TOKEN, OPT_BROKER_AUTH };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -474,6 +484,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"metrics-auth", required_argument, NULL, OPT_METRICS_AUTH},
 		{"allowed-hosts", required_argument, NULL, OPT_ALLOWED_HOSTS},
 		{"max-queued-per-token", required_argument, NULL, OPT_MAX_QUEUED_PER_TOKEN},
+		{"broker-auth", required_argument, NULL, OPT_BROKER_AUTH},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -542,6 +553,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_METRICS_AUTH: key = "metrics_auth"; origin = "--metrics-auth"; break;
 		case OPT_ALLOWED_HOSTS: key = "allowed_hosts"; origin = "--allowed-hosts"; break;
 		case OPT_MAX_QUEUED_PER_TOKEN: key = "max_queued_per_token"; origin = "--max-queued-per-token"; break;
+		case OPT_BROKER_AUTH: key = "broker_auth"; origin = "--broker-auth"; break;
 		default: break;
 		}
 		if (key) {

@@ -126,6 +126,7 @@ typedef struct {
 	config_metrics_auth_t metrics_auth;
 	char allowed_hosts[1024];   /* extra Host names, comma-separated ("" none) */
 	int max_queued_per_token;   /* 1 .. 10000000 */
+	bool broker_auth;           /* --broker-auth on|off (CurveZMQ + ZAP on the broker; default on) */
 } config_t;
 
 typedef enum {

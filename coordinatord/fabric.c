@@ -34,6 +34,8 @@
 #include "metrics.h"
 #include "ranks.h"
 #include "scheduler.h"
+#include "enroll.h"
+#include "store_keys.h"
 
 static const char *const s_kind_names[N_KINDS] = {"cpu", "cuda"};
 
@@ -205,6 +207,58 @@ static bool decode_error(int r)
 	return r == -EPROTO || r == -ENOENT || r == -EMSGSIZE || r == -EINVAL;
 }
 
+/* A message from a peer that may only ENROLL (or from no key at all with
+ * --broker-auth on): refused with ERROR 401, logged (rate-limited). */
+static void refuse_pending(fabric_t *f, const void *raw, size_t raw_len, const char *ident, wire_type_t type)
+{
+	const char *who = f->peer.kind == CURVE_PEER_PENDING ? f->peer.public_key : ident;
+	curve_log_refusal(who, "refused %s from %.100s (key %s): the key is not enrolled; it may only ENROLL with a "
+	                  "join token", type ? wire_type_name(type) : "a malformed message", ident,
+	                  f->peer.kind == CURVE_PEER_PENDING ? f->peer.public_key : "none");
+	fabric_send_error(f, raw, raw_len, 401,
+	                  "this key is not enrolled: start the agent with --join-token (ringctl worker enroll prints one)");
+}
+
+/* ENROLL {node, token}: a pending key becomes an enrolled one (enroll.h).
+ * An already enrolled key is told its enrollment again (its ENROLLED may
+ * have been lost). */
+static void on_enroll(fabric_t *f, const void *raw, size_t raw_len, json_t *p)
+{
+	char detail[512];
+	int64_t key_id = 0;
+	int status;
+	const char *node = json_string_value(json_object_get(p, "node"));
+	if (!f->opt.auth) {
+		fabric_send_error(f, raw, raw_len, 400, "ENROLL: this broker runs with --broker-auth off: no enrollment");
+		return;
+	}
+	if (f->peer.kind == CURVE_PEER_AGENT) {
+		store_key_t k;
+		if (store_key_get(f->st, f->peer.key_id, &k) < 0 || strcmp(k.node, node) != 0) {
+			snprintf(detail, sizeof detail, "ENROLL: this key is already enrolled for another node");
+			fabric_send_error(f, raw, raw_len, 409, detail);
+			return;
+		}
+		fabric_send_raw(f, raw, raw_len, WIRE_ENROLLED,
+		                json_pack("{s:I, s:s}", "key_id", (json_int_t)k.id, "node", k.node));
+		return;
+	}
+	if (!fabric_tx(f)) {
+		fabric_send_error(f, raw, raw_len, 503, "ENROLL: the coordinator cannot write to its database; retry later");
+		return;
+	}
+	status = enroll_on_enroll(f->st, f->peer.public_key, p, &key_id, detail, sizeof detail);
+	if (status != 0) {
+		curve_log_refusal(f->peer.public_key, "refused ENROLL of node %.64s by key %s: %s", node,
+		                  f->peer.public_key, detail);
+		fabric_send_error(f, raw, raw_len, status, detail);
+		return;
+	}
+	f->n_tx_writes++;
+	log_info("workers: node %s enrolled with key %lld (%s)", node, (long long)key_id, f->peer.public_key);
+	fabric_send_raw(f, raw, raw_len, WIRE_ENROLLED, json_pack("{s:I, s:s}", "key_id", (json_int_t)key_id, "node", node));
+}
+
 void fabric_handle_wire(fabric_t *f)
 {
 	for (int k = 0; k < MAX_BATCH; k++) {
@@ -213,7 +267,9 @@ void fabric_handle_wire(fabric_t *f)
 		wire_type_t type = 0;
 		json_t *p = NULL;
 		char err[256] = "";
-		int r = wire_recv(f->router, ZMQ_DONTWAIT, raw, &raw_len, &type, &p, err, sizeof err);
+		char user_id[128] = "";
+		int r = wire_recv_peer(f->router, ZMQ_DONTWAIT, raw, &raw_len, user_id, sizeof user_id, &type, &p, err,
+		                       sizeof err);
 		if (r == -EAGAIN || r == -EINTR)
 			return;
 		if (r < 0 && !decode_error(r)) {
@@ -227,6 +283,16 @@ void fabric_handle_wire(fabric_t *f)
 		ident[raw_len] = '\0';
 		bool text = memchr(raw, '\0', raw_len) == NULL;
 		bool is_agent = text && strncmp(ident, "agent/", 6) == 0 && ident[6] != '\0';
+		curve_peer_parse(user_id, &f->peer);
+		if (f->opt.auth && f->peer.kind != CURVE_PEER_AGENT) {
+			/* a pending key may only ENROLL; nothing else is read */
+			if (r == 0 && f->peer.kind == CURVE_PEER_PENDING && type == WIRE_ENROLL)
+				on_enroll(f, raw, raw_len, p);
+			else
+				refuse_pending(f, raw, raw_len, text ? ident : "(binary identity)", r == 0 ? type : 0);
+			json_decref(p);
+			continue;
+		}
 		if (r < 0) {
 			/* any message counts as a heartbeat, even one we refuse */
 			agent_t *a = is_agent ? smap_get(&f->agents, ident + 6) : NULL;
@@ -243,6 +309,8 @@ void fabric_handle_wire(fabric_t *f)
 			log_warn("broker: %.100s says ERROR %lld: %.300s", text ? ident : "(binary identity)",
 			         (long long)json_integer_value(json_object_get(p, "code")),
 			         json_string_value(json_object_get(p, "detail"))); /* both required by wire_decode */
+		} else if (type == WIRE_ENROLL) {
+			on_enroll(f, raw, raw_len, p);
 		} else if (is_agent)
 			agents_on_message(f, ident, ident + 6, type, p);
 		else if (text && strncmp(ident, "rank/", 5) == 0)
@@ -345,6 +413,7 @@ void fabric_free(fabric_t *f)
 	while ((s = smap_next(&f->agents, &pos))) {
 		agent_t *a = s->value;
 		free(a->devices);
+		free(a->ckpt_root);
 		free(a);
 	}
 	smap_free(&f->agents);
@@ -387,6 +456,15 @@ static int load_worker(const store_worker_t *w, void *userdata)
 	a->devices = devs;
 	a->n_devices = n;
 	a->alive = true;
+	store_key_t k;
+	if (c->f->opt.auth && store_key_for_node(c->f->st, w->node, &k) == 0) {
+		a->key_id = k.id; /* its ranks may speak before it registers again */
+		char root[4096];
+		if (store_key_root(c->f->st, k.id, root, sizeof root) == 0 && root[0]) {
+			free(a->ckpt_root);
+			a->ckpt_root = strdup(root);
+		}
+	}
 	a->last_seen_mono_us = clock_mono_us(); /* dead_after intervals from now to speak again */
 	a->last_seen_wall_us = w->has_heartbeat ? w->last_heartbeat_us : clock_wall_us();
 	return 0;

@@ -43,6 +43,7 @@ typedef struct {
 	int restart_backoff_max_ms; /* the longest wait between restarts */
 	int restart_grace_ms;       /* time a failed attempt's ranks get to be reported gone */
 	int dead_worker_retention_s; /* dead worker rows older than this are deleted; 0: never */
+	bool auth;                  /* --broker-auth on: every message carries a ZAP User-Id */
 } fabric_options_t;
 
 /* A fabric on `router` (a bound ROUTER socket) and the writer store `st`,
@@ -73,6 +74,11 @@ void fabric_flush(fabric_t *f);
  * abort its live attempt, if any (ABORT to its ranks, KILL to its agents),
  * free its devices and schedule again. */
 void fabric_job_cancelled(fabric_t *f, const char *job_id, const char *reason);
+
+/* Key `key_id` was just revoked (and committed): its agent is declared
+ * dead (its ranks' attempts fail as on a lost node) and its identities stop
+ * matching the key. */
+void fabric_key_revoked(fabric_t *f, int64_t key_id);
 
 /* Something changed outside the fabric (a job submitted): schedule at the
  * next tick. */

@@ -27,6 +27,7 @@
 
 #include <jansson.h>
 
+#include "curve.h"
 #include "fabric.h"
 #include "jobspec.h"
 #include "smap.h"
@@ -90,6 +91,8 @@ typedef struct {
 	int64_t last_seen_mono_us;
 	int64_t last_seen_wall_us;
 	int64_t memory_bytes; /* host memory it offers ranks (REGISTER); 0: unknown, not limited */
+	int64_t key_id;    /* its CURVE key (--broker-auth on; 0: none yet) */
+	char *ckpt_root;   /* REGISTER's checkpoint_root (malloc'ed; NULL: none) */
 } agent_t;
 
 typedef struct {
@@ -210,6 +213,7 @@ struct fabric {
 	int64_t next_hb_us, next_expiry_us, next_sched_us;
 	int64_t next_prune_us;         /* scheduler.c: the next pruning of dead worker rows */
 	outmsg_t *out_head, *out_tail; /* sent after the commit, in order */
+	curve_peer_t peer; /* the authenticated sender of the message handled now */
 };
 
 /* ---- fabric.c: the transaction, sending, names ---- */

@@ -3,6 +3,7 @@
  * (see feed.h).
  */
 #include "feed.h"
+#include "store_keys.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -151,12 +152,17 @@ static int s_worker(const store_worker_t *w, void *cls)
 		return 0;
 	}
 	json_t *devices = json_loads(w->devices_json ? w->devices_json : "null", JSON_DECODE_ANY, NULL);
-	s_publish_json(FEED_WORKER, "", -1, -1, 0,
-	               json_pack("{so so so so so sI so}", "node", jobview_string(w->node), "state",
-	                         jobview_string(w->state), "devices", devices, "last_heartbeat",
-	                         w->has_heartbeat ? jobview_time(w->last_heartbeat_us) : json_null(), "registered_at",
-	                         w->registered_at_us ? jobview_time(w->registered_at_us) : json_null(),
-	                         "running_ranks", c.n_running, "ranks", c.ranks));
+	json_t *obj = json_pack("{so so so so so sI so}", "node", jobview_string(w->node), "state",
+	                        jobview_string(w->state), "devices", devices, "last_heartbeat",
+	                        w->has_heartbeat ? jobview_time(w->last_heartbeat_us) : json_null(), "registered_at",
+	                        w->registered_at_us ? jobview_time(w->registered_at_us) : json_null(),
+	                        "running_ranks", c.n_running, "ranks", c.ranks);
+	store_key_t k; /* its CURVE key, as workerapi_annotate_keys adds it */
+	if (obj)
+		json_object_set_new(obj, "key", store_key_for_node(c.st, w->node, &k) == 0
+		                                    ? json_pack("{s:I, s:s}", "id", (json_int_t)k.id, "name", k.name)
+		                                    : json_null());
+	s_publish_json(FEED_WORKER, "", -1, -1, 0, obj);
 	return 0;
 }
 

@@ -2,6 +2,7 @@
  * opsapi: the operator's routes (see opsapi.h).
  */
 #include "opsapi.h"
+#include "workerapi.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -111,6 +112,8 @@ enum MHD_Result opsapi_workers(request_t *rq)
 	workers_ctx_t wc = {.workers = json_array(), .ranks = &ranks};
 	if (r == 0)
 		r = wc.workers ? store_worker_list(st, list_worker_fn, &wc) : -ENOMEM;
+	if (r == 0)
+		workerapi_annotate_keys(st, wc.workers); /* each worker's key {id, name} */
 	for (size_t i = 0; i < ranks.n; i++)
 		free(ranks.rows[i].node);
 	free(ranks.rows);

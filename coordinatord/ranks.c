@@ -301,6 +301,38 @@ static void on_parked(fabric_t *f, attempt_t *at, int rank, json_t *p)
 	attempt_check_drained(f, at, clock_mono_us());
 }
 
+/*
+ * --broker-auth on: a rank speaks with the key of the agent it was placed
+ * on. For the live attempt's ranks the sender's key must be that agent's;
+ * anything else is refused (ERROR 403, logged, nothing changed). Messages
+ * for other attempts only ever get ABORTs or errors below, whoever sends
+ * them. A rank that joined and hears from another key lost its connection
+ * to that key (ROUTER handover hands the identity to the newest
+ * connection): its attempt fails as on a rank's death, so that the job
+ * restarts instead of waiting forever on a rank nobody hears.
+ */
+static bool rank_key_matches(fabric_t *f, const char *ident, wire_type_t type, attempt_t *at, int att, int rank)
+{
+	if (!at || att != at->attempt)
+		return true;
+	rank_rt_t *rr = rank < at->world_size ? &at->ranks[rank] : NULL;
+	int64_t owner = rr && rr->agent ? rr->agent->key_id : 0;
+	if (owner && owner == f->peer.key_id)
+		return true;
+	char who[300], cause[REASON_BYTES];
+	snprintf(who, sizeof who, "%s:%lld", ident, (long long)f->peer.key_id);
+	curve_log_refusal(who, "refused %s on identity %s from key %lld: the rank is placed on %s (key %lld)",
+	                  wire_type_name(type), ident, (long long)f->peer.key_id,
+	                  rr && rr->agent ? rr->agent->node : "no node", (long long)owner);
+	fabric_send_error(f, ident, strlen(ident), 403, "this rank identity belongs to another agent's key");
+	if (owner && rr->joined && !rr->done && !at->failed) {
+		snprintf(cause, sizeof cause, "rank %d lost: its identity was taken over by key %lld", rank,
+		         (long long)f->peer.key_id);
+		attempt_failed(f, at, cause, NULL, 0);
+	}
+	return false;
+}
+
 void ranks_on_message(fabric_t *f, const char *ident, wire_type_t type, json_t *p)
 {
 	char job[STORE_ID_BYTES], detail[512];
@@ -322,6 +354,8 @@ void ranks_on_message(fabric_t *f, const char *ident, wire_type_t type, json_t *
 	bool snapshot = type == WIRE_SNAPSHOT_WRITTEN || type == WIRE_SNAPSHOT_COMMITTED ||
 	                type == WIRE_SNAPSHOT_FAILED;
 	attempt_t *at = smap_get(&f->attempts, job);
+	if (f->opt.auth && !rank_key_matches(f, ident, type, at, att, rank))
+		return;
 	if (snapshot && (!at || att != at->attempt || at->failed)) {
 		/* never recorded: only the live attempt's snapshots can commit */
 		if (at && att == at->attempt)

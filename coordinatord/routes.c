@@ -13,12 +13,14 @@
 #include "streamapi.h"
 #include "tokenapi.h"
 #include "webui.h"
+#include "workerapi.h"
 
 #define P ROUTE_PERM_PUBLIC
 #define V ROUTE_PERM_VIEWER
 #define O ROUTE_PERM_OPERATOR
 #define A ROUTE_PERM_ADMIN
 #define M ROUTE_PERM_METRICS
+#define A ROUTE_PERM_ADMIN
 
 /* The API: one row per method and path, in the order /metrics lists them. */
 static const route_t s_routes[] = {
@@ -35,6 +37,12 @@ static const route_t s_routes[] = {
 	{METRICS_METHOD_GET, "/v1/jobs/{id}/stream", streamapi_job, "/v1/jobs/{id}/stream", V, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/v1/stream", streamapi_all, "/v1/stream", V, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/v1/workers", opsapi_workers, "/v1/workers", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/workers/join-tokens", workerapi_join_token, "/v1/workers/join-tokens", A,
+	 ROUTE_BODY_JSON},
+	{METRICS_METHOD_GET, "/v1/workers/keys", workerapi_keys, "/v1/workers/keys", V, ROUTE_BODY_NONE},
+	{METRICS_METHOD_POST, "/v1/workers/keys", workerapi_key_add, "/v1/workers/keys", A, ROUTE_BODY_JSON},
+	{METRICS_METHOD_POST, "/v1/workers/keys/{id}/revoke", workerapi_key_revoke, "/v1/workers/keys/{id}/revoke", A,
+	 ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/healthz", opsapi_healthz, "/healthz", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/readyz", opsapi_readyz, "/readyz", P, ROUTE_BODY_NONE},
 	{METRICS_METHOD_GET, "/metrics", opsapi_metrics, "/metrics", M, ROUTE_BODY_NONE},

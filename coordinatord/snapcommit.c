@@ -257,6 +257,30 @@ void snapcommit_on_committed(fabric_t *f, attempt_t *at, int rank, const char *i
 		fabric_send_error(f, ident, strlen(ident), 400, "SNAPSHOT_COMMITTED: path must be 1 to 4096 bytes, without NUL");
 		return;
 	}
+	/* The folder is the coordinator's to name: <root>/<job>/step-N under
+	 * the checkpoint root rank 0's agent reported at REGISTER. A message
+	 * naming another folder is refused and nothing is recorded. */
+	const agent_t *a0 = at->ranks[0].agent;
+	char expected[SNAP_MAX_PATH_BYTES + 1], step_dir[32];
+	if (a0 && a0->ckpt_root) {
+		snprintf(expected, sizeof expected, "%s/%s/%s", a0->ckpt_root, at->job_id,
+		         snap_step_dirname(step, step_dir, sizeof step_dir));
+	} else if (f->opt.auth) {
+		expected[0] = '\0';
+	} else {
+		snprintf(expected, sizeof expected, "%s", json_string_value(path)); /* --broker-auth off: as sent */
+	}
+	if (strcmp(expected, json_string_value(path)) != 0) {
+		char who[128];
+		snprintf(who, sizeof who, "%s:snapshot-path", ident);
+		curve_log_refusal(who, "refused SNAPSHOT_COMMITTED of job %s step %lld from %s: path %.200s is not %s",
+		                  at->job_id, (long long)step, ident, json_string_value(path),
+		                  expected[0] ? expected : "derivable (its agent reported no checkpoint_root)");
+		fabric_send_error(f, ident, strlen(ident), 400,
+		                  "SNAPSHOT_COMMITTED: path is not the snapshot folder the coordinator derives "
+		                  "(<checkpoint root>/<job>/step-<NNNNNNNN>)");
+		return;
+	}
 	size_t n_deleted = json_array_size(deleted), i;
 	json_t *e;
 	if (n_deleted > SNAP_MAX_DELETED) {
@@ -293,7 +317,7 @@ void snapcommit_on_committed(fabric_t *f, attempt_t *at, int rank, const char *i
 			.attempt = at->attempt,
 			.world_size = at->world_size,
 			.bytes = bytes,
-			.path = json_string_value(path),
+			.path = expected,
 			.committed_at_us = now,
 		};
 		snprintf(c.job_id, sizeof c.job_id, "%s", at->job_id);

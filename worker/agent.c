@@ -284,10 +284,12 @@ static void s_send_register(agent_t *a)
 			                                       "attempt", s->attempt, "rank", s->rank,
 			                                       "pid", (int)s->pid));
 	}
-	s_send(a, WIRE_REGISTER,
-	       json_pack("{s:s, s:o, s:o, s:s, s:s, s:I}", "node", a->node, "devices", devices, "ranks",
-	                 ranks, "advertise", a->advertise, "version", RINGMASTER_VERSION,
-	                 "memory_bytes", (json_int_t)a->memory_bytes));
+	json_t *reg = json_pack("{s:s, s:o, s:o, s:s, s:s, s:I}", "node", a->node, "devices", devices, "ranks",
+	                        ranks, "advertise", a->advertise, "version", RINGMASTER_VERSION,
+	                        "memory_bytes", (json_int_t)a->memory_bytes);
+	if (reg && a->opt->checkpoint_root && a->opt->checkpoint_root[0] == '/')
+		json_object_set_new(reg, "checkpoint_root", json_string(a->opt->checkpoint_root));
+	s_send(a, WIRE_REGISTER, reg);
 }
 
 static void s_send_exited(agent_t *a, const slot_t *s, int exit_code, int sig)

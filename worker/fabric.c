@@ -21,6 +21,18 @@ struct fabric {
 	int backoff_ms; /* the wait to hand out at the next reconnect */
 };
 
+static fabric_keys_t s_keys;
+static bool s_use_keys;
+
+void fabric_use_keys(const fabric_keys_t *keys)
+{
+	s_use_keys = keys != NULL;
+	if (keys)
+		s_keys = *keys;
+	else
+		memset(&s_keys, 0, sizeof s_keys);
+}
+
 int64_t fabric_now_us(void)
 {
 	struct timespec ts;
@@ -44,6 +56,13 @@ static void *s_open(fabric_t *f, char *err, size_t errlen)
 	zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
 	if (zmq_setsockopt(s, ZMQ_ROUTING_ID, f->identity, strlen(f->identity)) != 0) {
 		snprintf(err, errlen, "identity '%s' refused: %s", f->identity, zmq_strerror(errno));
+		zmq_close(s);
+		return NULL;
+	}
+	if (s_use_keys && (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, s_keys.server_key, 40) != 0 ||
+	                   zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, s_keys.public_key, 40) != 0 ||
+	                   zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, s_keys.secret_key, 40) != 0)) {
+		snprintf(err, errlen, "cannot set the CURVE keys: %s", zmq_strerror(errno));
 		zmq_close(s);
 		return NULL;
 	}

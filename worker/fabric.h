@@ -34,6 +34,22 @@
 
 typedef struct fabric fabric_t;
 
+/* CurveZMQ keys, Z85 (40 characters + NUL each): ours and the broker's. */
+typedef struct {
+	char public_key[41];
+	char secret_key[41];
+	char server_key[41];
+} fabric_keys_t;
+
+/*
+ * Use `keys` (copied; NULL: none, the default) for every socket this process
+ * opens from now on: each connects as a CURVE client of the broker. Call it
+ * once at start, before any fabric_new (the agent after its enrollment, a
+ * rank with its agent's keys). The copy is wiped at exit by the OS only:
+ * keep the process's core dumps off (the units do).
+ */
+void fabric_use_keys(const fabric_keys_t *keys);
+
 /* Monotonic clock in microseconds. */
 int64_t fabric_now_us(void);
 

@@ -14,8 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <limits.h>
+#include <unistd.h>
+
 #include "agent.h"
+#include "fsutil.h"
 #include "gpus.h"
+#include "join.h"
 #include "jobspec.h"
 #include "rank.h"
 #include "train.h"
@@ -27,7 +32,7 @@ static void s_usage(FILE *f)
 	fputs("usage: ringworker train [--spec FILE] [--steps N] [--json] [--data-root DIR]\n"
 	      "                        [--checkpoint-dir DIR [--resume]]\n"
 	      "       ringworker agent --coordinator tcp://HOST:PORT [--devices cpu:N|auto] [--gpus auto|none|N]\n"
-	      "                        [--node NAME]\n"
+	      "                        [--node NAME] [--join-token TOKEN] [--state-dir DIR]\n"
 	      "                        [--data-root DIR] [--checkpoint-root DIR] [--advertise ADDR]\n"
 	      "                        [--kill-grace-ms MS] [--comm-timeout-ms MS] [--step-timeout-ms MS]\n"
 	      "       ringworker --help | --version\n"
@@ -54,6 +59,10 @@ static void s_usage(FILE *f)
 	      "                   auto (default) every one found (within CUDA_VISIBLE_DEVICES if\n"
 	      "                   set), none, or the first N (refuses to start with fewer)\n"
 	      "  --node NAME      node name (default: the host name); identity agent/NAME\n"
+	      "  --join-token TOKEN  enroll this agent's key with the coordinator on first contact\n"
+	      "                   (a one-time rmj_... token from `ringctl worker enroll`)\n"
+	      "  --state-dir DIR  the agent's keys (default $STATE_DIRECTORY, else\n"
+	      "                   ~/.local/state/ringworker, else ./ringworker-state)\n"
 	      "  --data-root DIR  ranks open data files only beneath DIR (relative paths, no '..',\n"
 	      "                   no symbolic link out of it; default: the current directory)\n"
 	      "  --memory-bytes N host memory offered to ranks, for the coordinator's memory fit\n"
@@ -181,15 +190,20 @@ static int s_cmd_agent(int argc, char **argv)
 		{"comm-timeout-ms", required_argument, NULL, 't'},
 		{"step-timeout-ms", required_argument, NULL, 'W'},
 		{"memory-bytes", required_argument, NULL, 'M'},
+		{"join-token", required_argument, NULL, 'J'},
+		{"state-dir", required_argument, NULL, 'S'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	agent_options_t opt = {.log = stderr};
+	const char *join_token = NULL, *state_dir = NULL;
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': opt.coordinator = optarg; break;
+		case 'J': join_token = optarg; break;
+		case 'S': state_dir = optarg; break;
 		case 'N': opt.node = optarg; break;
 		case 'd': opt.data_root = optarg; break;
 		case 'k': opt.checkpoint_root = optarg; break;
@@ -263,6 +277,20 @@ static int s_cmd_agent(int argc, char **argv)
 		fprintf(stderr, "ringworker agent: error: --coordinator tcp://HOST:PORT is required\n");
 		return RM_EXIT_USAGE;
 	}
+	char host[256] = "localhost";
+	if (!opt.node && gethostname(host, sizeof host - 1) != 0)
+		snprintf(host, sizeof host, "localhost");
+	int rc = join_prepare(opt.coordinator, opt.node ? opt.node : host, state_dir, join_token, stderr);
+	if (rc != 0)
+		return rc;
+	/* the snapshots' folder as the coordinator derives it (REGISTER's
+	 * checkpoint_root): absolute, without symlinks */
+	char ckpt[PATH_MAX];
+	if (opt.checkpoint_root) {
+		fs_mkdir_p(opt.checkpoint_root, 0700);
+		if (realpath(opt.checkpoint_root, ckpt))
+			opt.checkpoint_root = ckpt;
+	}
 	return agent_run(&opt);
 }
 
@@ -325,6 +353,9 @@ static int s_cmd_rank(int argc, char **argv)
 				"--world-size, with rank < world size (it is started by `ringworker agent`)\n");
 		return RM_EXIT_USAGE;
 	}
+	int rc = join_rank_keys();
+	if (rc != 0)
+		return rc;
 	return rank_run(&opt);
 }
 

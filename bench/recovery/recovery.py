@@ -40,7 +40,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "cluster"))
-from cluster import Agent, Daemon, free_port, rank_pid, wait_workers  # noqa: E402
+from cluster import Agent, Daemon, free_port, join_args, rank_pid, wait_workers  # noqa: E402
 
 SHAPES = {
     "small": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab_size": 50257, "seq_len": 64},
@@ -78,7 +78,7 @@ def ours(args, shape, workdir):
     tokens(os.path.join(data, "tokens.bin"), shape["vocab_size"])
     d = Daemon(args.ringmasterd, workdir, ["--restart-backoff-ms", "100"]).start()
     agent = Agent(args.ringworker, workdir, d.endpoint, "n1", "cpu:2", data,
-                  ["--checkpoint-root", os.path.join(workdir, "ck")]).start()
+                  ["--checkpoint-root", os.path.join(workdir, "ck")] + join_args(d, workdir, "n1")).start()
     results = []
     try:
         wait_workers(d, ["n1"])

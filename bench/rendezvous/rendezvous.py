@@ -33,7 +33,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "cluster"))
-from cluster import Agent, Daemon, make_text_data, tiny_spec, free_port, wait_workers, wait_no_ranks  # noqa: E402
+from cluster import Agent, Daemon, join_args, make_text_data, tiny_spec, free_port, wait_workers, wait_no_ranks  # noqa: E402
 
 TORCH_SCRIPT = r"""
 import os, sys, time
@@ -114,7 +114,7 @@ def main():
     try:
         d.start()
         agent = Agent(os.path.abspath(args.ringworker), workdir, d.endpoint, "bench",
-                      "cpu:%d" % max(sizes), data_root).start()
+                      "cpu:%d" % max(sizes), data_root, join_args(d, workdir, "bench")).start()
         wait_workers(d, ["bench"])
         ours_one = ours_once(d, agent, 2, 0)  # warm the page cache; not counted
         print("warm-up (2 ranks): %.1f ms" % (ours_one * 1e3), file=sys.stderr)

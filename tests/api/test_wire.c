@@ -87,6 +87,8 @@ static const char *const s_valid[WIRE_N_TYPES + 1] = {
 	               "\"events\":[{\"name\":\"forward\",\"ts_us\":0,\"dur_us\":812.5}]}",
 	[WIRE_LOGS] = "{\"job\":\"j\",\"attempt\":2,\"rank\":1,\"dropped\":0,"
 	              "\"lines\":[{\"stream\":\"stdout\",\"time_us\":1763900000123456,\"text\":\"step 1\"}]}",
+	[WIRE_ENROLL] = "{\"node\":\"n1\",\"token\":\"rmj_x\"}",
+	[WIRE_ENROLLED] = "{\"key_id\":3,\"node\":\"n1\"}",
 };
 
 static int s_decode3(const char *proto, const char *type, const char *payload, size_t payload_len,

@@ -416,6 +416,22 @@ def wait_workers(daemon, nodes, timeout=30):
     raise Failure("workers %s not all registered after %s s: %r" % (nodes, timeout, daemon.workers()))
 
 
+def join_args(daemon, workdir, node):
+    """--state-dir and, for a node not enrolled yet, --join-token: every
+    agent of the cluster tests (and benchmarks) enrolls its own CURVE key
+    for real (a one-time join token from POST /v1/workers/join-tokens),
+    unless the daemon runs with --broker-auth off."""
+    state_dir = os.path.join(workdir, "agent-state-%s" % node)
+    args = ["--state-dir", state_dir]
+    extra = daemon.extra_args
+    auth_off = any(a == "--broker-auth" and i + 1 < len(extra) and extra[i + 1] == "off"
+                   for i, a in enumerate(extra))
+    if not auth_off and not os.path.exists(os.path.join(state_dir, "enrolled")):
+        tok = daemon.json("POST", "/v1/workers/join-tokens", {"uses": 1}, expect=201)
+        args += ["--join-token", tok["token"]]
+    return args
+
+
 class Cluster:
     """A daemon and agents in a temporary folder; everything is stopped and
     logs printed on failure by run()."""
@@ -432,9 +448,12 @@ class Cluster:
         self.daemon = Daemon(self.bins["ringmasterd"], self.workdir, extra_args, **kw).start()
         return self.daemon
 
+    def join_args(self, node):
+        return join_args(self.daemon, self.workdir, node)
+
     def start_agent(self, node, devices="cpu:2", extra_args=(), **kw):
         a = Agent(self.bins["ringworker"], self.workdir, self.daemon.endpoint, node, devices,
-                  self.data_root, extra_args, **kw).start()
+                  self.data_root, list(extra_args) + self.join_args(node), **kw).start()
         self.agents.append(a)
         return a
 

@@ -31,12 +31,14 @@ KEYS = {
     "metrics_auth": lambda v: v in ("loopback", "token", "open"),
     "allowed_hosts": lambda v: " " not in v,
     "max_queued_per_token": lambda v: v.isdigit() and 1 <= int(v) <= 10000000,
+    "broker_auth": lambda v: v in ("on", "off"),
 }
 DEFAULTS = {"listen": "127.0.0.1:8080", "broker": "tcp://127.0.0.1:5555",
             "log_level": "info", "max_body_bytes": "1048576", "http_threads": "4",
             "max_connections": "1024", "max_connections_per_ip": "64", "idle_timeout_s": "30",
             "max_header_bytes": "16384", "submit_rate": "60", "submit_burst": "30",
-            "auth": "on", "insecure": "off", "metrics_auth": "loopback", "max_queued_per_token": "1000"}
+            "auth": "on", "insecure": "off", "metrics_auth": "loopback", "max_queued_per_token": "1000",
+            "broker_auth": "on"}
 
 
 def main():

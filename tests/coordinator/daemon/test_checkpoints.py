@@ -20,7 +20,7 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 def main(binary, workdir, daemons, shell_bin, ringctl):
     endpoint = "tcp://127.0.0.1:%d" % free_port()
-    d = Daemon(binary, workdir, extra_args=["--heartbeat-ms", "200", "--heartbeat-misses", "5",
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off", "--heartbeat-ms", "200", "--heartbeat-misses", "5",
                                             "--broker", endpoint])
     daemons.append(d)
     d.start()

@@ -12,7 +12,7 @@ from wireshell import Shell, cpus, events, register, spec, wait_state
 
 
 def main(binary, workdir, daemons, shell_bin):
-    d = Daemon(binary, workdir, extra_args=["--heartbeat-ms", "200", "--heartbeat-misses", "5",
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off", "--heartbeat-ms", "200", "--heartbeat-misses", "5",
                                             "--metrics-every", "5"])
     daemons.append(d)
     d.start()

@@ -21,7 +21,7 @@ from wireshell import Shell, cpus, register, spec, wait_state
 
 
 def main(binary, workdir, daemons, shell_bin):
-    d = Daemon(binary, workdir, extra_args=["--heartbeat-ms", "250", "--heartbeat-misses", "4"])
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off", "--heartbeat-ms", "250", "--heartbeat-misses", "4"])
     daemons.append(d)
     d.start()
     sh = Shell(shell_bin, "tcp://127.0.0.1:%d" % d.broker_port)

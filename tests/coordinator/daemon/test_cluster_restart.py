@@ -14,7 +14,7 @@ from wireshell import Shell, cpus, register, spec, wait_state
 
 def main(binary, workdir, daemons, shell_bin):
     endpoint = "tcp://127.0.0.1:%d" % free_port()
-    d = Daemon(binary, workdir, extra_args=["--heartbeat-ms", "200", "--heartbeat-misses", "5",
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off", "--heartbeat-ms", "200", "--heartbeat-misses", "5",
                                             "--broker", endpoint])
     daemons.append(d)
     d.start()

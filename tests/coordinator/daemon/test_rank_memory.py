@@ -16,7 +16,7 @@ MEM1 = {"params_bytes": 497664, "grads_bytes": 746496, "optim_bytes": 497664, "a
 
 
 def main(binary, workdir, daemons, shell_bin, ringctl):
-    d = Daemon(binary, workdir, extra_args=["--heartbeat-ms", "200", "--heartbeat-misses", "5"])
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off", "--heartbeat-ms", "200", "--heartbeat-misses", "5"])
     daemons.append(d)
     d.start()
     sh = Shell(shell_bin, "tcp://127.0.0.1:%d" % d.broker_port)

@@ -54,7 +54,7 @@ def config_checks(binary, workdir):
 def main(binary, workdir, daemons, shell_bin):
     config_checks(binary, workdir)
     endpoint = "tcp://127.0.0.1:%d" % free_port()
-    d = Daemon(binary, workdir, extra_args=["--heartbeat-ms", "100", "--heartbeat-misses", "5",
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off", "--heartbeat-ms", "100", "--heartbeat-misses", "5",
                                             "--broker", endpoint,
                                             "--restart-backoff-ms", str(BACKOFF_MS),
                                             "--restart-grace-ms", "3000"])

@@ -49,7 +49,7 @@ def wait_trace(d, jid, n_steps, timeout=5):
 
 def main(binary, workdir, daemons, shell_bin):
     endpoint = "tcp://127.0.0.1:%d" % free_port()
-    d = Daemon(binary, workdir, extra_args=["--heartbeat-ms", "200", "--heartbeat-misses", "5",
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off", "--heartbeat-ms", "200", "--heartbeat-misses", "5",
                                             "--broker", endpoint])
     daemons.append(d)
     d.start()

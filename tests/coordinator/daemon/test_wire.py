@@ -10,7 +10,7 @@ from wireshell import Shell
 
 
 def main(binary, workdir, daemons, probe, shell_bin):
-    d = Daemon(binary, workdir)
+    d = Daemon(binary, workdir, extra_args=["--broker-auth", "off"])  # fake agents speak raw ZeroMQ
     daemons.append(d)
     d.start()
     endpoint = "tcp://127.0.0.1:%d" % d.broker_port

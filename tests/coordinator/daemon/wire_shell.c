@@ -5,6 +5,10 @@
  * test asks for it. Commands (one per line, answers one line on stdout):
  *
  *   dealer NAME IDENTITY ENDPOINT     connect a socket                -> OK
+ *   curve NAME IDENTITY ENDPOINT SERVERKEY PUBLIC SECRET
+ *                                     connect a CURVE client socket (keys
+ *                                     in Z85)                         -> OK
+ *   keypair                           a new CURVE key pair  -> KEY PUBLIC SECRET
  *   send NAME TYPE JSON...            send [RMW1] [TYPE] [JSON]       -> OK
  *   beat NAME NODE MS                 send HEARTBEAT {node} every MS
  *                                     (0 stops)                       -> OK
@@ -245,16 +249,31 @@ int main(void)
 			reply("OK");
 			continue;
 		}
+		if (strcmp(cmd, "keypair") == 0) {
+			char pub[41], sec[41];
+			if (zmq_curve_keypair(pub, sec) != 0)
+				reply("ERR keypair: %s", zmq_strerror(zmq_errno()));
+			else
+				reply("KEY %s %s", pub, sec);
+			continue;
+		}
 		char *name = strtok_r(NULL, " ", &save);
 		if (!name) {
 			reply("ERR missing socket name");
 			continue;
 		}
 		sock_t *s = find(name);
-		if (strcmp(cmd, "dealer") == 0) {
+		if (strcmp(cmd, "dealer") == 0 || strcmp(cmd, "curve") == 0) {
 			char *ident = strtok_r(NULL, " ", &save), *ep = strtok_r(NULL, " ", &save);
-			if (s || !ident || !ep) {
-				reply("ERR usage: dealer NAME IDENTITY ENDPOINT (new name)");
+			char *server = NULL, *pub = NULL, *sec = NULL;
+			if (cmd[0] == 'c') {
+				server = strtok_r(NULL, " ", &save);
+				pub = strtok_r(NULL, " ", &save);
+				sec = strtok_r(NULL, " ", &save);
+			}
+			if (s || !ident || !ep || (cmd[0] == 'c' && !sec)) {
+				reply("ERR usage: dealer NAME IDENTITY ENDPOINT | curve NAME IDENTITY ENDPOINT SERVERKEY PUBLIC "
+				      "SECRET (new name)");
 				continue;
 			}
 			for (int i = 0; i < MAX_SOCKS && !s; i++)
@@ -269,6 +288,19 @@ int main(void)
 			int linger = 0;
 			zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
 			zmq_setsockopt(s->sock, ZMQ_ROUTING_ID, ident, strlen(ident));
+			if (sec && (zmq_setsockopt(s->sock, ZMQ_CURVE_SERVERKEY, server, strlen(server)) != 0 ||
+			            zmq_setsockopt(s->sock, ZMQ_CURVE_PUBLICKEY, pub, strlen(pub)) != 0 ||
+			            zmq_setsockopt(s->sock, ZMQ_CURVE_SECRETKEY, sec, strlen(sec)) != 0)) {
+				reply("ERR curve keys: %s", zmq_strerror(zmq_errno()));
+				close_sock(s);
+				continue;
+			}
+			if (sec) {
+				/* a refused handshake leaves no pipe to send on: give up after 1 s
+				 * (answered "ERR send failed") instead of blocking */
+				int sndtimeo = 1000;
+				zmq_setsockopt(s->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+			}
 			if (zmq_connect(s->sock, ep) != 0) {
 				reply("ERR connect: %s", zmq_strerror(zmq_errno()));
 				close_sock(s);

@@ -28,6 +28,17 @@ class Shell:
     def dealer(self, name, identity):
         self.ok("dealer %s %s %s" % (name, identity, self.endpoint))
 
+    def curve_dealer(self, name, identity, server_key, public, secret):
+        """A DEALER that connects as a CURVE client with these Z85 keys."""
+        self.ok("curve %s %s %s %s %s %s" % (name, identity, self.endpoint, server_key, public, secret))
+
+    def keypair(self):
+        """A new CURVE key pair (public, secret), Z85."""
+        out = self.cmd("keypair")
+        check(out.startswith("KEY "), "wire_shell keypair: %s" % out)
+        _, pub, sec = out.split(" ")
+        return pub, sec
+
     def send(self, name, type_, payload):
         text = payload if isinstance(payload, str) else json.dumps(payload)
         self.ok("send %s %s %s" % (name, type_, text))
