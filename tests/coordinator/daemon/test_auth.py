@@ -76,6 +76,11 @@ def sub(workdir, name):
     return path
 
 
+def admin_only(method, path):
+    """The admin's routes: tokens, and changing the workers' keys."""
+    return path.startswith("/v1/tokens") or (method == "POST" and path.startswith("/v1/workers/"))
+
+
 def main(binary, workdir, daemons):
     table = routes(binary)
     check(len(table) >= 20, "only %d routes" % len(table))
@@ -153,13 +158,13 @@ def main(binary, workdir, daemons):
             check(st in (200, 201), "viewer %s %s: %s" % (method, path, st))
         else:
             check(st == 403, "viewer %s %s: %s %r" % (method, path, st, raw[:200]))
-            need = "admin" if "/tokens" in path else "operator"
+            need = "admin" if admin_only(method, path) else "operator"
             check(("needs the %s role" % need) in problem_of(h, raw, 403)["detail"], "403 detail %r" % raw)
     # the operator: submits and cancels; the token routes are the admin's
     job = d.submit(token=operator)
     check(job["submitted_by"] == "ci-operator" and job["cancelled_by"] is None, "submitted_by %r" % job)
     for method, path in table:
-        if "/tokens" in path:
+        if admin_only(method, path):
             st, h, raw = send(d, method, path, operator, job_id)
             check(st == 403 and "admin" in problem_of(h, raw, 403)["detail"], "operator %s %s: %s" %
                   (method, path, st))
