@@ -30,7 +30,8 @@ def wait_exit(agent, timeout=30):
 
 def ctl(cluster, *args):
     return subprocess.run([cluster.bins["ringctl"], "--server", cluster.daemon.url] + list(args),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, text=True,
+                          env=cluster.daemon.ctl_env())
 
 
 def main(cluster, _args):
