@@ -516,6 +516,7 @@ static int load_rank(const store_rank_t *sr, void *userdata)
 		at->kind = -1;
 		at->restarts = job.restarts;
 		at->max_restarts = at->spec.restart.max_restarts;
+		at->program = jobspec_is_program(&at->spec); /* its master_port is not known (0) */
 		if (job.state == STORE_JOB_RECOVERING) {
 			/* its attempt had failed; its ranks are killed when their
 			 * agents register again: restart it without waiting */
