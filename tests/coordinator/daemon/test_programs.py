@@ -92,6 +92,16 @@ def submission(d):
 
 def scenario(d, sh):
     submission(d)
+    # a REGISTER with a bad program_ports or advertise is refused, naming it
+    sh.dealer("bad", "agent/nbad")
+    for extra, field in (({"program_ports": [10, 5]}, "program_ports"), ({"program_ports": [30000]}, "program_ports"),
+                         ({"programs": True, "advertise": "a b"}, "advertise")):
+        p = {"node": "nbad", "devices": cpus(1), "ranks": []}
+        p.update(extra)
+        sh.send("bad", "REGISTER", p)
+        e = sh.expect("bad", "ERROR", what="REGISTER with %r" % extra)
+        check(e["code"] == 400 and field in e["detail"], "refusal %r" % e)
+    sh.close("bad")
     # n1 runs the built-in trainer only; n2 and n3 allow programs
     reg(sh, "a1", "n1", 4, programs=False)
     sh.beat("a1", "n1", 100)
