@@ -32,6 +32,7 @@
 #include "kv.h"
 #include "log.h"
 #include "metrics.h"
+#include "program.h"
 #include "ranks.h"
 #include "scheduler.h"
 #include "enroll.h"
@@ -569,6 +570,7 @@ int fabric_load(fabric_t *f, char *err, size_t errlen)
 	while ((s = smap_next(&f->attempts, &pos))) {
 		attempt_t *at = s->value;
 		char cause[REASON_BYTES] = "";
+		program_restore_port(f, at); /* a program attempt's MASTER_PORT, from its event */
 		if (at->failed) {
 			n_live++;
 			continue;

@@ -111,6 +111,50 @@ int program_pick_port(fabric_t *f, const agent_t *a, const attempt_t *prev)
 	return -ENOSPC;
 }
 
+void program_note_port(fabric_t *f, const attempt_t *at)
+{
+	if (!at->program || !fabric_tx(f))
+		return;
+	const agent_t *a0 = at->ranks[0].agent;
+	char reason[600];
+	snprintf(reason, sizeof reason, "MASTER_PORT %d on node %.255s (%.255s)", at->master_port, a0->node,
+	         a0->advertise[0] ? a0->advertise : "127.0.0.1");
+	fabric_wrote(f, store_event_insert(f->st, at->job_id, "program_port", NULL, NULL, reason, at->attempt,
+	                                   clock_wall_us()),
+	             "program_port event");
+}
+
+typedef struct {
+	int attempt;
+	int port;
+	int64_t last_id;
+} port_scan_t;
+
+static int scan_port_event(const store_event_t *ev, void *userdata)
+{
+	port_scan_t *ps = userdata;
+	int port;
+	ps->last_id = ev->id;
+	if (ev->attempt == ps->attempt && ev->type && strcmp(ev->type, "program_port") == 0 && ev->reason &&
+	    sscanf(ev->reason, "MASTER_PORT %d", &port) == 1 && port > 0 && port <= 65535)
+		ps->port = port;
+	return 0;
+}
+
+void program_restore_port(fabric_t *f, attempt_t *at)
+{
+	if (!at->program)
+		return;
+	port_scan_t ps = {.attempt = at->attempt};
+	bool more = true;
+	for (int pages = 0; more && pages < 1000; pages++) {
+		int64_t after = ps.last_id;
+		if (store_event_list(f->st, at->job_id, after, 1000, scan_port_event, &ps, &more) < 0 || ps.last_id == after)
+			break;
+	}
+	at->master_port = ps.port;
+}
+
 void program_spawn_fields(const attempt_t *at, int rank, json_t *sp)
 {
 	if (!at->program || !sp)

@@ -63,6 +63,16 @@ bool program_agents_ok(const attempt_t *at);
  */
 int program_pick_port(fabric_t *f, const agent_t *a, const attempt_t *prev);
 
+/* Record the MASTER_PORT of the program attempt `at` just placed: a
+ * "program_port" event ("MASTER_PORT 30000 on node n2 (10.0.0.2)"), in the
+ * loop's transaction; the user sees it, and program_restore_port reads it
+ * back after a coordinator restart. */
+void program_note_port(fabric_t *f, const attempt_t *at);
+
+/* After a coordinator restart: the master_port of the restored program
+ * attempt `at` from its "program_port" event (stays 0 when none). */
+void program_restore_port(fabric_t *f, attempt_t *at);
+
 /* Add SPAWN's program and torch objects for rank `rank` of the program
  * attempt `at` to `sp` (borrowed); no-op for a built-in attempt. */
 void program_spawn_fields(const attempt_t *at, int rank, json_t *sp);

@@ -244,6 +244,7 @@ static void apply_placement(fabric_t *f, const queued_t *q, const placement_t *p
 	at->program = jobspec_is_program(&at->spec);
 	at->master_port = at->program ? master_port : 0;
 	write_placed(f, at, prev, reason);
+	program_note_port(f, at); /* a program's MASTER_PORT, kept for a coordinator restart */
 	log_info("job %s attempt %d scheduled: %s", at->job_id, at->attempt, reason);
 	send_spawns(f, at, prev, pl);
 	if (prev) {

@@ -233,10 +233,18 @@ def scenario(d, sh):
     d.start()
     doc = wait_state(d, jr, "running")
     check(doc["attempt"] == 1, "attempt kept %r" % doc)
-    reg(sh, "a2", "n2", 2, programs=True, ports=[30000, 30001], connect=False,
+    reg(sh, "a2", "n2", 4, programs=True, ports=[30000, 30001], connect=False,
         ranks=[{"job": jr, "attempt": 1, "rank": r, "pid": 1000 + r} for r in range(2)])
     sh.silent("a2", 500, "no KILL or SPAWN for the program's live ranks")
     check(wait_state(d, jr, "running")["attempt"] == 1, "still running")
+    # the restored attempt still holds its MASTER_PORT (from its program_port event)
+    check(any(e["type"] == "program_port" and e["reason"].startswith("MASTER_PORT 30000 on node n2")
+              for e in events(d, jr)), "program_port event %r" % events(d, jr))
+    ja = d.submit(pspec("after-restart", world_size=2))["id"]
+    sa = spawns(sh, "a2", 2, "a second job on n2 after the restart")
+    check(all(p["job"] == ja and p["torch"]["master_port"] == 30001 for p in sa), "not jr's port: %r" % sa)
+    d.json("POST", "/v1/jobs/%s/cancel" % ja, expect=200)
+    check(sh.expect("a2", "KILL")["job"] == ja, "cancel of the second job")
     exited(sh, "a2", jr, 1, 0, 0)
     exited(sh, "a2", jr, 1, 1, 0)
     doc = wait_state(d, jr, "succeeded")
