@@ -126,6 +126,24 @@ static int count_free(const agent_t *a, int kind)
 	return n;
 }
 
+/* parallel.ranks_per_node of a built-in job (`rpn` > 0): at most that many
+ * of its ranks on one node; *total (the ranks the alive agents could hold at
+ * all) is capped the same way. Program jobs get this in program_cap_free. */
+static void cap_per_node(agent_t **alive, int n_alive, int kind, int rpn, int *n_free, long *total)
+{
+	if (rpn <= 0)
+		return;
+	*total = 0;
+	for (int a = 0; a < n_alive; a++) {
+		long devs = 0;
+		for (int d = 0; d < alive[a]->n_devices; d++)
+			devs += alive[a]->devices[d].kind == kind;
+		*total += devs < rpn ? devs : rpn;
+		if (n_free[a] > rpn)
+			n_free[a] = rpn;
+	}
+}
+
 /* The job's state reason for the placement `pl` of `q` (REASON_BYTES). */
 static void placed_reason(const queued_t *q, const placement_t *pl, const attempt_t *prev, char *reason)
 {
@@ -358,10 +376,13 @@ static void restart_due(fabric_t *f, agent_t **alive, int n_alive, bool blocked[
 		}
 		if (at->program)
 			program_cap_free(alive, n_alive, &at->spec, at->kind, n_free, &total);
-		else if (at->kind == KIND_CPU) { /* a restart fits memory as a first placement does */
+		else
+			cap_per_node(alive, n_alive, at->kind, at->spec.parallel.ranks_per_node, n_free, &total);
+		if (!at->program && at->kind == KIND_CPU) { /* a restart fits memory as a first placement does */
 			memfit_t est;
 			memfit_estimate(&at->spec, &est);
-			total = cap_by_memory(alive, n_alive, at->kind, est.total_bytes, n_free);
+			long by_mem = cap_by_memory(alive, n_alive, at->kind, est.total_bytes, n_free);
+			total = by_mem < total ? by_mem : total; /* ranks_per_node counted too */
 		}
 		if (!blocked[at->kind] && gang_pack(n_free, n_alive, at->world_size, take) > 0) {
 			place(f, &q, at->kind, alive, n_alive, take, at);
@@ -540,11 +561,16 @@ void scheduler_run(fabric_t *f)
 		memfit_t est = {0};
 		long fit = total;
 		int n_allowing = program_cap_free(alive, n_alive, &job->qs->spec, kind, n_free, &total);
+		if (n_allowing < 0) {
+			cap_per_node(alive, n_alive, kind, job->qs->spec.parallel.ranks_per_node, n_free, &total);
+			fit = total;
+		}
 		if (n_allowing >= 0) {
 			fit = total; /* a program's memory is its own business */
 		} else if (kind == KIND_CPU) {
 			memfit_estimate(&job->qs->spec, &est);
-			fit = cap_by_memory(alive, n_alive, kind, est.total_bytes, n_free);
+			long by_mem = cap_by_memory(alive, n_alive, kind, est.total_bytes, n_free);
+			fit = by_mem < total ? by_mem : total; /* ranks_per_node counted too */
 		}
 		int used = gang_pack(n_free, n_alive, job->world_size, take);
 		if (used > 0 && place(f, job, kind, alive, n_alive, take, NULL))

@@ -250,6 +250,16 @@ def scenario(d, sh):
     doc = wait_state(d, jr, "succeeded")
     check(doc["restarts"] == 0, "no restart %r" % doc)
 
+    # ranks_per_node holds for a built-in job too: one rank on n1, one on n2;
+    # its SPAWN has no program or torch
+    jb = d.submit({"name": "builtin", "data": {"train": "data/tiny/train.bin"},
+                   "parallel": {"world_size": 2, "ranks_per_node": 1}})["id"]
+    b1 = sh.expect("a1", "SPAWN", what="built-in rank on n1")
+    b2 = sh.expect("a2", "SPAWN", what="built-in rank on n2")
+    check(b1["job"] == jb and b2["job"] == jb and {b1["rank"], b2["rank"]} == {0, 1}, "spread %r %r" % (b1, b2))
+    check("program" not in b1 and "torch" not in b1, "built-in SPAWN unchanged %r" % b1)
+    d.json("POST", "/v1/jobs/%s/cancel" % jb, expect=200)
+
 
 if __name__ == "__main__":
     run(main)
