@@ -234,6 +234,9 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 	a->hb_dirty = false; /* written by the register itself */
 	if (fabric_tx(f)) {
 		fabric_wrote(f, store_worker_register(f->st, node, dev_json, a->last_seen_wall_us), "worker register");
+		char *prog = program_register_json(a); /* kept for a restart of the coordinator */
+		fabric_wrote(f, prog ? store_worker_set_programs(f->st, node, prog) : -ENOMEM, "worker programs");
+		free(prog);
 		feed_worker_changed(node); /* GET /v1/stream's `worker`, once committed */
 	}
 	free(dev_json);

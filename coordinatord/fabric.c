@@ -457,6 +457,14 @@ static int load_worker(const store_worker_t *w, void *userdata)
 	a->devices = devs;
 	a->n_devices = n;
 	a->alive = true;
+	/* what its last REGISTER said about programs (schema 009) */
+	json_t *prog = w->program_json ? json_loads(w->program_json, 0, NULL) : NULL;
+	if (!prog || program_parse_register(a, prog, detail, sizeof detail) < 0) {
+		a->programs = false;
+		a->port_lo = PROGRAM_DEFAULT_PORT_LO;
+		a->port_hi = PROGRAM_DEFAULT_PORT_HI;
+	}
+	json_decref(prog);
 	store_key_t k;
 	if (c->f->opt.auth && store_key_for_node(c->f->st, w->node, &k) == 0) {
 		a->key_id = k.id; /* its ranks may speak before it registers again */

@@ -33,7 +33,7 @@ int program_parse_register(agent_t *a, const json_t *p, char *detail, size_t dle
 		lo = (int)json_integer_value(l);
 		hi = (int)json_integer_value(h);
 	}
-	if (adv && (json_string_length(adv) == 0 || json_string_length(adv) >= sizeof a->advertise ||
+	if (adv && (!json_is_string(adv) || json_string_length(adv) == 0 || json_string_length(adv) >= sizeof a->advertise ||
 	            strlen(json_string_value(adv)) != json_string_length(adv) ||
 	            strspn(json_string_value(adv), "0123456789abcdefABCDEF.:-_%[]zZ" "ghijklmnopqrstuvwxy"
 	                                           "GHIJKLMNOPQRSTUVWXY") != json_string_length(adv))) {
@@ -46,6 +46,16 @@ int program_parse_register(agent_t *a, const json_t *p, char *detail, size_t dle
 	a->port_hi = hi;
 	snprintf(a->advertise, sizeof a->advertise, "%s", adv ? json_string_value(adv) : "");
 	return 0;
+}
+
+char *program_register_json(const agent_t *a)
+{
+	json_t *j = json_pack("{s:b, s:[i, i]}", "programs", a->programs, "program_ports", a->port_lo, a->port_hi);
+	if (j && a->advertise[0])
+		json_object_set_new(j, "advertise", json_string(a->advertise));
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	return text;
 }
 
 int program_cap_free(agent_t *const *alive, int n_alive, const jobspec_t *spec, int kind, int *n_free,

@@ -39,6 +39,11 @@
  */
 int program_parse_register(agent_t *a, const json_t *p, char *detail, size_t dlen);
 
+/* The agent's program fields as REGISTER carries them (compact JSON,
+ * malloc'ed; NULL on out-of-memory), for the store (schema 009): read back
+ * after a coordinator restart with program_parse_register. */
+char *program_register_json(const agent_t *a);
+
 /*
  * For a program job with `spec` (devices of `kind`): zero n_free[i] of the
  * alive agents that do not allow programs and cap the others at

@@ -259,6 +259,27 @@ def scenario(d, sh):
     check(b1["job"] == jb and b2["job"] == jb and {b1["rank"], b2["rank"]} == {0, 1}, "spread %r %r" % (b1, b2))
     check("program" not in b1 and "torch" not in b1, "built-in SPAWN unchanged %r" % b1)
     d.json("POST", "/v1/jobs/%s/cancel" % jb, expect=200)
+    for a in ("a1", "a2"):
+        sh.expect(a, "KILL", what="cancel of the built-in job")
+
+    # a node of a running program stops heartbeating: the gang restarts elsewhere
+    jn = d.submit(pspec("node-dies", world_size=2, ranks_per_node=1))["id"]
+    n2 = sh.expect("a2", "SPAWN", what="rank 0 on n2")
+    n3 = sh.expect("a3", "SPAWN", what="rank 1 on n3")
+    check(n2["rank"] == 0 and n3["rank"] == 1, "placed %r %r" % (n2, n3))
+    started(sh, "a2", jn, 1, [0])
+    started(sh, "a3", jn, 1, [1])
+    wait_state(d, jn, "running")
+    sh.beat("a3", "n3", 0)
+    k = sh.expect("a2", "KILL", timeout_ms=8000, what="KILL of rank 0 when n3 dies")
+    check(k == {"job": jn, "attempt": 1, "rank": 0}, "kill %r" % k)
+    doc = wait_state(d, jn, "recovering")
+    check("n3" in doc["state_reason"], "cause names the node %r" % doc)
+    exited(sh, "a2", jn, 1, 0, -1, 15)
+    r0 = sh.expect("a2", "SPAWN", what="attempt 2 rank 0 on n2")
+    r1 = sh.expect("a4", "SPAWN", what="attempt 2 rank 1 on n4")
+    check(r0["attempt"] == 2 and r1["attempt"] == 2 and r1["torch"]["restart_count"] == 1 and
+          r1["torch"]["group_rank"] == 1, "the gang again, on n2 and n4: %r %r" % (r0, r1))
 
 
 if __name__ == "__main__":
