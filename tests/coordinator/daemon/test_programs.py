@@ -229,8 +229,16 @@ def scenario(d, sh):
     sp = spawns(sh, "a2", 2, "SPAWN before the crash")
     started(sh, "a2", jr, 1, [0, 1])
     wait_state(d, jr, "running")
+    # and a job whose only rank was spawned on n3 but not started yet
+    jl = d.submit(pspec("late", world_size=1))["id"]
+    sl = sh.expect("a3", "SPAWN", what="the late job's SPAWN")
     d.kill9()
     d.start()
+    reg(sh, "a3", "n3", 2, programs=True, ports=[30000, 30002], connect=False)
+    again = sh.expect("a3", "SPAWN", what="the late job's rank spawned again after the restart")
+    check(again == sl, "the same SPAWN (same MASTER_PORT): %r vs %r" % (again, sl))
+    d.json("POST", "/v1/jobs/%s/cancel" % jl, expect=200)
+    check(sh.expect("a3", "KILL")["job"] == jl, "cancel of the late job")
     doc = wait_state(d, jr, "running")
     check(doc["attempt"] == 1, "attempt kept %r" % doc)
     reg(sh, "a2", "n2", 4, programs=True, ports=[30000, 30001], connect=False,
