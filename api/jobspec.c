@@ -78,14 +78,18 @@ static const char *const s_arch_names[] = {"gpt2"};
 /* Keys allowed in each object; NULL-terminated. */
 static const char *const s_root_keys[] = {
 	"name", "model", "data", "train", "parallel", "checkpoint", "restart", "priority",
-	"resume_from", "profile", NULL};
+	"resume_from", "profile", "program", NULL};
 static const char *const s_model_keys[] = {
 	"arch", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", NULL};
 static const char *const s_data_keys[] = {"train", "val", "format", NULL};
 static const char *const s_train_keys[] = {
 	"steps", "batch_size", "grad_accum", "lr", "warmup_steps", "lr_schedule", "min_lr",
 	"weight_decay", "grad_clip", "seed", "eval_every", "eval_batches", "precision", NULL};
-static const char *const s_parallel_keys[] = {"world_size", "device", "sharding", NULL};
+static const char *const s_parallel_keys[] = {"world_size", "device", "sharding", "ranks_per_node", NULL};
+static const char *const s_program_keys[] = {"argv", "cwd", "env", NULL};
+/* The built-in trainer's sections, refused in a program job. */
+static const char *const s_trainer_sections[] = {
+	"model", "data", "train", "checkpoint", "resume_from", "profile", NULL};
 static const char *const s_checkpoint_keys[] = {"every_steps", "keep_last", "keep_every", NULL};
 static const char *const s_restart_keys[] = {"max_restarts", NULL};
 static const char *const s_resume_from_keys[] = {"job", "step", NULL};
@@ -510,6 +514,8 @@ static int s_read_rest(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
 	TRY(s_get_enum(o, "parallel", "sharding", s_sharding_names, N_ELEMS(s_sharding_names),
 		       JOBSPEC_SHARDING_NONE, &e, err));
 	s->parallel.sharding = (jobspec_sharding_t)e;
+	TRY(s_get_int(o, "parallel", "ranks_per_node", 1, JOBSPEC_MAX_WORLD_SIZE, 0, &v, err));
+	s->parallel.ranks_per_node = (int)v;
 
 	TRY(s_get_section(doc, "checkpoint", s_checkpoint_keys, &o, err));
 	TRY(s_get_int(o, "checkpoint", "every_steps", 0, MAX_STEPS, DEFAULT_EVERY_STEPS,
@@ -565,6 +571,135 @@ static int s_read_profile(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
 				      keys[i], i ? "last" : "first", JOBSPEC_MAX_PROFILE_STEPS);
 	TRY(s_get_int(o, "profile", "start_step", 1, MAX_STEPS, 0, &s->profile.start_step, err));
 	TRY(s_get_int(o, "profile", "end_step", 1, MAX_STEPS, 0, &s->profile.end_step, err));
+	return 0;
+}
+
+/* An environment variable's name: [A-Za-z_][A-Za-z0-9_]*. */
+static bool s_env_name_ok(const char *name, size_t len)
+{
+	if (len == 0 || len > JOBSPEC_PROGRAM_MAX_ENV_NAME || strlen(name) != len)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+		bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+		if (!alpha && (i == 0 || c < '0' || c > '9'))
+			return false;
+	}
+	return true;
+}
+
+/* "program": checked here, copied by s_copy_program once everything
+ * passed. A program job refuses the built-in trainer's sections. */
+static int s_read_program(const json_t *doc, jobspec_t *s, const json_t **ret, jobspec_error_t *err)
+{
+	const json_t *o;
+	*ret = NULL;
+	TRY(s_get_section(doc, "program", s_program_keys, &o, err));
+	if (!o)
+		return 0;
+	for (const char *const *k = s_trainer_sections; *k; k++) {
+		char pointer[32];
+		snprintf(pointer, sizeof pointer, "/%s", *k);
+		if (json_object_get(doc, *k))
+			return s_fail(err, pointer,
+				      "a program job has no %s: the program brings its own (leave %s out, or leave"
+				      " program out to run the built-in trainer)", *k, *k);
+	}
+	const json_t *argv = json_object_get(o, "argv");
+	char got[64];
+	if (!json_is_array(argv) || json_array_size(argv) < 1 ||
+	    json_array_size(argv) > JOBSPEC_PROGRAM_MAX_ARGS) {
+		if (argv && json_is_array(argv))
+			snprintf(got, sizeof got, "%zu strings", json_array_size(argv));
+		else if (argv)
+			s_describe(argv, got, sizeof got);
+		else
+			snprintf(got, sizeof got, "nothing");
+		return s_fail(err, "/program/argv",
+			      "program.argv is required: an array of 1 to %d strings, the program and its"
+			      " arguments (got %s)", JOBSPEC_PROGRAM_MAX_ARGS, got);
+	}
+	size_t i;
+	const json_t *a;
+	json_array_foreach(argv, i, a) {
+		char pointer[48];
+		snprintf(pointer, sizeof pointer, "/program/argv/%zu", i);
+		size_t len = json_is_string(a) ? json_string_length(a) : 0;
+		if (json_is_string(a) && memchr(json_string_value(a), '\0', len))
+			return s_fail(err, pointer, "program.argv[%zu] must not contain NUL bytes", i);
+		if (!json_is_string(a) || len < 1 || len > JOBSPEC_PROGRAM_MAX_ARG_BYTES) {
+			if (json_is_string(a))
+				snprintf(got, sizeof got, "%zu bytes", len);
+			else
+				s_describe(a, got, sizeof got);
+			return s_fail(err, pointer, "program.argv[%zu] must be a string of 1 to %d bytes (got %s)",
+				      i, JOBSPEC_PROGRAM_MAX_ARG_BYTES, got);
+		}
+	}
+	const char *cwd;
+	TRY(s_get_string(o, "program", "cwd", JOBSPEC_PROGRAM_MAX_ARG_BYTES, NULL, true, &cwd, err));
+	const json_t *env = json_object_get(o, "env");
+	if (env && !json_is_object(env)) {
+		s_describe(env, got, sizeof got);
+		return s_fail(err, "/program/env",
+			      "program.env must be an object of names to string values (got %s)", got);
+	}
+	if (env && json_object_size(env) > JOBSPEC_PROGRAM_MAX_ENV)
+		return s_fail(err, "/program/env", "program.env must have at most %d names (got %zu)",
+			      JOBSPEC_PROGRAM_MAX_ENV, json_object_size(env));
+	const char *name;
+	const json_t *val;
+	json_object_foreach((json_t *)env, name, val) {
+		char pointer[sizeof(err->pointer)], shown[80];
+		s_excerpt(name, strlen(name), shown, sizeof shown, 64);
+		if (!s_env_name_ok(name, strlen(name)))
+			return s_fail(err, "/program/env",
+				      "program.env name \"%s\" is not a variable name: letters, digits and '_',"
+				      " not starting with a digit, at most %d bytes",
+				      shown, JOBSPEC_PROGRAM_MAX_ENV_NAME);
+		snprintf(pointer, sizeof pointer, "/program/env/%.200s", name);
+		size_t len = json_is_string(val) ? json_string_length(val) : 0;
+		if (!json_is_string(val) || len > JOBSPEC_PROGRAM_MAX_ARG_BYTES ||
+		    memchr(json_string_value(val), '\0', len)) {
+			if (json_is_string(val))
+				snprintf(got, sizeof got, "%zu bytes or a NUL byte", len);
+			else
+				s_describe(val, got, sizeof got);
+			return s_fail(err, pointer,
+				      "program.env.%s must be a string of at most %d bytes without NUL (got %s)",
+				      shown, JOBSPEC_PROGRAM_MAX_ARG_BYTES, got);
+		}
+	}
+	s->program.argc = (int)json_array_size(argv);
+	s->program.n_env = env ? (int)json_object_size(env) : 0;
+	*ret = o;
+	return 0;
+}
+
+/* Copy the checked program section `o` into s (argc and n_env set). */
+static int s_copy_program(const json_t *o, jobspec_t *s)
+{
+	const json_t *cwd = json_object_get(o, "cwd"), *env = json_object_get(o, "env");
+	s->program.argv = calloc((size_t)s->program.argc, sizeof(char *));
+	s->program.env_names = calloc((size_t)s->program.n_env + 1, sizeof(char *));
+	s->program.env_values = calloc((size_t)s->program.n_env + 1, sizeof(char *));
+	if (!s->program.argv || !s->program.env_names || !s->program.env_values)
+		return -ENOMEM;
+	for (int i = 0; i < s->program.argc; i++)
+		if (!(s->program.argv[i] = strdup(json_string_value(json_array_get(json_object_get(o, "argv"), (size_t)i)))))
+			return -ENOMEM;
+	if (json_is_string(cwd) && !(s->program.cwd = strdup(json_string_value(cwd))))
+		return -ENOMEM;
+	int k = 0;
+	const char *name;
+	const json_t *val;
+	json_object_foreach((json_t *)env, name, val) {
+		s->program.env_names[k] = strdup(name);
+		s->program.env_values[k] = strdup(json_string_value(val));
+		if (!s->program.env_names[k] || !s->program.env_values[k])
+			return -ENOMEM;
+		k++;
+	}
 	return 0;
 }
 
@@ -676,7 +811,11 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	rc = s_get_string(doc, NULL, "name", JOBSPEC_NAME_MAX_BYTES, NULL, false, &str.name, err);
 	if (rc < 0)
 		return rc;
-	if ((rc = s_read_model(doc, &s, err)) < 0 || (rc = s_read_data(doc, &s, &str, err)) < 0 ||
+	const json_t *program = NULL;
+	if ((rc = s_read_program(doc, &s, &program, err)) < 0)
+		return rc;
+	if ((rc = s_read_model(doc, &s, err)) < 0 ||
+	    (!program && (rc = s_read_data(doc, &s, &str, err)) < 0) ||
 	    (rc = s_read_train(doc, &s, err)) < 0 || (rc = s_read_rest(doc, &s, err)) < 0 ||
 	    (rc = s_read_resume_from(doc, &s, &str, err)) < 0 ||
 	    (rc = s_read_profile(doc, &s, err)) < 0)
@@ -689,11 +828,11 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 
 	/* Strings are copied last so that no failure above has anything to free. */
 	s.name = strdup(str.name ? str.name : DEFAULT_NAME);
-	s.data.train = strdup(str.train);
+	s.data.train = str.train ? strdup(str.train) : NULL;
 	s.data.val = str.val ? strdup(str.val) : NULL;
 	s.resume_from.job = str.resume_job ? strdup(str.resume_job) : NULL;
-	if (!s.name || !s.data.train || (str.val && !s.data.val) ||
-	    (str.resume_job && !s.resume_from.job)) {
+	if (!s.name || (str.train && !s.data.train) || (str.val && !s.data.val) ||
+	    (str.resume_job && !s.resume_from.job) || (program && s_copy_program(program, &s) < 0)) {
 		jobspec_free(&s);
 		return s_fail_oom(err);
 	}
@@ -814,6 +953,23 @@ json_t *jobspec_to_json(const jobspec_t *s)
 		return NULL;
 	}
 	bad |= s_set(doc, "name", json_string(s->name ? s->name : DEFAULT_NAME));
+	if (jobspec_is_program(s)) {
+		/* a program job has none of the trainer's sections */
+		json_decref(model);
+		json_decref(data);
+		json_decref(train);
+		json_decref(checkpoint);
+		model = data = train = checkpoint = NULL;
+		json_t *argv = json_array(), *env = json_object();
+		for (int i = 0; argv && i < s->program.argc; i++)
+			bad |= json_array_append_new(argv, json_string(s->program.argv[i]));
+		for (int i = 0; env && i < s->program.n_env; i++)
+			bad |= json_object_set_new(env, s->program.env_names[i], json_string(s->program.env_values[i]));
+		bad |= s_set(doc, "program",
+			     json_pack("{s:o*, s:o, s:o*}", "argv", argv, "cwd",
+				       s->program.cwd ? json_string(s->program.cwd) : json_null(), "env", env));
+		goto rest;
+	}
 
 	bad |= s_set(model, "arch", json_string(s->model.arch));
 	bad |= s_set(model, "n_layer", json_integer(s->model.n_layer));
@@ -843,15 +999,21 @@ json_t *jobspec_to_json(const jobspec_t *s)
 	bad |= s_set(train, "precision", json_string(jobspec_precision_name(s->train.precision)));
 	bad |= s_set(doc, "train", train);
 
+rest:
 	bad |= s_set(parallel, "world_size", json_integer(s->parallel.world_size));
 	bad |= s_set(parallel, "device", json_string(jobspec_device_name(s->parallel.device)));
 	bad |= s_set(parallel, "sharding", json_string(jobspec_sharding_name(s->parallel.sharding)));
+	if (s->parallel.ranks_per_node > 0)
+		bad |= s_set(parallel, "ranks_per_node", json_integer(s->parallel.ranks_per_node));
 	bad |= s_set(doc, "parallel", parallel);
 
+	if (!checkpoint)
+		goto tail;
 	bad |= s_set(checkpoint, "every_steps", json_integer(s->checkpoint.every_steps));
 	bad |= s_set(checkpoint, "keep_last", json_integer(s->checkpoint.keep_last));
 	bad |= s_set(checkpoint, "keep_every", json_integer(s->checkpoint.keep_every));
 	bad |= s_set(doc, "checkpoint", checkpoint);
+tail:
 
 	bad |= s_set(restart, "max_restarts", json_integer(s->restart.max_restarts));
 	bad |= s_set(doc, "restart", restart);
@@ -900,6 +1062,7 @@ int jobspec_check_paths(const jobspec_t *spec, jobspec_error_t *err)
 	} p[] = {
 		{"data.train", "/data/train", spec->data.train},
 		{"data.val", "/data/val", spec->data.val},
+		{"program.cwd", "/program/cwd", spec->program.cwd},
 	};
 	for (size_t i = 0; i < N_ELEMS(p); i++) {
 		if (!p[i].path || s_path_relative(p[i].path))
@@ -922,6 +1085,17 @@ void jobspec_free(jobspec_t *spec)
 	free(spec->data.train);
 	free(spec->data.val);
 	free(spec->resume_from.job);
+	for (int i = 0; spec->program.argv && i < spec->program.argc; i++)
+		free(spec->program.argv[i]);
+	for (int i = 0; spec->program.env_names && i < spec->program.n_env; i++) {
+		free(spec->program.env_names[i]);
+		free(spec->program.env_values[i]);
+	}
+	free(spec->program.argv);
+	free(spec->program.env_names);
+	free(spec->program.env_values);
+	free(spec->program.cwd);
+	memset(&spec->program, 0, sizeof spec->program);
 	spec->name = NULL;
 	spec->data.train = NULL;
 	spec->data.val = NULL;

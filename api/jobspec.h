@@ -60,6 +60,10 @@ typedef enum {
 #define JOBSPEC_MIN_PRIORITY (-1000)
 #define JOBSPEC_JOB_ID_MAX_BYTES 64 /* resume_from.job (coordinator ids are 22 bytes) */
 #define JOBSPEC_MAX_PROFILE_STEPS 1000 /* profile: end_step - start_step + 1 at most */
+#define JOBSPEC_PROGRAM_MAX_ARGS 256     /* program.argv: 1..this many strings */
+#define JOBSPEC_PROGRAM_MAX_ARG_BYTES 4096 /* each argv string, program.cwd, each env value */
+#define JOBSPEC_PROGRAM_MAX_ENV 256      /* program.env: at most this many names */
+#define JOBSPEC_PROGRAM_MAX_ENV_NAME 255 /* bytes of one env name */
 
 typedef struct {
 	char *name; /* 1..JOBSPEC_NAME_MAX_BYTES bytes of UTF-8, stored as sent */
@@ -99,6 +103,7 @@ typedef struct {
 		int world_size;               /* default 1 */
 		jobspec_device_t device;      /* default cpu */
 		jobspec_sharding_t sharding;  /* default none */
+		int ranks_per_node;           /* at most this many ranks on one node; 0 (absent): no limit */
 	} parallel;
 
 	struct {
@@ -130,7 +135,27 @@ typedef struct {
 		int64_t start_step;
 		int64_t end_step;
 	} profile;
+
+	/* The user's own program instead of the built-in trainer (optional;
+	 * docs/jobspec.md "Programs"): argc 0 when absent. A program job has
+	 * no model, data, train, checkpoint, resume_from or profile (those
+	 * sections are refused); the sections above keep their defaults and
+	 * data.train is NULL. */
+	struct {
+		int argc;          /* 1..JOBSPEC_PROGRAM_MAX_ARGS; 0: a built-in trainer job */
+		char **argv;       /* argc strings of 1..JOBSPEC_PROGRAM_MAX_ARG_BYTES bytes */
+		char *cwd;         /* relative to the agent's --data-root, no ".."; NULL: the data root */
+		int n_env;         /* 0..JOBSPEC_PROGRAM_MAX_ENV */
+		char **env_names;  /* [A-Za-z_][A-Za-z0-9_]*, in the document's order */
+		char **env_values; /* 0..JOBSPEC_PROGRAM_MAX_ARG_BYTES bytes each */
+	} program;
 } jobspec_t;
+
+/* Whether the spec runs the user's own program (a "program" section). */
+static inline int jobspec_is_program(const jobspec_t *spec)
+{
+	return spec->program.argc > 0;
+}
 
 /* Where and why a spec was refused. `pointer` is a JSON pointer (RFC 6901) to
  * the offending field ("" for the whole document), `message` one sentence
@@ -161,7 +186,8 @@ int jobspec_load_file(const char *path, jobspec_t *ret_spec, jobspec_error_t *er
 json_t *jobspec_to_json(const jobspec_t *spec);
 
 /*
- * Check that the spec's data paths (data.train, data.val) can only name
+ * Check that the spec's data paths (data.train, data.val, and a program's
+ * program.cwd) can only name
  * files beneath a root: relative, without ".." components. What every
  * submission to the coordinator must pass (400 naming the field), and
  * `ringworker train --data-root`; `ringworker train` without a root takes

@@ -34,6 +34,14 @@
  *                optional checkpoint_root:str (the agent's --checkpoint-root:
  *                the coordinator derives a committed snapshot's folder from
  *                it, <root>/<job>/step-<NNNNNNNN>, never from a message)
+ *                optional advertise:str (the address its ranks listen on;
+ *                a program job's MASTER_ADDR when rank 0 is there)
+ *                optional programs:bool (the agent was started with at least
+ *                one --allow-program: the coordinator places program jobs
+ *                only on agents that say true)
+ *                optional program_ports:[lo:int, hi:int] (the agent's
+ *                --program-ports LO-HI, 1024 <= lo <= hi <= 65535; absent:
+ *                29500-29999): where the coordinator picks MASTER_PORT
  *   ENROLL       node:str, token:str (a join token, rmj_...): sent once, on
  *                the identity enroll/<node>, by an agent whose CURVE key is not
  *                enrolled yet (docs/workers.md); answered ENROLLED or ERROR
@@ -47,7 +55,23 @@
  *                microseconds: the coordinator reports how long the news took);
  *                optional failure:uint (an rm_failure_t of api/exitcode.h, what
  *                the status means; without it the coordinator derives it from
- *                exit_code and signal with rm_exit_failure)
+ *                exit_code and signal with rm_exit_failure). For a program
+ *                rank: status 0 is the rank's success; anything else fails
+ *                the attempt (no status or failure code is final: every
+ *                failure is retried while restarts are left)
+ *   RANK_STARTED job:str, attempt:int, rank:int, pid:int
+ *                a program rank's process was started (program ranks never
+ *                JOIN); the attempt is running once every rank sent it
+ *   PROGRAM_METRICS job:str, attempt:int, rank:int,
+ *                row:{step:int >= 0, loss:real, optional val_loss, lr,
+ *                grad_norm, tokens_per_s, ms, mfu: reals}
+ *                one JSON line a program rank wrote to RINGMASTER_METRICS_FD,
+ *                checked and forwarded by its agent (bad lines dropped, at
+ *                most 100 lines/s per rank); rank 0's rows are stored as
+ *                METRICS rows (absent reals stored as 0), other ranks' rows
+ *                are ignored
+ *   RANK_EXITED, RANK_STARTED, PROGRAM_METRICS and LOGS are accepted only
+ *   from the agent the rank was placed on (else ERROR 403)
  * coordinator -> agent
  *   ENROLLED     key_id:uint, node:str: the sender's public key is enrolled
  *                for node; it reconnects and REGISTERs with that key
@@ -58,7 +82,23 @@
  *                optional adopt:int, a failed attempt: when rank `rank` of
  *                that attempt still runs on this device (it PARKED), it
  *                becomes this attempt's rank in its process instead of a
- *                new one being spawned
+ *                new one being spawned (never for a program job);
+ *                for a program job (the spec's "program"), also
+ *                program:{argv:[str], cwd:str|null, env:{str:str}} (the
+ *                spec's program) and
+ *                torch:{master_addr:str, master_port:int, local_rank:int,
+ *                local_world_size:int, group_rank:int, restart_count:int,
+ *                max_restarts:int, run_id:str}: torchrun's values for this
+ *                rank. master_addr is REGISTER's advertise of rank 0's
+ *                agent ("127.0.0.1" when it sent none), master_port a
+ *                port of rank 0's node's program_ports that no other live
+ *                attempt on that node holds (a new one per attempt),
+ *                group_rank the node's index among the job's nodes in rank
+ *                order, local_rank / local_world_size the rank's position
+ *                among / the count of the job's ranks on its node,
+ *                restart_count the restarts so far (0 first), run_id the
+ *                job id. The agent runs argv with torchrun's environment
+ *                (docs/workers.md)
  *   KILL         job:str, attempt:int, rank:int (-1: every rank of that job)
  *
  * rank -> coordinator  (the identity names job, attempt and rank)
@@ -249,9 +289,11 @@ typedef enum {
 	WIRE_LOGS,
 	WIRE_ENROLL,
 	WIRE_ENROLLED,
+	WIRE_RANK_STARTED,
+	WIRE_PROGRAM_METRICS,
 } wire_type_t;
 
-#define WIRE_N_TYPES 28 /* the highest wire_type_t */
+#define WIRE_N_TYPES 30 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);

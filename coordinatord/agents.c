@@ -19,6 +19,7 @@
 #include "log.h"
 #include "attempt.h"
 #include "feed.h"
+#include "program.h"
 #include "store_keys.h"
 
 static int device_cmp(const void *x, const void *y)
@@ -184,6 +185,12 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 		fabric_send_error(f, ident, strlen(ident), 400, detail);
 		return;
 	}
+	agent_t probe = {0};
+	if (program_parse_register(&probe, p, detail, sizeof detail) < 0) {
+		free(devs);
+		fabric_send_error(f, ident, strlen(ident), 400, detail);
+		return;
+	}
 	json_t *ranks = json_object_get(p, "ranks");
 	size_t i;
 	json_t *e;
@@ -219,10 +226,17 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 	a->alive = true;
 	json_t *mem = json_object_get(p, "memory_bytes"); /* optional: the memory fit (issue 22) */
 	a->memory_bytes = json_is_integer(mem) && json_integer_value(mem) > 0 ? json_integer_value(mem) : 0;
+	a->programs = probe.programs;
+	a->port_lo = probe.port_lo;
+	a->port_hi = probe.port_hi;
+	memcpy(a->advertise, probe.advertise, sizeof a->advertise);
 	agents_touch(a);
 	a->hb_dirty = false; /* written by the register itself */
 	if (fabric_tx(f)) {
 		fabric_wrote(f, store_worker_register(f->st, node, dev_json, a->last_seen_wall_us), "worker register");
+		char *prog = program_register_json(a); /* kept for a restart of the coordinator */
+		fabric_wrote(f, prog ? store_worker_set_programs(f->st, node, prog) : -ENOMEM, "worker programs");
+		free(prog);
 		feed_worker_changed(node); /* GET /v1/stream's `worker`, once committed */
 	}
 	free(dev_json);
@@ -295,7 +309,12 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 			rank_rt_t *rr = &lat->ranks[r];
 			if (rr->agent != a || rr->reported || rr->done || rr->exited)
 				continue;
-			if (!rr->joined) {
+			if (!rr->joined && lat->program && lat->master_port == 0) {
+				/* its MASTER_PORT died with the coordinator: the gang restarts */
+				if (!cause[0])
+					snprintf(cause, sizeof cause, "rank %d of the program was not started when the "
+					         "coordinator restarted", r);
+			} else if (!rr->joined) {
 				fabric_send_to(f, a->ident, WIRE_SPAWN, attempt_spawn_payload(lat, r));
 			} else if (!cause[0]) {
 				snprintf(cause, sizeof cause, "rank %d lost: agent %s registered again without it", r, node);
@@ -323,7 +342,7 @@ static void describe_exit(char *out, size_t n, int rank, int exit_code, int sig,
  * another agent's rank or an unknown one is refused: ERROR 403, logged,
  * nothing changed.
  */
-static bool agent_owns_rank(fabric_t *f, agent_t *a, const char *job, int att, int rank, const char *what)
+bool agents_owns_rank(fabric_t *f, agent_t *a, const char *job, int att, int rank, const char *what)
 {
 	attempt_t *at = smap_get(&f->attempts, job);
 	bool own;
@@ -365,7 +384,7 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 		return;
 	}
 	attempt_t *at = smap_get(&f->attempts, job);
-	if (!agent_owns_rank(f, a, job, (int)att, (int)rank, "RANK_EXITED"))
+	if (!agents_owns_rank(f, a, job, (int)att, (int)rank, "RANK_EXITED"))
 		return;
 	if (fabric_tx(f))
 		fabric_wrote(f, store_rank_set_state(f->st, job, (int)att, (int)rank, "exited", true, (int)code, (int)sig,
@@ -392,6 +411,10 @@ static void on_rank_exited(fabric_t *f, agent_t *a, json_t *p)
 	/* the agent's clock at waitpid: how long the news took to get here */
 	json_t *exited_at = json_object_get(p, "exited_at_us");
 	int64_t detection_us = json_is_integer(exited_at) ? clock_wall_us() - (int64_t)json_integer_value(exited_at) : 0;
+	if (at->program) {
+		program_rank_exited(f, at, (int)rank, (int)code, (int)sig, error, detection_us);
+		return;
+	}
 	char cause[REASON_BYTES];
 	if (rr->failed_reason) {
 		/* the rank said why in its FAILED; its exit status says whether to retry */
@@ -419,7 +442,7 @@ static void on_logs(fabric_t *f, const char *ident, json_t *p)
 		return;
 	}
 	agent_t *a = smap_get(&f->agents, ident + 6);
-	if (!a || !agent_owns_rank(f, a, job, (int)attempt, (int)rank, "LOGS"))
+	if (!a || !agents_owns_rank(f, a, job, (int)attempt, (int)rank, "LOGS"))
 		return;
 	if (!fabric_tx(f))
 		return;
@@ -437,9 +460,11 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
 		on_register(f, ident, node, p);
 		return;
 	}
-	if (type != WIRE_HEARTBEAT && type != WIRE_RANK_EXITED && type != WIRE_LOGS) {
+	if (type != WIRE_HEARTBEAT && type != WIRE_RANK_EXITED && type != WIRE_LOGS && type != WIRE_RANK_STARTED &&
+	    type != WIRE_PROGRAM_METRICS) {
 		char detail[200];
-		snprintf(detail, sizeof detail, "an agent sends REGISTER, HEARTBEAT, RANK_EXITED or LOGS, not %s",
+		snprintf(detail, sizeof detail,
+		         "an agent sends REGISTER, HEARTBEAT, RANK_EXITED, LOGS, RANK_STARTED or PROGRAM_METRICS, not %s",
 		         wire_type_name(type));
 		fabric_send_error(f, ident, strlen(ident), 400, detail);
 		return;
@@ -469,6 +494,10 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
 		on_rank_exited(f, a, p);
 	else if (type == WIRE_LOGS)
 		on_logs(f, ident, p);
+	else if (type == WIRE_RANK_STARTED)
+		program_on_rank_started(f, a, p);
+	else if (type == WIRE_PROGRAM_METRICS)
+		program_on_metrics(f, a, p);
 }
 
 /* Declare agent `a` dead for `cause`: its row, its attempts' failure

@@ -42,6 +42,14 @@ int agents_parse_devices(const json_t *arr, device_t **ret, int *ret_n, char *de
  * out-of-memory. */
 agent_t *agents_get_or_add(fabric_t *f, const char *node);
 
+/*
+ * Whether rank `rank` of `job`'s attempt `att` was placed on agent `a`
+ * (the live attempt's placement, else the ranks table). A report (`what`:
+ * the message type) about another agent's rank or an unknown one is
+ * refused: ERROR 403 to the agent, logged, false.
+ */
+bool agents_owns_rank(fabric_t *f, agent_t *a, const char *job, int att, int rank, const char *what);
+
 /* The agent spoke: its last-seen times are now (the wall one to be stored). */
 void agents_touch(agent_t *a);
 

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "agents.h"
 #include "kv.h"
+#include "program.h"
 
 void attempt_free(attempt_t *at)
 {
@@ -261,9 +262,11 @@ void attempt_failed(fabric_t *f, attempt_t *at, const char *cause, const char *n
 
 json_t *attempt_spawn_payload(const attempt_t *at, int rank)
 {
-	return json_pack("{s:s, s:i, s:i, s:i, s:{s:s, s:i}}", "job", at->job_id, "attempt", at->attempt,
-	                 "rank", rank, "world_size", at->world_size, "device", "kind",
-	                 fabric_kind_name(at->ranks[rank].device_kind), "index", at->ranks[rank].device_index);
+	json_t *sp = json_pack("{s:s, s:i, s:i, s:i, s:{s:s, s:i}}", "job", at->job_id, "attempt", at->attempt,
+	                       "rank", rank, "world_size", at->world_size, "device", "kind",
+	                       fabric_kind_name(at->ranks[rank].device_kind), "index", at->ranks[rank].device_index);
+	program_spawn_fields(at, rank, sp); /* a program job's program and torch objects */
+	return sp;
 }
 
 /* Give back the devices a failed attempt still holds (before its restart). */

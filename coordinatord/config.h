@@ -52,6 +52,10 @@
  *                                      accepts (comma-separated), besides the listen
  *                                      host, localhost, 127.0.0.1, ::1 and the host name
  *   max_queued_per_token = 1000        queued jobs one token may have (429 past it)
+ *   env_allow = NCCL_*,CUDA_*,...      environment names a program job's
+ *                                      program.env may set (comma-separated, a
+ *                                      trailing * matches any rest; envallow.h
+ *                                      has the default and the names always refused)
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -127,6 +131,7 @@ typedef struct {
 	char allowed_hosts[1024];   /* extra Host names, comma-separated ("" none) */
 	int max_queued_per_token;   /* 1 .. 10000000 */
 	bool broker_auth;           /* --broker-auth on|off (CurveZMQ + ZAP on the broker; default on) */
+	char env_allow[4096];       /* program.env's allow-list (envallow.h; default ENVALLOW_DEFAULT) */
 } config_t;
 
 typedef enum {

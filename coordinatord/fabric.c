@@ -32,6 +32,7 @@
 #include "kv.h"
 #include "log.h"
 #include "metrics.h"
+#include "program.h"
 #include "ranks.h"
 #include "scheduler.h"
 #include "enroll.h"
@@ -456,6 +457,14 @@ static int load_worker(const store_worker_t *w, void *userdata)
 	a->devices = devs;
 	a->n_devices = n;
 	a->alive = true;
+	/* what its last REGISTER said about programs (schema 009) */
+	json_t *prog = w->program_json ? json_loads(w->program_json, 0, NULL) : NULL;
+	if (!prog || program_parse_register(a, prog, detail, sizeof detail) < 0) {
+		a->programs = false;
+		a->port_lo = PROGRAM_DEFAULT_PORT_LO;
+		a->port_hi = PROGRAM_DEFAULT_PORT_HI;
+	}
+	json_decref(prog);
 	store_key_t k;
 	if (c->f->opt.auth && store_key_for_node(c->f->st, w->node, &k) == 0) {
 		a->key_id = k.id; /* its ranks may speak before it registers again */
@@ -516,6 +525,7 @@ static int load_rank(const store_rank_t *sr, void *userdata)
 		at->kind = -1;
 		at->restarts = job.restarts;
 		at->max_restarts = at->spec.restart.max_restarts;
+		at->program = jobspec_is_program(&at->spec); /* its master_port is not known (0) */
 		if (job.state == STORE_JOB_RECOVERING) {
 			/* its attempt had failed; its ranks are killed when their
 			 * agents register again: restart it without waiting */
@@ -568,6 +578,7 @@ int fabric_load(fabric_t *f, char *err, size_t errlen)
 	while ((s = smap_next(&f->attempts, &pos))) {
 		attempt_t *at = s->value;
 		char cause[REASON_BYTES] = "";
+		program_restore_port(f, at); /* a program attempt's MASTER_PORT, from its event */
 		if (at->failed) {
 			n_live++;
 			continue;

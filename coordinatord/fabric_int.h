@@ -93,6 +93,9 @@ typedef struct {
 	int64_t memory_bytes; /* host memory it offers ranks (REGISTER); 0: unknown, not limited */
 	int64_t key_id;    /* its CURVE key (--broker-auth on; 0: none yet) */
 	char *ckpt_root;   /* REGISTER's checkpoint_root (malloc'ed; NULL: none) */
+	bool programs;     /* REGISTER's programs: it runs program jobs (program.c) */
+	int port_lo, port_hi; /* REGISTER's program_ports */
+	char advertise[256];  /* REGISTER's advertise ("" when none): a program's MASTER_ADDR */
 } agent_t;
 
 typedef struct {
@@ -176,6 +179,11 @@ struct attempt {
 	int64_t detection_us;    /* from the failure to the coordinator hearing of it */
 	int64_t drain_deadline_us, restart_at_us;
 	recovery_t *rec;         /* attempts placed by a restart, until rank 0's first METRICS */
+	/* a program job (program.c): its ranks' RANK_STARTED count as `joined`,
+	 * their exit 0 as `done`; master_port is its reserved MASTER_PORT on
+	 * rank 0's node (0: unknown, after a coordinator restart) */
+	bool program;
+	int master_port;
 };
 
 /* A message held until the transaction of its iteration is committed. */

@@ -48,6 +48,7 @@
 #include "authz.h"
 #include "clock.h"
 #include "httpparse.h"
+#include "envallow.h"
 #include "jobapi.h"
 #include "log.h"
 #include "metrics.h"
@@ -525,6 +526,7 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 	if (h->listen_fd < 0)
 		goto fail;
 	jobapi_set_max_queued(cfg->max_queued_jobs); /* the queue cap (jobapi.c) */
+	envallow_set(cfg->env_allow);                /* program.env's allow-list (envallow.c) */
 	if (streamapi_init(cfg->max_streams, cfg->stream_keepalive_ms) < 0) {
 		snprintf(err, errlen, "cannot start the event streams' ticker thread");
 		goto fail;

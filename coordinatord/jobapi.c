@@ -12,6 +12,7 @@
 #include <sodium.h>
 
 #include "capacity.h"
+#include "envallow.h"
 #include "jobspec.h"
 #include "jobview.h"
 #include "memfit.h"
@@ -547,7 +548,7 @@ static int check_queue_cap(request_t *rq, char *detail, size_t detail_len)
  * job is taken and waits, with the reason, for a worker that can hold it. */
 static int check_memory_fit(const jobspec_t *spec, char *detail, size_t detail_len)
 {
-	if (spec->parallel.device != JOBSPEC_DEVICE_CPU)
+	if (spec->parallel.device != JOBSPEC_DEVICE_CPU || jobspec_is_program(spec)) /* a program's memory is its own */
 		return 0;
 	capacity_t cap;
 	capacity_get(&cap);
@@ -647,6 +648,12 @@ enum MHD_Result jobapi_submit(request_t *rq)
 	if (status != 0) {
 		jobspec_free(&spec);
 		return request_problem(rq, status, detail, pointer);
+	}
+	char env_pointer[300];
+	status = envallow_check(&spec, detail, sizeof detail, env_pointer, sizeof env_pointer);
+	if (status != 0) { /* issue 26: program.env against the operator's env_allow */
+		jobspec_free(&spec);
+		return request_problem(rq, status, detail, env_pointer);
 	}
 	status = check_memory_fit(&spec, detail, sizeof detail);
 	if (status != 0) {

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "memfit.h"
 #include "placement.h"
+#include "program.h"
 
 /* A queued job as the pass sees it. */
 typedef struct {
@@ -125,6 +126,24 @@ static int count_free(const agent_t *a, int kind)
 	return n;
 }
 
+/* parallel.ranks_per_node of a built-in job (`rpn` > 0): at most that many
+ * of its ranks on one node; *total (the ranks the alive agents could hold at
+ * all) is capped the same way. Program jobs get this in program_cap_free. */
+static void cap_per_node(agent_t **alive, int n_alive, int kind, int rpn, int *n_free, long *total)
+{
+	if (rpn <= 0)
+		return;
+	*total = 0;
+	for (int a = 0; a < n_alive; a++) {
+		long devs = 0;
+		for (int d = 0; d < alive[a]->n_devices; d++)
+			devs += alive[a]->devices[d].kind == kind;
+		*total += devs < rpn ? devs : rpn;
+		if (n_free[a] > rpn)
+			n_free[a] = rpn;
+	}
+}
+
 /* The job's state reason for the placement `pl` of `q` (REASON_BYTES). */
 static void placed_reason(const queued_t *q, const placement_t *pl, const attempt_t *prev, char *reason)
 {
@@ -187,7 +206,7 @@ static void send_spawns(fabric_t *f, attempt_t *at, const attempt_t *prev, const
  * parked survivors kept or stopped as `pl` says). Each rank's agent gets its
  * SPAWN. A queued job's spec moves from f->queued to the attempt.
  */
-static void apply_placement(fabric_t *f, const queued_t *q, const placement_t *pl, attempt_t *prev)
+static void apply_placement(fabric_t *f, const queued_t *q, const placement_t *pl, attempt_t *prev, int master_port)
 {
 	attempt_t *at = calloc(1, sizeof *at);
 	rank_rt_t *ranks = calloc((size_t)q->world_size, sizeof *ranks);
@@ -240,7 +259,10 @@ static void apply_placement(fabric_t *f, const queued_t *q, const placement_t *p
 		free(q->qs);
 	}
 	at->max_restarts = at->spec.restart.max_restarts;
+	at->program = jobspec_is_program(&at->spec);
+	at->master_port = at->program ? master_port : 0;
 	write_placed(f, at, prev, reason);
+	program_note_port(f, at); /* a program's MASTER_PORT, kept for a coordinator restart */
 	log_info("job %s attempt %d scheduled: %s", at->job_id, at->attempt, reason);
 	send_spawns(f, at, prev, pl);
 	if (prev) {
@@ -266,7 +288,16 @@ static bool place(fabric_t *f, const queued_t *q, int kind, agent_t **alive, int
 			log_error("broker: out of memory placing job %s", q->id);
 		return false;
 	}
-	apply_placement(f, q, &pl, prev);
+	/* a program job's MASTER_PORT, reserved on rank 0's node before anything changes */
+	const jobspec_t *spec = prev ? &prev->spec : &q->qs->spec;
+	int port = 0;
+	if (jobspec_is_program(spec) && (port = program_pick_port(f, pl.ranks[0].agent, prev)) < 0) {
+		log_debug("job %s waits: every port of node %s's program_ports %d-%d is held by another job", q->id,
+		         pl.ranks[0].agent->node, pl.ranks[0].agent->port_lo, pl.ranks[0].agent->port_hi);
+		placement_clear(&pl);
+		return false;
+	}
+	apply_placement(f, q, &pl, prev, port);
 	placement_clear(&pl);
 	return true;
 }
@@ -333,7 +364,7 @@ static void restart_due(fabric_t *f, agent_t **alive, int n_alive, bool blocked[
 			attempt_release_devices(at);
 		queued_t q = {.world_size = at->world_size, .attempt = at->attempt, .restarts = at->restarts, .qs = NULL};
 		snprintf(q.id, sizeof q.id, "%s", at->job_id);
-		if (attempt_same_devices_free(at)) {
+		if (attempt_same_devices_free(at) && (!at->program || program_agents_ok(at))) {
 			place(f, &q, at->kind, alive, n_alive, NULL, at);
 			continue;
 		}
@@ -343,10 +374,15 @@ static void restart_due(fabric_t *f, agent_t **alive, int n_alive, bool blocked[
 			for (int d = 0; d < alive[a]->n_devices; d++)
 				total += alive[a]->devices[d].kind == at->kind;
 		}
-		if (at->kind == KIND_CPU) { /* a restart fits memory as a first placement does */
+		if (at->program)
+			program_cap_free(alive, n_alive, &at->spec, at->kind, n_free, &total);
+		else
+			cap_per_node(alive, n_alive, at->kind, at->spec.parallel.ranks_per_node, n_free, &total);
+		if (!at->program && at->kind == KIND_CPU) { /* a restart fits memory as a first placement does */
 			memfit_t est;
 			memfit_estimate(&at->spec, &est);
-			total = cap_by_memory(alive, n_alive, at->kind, est.total_bytes, n_free);
+			long by_mem = cap_by_memory(alive, n_alive, at->kind, est.total_bytes, n_free);
+			total = by_mem < total ? by_mem : total; /* ranks_per_node counted too */
 		}
 		if (!blocked[at->kind] && gang_pack(n_free, n_alive, at->world_size, take) > 0) {
 			place(f, &q, at->kind, alive, n_alive, take, at);
@@ -375,10 +411,12 @@ out:
  * class, not one per change of the cluster. Placement replaces the reason.
  */
 static void queue_wait_reason(fabric_t *f, const queued_t *q, int kind, long total,
-                              const memfit_t *mem_short)
+                              const memfit_t *mem_short, bool no_program_agent)
 {
 	char reason[512];
-	if (mem_short) {
+	if (no_program_agent) {
+		snprintf(reason, sizeof reason, "%s", PROGRAM_NO_AGENT_REASON);
+	} else if (mem_short) {
 		char est[256];
 		memfit_describe(mem_short, est, sizeof est);
 		snprintf(reason, sizeof reason,
@@ -522,15 +560,23 @@ void scheduler_run(fabric_t *f)
 		/* host memory bounds CPU ranks; a cuda rank's state is on its GPU */
 		memfit_t est = {0};
 		long fit = total;
-		if (kind == KIND_CPU) {
+		int n_allowing = program_cap_free(alive, n_alive, &job->qs->spec, kind, n_free, &total);
+		if (n_allowing < 0) {
+			cap_per_node(alive, n_alive, kind, job->qs->spec.parallel.ranks_per_node, n_free, &total);
+			fit = total;
+		}
+		if (n_allowing >= 0) {
+			fit = total; /* a program's memory is its own business */
+		} else if (kind == KIND_CPU) {
 			memfit_estimate(&job->qs->spec, &est);
-			fit = cap_by_memory(alive, n_alive, kind, est.total_bytes, n_free);
+			long by_mem = cap_by_memory(alive, n_alive, kind, est.total_bytes, n_free);
+			fit = by_mem < total ? by_mem : total; /* ranks_per_node counted too */
 		}
 		int used = gang_pack(n_free, n_alive, job->world_size, take);
 		if (used > 0 && place(f, job, kind, alive, n_alive, take, NULL))
 			continue;
 		bool mem_short = total >= job->world_size && fit < job->world_size;
-		queue_wait_reason(f, job, kind, total, mem_short ? &est : NULL);
+		queue_wait_reason(f, job, kind, total, mem_short ? &est : NULL, n_allowing == 0);
 		if (fit >= job->world_size)
 			blocked[kind] = true;
 	}

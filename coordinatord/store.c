@@ -53,7 +53,7 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_IDEM_GET] = "SELECT body_hash, status, body, job_id FROM idempotency_keys WHERE key = ?1",
 	[ST_IDEM_PUT] = "INSERT INTO idempotency_keys (key, body_hash, status, body, job_id, created_at_us) "
 	                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-	[ST_WORKER_LIST] = "SELECT node, state, devices_json, last_heartbeat_us, registered_at_us FROM workers "
+	[ST_WORKER_LIST] = "SELECT node, state, devices_json, last_heartbeat_us, registered_at_us, program_json FROM workers "
 	                   "ORDER BY node",
 	[ST_WORKER_REGISTER] = "INSERT INTO workers (node, state, devices_json, last_heartbeat_us, "
 	                       "registered_at_us) VALUES (?1, 'alive', ?2, ?3, ?3) ON CONFLICT (node) DO "
@@ -62,6 +62,7 @@ static const char *const stmt_sql[ST_N] = {
 	[ST_WORKER_SET_STATE] = "UPDATE workers SET state = ?2 WHERE node = ?1",
 	[ST_WORKER_HEARTBEAT] = "UPDATE workers SET last_heartbeat_us = ?2 WHERE node = ?1",
 	[ST_WORKER_COUNT] = "SELECT state, count(*) FROM workers GROUP BY state",
+	[ST_WORKER_SET_PROGRAMS] = "UPDATE workers SET program_json = ?2 WHERE node = ?1",
 	[ST_JOB_SET_ATTEMPT] = "UPDATE jobs SET attempt = ?2, updated_at_us = ?3 WHERE id = ?1",
 	[ST_JOB_LIST_QUEUED] = "SELECT seq, id, name, state, priority, world_size, spec_json, attempt, "
 	                       "created_at_us, updated_at_us, state_reason, restarts, submitted_by, cancelled_by FROM jobs WHERE state = 'queued' "

@@ -197,6 +197,7 @@ typedef struct {
 	bool has_heartbeat;
 	int64_t last_heartbeat_us;
 	int64_t registered_at_us; /* 0 when unknown */
+	const char *program_json; /* REGISTER's program fields (schema 009); NULL: none */
 } store_worker_t;
 
 /* What a rank holds in memory, in bytes (constant over an attempt). */
@@ -233,6 +234,9 @@ typedef struct {
 /* Writer: insert or refresh a worker (state alive, devices, last heartbeat
  * and registration time `now_us`). */
 int store_worker_register(store_t *st, const char *node, const char *devices_json, int64_t now_us);
+/* Writer: a worker's program fields as its last REGISTER gave them
+ * (coordinatord/program.c; NULL: none). -ENOENT for an unknown node. */
+int store_worker_set_programs(store_t *st, const char *node, const char *program_json);
 /* Writer: set a worker's state ("alive" or "dead"). -ENOENT for an unknown node. */
 int store_worker_set_state(store_t *st, const char *node, const char *state);
 /* Writer: record a heartbeat time. -ENOENT for an unknown node. */

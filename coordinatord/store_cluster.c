@@ -22,6 +22,17 @@ int store_worker_register(store_t *st, const char *node, const char *devices_jso
 	return step_done(s);
 }
 
+int store_worker_set_programs(store_t *st, const char *node, const char *program_json)
+{
+	sqlite3_stmt *s = stmt(st, ST_WORKER_SET_PROGRAMS);
+	sqlite3_bind_text(s, 1, node, -1, SQLITE_STATIC);
+	if (program_json)
+		sqlite3_bind_text(s, 2, program_json, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(s, 2);
+	return step_update(st, s);
+}
+
 int store_worker_set_state(store_t *st, const char *node, const char *state)
 {
 	if (!state || (strcmp(state, "alive") != 0 && strcmp(state, "dead") != 0))
@@ -52,6 +63,7 @@ int store_worker_list(store_t *st, store_worker_fn fn, void *userdata)
 			.has_heartbeat = sqlite3_column_type(s, 3) != SQLITE_NULL,
 			.last_heartbeat_us = sqlite3_column_int64(s, 3),
 			.registered_at_us = sqlite3_column_int64(s, 4),
+			.program_json = (const char *)sqlite3_column_text(s, 5),
 		};
 		if (!w.node || !w.state) {
 			r = -ENOMEM;

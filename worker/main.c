@@ -150,7 +150,13 @@ static int s_cmd_train(int argc, char **argv)
 			fprintf(stderr, "ringworker: error: %s\n", err.message);
 		return rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_SPEC;
 	}
-	/* With --data-root the data is confined as an agent's is (a relative path,
+	if (jobspec_is_program(&spec)) { /* issue 26: the agent runs programs, not `train` */
+		fprintf(stderr, "ringworker: error: %s: a program job (the spec's \"program\") runs on an agent "
+			"(ringworker agent --allow-program), not under ringworker train\n", opt.spec_name);
+		jobspec_free(&spec);
+		return RM_EXIT_SPEC;
+	}
+		/* With --data-root the data is confined as an agent's is (a relative path,
 	 * resolved beneath it); without, the user's own paths are taken as given. */
 	if (opt.data_root && jobspec_check_paths(&spec, &err) < 0) {
 		fprintf(stderr, "ringworker: error: %s: %s\n", opt.spec_name, err.message);

@@ -126,6 +126,8 @@ static bool s_spec_equal(const jobspec_t *a, const jobspec_t *b)
 	       a->parallel.world_size == b->parallel.world_size &&
 	       a->parallel.device == b->parallel.device &&
 	       a->parallel.sharding == b->parallel.sharding &&
+	       a->parallel.ranks_per_node == b->parallel.ranks_per_node &&
+	       a->program.argc == b->program.argc && SAME_STR(a->program.cwd, b->program.cwd) &&
 	       a->checkpoint.every_steps == b->checkpoint.every_steps &&
 	       a->checkpoint.keep_last == b->checkpoint.keep_last &&
 	       a->checkpoint.keep_every == b->checkpoint.keep_every &&
@@ -1074,6 +1076,122 @@ static void test_check_paths(void)
 	}
 }
 
+/* The user's own program (issue 26): accepted shapes, refusals naming the
+ * field, the trainer's sections refused, round trip, program.cwd beneath. */
+static void test_program(void)
+{
+	jobspec_t s;
+	jobspec_error_t err = {0};
+	const char *ok = "{\"name\": \"ddp\", \"program\": {\"argv\": [\"/usr/bin/python3\", \"ddp.py\", \"--epochs\", \"3\"],"
+			 " \"cwd\": \"proj\", \"env\": {\"NCCL_DEBUG\": \"INFO\", \"TORCH_X\": \"\"}},"
+			 " \"parallel\": {\"world_size\": 2, \"ranks_per_node\": 1}, \"restart\": {\"max_restarts\": 1}}";
+	CHECK(s_parse(ok, &s, &err) == 0);
+	CHECK(jobspec_is_program(&s));
+	CHECK(s.program.argc == 4);
+	CHECK_STR(s.program.argv[0], "/usr/bin/python3");
+	CHECK_STR(s.program.argv[3], "3");
+	CHECK_STR(s.program.cwd, "proj");
+	CHECK(s.program.n_env == 2);
+	CHECK_STR(s.program.env_names[0], "NCCL_DEBUG");
+	CHECK_STR(s.program.env_values[1], "");
+	CHECK(s.data.train == NULL);
+	CHECK(s.parallel.ranks_per_node == 1);
+	CHECK(jobspec_check_paths(&s, &err) == 0);
+	json_t *j = jobspec_to_json(&s);
+	CHECK(j && !json_object_get(j, "model") && !json_object_get(j, "data") &&
+	      json_object_get(j, "program") && json_object_get(j, "restart"));
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	jobspec_t again = {0};
+	CHECK(text && s_parse(text, &again, &err) == 0);
+	CHECK(again.program.argc == 4 && again.program.n_env == 2 && again.parallel.ranks_per_node == 1);
+	CHECK_STR(again.program.cwd, "proj");
+	jobspec_free(&again);
+	free(text);
+	json_decref(j);
+	jobspec_free(&s);
+	jobspec_free(&s); /* idempotent */
+
+	CHECK(s_parse("{\"program\": {\"argv\": [\"x\"]}}", &s, &err) == 0);
+	CHECK(s.program.cwd == NULL && s.program.n_env == 0 && s.parallel.ranks_per_node == 0);
+	jobspec_free(&s);
+
+	static const struct {
+		const char *doc, *pointer, *says;
+	} bad[] = {
+		{"{\"program\": {\"argv\": [\"x\"]}, \"model\": {}}", "/model", "a program job has no model"},
+		{"{\"program\": {\"argv\": [\"x\"]}, \"data\": {\"train\": \"a\"}}", "/data", "a program job has no data"},
+		{"{\"program\": {\"argv\": [\"x\"]}, \"train\": {}}", "/train", "a program job has no train"},
+		{"{\"program\": {\"argv\": [\"x\"]}, \"checkpoint\": {}}", "/checkpoint", "a program job has no checkpoint"},
+		{"{\"program\": {\"argv\": [\"x\"]}, \"resume_from\": {\"job\": \"j\", \"step\": 1}}", "/resume_from",
+		 "a program job has no resume_from"},
+		{"{\"program\": {}}", "/program/argv", "program.argv is required"},
+		{"{\"program\": {\"argv\": []}}", "/program/argv", "1 to 256 strings"},
+		{"{\"program\": {\"argv\": \"x\"}}", "/program/argv", "program.argv"},
+		{"{\"program\": {\"argv\": [\"x\", \"\"]}}", "/program/argv/1", "program.argv[1]"},
+		{"{\"program\": {\"argv\": [\"x\", 1]}}", "/program/argv/1", "program.argv[1]"},
+		{"{\"program\": {\"argv\": [\"x\"], \"cwd\": 3}}", "/program/cwd", "program.cwd"},
+		{"{\"program\": {\"argv\": [\"x\"], \"env\": []}}", "/program/env", "program.env must be an object"},
+		{"{\"program\": {\"argv\": [\"x\"], \"env\": {\"A-B\": \"1\"}}}", "/program/env", "not a variable name"},
+		{"{\"program\": {\"argv\": [\"x\"], \"env\": {\"9A\": \"1\"}}}", "/program/env", "not a variable name"},
+		{"{\"program\": {\"argv\": [\"x\"], \"env\": {\"A\": 1}}}", "/program/env/A", "program.env.A"},
+		{"{\"program\": {\"argv\": [\"x\"], \"argz\": 1}}", "/program/argz", "unknown field"},
+		{"{\"program\": [\"x\"]}", "/program", "program must be an object"},
+		{"{\"data\": {\"train\": \"a\"}, \"parallel\": {\"ranks_per_node\": 0}}", "/parallel/ranks_per_node",
+		 "parallel.ranks_per_node"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		memset(&err, 0, sizeof err);
+		CHECK(s_parse(bad[i].doc, &s, &err) == -EINVAL);
+		CHECK_STR(err.pointer, bad[i].pointer);
+		CHECK_CONTAINS(err.message, bad[i].says);
+	}
+
+	/* 257 arguments, an argument of 4097 bytes, 257 env names */
+	json_t *doc = json_pack("{s:{s:[]}}", "program", "argv");
+	json_t *argv = json_object_get(json_object_get(doc, "program"), "argv");
+	for (int i = 0; i < 257; i++)
+		json_array_append_new(argv, json_string("a"));
+	text = json_dumps(doc, JSON_COMPACT);
+	CHECK(s_parse(text, &s, &err) == -EINVAL);
+	CHECK_STR(err.pointer, "/program/argv");
+	free(text);
+	json_array_clear(argv);
+	char *big = malloc(4098);
+	memset(big, 'a', 4097);
+	big[4097] = '\0';
+	json_array_append_new(argv, json_string(big));
+	text = json_dumps(doc, JSON_COMPACT);
+	CHECK(s_parse(text, &s, &err) == -EINVAL);
+	CHECK_STR(err.pointer, "/program/argv/0");
+	free(text);
+	free(big);
+	json_array_clear(argv);
+	json_array_append_new(argv, json_string("x"));
+	json_t *env = json_object();
+	for (int i = 0; i < 257; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "V%d", i);
+		json_object_set_new(env, name, json_string("1"));
+	}
+	json_object_set_new(json_object_get(doc, "program"), "env", env);
+	text = json_dumps(doc, JSON_COMPACT);
+	CHECK(s_parse(text, &s, &err) == -EINVAL);
+	CHECK_STR(err.pointer, "/program/env");
+	free(text);
+	json_decref(doc);
+
+	/* program.cwd beneath the data root */
+	static const char *const cwds[] = {"/etc", "../x", "a/../../b"};
+	for (size_t i = 0; i < 3; i++) {
+		char d[128];
+		snprintf(d, sizeof d, "{\"program\": {\"argv\": [\"x\"], \"cwd\": \"%s\"}}", cwds[i]);
+		CHECK(s_parse(d, &s, &err) == 0);
+		CHECK(jobspec_check_paths(&s, &err) == -EINVAL);
+		CHECK_STR(err.pointer, "/program/cwd");
+		jobspec_free(&s);
+	}
+}
+
 static void test_enum_names(void)
 {
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_NANOGPT), "nanogpt");
@@ -1122,6 +1240,7 @@ int main(void)
 	s_run("load_file", test_load_file);
 	s_run("enum_names", test_enum_names);
 	s_run("check_paths", test_check_paths);
+	s_run("program", test_program);
 
 	printf("%d passed, %d failed\n", s_n_passed, s_n_failed);
 	return s_n_failed ? 1 : 0;
