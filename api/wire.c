@@ -123,6 +123,8 @@ static const type_desc_t types[WIRE_N_TYPES + 1] = {
 	               {{"job", F_STR}, {"attempt", F_INT}, {"rank", F_INT}, {"lines", F_ARR}, {"dropped", F_UINT}}},
 	[WIRE_ENROLL] = {"ENROLL", {{"node", F_STR}, {"token", F_STR}}},
 	[WIRE_ENROLLED] = {"ENROLLED", {{"key_id", F_UINT}, {"node", F_STR}}},
+	[WIRE_RANK_STARTED] = {"RANK_STARTED", {{"job", F_STR}, {"attempt", F_INT}, {"rank", F_INT}, {"pid", F_INT}}},
+	[WIRE_PROGRAM_METRICS] = {"PROGRAM_METRICS", {{"job", F_STR}, {"attempt", F_INT}, {"rank", F_INT}, {"row", F_OBJ}}},
 	[WIRE_TRACE] = {"TRACE",
 	                {{"step", F_UINT}, {"start_unix_us", F_UINT}, {"dur_us", F_UNUM}, {"events", F_ARR}}},
 };

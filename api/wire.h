@@ -249,9 +249,11 @@ typedef enum {
 	WIRE_LOGS,
 	WIRE_ENROLL,
 	WIRE_ENROLLED,
+	WIRE_RANK_STARTED,    /* issue 26: a program rank's process started */
+	WIRE_PROGRAM_METRICS, /* issue 26: a row from a program's metrics fd */
 } wire_type_t;
 
-#define WIRE_N_TYPES 28 /* the highest wire_type_t */
+#define WIRE_N_TYPES 30 /* the highest wire_type_t */
 
 /* "REGISTER", ... for a valid type; "?" otherwise. */
 const char *wire_type_name(wire_type_t type);

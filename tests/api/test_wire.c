@@ -89,6 +89,8 @@ static const char *const s_valid[WIRE_N_TYPES + 1] = {
 	              "\"lines\":[{\"stream\":\"stdout\",\"time_us\":1763900000123456,\"text\":\"step 1\"}]}",
 	[WIRE_ENROLL] = "{\"node\":\"n1\",\"token\":\"rmj_x\"}",
 	[WIRE_ENROLLED] = "{\"key_id\":3,\"node\":\"n1\"}",
+	[WIRE_RANK_STARTED] = "{\"job\":\"j\",\"attempt\":1,\"rank\":0,\"pid\":42}",
+	[WIRE_PROGRAM_METRICS] = "{\"job\":\"j\",\"attempt\":1,\"rank\":0,\"row\":{\"step\":1,\"loss\":2.5}}",
 };
 
 static int s_decode3(const char *proto, const char *type, const char *payload, size_t payload_len,
