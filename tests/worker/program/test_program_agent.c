@@ -15,7 +15,8 @@
  *       0700; the child it left running is gone. A SPAWN of a program
  *       that is not allowed gets RANK_EXITED with failure "spawn".
  *   test_program_agent RINGWORKER kill
- *       KILL of a program that forked a sleep: RANK_EXITED by SIGTERM and
+ *       a running program's metrics row arrives while it runs; KILL of a
+ *       program that forked a sleep: RANK_EXITED by SIGTERM and
  *       no process of its group left; then SIGTERM to the agent while
  *       another such program runs: the agent exits and nothing is left.
  */
@@ -339,6 +340,7 @@ static const char kill_script[] =
 	"sleep 300 > /dev/null 2>&1 &\n"
 	"echo $! > \"$RINGMASTER_CHECKPOINT_DIR/child.pid\"\n"
 	"echo ready\n"
+	"echo '{\"step\": 7, \"loss\": 1.5}' >&$RINGMASTER_METRICS_FD\n"
 	"wait\n";
 
 /* Spawn the kill script as job `job` on cpu:`device`; its pid and child's. */
@@ -350,6 +352,12 @@ static void s_spawn_sleeper(const char *job, int device, pid_t *ret_pid, pid_t *
 	CHECK(t == WIRE_RANK_STARTED, "RANK_STARTED for %s", job);
 	*ret_pid = (pid_t)json_integer_value(json_object_get(p, "pid"));
 	json_decref(p);
+	/* a row arrives while the program runs, not only at its exit */
+	while ((t = s_recv(&p, 10000)) == WIRE_LOGS)
+		json_decref(p);
+	CHECK(t == WIRE_PROGRAM_METRICS, "PROGRAM_METRICS of a running program: %s", t ? wire_type_name(t) : "timeout");
+	if (t)
+		json_decref(p);
 	char rel[256], buf[64] = "";
 	snprintf(rel, sizeof rel, "ck/%s/program/child.pid", job);
 	for (int i = 0; i < 200 && !s_read(rel, buf, sizeof buf); i++)
