@@ -279,6 +279,9 @@ static int s_cmd_agent(int argc, char **argv)
 					PROGRAM_ALLOW_MAX, optarg);
 				return RM_EXIT_USAGE;
 			}
+			if (access(optarg, F_OK) != 0)
+				fprintf(stderr, "ringworker agent: warning: --allow-program %s: %s (it allows nothing until it exists)\n",
+					optarg, strerror(errno));
 			allow[opt.n_allow_program++] = optarg;
 			opt.allow_program = allow;
 			break;

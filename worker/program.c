@@ -222,6 +222,21 @@ static int s_put_int(strv_t *e, const char *name, long long value)
 	return s_put(e, name, buf);
 }
 
+/* [A-Za-z_][A-Za-z0-9_]*, at most 256 bytes (the coordinator checks the
+ * same; checked again so that no "A=B" name slips into the environment). */
+static bool s_env_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > 256 || (name[0] >= '0' && name[0] <= '9'))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+			return false;
+	}
+	return true;
+}
+
 /* The torch object's integer `name` (>= 0) into *ret; -EINVAL naming it. */
 static int s_torch_int(const json_t *torch, const char *name, long long *ret, char *err, size_t errlen)
 {
@@ -316,6 +331,11 @@ char **program_env(char *const *base, const json_t *spawn, const program_env_opt
 	const char *name;
 	const json_t *val;
 	json_object_foreach((json_t *)penv, name, val) {
+		if (!s_env_name_ok(name)) {
+			snprintf(err, errlen, "SPAWN program.env has a bad name (letters, digits and '_', not first a digit)");
+			program_strv_free(e.v);
+			return NULL;
+		}
 		if (!json_is_string(val)) {
 			snprintf(err, errlen, "SPAWN program.env.%.100s must be a string", name);
 			program_strv_free(e.v);

@@ -83,7 +83,9 @@ typedef struct {
  * variables (docs/workers.md), OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES,
  * RINGMASTER_*; then program.env on top. A NULL-terminated array the
  * caller frees with program_strv_free, or NULL with one line in `err`
- * (a missing or mistyped torch field, named; out of memory).
+ * (a missing or mistyped torch field, named; a program.env name that is
+ * not [A-Za-z_][A-Za-z0-9_]* or a value that is not a string; out of
+ * memory).
  */
 char **program_env(char *const *base, const json_t *spawn, const program_env_opts_t *o, char *err,
                    size_t errlen);

@@ -159,6 +159,17 @@ static void test_env(void)
 		program_strv_free(env);
 	}
 
+	/* a program.env name that would smuggle another variable in */
+	static const char *const bad_names[] = {"A=B", "", "1X", "X Y", NULL};
+	for (int i = 0; bad_names[i]; i++) {
+		json_t *pe = json_object_get(json_object_get(spawn, "program"), "env");
+		json_object_set_new(pe, bad_names[i], json_string("v"));
+		env = program_env(base, spawn, &o, err, sizeof err);
+		CHECK(!env && strstr(err, "program.env"), "env name '%s': %s", bad_names[i], err);
+		program_strv_free(env);
+		json_object_del(pe, bad_names[i]);
+	}
+
 	/* a missing or mistyped torch field is named */
 	json_object_set_new(json_object_get(spawn, "torch"), "master_port", json_string("29500"));
 	env = program_env(base, spawn, &o, err, sizeof err);
