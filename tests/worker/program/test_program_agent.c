@@ -19,6 +19,9 @@
  *       program that forked a sleep: RANK_EXITED by SIGTERM and
  *       no process of its group left; then SIGTERM to the agent while
  *       another such program runs: the agent exits and nothing is left.
+ *   test_program_agent RINGWORKER gpu
+ *       with fake NVML (tests/worker/gpus/fake_nvml.c) offering two GPUs, a
+ *       program on cuda:1 has CUDA_VISIBLE_DEVICES of that GPU only.
  */
 #include <errno.h>
 #include <dirent.h>
@@ -118,7 +121,7 @@ static void s_send(wire_type_t type, json_t *p)
 }
 
 /* Start the agent with our ROUTER as its coordinator; answer its REGISTER. */
-static void s_start_agent(const char *ringworker)
+static void s_start_agent(const char *ringworker, const char *gpus)
 {
 	char endpoint[256], data[PATH_MAX], bin[PATH_MAX], ck[PATH_MAX], state[PATH_MAX], log[PATH_MAX];
 	size_t n = sizeof endpoint;
@@ -135,7 +138,7 @@ static void s_start_agent(const char *ringworker)
 		setenv("RINGMASTER_TOKEN", "rmt_not_for_programs", 1);
 		setenv("RINGWORKER_SECRET_TEST", "agent-only", 1);
 		execl(ringworker, "ringworker", "agent", "--coordinator", endpoint, "--node", "n1", "--devices",
-		      "cpu:2", "--gpus", "none", "--advertise", "127.0.0.1", "--data-root", data,
+		      "cpu:2", "--gpus", gpus, "--advertise", "127.0.0.1", "--data-root", data,
 		      "--checkpoint-root", ck, "--state-dir", state, "--allow-program", bin,
 		      "--program-ports", "30100-30199", "--kill-grace-ms", "3000", (char *)NULL);
 		_exit(127);
@@ -243,7 +246,7 @@ static const char run_script[] =
 static void test_run(const char *ringworker)
 {
 	s_write("data/bin/run.sh", run_script, 0755);
-	s_start_agent(ringworker);
+	s_start_agent(ringworker, "none");
 	s_send(WIRE_SPAWN, s_spawn_msg("job1", 1, 0, "bin/run.sh", "--flag", "proj"));
 	bool started = false, exited = false, saw_out = false, saw_err = false;
 	int n_rows = 0, late = 0;
@@ -369,7 +372,7 @@ static void s_spawn_sleeper(const char *job, int device, pid_t *ret_pid, pid_t *
 static void test_kill(const char *ringworker)
 {
 	s_write("data/bin/sleeper.sh", kill_script, 0755);
-	s_start_agent(ringworker);
+	s_start_agent(ringworker, "none");
 	pid_t pid, child;
 	s_spawn_sleeper("jobk", 0, &pid, &child);
 	s_send(WIRE_KILL, json_pack("{s:s, s:i, s:i}", "job", "jobk", "attempt", 1, "rank", 0));
@@ -393,6 +396,33 @@ static void test_kill(const char *ringworker)
 	agent_pid = -1;
 	CHECK(s_wait_gone(child), "the program's child %d is gone after the agent stopped", (int)child);
 	CHECK(s_group_gone(pid), "no process of group %d is left", (int)pid);
+}
+
+static const char gpu_script[] =
+	"#!/bin/sh\n"
+	"env > \"$RINGMASTER_CHECKPOINT_DIR/env.txt\"\n";
+
+/* Under fake NVML (FAKE_NVML_GPUS, set by meson) a program on cuda:1 sees
+ * that GPU only. */
+static void test_gpu(const char *ringworker)
+{
+	s_write("data/bin/gpu.sh", gpu_script, 0755);
+	s_start_agent(ringworker, "auto");
+	json_t *spawn = s_spawn_msg("jobg", 0, 1, "bin/gpu.sh", "x", NULL);
+	json_object_set_new(json_object_get(spawn, "device"), "kind", json_string("cuda"));
+	s_send(WIRE_SPAWN, spawn);
+	json_t *p = NULL;
+	wire_type_t t;
+	bool started = false;
+	while ((t = s_recv(&p, 10000)) != 0 && t != WIRE_RANK_EXITED) {
+		started |= t == WIRE_RANK_STARTED;
+		json_decref(p);
+	}
+	CHECK(started && t == WIRE_RANK_EXITED && json_integer_value(json_object_get(p, "exit_code")) == 0,
+	      "the GPU program ran and exited 0");
+	json_decref(p);
+	CHECK(s_has_line("ck/jobg/program/env.txt", "CUDA_VISIBLE_DEVICES=GPU-fake-b"), "its GPU only");
+	CHECK(s_has_line("ck/jobg/program/env.txt", "CUDA_DEVICE_ORDER=PCI_BUS_ID"), "PCI bus order");
 }
 
 int main(int argc, char **argv)
@@ -423,6 +453,8 @@ int main(int argc, char **argv)
 		test_run(argv[1]);
 	else if (!strcmp(argv[2], "kill"))
 		test_kill(argv[1]);
+	else if (!strcmp(argv[2], "gpu"))
+		test_gpu(argv[1]);
 	else
 		return 2;
 	if (agent_pid > 0) {
