@@ -801,19 +801,24 @@ static void s_kill(agent_t *a, const json_t *p)
 static void s_reap(agent_t *a)
 {
 	for (;;) {
+		/* Peek first: a program's group is killed while the unreaped
+		 * leader still holds its id (no reuse of the number). */
+		siginfo_t si = {0};
 		int status;
-		pid_t pid = waitpid(-1, &status, WNOHANG);
-		if (pid <= 0)
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid <= 0)
 			return;
+		pid_t pid = si.si_pid;
 		slot_t *s = NULL;
 		for (int i = 0; i < a->n_slots; i++)
 			if (a->slots[i].busy && a->slots[i].pid == pid)
 				s = &a->slots[i];
+		if (s && s->prog)
+			kill(-pid, SIGKILL); /* nothing of a program's process group outlives it */
+		if (waitpid(pid, &status, 0) != pid) /* a zombie: no wait */
+			return;
 		if (!s)
 			continue;
 		if (s->prog) {
-			/* nothing of a program's process group outlives it */
-			kill(-pid, SIGKILL);
 			for (int round = 0; s->prog->fd >= 0 && round < 64; round++)
 				s_drain_metrics(a, s);
 			program_rank_free(s->prog);
