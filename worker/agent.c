@@ -29,6 +29,7 @@
 #include "exitcode.h"
 #include "fabric.h"
 #include "gpus.h"
+#include "program.h"
 #include "ranklog.h"
 #include "wire.h"
 
@@ -55,6 +56,7 @@ typedef struct {
 	int64_t kill_at_us;            /* SIGKILL deadline after SIGTERM; 0: none */
 	json_t *pending;               /* a SPAWN for this slot, run once the rank exits */
 	int64_t pending_term_at_us;    /* SIGTERM the rank then if it is still running */
+	program_rank_t *prog;          /* a program rank's metrics pipe; NULL: a built-in rank */
 } slot_t;
 
 typedef struct {
@@ -289,6 +291,12 @@ static void s_send_register(agent_t *a)
 	                        "memory_bytes", (json_int_t)a->memory_bytes);
 	if (reg && a->opt->checkpoint_root && a->opt->checkpoint_root[0] == '/')
 		json_object_set_new(reg, "checkpoint_root", json_string(a->opt->checkpoint_root));
+	if (reg && a->opt->n_allow_program > 0) {
+		int lo = a->opt->program_port_lo > 0 ? a->opt->program_port_lo : PROGRAM_PORTS_LO;
+		int hi = a->opt->program_port_lo > 0 ? a->opt->program_port_hi : PROGRAM_PORTS_HI;
+		json_object_set_new(reg, "programs", json_true());
+		json_object_set_new(reg, "program_ports", json_pack("[i, i]", lo, hi));
+	}
 	s_send(a, WIRE_REGISTER, reg);
 }
 
@@ -382,6 +390,23 @@ static void s_drain(agent_t *a, slot_t *s, ranklog_stream_t stream)
 			s_flush_log(a, s, false);
 	}
 	fflush(a->log); /* once per read, not per line: a flood costs fewer writes */
+}
+
+/* A program's metrics row (program_row_fn): PROGRAM_METRICS. */
+static void s_metrics_row(void *cls, json_t *row, const char *bad)
+{
+	const line_ctx_t *c = cls;
+	(void)bad;
+	s_send(c->a, WIRE_PROGRAM_METRICS, json_pack("{s:s, s:i, s:i, s:o}", "job", c->s->job, "attempt",
+	                                             c->s->attempt, "rank", c->s->rank, "row", row));
+}
+
+static void s_drain_metrics(agent_t *a, slot_t *s)
+{
+	line_ctx_t c = {a, s};
+	char label[400];
+	snprintf(label, sizeof label, "agent %s: rank %s/%d/%d", a->node, s->job, s->attempt, s->rank);
+	program_rank_drain(s->prog, fabric_now_us(), a->log, label, s_metrics_row, &c);
 }
 
 /* Append "NAME=value" to env, dropping any NAME= there. */
@@ -594,6 +619,49 @@ static void s_rank_args(agent_t *a, const char *job, int attempt, int rank, int 
 	ra->argv[k] = NULL;
 }
 
+/* Slot `s` now runs `pid`, rank `rank` of `job`'s `attempt`, whose stdout and
+ * stderr the agent reads from `out_fd` and `err_fd`. */
+static void s_occupy(slot_t *s, pid_t pid, const char *job, int attempt, int rank, int out_fd, int err_fd)
+{
+	memset(s, 0, sizeof *s);
+	s->busy = true;
+	s->pid = pid;
+	snprintf(s->job, sizeof s->job, "%s", job);
+	s->attempt = attempt;
+	s->rank = rank;
+	s->fds[RANKLOG_STDOUT] = out_fd;
+	s->fds[RANKLOG_STDERR] = err_fd;
+	ranklog_init(&s->log);
+}
+
+/* A SPAWN with a program (program.h) on slot `s`: RANK_STARTED once it runs,
+ * RANK_EXITED (failure spawn) when it may not or cannot. */
+static void s_spawn_program(agent_t *a, const json_t *p, slot_t *s, const cpu_set_t *cpus, int n_threads,
+                            const gpu_info_t *gpu)
+{
+	const char *job = json_string_value(json_object_get(p, "job"));
+	int attempt = (int)json_integer_value(json_object_get(p, "attempt"));
+	int rank = (int)json_integer_value(json_object_get(p, "rank"));
+	char visible[GPUS_UUID_BYTES], why[768];
+	if (gpu && gpu->uuid[0])
+		snprintf(visible, sizeof visible, "%s", gpu->uuid);
+	else if (gpu)
+		snprintf(visible, sizeof visible, "%d", gpu->index);
+	program_start_opts_t o = {a->opt->allow_program, a->opt->n_allow_program, a->opt->data_root,
+	                          a->opt->checkpoint_root, n_threads, gpu ? visible : NULL, cpus,
+	                          &a->old_mask};
+	program_proc_t pr;
+	if (program_start(p, &o, &pr, why, sizeof why) < 0) {
+		s_refuse_spawn(a, job, attempt, rank, why);
+		return;
+	}
+	s_occupy(s, pr.pid, job, attempt, rank, pr.out_fd, pr.err_fd);
+	s->prog = program_rank_new(pr.metrics_fd); /* NULL (no memory): no metrics, the pipe stays unread */
+	s_log(a, "spawned program rank %s/%d/%d, pid %d, %d threads", job, attempt, rank, (int)pr.pid, n_threads);
+	s_send(a, WIRE_RANK_STARTED, json_pack("{s:s, s:i, s:i, s:i}", "job", job, "attempt", attempt, "rank",
+	                                       rank, "pid", (int)pr.pid));
+}
+
 static void s_spawn(agent_t *a, const json_t *p)
 {
 	const char *job = json_string_value(json_object_get(p, "job"));
@@ -616,6 +684,10 @@ static void s_spawn(agent_t *a, const json_t *p)
 	                    : agent_cpu_share(&a->avail, slot_i, a->n_cpu, &cpus);
 	if (n_threads < 1)
 		n_threads = 1;
+	if (json_object_get(p, "program")) {
+		s_spawn_program(a, p, s, &cpus, n_threads, gpu);
+		return;
+	}
 	rank_args_t ra;
 	s_rank_args(a, job, attempt, rank, world, &ra);
 	const char *const *argv = ra.argv;
@@ -656,15 +728,7 @@ static void s_spawn(agent_t *a, const json_t *p)
 	fcntl(pipefd[0], F_SETFL, fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
 	fcntl(errfd[0], F_SETFL, fcntl(errfd[0], F_GETFL) | O_NONBLOCK);
 
-	memset(s, 0, sizeof *s);
-	s->busy = true;
-	s->pid = pid;
-	snprintf(s->job, sizeof s->job, "%s", job);
-	s->attempt = attempt;
-	s->rank = rank;
-	s->fds[RANKLOG_STDOUT] = pipefd[0];
-	s->fds[RANKLOG_STDERR] = errfd[0];
-	ranklog_init(&s->log);
+	s_occupy(s, pid, job, attempt, rank, pipefd[0], errfd[0]);
 	char list[64] = "";
 	size_t off = 0;
 	for (int i = 0; i < CPU_SETSIZE && off < sizeof list - 8; i++)
@@ -737,16 +801,29 @@ static void s_kill(agent_t *a, const json_t *p)
 static void s_reap(agent_t *a)
 {
 	for (;;) {
+		/* Peek first: a program's group is killed while the unreaped
+		 * leader still holds its id (no reuse of the number). */
+		siginfo_t si = {0};
 		int status;
-		pid_t pid = waitpid(-1, &status, WNOHANG);
-		if (pid <= 0)
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid <= 0)
 			return;
+		pid_t pid = si.si_pid;
 		slot_t *s = NULL;
 		for (int i = 0; i < a->n_slots; i++)
 			if (a->slots[i].busy && a->slots[i].pid == pid)
 				s = &a->slots[i];
+		if (s && s->prog)
+			kill(-pid, SIGKILL); /* nothing of a program's process group outlives it */
+		if (waitpid(pid, &status, 0) != pid) /* a zombie: no wait */
+			return;
 		if (!s)
 			continue;
+		if (s->prog) {
+			for (int round = 0; s->prog->fd >= 0 && round < 64; round++)
+				s_drain_metrics(a, s);
+			program_rank_free(s->prog);
+			s->prog = NULL;
+		}
 		for (int k = 0; k < 2; k++) {
 			/* Until EOF; a pipe something else holds open (a child of the
 			 * rank) is closed once what is in it has been read. */
@@ -947,46 +1024,6 @@ static void s_on_signals(agent_t *a)
 		s_reap(a);
 }
 
-/* The GPUs to advertise, as --gpus says (agent.h). -ENODEV (with a line
- * on the log) when --gpus N asks for more than there are. */
-static int s_find_gpus(agent_t *a, const agent_options_t *opt)
-{
-	a->n_gpus = 0;
-	if (opt->gpus == AGENT_GPUS_NONE) {
-		snprintf(a->gpu_note, sizeof a->gpu_note, "--gpus none");
-		return 0;
-	}
-	char err[256];
-	int n = gpus_discover(a->gpus, GPUS_MAX, err, sizeof err);
-	if (n < 0) {
-		if (opt->gpus > 0) {
-			fprintf(a->log, "ringworker agent: error: --gpus %d: GPU discovery failed: %s\n", opt->gpus,
-			        err);
-			return -ENODEV;
-		}
-		snprintf(a->gpu_note, sizeof a->gpu_note, "GPU discovery failed: %.200s", err);
-		return 0;
-	}
-	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-	int found = n;
-	n = gpus_filter_visible(a->gpus, n, visible);
-	if (n == 0)
-		snprintf(a->gpu_note, sizeof a->gpu_note, "%s", err[0] ? err : "");
-	if (n == 0 && found > 0)
-		snprintf(a->gpu_note, sizeof a->gpu_note, "CUDA_VISIBLE_DEVICES=%.120s names none of the %d GPU(s) found",
-		         visible, found);
-	if (opt->gpus > 0) {
-		if (n < opt->gpus) {
-			fprintf(a->log, "ringworker agent: error: --gpus %d, but this node has %d usable GPU(s)%s%s\n",
-			        opt->gpus, n, n == 0 ? ": " : "", n == 0 ? a->gpu_note : "");
-			return -ENODEV;
-		}
-		n = opt->gpus;
-	}
-	a->n_gpus = n;
-	return 0;
-}
-
 static int s_setup(agent_t *a, const agent_options_t *opt)
 {
 	char err[256];
@@ -1020,7 +1057,8 @@ static int s_setup(agent_t *a, const agent_options_t *opt)
 	a->n_cpu = a->n_slots;
 	/* measured once, before any rank runs: the memory fit's figure (issue 22) */
 	a->memory_bytes = opt->memory_bytes > 0 ? opt->memory_bytes : s_host_memory();
-	if (s_find_gpus(a, opt) < 0)
+	a->n_gpus = gpus_select(opt->gpus, a->gpus, a->gpu_note, sizeof a->gpu_note, a->log);
+	if (a->n_gpus < 0)
 		return -ENODEV;
 	a->n_slots = a->n_cpu + a->n_gpus;
 	if (a->n_slots > AGENT_MAX_DEVICES) {
@@ -1093,6 +1131,7 @@ static void s_teardown(agent_t *a)
 					close(a->slots[i].fds[k]);
 			ranklog_clear(&a->slots[i].log);
 			json_decref(a->slots[i].pending);
+			program_rank_free(a->slots[i].prog);
 		}
 	free(a->slots);
 }
@@ -1115,9 +1154,9 @@ int agent_run(const agent_options_t *opt)
 	s_send_register(&a);
 	a.retry_at_us = fabric_now_us() + (int64_t)FABRIC_BACKOFF_MIN_MS * 1000;
 
-	zmq_pollitem_t *items = calloc((size_t)a.n_slots * 2 + 2, sizeof *items);
-	slot_t **item_slot = calloc((size_t)a.n_slots * 2 + 2, sizeof *item_slot);
-	int *item_stream = calloc((size_t)a.n_slots * 2 + 2, sizeof *item_stream);
+	zmq_pollitem_t *items = calloc((size_t)a.n_slots * 3 + 2, sizeof *items);
+	slot_t **item_slot = calloc((size_t)a.n_slots * 3 + 2, sizeof *item_slot);
+	int *item_stream = calloc((size_t)a.n_slots * 3 + 2, sizeof *item_stream);
 	if (!items || !item_slot || !item_stream) {
 		free(items);
 		free(item_slot);
@@ -1144,6 +1183,11 @@ int agent_run(const agent_options_t *opt)
 					items[n++] = (zmq_pollitem_t){.fd = a.slots[i].fds[k], .events = ZMQ_POLLIN};
 				}
 			}
+			if (a.slots[i].busy && a.slots[i].prog && a.slots[i].prog->fd >= 0) {
+				item_slot[n] = &a.slots[i];
+				item_stream[n] = 2; /* the metrics pipe */
+				items[n++] = (zmq_pollitem_t){.fd = a.slots[i].prog->fd, .events = ZMQ_POLLIN};
+			}
 		}
 		int rc = zmq_poll(items, n, s_poll_timeout_ms(&a));
 		if (rc < 0 && errno != EINTR) {
@@ -1152,9 +1196,12 @@ int agent_run(const agent_options_t *opt)
 		}
 		if (rc > 0) {
 			for (int i = 2; i < n; i++)
-				if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))
-					if (item_slot[i]->fds[item_stream[i]] >= 0)
+				if (items[i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
+					if (item_stream[i] == 2 && item_slot[i]->prog && item_slot[i]->prog->fd >= 0)
+						s_drain_metrics(&a, item_slot[i]);
+					else if (item_stream[i] < 2 && item_slot[i]->fds[item_stream[i]] >= 0)
 						s_drain(&a, item_slot[i], (ranklog_stream_t)item_stream[i]);
+				}
 			if (items[1].revents & ZMQ_POLLIN)
 				s_on_signals(&a);
 			if (items[0].revents & ZMQ_POLLIN)

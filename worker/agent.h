@@ -14,7 +14,9 @@
  * prefixed, and the last line that says "error" kept), reaps it through a signalfd without ever blocking the loop,
  * and reports RANK_EXITED at once. On KILL it sends SIGTERM, then SIGKILL
  * after a grace period. On SIGTERM or SIGINT it stops its ranks the same way
- * and exits.
+ * and exits. A SPAWN with a `program` starts the user's own program instead
+ * (worker/program.c: --allow-program, torchrun's environment, the metrics
+ * fd), reported with RANK_STARTED and PROGRAM_METRICS.
  *
  * The loop is single-threaded: zmq_poll over the DEALER socket, the signalfd
  * and the ranks' stderr pipes, always with a finite timeout.
@@ -52,6 +54,10 @@ typedef struct {
 	long long memory_bytes;  /* host memory offered to ranks (--memory-bytes), told to the
 	                          * coordinator in REGISTER for its memory fit; 0: MemAvailable
 	                          * when the agent starts */
+	const char *const *allow_program; /* --allow-program paths (program.h); n_allow_program of
+	                          * them; none: program SPAWNs are refused */
+	int n_allow_program;
+	int program_port_lo, program_port_hi; /* --program-ports, sent in REGISTER; 0: the default */
 	FILE *log;               /* the agent's log and the ranks' stderr (stderr) */
 } agent_options_t;
 

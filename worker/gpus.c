@@ -201,3 +201,38 @@ int gpus_filter_visible(gpu_info_t *gpus, int n, const char *visible)
 	memcpy(gpus, kept, (size_t)k * sizeof *gpus);
 	return k;
 }
+
+int gpus_select(int want, gpu_info_t *gpus, char *note, size_t notelen, FILE *log)
+{
+	if (want < 0) {
+		snprintf(note, notelen, "--gpus none");
+		return 0;
+	}
+	char err[256];
+	int n = gpus_discover(gpus, GPUS_MAX, err, sizeof err);
+	if (n < 0) {
+		if (want > 0) {
+			fprintf(log, "ringworker agent: error: --gpus %d: GPU discovery failed: %s\n", want, err);
+			return -ENODEV;
+		}
+		snprintf(note, notelen, "GPU discovery failed: %.200s", err);
+		return 0;
+	}
+	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+	int found = n;
+	n = gpus_filter_visible(gpus, n, visible);
+	if (n == 0)
+		snprintf(note, notelen, "%s", err[0] ? err : "");
+	if (n == 0 && found > 0)
+		snprintf(note, notelen, "CUDA_VISIBLE_DEVICES=%.120s names none of the %d GPU(s) found", visible,
+		         found);
+	if (want > 0) {
+		if (n < want) {
+			fprintf(log, "ringworker agent: error: --gpus %d, but this node has %d usable GPU(s)%s%s\n", want,
+			        n, n == 0 ? ": " : "", n == 0 ? note : "");
+			return -ENODEV;
+		}
+		n = want;
+	}
+	return n;
+}

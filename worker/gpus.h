@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define GPUS_MAX 64
 #define GPUS_NAME_BYTES 96 /* NVML_DEVICE_NAME_V2_BUFFER_SIZE */
@@ -43,5 +44,15 @@ int gpus_discover(gpu_info_t *out, int max, char *err, size_t errlen);
  * returns the new count.
  */
 int gpus_filter_visible(gpu_info_t *gpus, int n, const char *visible);
+
+/*
+ * The GPUs an agent advertises, as its --gpus says: `want` -1 none ("--gpus
+ * none"), 0 every GPU found (gpus_discover, then gpus_filter_visible with
+ * the agent's CUDA_VISIBLE_DEVICES), N > 0 the first N found. Fills `gpus`
+ * (GPUS_MAX entries) and returns their count; when that is 0, `note`
+ * (notelen bytes) says why. -ENODEV (with one "ringworker agent: error:"
+ * line on `log`) when N asks for more GPUs than there are.
+ */
+int gpus_select(int want, gpu_info_t *gpus, char *note, size_t notelen, FILE *log);
 
 #endif

@@ -22,6 +22,7 @@
 #include "gpus.h"
 #include "join.h"
 #include "jobspec.h"
+#include "program.h"
 #include "rank.h"
 #include "train.h"
 
@@ -35,6 +36,7 @@ static void s_usage(FILE *f)
 	      "                        [--node NAME] [--join-token TOKEN] [--state-dir DIR]\n"
 	      "                        [--data-root DIR] [--checkpoint-root DIR] [--advertise ADDR]\n"
 	      "                        [--kill-grace-ms MS] [--comm-timeout-ms MS] [--step-timeout-ms MS]\n"
+	      "                        [--allow-program PATH]... [--program-ports LO-HI]\n"
 	      "       ringworker --help | --version\n"
 	      "\n"
 	      "train          train a GPT-2 model as the job spec says, in this process\n"
@@ -72,6 +74,9 @@ static void s_usage(FILE *f)
 	      "  --advertise ADDR address ranks listen on for their peers (default: this host's\n"
 	      "                   address on the route to the coordinator)\n"
 	      "  --kill-grace-ms MS  SIGTERM to SIGKILL when stopping a rank (default 5000)\n"
+	      "  --allow-program PATH  run user programs (job spec \"program\") whose argv[0] is the file\n"
+	      "                   PATH or lies beneath the folder PATH (repeatable; none by default)\n"
+	      "  --program-ports LO-HI  ports the coordinator may give programs' MASTER_PORT (default 29500-29999)\n"
 	      "  --comm-timeout-ms MS  how long a rank's collective waits for a hung peer before\n"
 	      "                   the rank fails and the job recovers (default 60000)\n"
 	      "  --step-timeout-ms MS  the ranks' watchdog: a step unfinished this long after the\n"
@@ -198,10 +203,13 @@ static int s_cmd_agent(int argc, char **argv)
 		{"memory-bytes", required_argument, NULL, 'M'},
 		{"join-token", required_argument, NULL, 'J'},
 		{"state-dir", required_argument, NULL, 'S'},
+		{"allow-program", required_argument, NULL, 'P'},
+		{"program-ports", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	agent_options_t opt = {.log = stderr};
+	const char *allow[PROGRAM_ALLOW_MAX];
 	const char *join_token = NULL, *state_dir = NULL;
 	int c;
 	optind = 1;
@@ -269,6 +277,30 @@ static int s_cmd_agent(int argc, char **argv)
 				return RM_EXIT_USAGE;
 			}
 			opt.memory_bytes = v;
+			break;
+		}
+		case 'P': /* issue 26: a program (or a folder of them) this agent may run */
+			if (optarg[0] != '/' || opt.n_allow_program >= PROGRAM_ALLOW_MAX) {
+				fprintf(stderr, "ringworker agent: error: --allow-program wants an absolute path (at most %d of them), got '%s'\n",
+					PROGRAM_ALLOW_MAX, optarg);
+				return RM_EXIT_USAGE;
+			}
+			if (access(optarg, F_OK) != 0)
+				fprintf(stderr, "ringworker agent: warning: --allow-program %s: %s (it allows nothing until it exists)\n",
+					optarg, strerror(errno));
+			allow[opt.n_allow_program++] = optarg;
+			opt.allow_program = allow;
+			break;
+		case 'R': {
+			int lo, hi, end = 0;
+			if (sscanf(optarg, "%d-%d%n", &lo, &hi, &end) != 2 || optarg[end] || lo < 1 || hi > 65535 ||
+			    lo > hi) {
+				fprintf(stderr, "ringworker agent: error: --program-ports wants LO-HI within 1-65535, got '%s'\n",
+					optarg);
+				return RM_EXIT_USAGE;
+			}
+			opt.program_port_lo = lo;
+			opt.program_port_hi = hi;
 			break;
 		}
 		case 'h': s_usage(stdout); return RM_EXIT_OK;
