@@ -87,7 +87,8 @@
  *                program:{argv:[str], cwd:str|null, env:{str:str}} (the
  *                spec's program) and
  *                torch:{master_addr:str, master_port:int, local_rank:int,
- *                local_world_size:int, group_rank:int, restart_count:int,
+ *                local_world_size:int, group_rank:int, group_world_size:int
+ *                (the job's nodes), restart_count:int,
  *                max_restarts:int, run_id:str}: torchrun's values for this
  *                rank. master_addr is REGISTER's advertise of rank 0's
  *                agent ("127.0.0.1" when it sent none), master_port a

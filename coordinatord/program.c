@@ -198,10 +198,11 @@ void program_spawn_fields(const attempt_t *at, int rank, json_t *sp)
 	                    json_pack("{s:o*, s:o, s:o*}", "argv", argv, "cwd",
 	                              s->program.cwd ? json_string(s->program.cwd) : json_null(), "env", env));
 	json_object_set_new(sp, "torch",
-	                    json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "master_addr", addr, "master_port",
-	                              at->master_port, "local_rank", local_rank, "local_world_size", local_world,
-	                              "group_rank", group_rank, "restart_count", at->restarts, "max_restarts",
-	                              at->max_restarts, "run_id", at->job_id));
+	                    json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "master_addr", addr,
+	                              "master_port", at->master_port, "local_rank", local_rank, "local_world_size",
+	                              local_world, "group_rank", group_rank, "group_world_size", n_groups,
+	                              "restart_count", at->restarts, "max_restarts", at->max_restarts, "run_id",
+	                              at->job_id));
 }
 
 /* The live program attempt and the rank a message names, checked: the
