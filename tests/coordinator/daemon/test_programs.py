@@ -122,7 +122,7 @@ def scenario(d, sh):
     check(sp[0]["program"] == {"argv": ["/usr/bin/python3", "ddp.py", "--epochs", "3"], "cwd": "proj", "env": {}},
           "program object %r" % sp[0])
     check(t0 == {"master_addr": "10.0.0.2", "master_port": 30000, "local_rank": 0, "local_world_size": 2,
-                 "group_rank": 0, "restart_count": 0, "max_restarts": 2, "run_id": jw}, "torch of rank 0 %r" % t0)
+                 "group_rank": 0, "group_world_size": 1, "restart_count": 0, "max_restarts": 2, "run_id": jw}, "torch of rank 0 %r" % t0)
     check(t1["local_rank"] == 1 and t1["master_port"] == 30000, "torch of rank 1 %r" % t1)
     sh.silent("a1", 200, "nothing for n1")
 
@@ -138,7 +138,7 @@ def scenario(d, sh):
     s4 = sh.expect("a4", "SPAWN", what="rank 1 of the spread job on n4")
     check(s3["rank"] == 0 and s4["rank"] == 1, "one rank per node %r %r" % (s3, s4))
     check(s3["torch"]["group_rank"] == 0 and s4["torch"]["group_rank"] == 1 and
-          s4["torch"]["local_rank"] == 0 and s4["torch"]["local_world_size"] == 1 and
+          s4["torch"]["local_rank"] == 0 and s4["torch"]["group_world_size"] == 2 and s4["torch"]["local_world_size"] == 1 and
           s4["torch"]["master_addr"] == "10.0.0.3", "torch across nodes %r %r" % (s3, s4))
     # a third job lands on n3/n4 again (rank 0 on n3): n3's port 30000 is held
     jt = d.submit(pspec("third", world_size=2, ranks_per_node=1))["id"]
