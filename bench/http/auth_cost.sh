@@ -24,7 +24,7 @@ cleanup() { [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/nu
 trap cleanup EXIT
 start() {
   "$daemon" --listen 127.0.0.1:$port --broker tcp://127.0.0.1:$bport --db "$work/db/rm.db" \
-    --log-level warn "$@" 2>>"$work/daemon.log" &
+    --log-level warn --submit-rate 0 --max-queued-per-token 1000000 "$@" 2>>"$work/daemon.log" &
   dpid=$!
   for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/readyz >/dev/null && break; sleep 0.1; done
 }
