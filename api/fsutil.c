@@ -65,3 +65,18 @@ int fs_mkdir_parent(const char *path, mode_t mode)
 	free(dir);
 	return rc;
 }
+
+bool fs_path_beneath(const char *path)
+{
+	if (!path || !path[0] || path[0] == '/')
+		return false;
+	for (const char *c = path; *c;) {
+		size_t n = strcspn(c, "/");
+		if (n == 2 && c[0] == '.' && c[1] == '.')
+			return false;
+		c += n;
+		while (*c == '/')
+			c++;
+	}
+	return true;
+}

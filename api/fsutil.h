@@ -1,12 +1,15 @@
 /*
  * fsutil: small file-system helpers that more than one process needs, so
- * that each exists once: today the mkdir -p of a folder (the coordinator's
- * database folder, the broker's socket folder, a rank's snapshot folder).
+ * that each exists once: the mkdir -p of a folder (the coordinator's
+ * database folder, the broker's socket folder, a rank's snapshot folder) and
+ * the rule for a path that must stay beneath a root (the job spec's data
+ * paths at submission, the rank's before it opens them).
  * Depends on libc only; no global state, safe from any thread.
  */
 #ifndef RINGMASTER_API_FSUTIL_H
 #define RINGMASTER_API_FSUTIL_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 /*
@@ -27,5 +30,13 @@ int fs_mkdir_p(const char *path, mode_t mode);
  * for a NULL or empty path.
  */
 int fs_mkdir_parent(const char *path, mode_t mode);
+
+/*
+ * Whether `path`, taken relative to some root, names something beneath it
+ * by its text alone: not NULL, not empty, not absolute, no ".." component
+ * ("a..b" and "c.." are fine). Links are the opener's business
+ * (worker/data/beneath.h).
+ */
+bool fs_path_beneath(const char *path);
 
 #endif

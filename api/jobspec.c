@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsutil.h"
+
 /* Defaults (docs/jobspec.md has the same table). */
 #define DEFAULT_NAME "unnamed"
 #define DEFAULT_ARCH "gpt2"
@@ -1037,24 +1039,6 @@ tail:
 	return doc;
 }
 
-/* Whether `path` names something beneath a root: relative, no ".."
- * component. The worker's beneath_path_ok (worker/data/beneath.c) is the
- * same rule; api/ cannot call into worker/. */
-static bool s_path_relative(const char *path)
-{
-	if (!path[0] || path[0] == '/')
-		return false;
-	for (const char *c = path; *c;) {
-		size_t n = strcspn(c, "/");
-		if (n == 2 && c[0] == '.' && c[1] == '.')
-			return false;
-		c += n;
-		while (*c == '/')
-			c++;
-	}
-	return true;
-}
-
 int jobspec_check_paths(const jobspec_t *spec, jobspec_error_t *err)
 {
 	const struct {
@@ -1065,7 +1049,7 @@ int jobspec_check_paths(const jobspec_t *spec, jobspec_error_t *err)
 		{"program.cwd", "/program/cwd", spec->program.cwd},
 	};
 	for (size_t i = 0; i < N_ELEMS(p); i++) {
-		if (!p[i].path || s_path_relative(p[i].path))
+		if (!p[i].path || fs_path_beneath(p[i].path))
 			continue;
 		char shown[96];
 		s_excerpt(p[i].path, strlen(p[i].path), shown, sizeof shown, 80);

@@ -117,28 +117,6 @@ static const route_t *route_request(http_t *h, struct MHD_Connection *conn, cons
 	return route_match(url, rq->method, rq);
 }
 
-/* A problem+json answer with Retry-After (429). */
-static enum MHD_Result respond_retry_after(request_t *rq, int status, const char *detail, int64_t retry_after_s)
-{
-	size_t len;
-	char *body = problem_dumps(status, detail, NULL, &len);
-	if (!body)
-		return MHD_NO;
-	struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(body);
-		return MHD_NO;
-	}
-	char secs[24];
-	snprintf(secs, sizeof secs, "%lld", (long long)retry_after_s);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, PROBLEM_CONTENT_TYPE);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs);
-	enum MHD_Result r = MHD_queue_response(rq->conn, (unsigned)status, resp);
-	MHD_destroy_response(resp);
-	metrics_record(rq->label, rq->method, status, clock_mono_us() - rq->start_us);
-	return r;
-}
-
 /* The caller's address as text ("" when unknown). */
 static void client_address(struct MHD_Connection *conn, char *out, size_t outlen)
 {
@@ -174,7 +152,7 @@ static bool limit_submission(http_t *h, const route_t *route, request_t *rq, enu
 	char detail[256];
 	snprintf(detail, sizeof detail, "too many submissions from %s: the limit is %d a minute (burst %d); retry in %lld s",
 	         rq->who.name[0] ? "this token" : "this address", h->submit_rate, h->submit_burst, (long long)wait_s);
-	*ret = respond_retry_after(rq, 429, detail, wait_s);
+	*ret = request_problem_retry(rq, 429, detail, wait_s);
 	return true;
 }
 

@@ -109,6 +109,19 @@ enum MHD_Result request_problem(request_t *rq, int status, const char *detail, c
 	return request_respond(rq, status, PROBLEM_CONTENT_TYPE, body, len, MHD_RESPMEM_MUST_FREE, NULL, false);
 }
 
+enum MHD_Result request_problem_retry(request_t *rq, int status, const char *detail, int64_t retry_after_s)
+{
+	char secs[24];
+	snprintf(secs, sizeof secs, "%lld", (long long)retry_after_s);
+	const char *header = rq->extra_header, *value = rq->extra_value;
+	rq->extra_header = MHD_HTTP_HEADER_RETRY_AFTER;
+	rq->extra_value = secs;
+	enum MHD_Result r = request_problem(rq, status, detail, NULL);
+	rq->extra_header = header;
+	rq->extra_value = value;
+	return r;
+}
+
 enum MHD_Result request_bad_request(request_t *rq, const char *detail, const char *field)
 {
 	return request_problem(rq, 400, detail, field);

@@ -100,6 +100,10 @@ enum MHD_Result request_reply_broker(request_t *rq, broker_reply_t *reply, const
  * rq->allow in Allow. */
 enum MHD_Result request_problem(request_t *rq, int status, const char *detail, const char *pointer);
 
+/* A problem+json answer (no pointer) with Retry-After: retry_after_s
+ * seconds (429 past a rate). */
+enum MHD_Result request_problem_retry(request_t *rq, int status, const char *detail, int64_t retry_after_s);
+
 /* 400 naming the field (a JSON pointer or a query parameter) at fault; NULL
  * when none is. */
 enum MHD_Result request_bad_request(request_t *rq, const char *detail, const char *field);

@@ -124,6 +124,18 @@ static void test_parent(void)
 	CHECK(rc == -ENOTDIR, "parent is a file: %d (%s)", rc, strerror(-rc));
 }
 
+/* fs_path_beneath: the text rule for a path that must stay beneath a root. */
+static void test_beneath(void)
+{
+	static const char *const ok[] = {"a", "a/b", "./a", "a//b/", "a..b", "c..", "..c", ".hidden", "a/./b"};
+	static const char *const no[] = {"", "/etc/passwd", "..", "../x", "a/..", "a/../b", "a//..//b", "/"};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+		CHECK(fs_path_beneath(ok[i]), "'%s' is beneath", ok[i]);
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+		CHECK(!fs_path_beneath(no[i]), "'%s' is not beneath", no[i]);
+	CHECK(!fs_path_beneath(NULL), "NULL is not beneath");
+}
+
 int main(void)
 {
 	umask(022);
@@ -137,6 +149,7 @@ int main(void)
 	test_in_the_way();
 	test_bad_args();
 	test_parent();
+	test_beneath();
 	char cmd[512];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)

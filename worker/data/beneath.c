@@ -14,6 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fsutil.h"
+
 #ifndef SYS_openat2
 #define SYS_openat2 437 /* the same number on every architecture */
 #endif
@@ -23,17 +25,7 @@
 
 bool beneath_path_ok(const char *path)
 {
-	if (!path || !path[0] || path[0] == '/')
-		return false;
-	for (const char *c = path; *c;) {
-		size_t n = strcspn(c, "/");
-		if (n == 2 && c[0] == '.' && c[1] == '.')
-			return false;
-		c += n;
-		while (*c == '/')
-			c++;
-	}
-	return true;
+	return fs_path_beneath(path);
 }
 
 /* The next component of *rest into comp (NAME_MAX + 1 bytes); *rest moves
