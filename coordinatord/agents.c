@@ -160,6 +160,94 @@ static bool bind_key(fabric_t *f, const char *ident, const char *node)
 	return false;
 }
 
+/* After agent `a` (re)registered with `ranks` running: re-take the devices
+ * of live attempts placed on it, KILL the ranks it runs that are not live,
+ * SPAWN again those placed on it that it does not run yet, and fail the
+ * attempts whose joined ranks it lost. */
+static void register_reconcile(fabric_t *f, agent_t *a, const char *node, json_t *ranks)
+{
+	/* Re-take the devices of live attempts placed here; a placed device the
+	 * agent no longer has fails its job. */
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *lat = s->value;
+		char cause[REASON_BYTES] = "";
+		for (int r = 0; r < lat->world_size; r++) {
+			rank_rt_t *rr = &lat->ranks[r];
+			rr->reported = false;
+			if (rr->agent != a || lat->released)
+				continue;
+			device_t *d = agents_device(a, rr->device_kind, rr->device_index);
+			if (d)
+				d->owner = lat;
+			else if (!cause[0] && !lat->failed)
+				snprintf(cause, sizeof cause, "rank %d lost: node %s registered again without %s %d", r,
+				         node, fabric_kind_name(rr->device_kind), rr->device_index);
+		}
+		if (cause[0])
+			attempt_failed(f, lat, cause, NULL, 0);
+	}
+
+	/* Reconcile the ranks it runs: ranks of attempts that are not live here get KILL. */
+	size_t i;
+	json_t *e;
+	json_array_foreach(ranks, i, e)
+	{
+		const char *job = json_string_value(json_object_get(e, "job"));
+		json_int_t att = json_integer_value(json_object_get(e, "attempt"));
+		json_int_t rank = json_integer_value(json_object_get(e, "rank"));
+		attempt_t *lat = smap_get(&f->attempts, job);
+		bool keep = lat && !lat->failed && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
+		            lat->ranks[rank].agent == a;
+		if (keep) {
+			lat->ranks[rank].reported = true;
+			continue;
+		}
+		if (lat && lat->failed && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
+		    lat->ranks[rank].agent == a)
+			lat->ranks[rank].reported = true; /* still running: killed now, gone once reported exited */
+		log_info("agent %s runs rank %lld of job %.40s attempt %lld, which is not live: KILL", node,
+		         (long long)rank, job, (long long)att);
+		fabric_send_to(f, a->ident, WIRE_KILL,
+		               json_pack("{s:s, s:I, s:I}", "job", job, "attempt", (json_int_t)att, "rank", (json_int_t)rank));
+	}
+	/* Ranks placed here that it does not report: not yet joined -> SPAWN again
+	 * (the first SPAWN may have crossed the REGISTER); joined -> lost. Ranks
+	 * of a failed attempt that it does not report are gone. */
+	pos = 0;
+	while ((s = smap_next(&f->attempts, &pos))) {
+		attempt_t *lat = s->value;
+		char cause[REASON_BYTES] = "";
+		if (lat->failed) {
+			for (int r = 0; r < lat->world_size; r++) {
+				rank_rt_t *rr = &lat->ranks[r];
+				if (rr->agent == a && !rr->reported)
+					rr->exited = true;
+			}
+			attempt_check_drained(f, lat, clock_mono_us());
+			continue;
+		}
+		for (int r = 0; r < lat->world_size; r++) {
+			rank_rt_t *rr = &lat->ranks[r];
+			if (rr->agent != a || rr->reported || rr->done || rr->exited)
+				continue;
+			if (!rr->joined && lat->program && lat->master_port == 0) {
+				/* its MASTER_PORT died with the coordinator: the gang restarts */
+				if (!cause[0])
+					snprintf(cause, sizeof cause, "rank %d of the program was not started when the "
+					         "coordinator restarted", r);
+			} else if (!rr->joined) {
+				fabric_send_to(f, a->ident, WIRE_SPAWN, attempt_spawn_payload(lat, r));
+			} else if (!cause[0]) {
+				snprintf(cause, sizeof cause, "rank %d lost: agent %s registered again without it", r, node);
+			}
+		}
+		if (cause[0])
+			attempt_failed(f, lat, cause, NULL, 0);
+	}
+}
+
 static void on_register(fabric_t *f, const char *ident, const char *node, json_t *p)
 {
 	char detail[512];
@@ -245,84 +333,7 @@ static void on_register(fabric_t *f, const char *ident, const char *node, json_t
 	fabric_send_to(f, ident, WIRE_REGISTERED,
 	               json_pack("{s:i, s:i}", "heartbeat_ms", f->opt.heartbeat_ms, "dead_after", f->opt.dead_after));
 
-	/* Re-take the devices of live attempts placed here; a placed device the
-	 * agent no longer has fails its job. */
-	size_t pos = 0;
-	smap_slot_t *s;
-	while ((s = smap_next(&f->attempts, &pos))) {
-		attempt_t *lat = s->value;
-		char cause[REASON_BYTES] = "";
-		for (int r = 0; r < lat->world_size; r++) {
-			rank_rt_t *rr = &lat->ranks[r];
-			rr->reported = false;
-			if (rr->agent != a || lat->released)
-				continue;
-			device_t *d = agents_device(a, rr->device_kind, rr->device_index);
-			if (d)
-				d->owner = lat;
-			else if (!cause[0] && !lat->failed)
-				snprintf(cause, sizeof cause, "rank %d lost: node %s registered again without %s %d", r,
-				         node, fabric_kind_name(rr->device_kind), rr->device_index);
-		}
-		if (cause[0])
-			attempt_failed(f, lat, cause, NULL, 0);
-	}
-
-	/* Reconcile the ranks it runs: ranks of attempts that are not live here get KILL. */
-	json_array_foreach(ranks, i, e)
-	{
-		const char *job = json_string_value(json_object_get(e, "job"));
-		json_int_t att = json_integer_value(json_object_get(e, "attempt"));
-		json_int_t rank = json_integer_value(json_object_get(e, "rank"));
-		attempt_t *lat = smap_get(&f->attempts, job);
-		bool keep = lat && !lat->failed && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
-		            lat->ranks[rank].agent == a;
-		if (keep) {
-			lat->ranks[rank].reported = true;
-			continue;
-		}
-		if (lat && lat->failed && lat->attempt == att && rank >= 0 && rank < lat->world_size &&
-		    lat->ranks[rank].agent == a)
-			lat->ranks[rank].reported = true; /* still running: killed now, gone once reported exited */
-		log_info("agent %s runs rank %lld of job %.40s attempt %lld, which is not live: KILL", node,
-		         (long long)rank, job, (long long)att);
-		fabric_send_to(f, a->ident, WIRE_KILL,
-		               json_pack("{s:s, s:I, s:I}", "job", job, "attempt", (json_int_t)att, "rank", (json_int_t)rank));
-	}
-	/* Ranks placed here that it does not report: not yet joined -> SPAWN again
-	 * (the first SPAWN may have crossed the REGISTER); joined -> lost. Ranks
-	 * of a failed attempt that it does not report are gone. */
-	pos = 0;
-	while ((s = smap_next(&f->attempts, &pos))) {
-		attempt_t *lat = s->value;
-		char cause[REASON_BYTES] = "";
-		if (lat->failed) {
-			for (int r = 0; r < lat->world_size; r++) {
-				rank_rt_t *rr = &lat->ranks[r];
-				if (rr->agent == a && !rr->reported)
-					rr->exited = true;
-			}
-			attempt_check_drained(f, lat, clock_mono_us());
-			continue;
-		}
-		for (int r = 0; r < lat->world_size; r++) {
-			rank_rt_t *rr = &lat->ranks[r];
-			if (rr->agent != a || rr->reported || rr->done || rr->exited)
-				continue;
-			if (!rr->joined && lat->program && lat->master_port == 0) {
-				/* its MASTER_PORT died with the coordinator: the gang restarts */
-				if (!cause[0])
-					snprintf(cause, sizeof cause, "rank %d of the program was not started when the "
-					         "coordinator restarted", r);
-			} else if (!rr->joined) {
-				fabric_send_to(f, a->ident, WIRE_SPAWN, attempt_spawn_payload(lat, r));
-			} else if (!cause[0]) {
-				snprintf(cause, sizeof cause, "rank %d lost: agent %s registered again without it", r, node);
-			}
-		}
-		if (cause[0])
-			attempt_failed(f, lat, cause, NULL, 0);
-	}
+	register_reconcile(f, a, node, ranks);
 	f->sched_dirty = true;
 }
 
