@@ -168,13 +168,25 @@ def main(c, _args):
     # ---- follow=1 of a job with more stored lines than one page (1000) ----
     long_job = d.submit(tiny_spec("streams-long", 1, 4, 1200))["id"]
     d.wait_state(long_job, {"succeeded"}, timeout=300)
-    stored, since = [], 0
-    while True:
-        page = d.json("GET", "/v1/jobs/%s/logs?since=%d" % (long_job, since))
-        if not page["lines"]:
+
+    def all_stored():
+        lines, since = [], 0
+        while True:
+            page = d.json("GET", "/v1/jobs/%s/logs?since=%d" % (long_job, since))
+            if not page["lines"]:
+                return lines
+            lines += page["lines"]
+            since = page["next"]
+    # the agent forwards a rank's last lines after the job's state changed:
+    # wait until the stored lines stop growing
+    stored = all_stored()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        time.sleep(1)
+        again = all_stored()
+        if len(again) == len(stored):
             break
-        stored += page["lines"]
-        since = page["next"]
+        stored = again
     check(len(stored) > 1000, "the long job stored only %d lines" % len(stored))
     s6 = Sse(d, "/v1/jobs/%s/logs?follow=1" % long_job)
     followed = []
