@@ -69,13 +69,33 @@ typedef struct {
 	char *name; /* 1..JOBSPEC_NAME_MAX_BYTES bytes of UTF-8, stored as sent */
 
 	struct {
-		char arch[8];   /* "gpt2" (the only architecture so far) */
+		char arch[8];   /* "gpt2" (default) or "llama" */
 		int n_layer;    /* default 6 */
 		int n_head;     /* default 6; n_embd % n_head == 0 */
 		int n_embd;     /* default 384 */
 		int vocab_size; /* default 256 (bytes); <= 256 for format "text", <= 65536 for uint16 formats */
 		int seq_len;    /* default 256 */
+		/* Llama only (arch "llama"; zero for GPT-2, which refuses them): */
+		int n_kv_head;        /* default n_head; n_head % n_kv_head == 0 */
+		int ffn_dim;          /* default Llama's rule from n_embd (docs/jobspec.md) */
+		double rope_theta;    /* default 500000 */
+		struct {
+			double factor;             /* 0: no scaling (default) */
+			double low_freq_factor;
+			double high_freq_factor;
+			int original_max_position;
+		} rope_scaling;
+		double norm_eps;      /* default 1e-5 */
+		int tie_embeddings;   /* 0/1; default 0 (1 in presets that tie) */
+		char preset[32];      /* "" or the preset's name the shape came from */
 	} model;
+
+	/* Start from pretrained weights (optional): a safetensors file with
+	 * Hugging Face names, or a sharded set's model.safetensors.index.json,
+	 * beneath the agent's data root; NULL when absent. */
+	struct {
+		char *safetensors;
+	} init;
 
 	struct {
 		char *train;             /* required: a path or a glob of shards */

@@ -244,6 +244,15 @@ static int s_setup(train_t *t)
 		.n_embd = spec->model.n_embd,
 		.vocab_size = spec->model.vocab_size,
 		.seq_len = spec->model.seq_len,
+		.n_kv_head = spec->model.n_kv_head,
+		.ffn_dim = spec->model.ffn_dim,
+		.rope_theta = spec->model.rope_theta,
+		.rope_scaling = {.factor = spec->model.rope_scaling.factor,
+				 .low_freq_factor = spec->model.rope_scaling.low_freq_factor,
+				 .high_freq_factor = spec->model.rope_scaling.high_freq_factor,
+				 .original_max_position = spec->model.rope_scaling.original_max_position},
+		.norm_eps = spec->model.norm_eps,
+		.tie_embeddings = spec->model.tie_embeddings != 0,
 	};
 	/* a value per rank and validation batch, or the norm's pair per rank */
 	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 2 ? spec->train.eval_batches : 2);

@@ -45,13 +45,30 @@ typedef enum {
 	MODEL_DEVICE_CUDA,
 } model_device_t;
 
-/* The sizes of a transformer; each architecture reads what it uses. */
+/* Llama 3.1's RoPE frequency scaling; factor 0 means none. */
+typedef struct {
+	double factor;             /* 8 for Llama 3.1 */
+	double low_freq_factor;    /* 1 */
+	double high_freq_factor;   /* 4 */
+	int original_max_position; /* 8192 */
+} model_rope_scaling_t;
+
+/* The sizes of a transformer; each architecture reads what it uses
+ * (GPT-2 the first five; Llama all but nothing of GPT-2's learned
+ * positions: seq_len bounds T and sizes the RoPE tables). */
 typedef struct {
 	int n_layer;
 	int n_head;
 	int n_embd;
 	int vocab_size;
 	int seq_len; /* maximum T (size of the position embedding) */
+	/* Llama only (zero for GPT-2): */
+	int n_kv_head;           /* grouped-query attention: n_head % n_kv_head == 0 */
+	int ffn_dim;             /* SwiGLU hidden width */
+	double rope_theta;       /* RoPE base, 500000 in Llama 3 */
+	model_rope_scaling_t rope_scaling;
+	double norm_eps;         /* RMSNorm epsilon, 1e-5 */
+	bool tie_embeddings;     /* the LM head is the token embedding */
 } model_config_t;
 
 typedef enum {
