@@ -6,7 +6,9 @@ sets its own env, one name overriding an agent default and one (OMP_*)
 new; each rank's log line "ringworker rank: environment: ..." (read back
 through GET /v1/jobs/{id}/logs) shows the job's value over the agent's,
 the agent's other defaults, and the agent's own OMP_NUM_THREADS (a job
-may not set it: 422 with /env/OMP_NUM_THREADS).
+may not set it: 422 with /env/OMP_NUM_THREADS). A program job
+(/usr/bin/env, which prints what it sees) gets the same layers with its
+program.env on top.
 
 TensorBoard: the agent has --tensorboard-root. A job with
 tensorboard.dir "runs" writes <root>/runs/<job>/events.out.tfevents.*; a
@@ -36,6 +38,16 @@ def env_line(d, job, rank):
         if line["text"].startswith("ringworker rank: environment:"):
             return dict(kv.split("=", 1) for kv in line["text"].split(": ", 2)[2].split(" "))
     return None
+
+
+def program_env(d, job):
+    """NAME=VALUE lines the program printed, once its last line is there."""
+    import json
+    st, body = d.request("GET", "/v1/jobs/%s/logs?rank=0&tail=1000" % job)
+    check(st == 200, "logs of %s: %s" % (job, st))
+    lines = [l["text"] for l in json.loads(body)["lines"] if l["stream"] == "stdout"]
+    env = dict(l.split("=", 1) for l in lines if "=" in l)
+    return env if "WORLD_SIZE" in env and "NCCL_DEBUG" in env else None
 
 
 def check_env(d, job):
@@ -93,7 +105,7 @@ def main(c, _args):
         f.write("# site defaults for every job\n\nexport NCCL_NET_PLUGIN=none\nNCCL_DEBUG=WARN\n")
     tbroot = os.path.join(c.workdir, "tb")
     c.start_agent("n1", devices="cpu:2",
-                  extra_args=["--env-file", envfile, "--env", "NCCL_SOCKET_IFNAME=lo",
+                  extra_args=["--allow-program", "/usr/bin/env", "--env-file", envfile, "--env", "NCCL_SOCKET_IFNAME=lo",
                               "--tensorboard-root", tbroot, "--checkpoint-root", os.path.join(c.workdir, "ckpt")])
     wait_workers(d, ["n1"])
 
@@ -108,6 +120,18 @@ def main(c, _args):
     d.wait_state(job, {"succeeded"}, timeout=180)
     check_env(d, job)
     check_events(d, job, os.path.join(tbroot, "runs", job), steps)
+
+    # a program job: the same layers, program.env on top of the job's env
+    # (/usr/bin/env prints what the program sees)
+    prog = d.submit({"name": "env-prog", "program": {"argv": ["/usr/bin/env"],
+                                                      "env": {"NCCL_DEBUG": "TRACE", "PYTHONHASHSEED": "0"}},
+                     "env": {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo"}})["id"]
+    d.wait_state(prog, {"succeeded"}, timeout=60)
+    seen = wait_until("the program's output", lambda: program_env(d, prog), 20)
+    check(seen.get("NCCL_DEBUG") == "TRACE", "program.env over env: %r" % seen.get("NCCL_DEBUG"))
+    check(seen.get("GLOO_SOCKET_IFNAME") == "lo" and seen.get("PYTHONHASHSEED") == "0", "the job's env")
+    check(seen.get("NCCL_NET_PLUGIN") == "none" and seen.get("NCCL_SOCKET_IFNAME") == "lo", "the agent's defaults")
+    check(seen.get("RANK") == "0" and seen.get("WORLD_SIZE") == "1", "torchrun's variables")
 
     # the agent-wide default: a job without a tensorboard section
     job2 = d.submit(tiny_spec("tb-default", 2, 4, 3, eval_every=3))["id"]
