@@ -732,40 +732,6 @@ static void s_put_resume(const rank_t *r, json_t *p, const train_report_t *t, bo
 		json_object_set_new(p, "snapshot_skipped", json_string(t->snapshot_skipped));
 }
 
-/* Rank 0 with a TensorBoard folder (tboard_job_dir): open its event file;
- * a folder that cannot be written costs a log line, never the job. */
-static void s_tboard_open(rank_t *r, const jobspec_t *spec)
-{
-	const rank_options_t *o = r->opt;
-	char dir[4096 + 600], path[sizeof dir + 300], err[sizeof path + 200];
-	if (o->rank != 0)
-		return;
-	int rc = tboard_job_dir(spec->tensorboard.dir, o->tensorboard_root, o->checkpoint_root, o->job, dir, sizeof dir);
-	if (rc == -ENOENT && spec->tensorboard.dir)
-		fprintf(stderr, "ringworker rank: warning: no TensorBoard files: the spec asks for tensorboard.dir"
-		        " '%.200s' but the agent has neither --tensorboard-root nor --checkpoint-root\n",
-		        spec->tensorboard.dir);
-	else if (rc < 0 && rc != -ENOENT)
-		fprintf(stderr, "ringworker rank: warning: no TensorBoard files: %s\n", strerror(-rc));
-	if (rc < 0)
-		return;
-	r->tb = tboard_open(dir, path, sizeof path, err, sizeof err);
-	if (r->tb)
-		fprintf(stderr, "ringworker rank: TensorBoard events go to %s\n", path);
-	else
-		fprintf(stderr, "ringworker rank: warning: no TensorBoard files: %s\n", err);
-}
-
-static void s_tboard_close(rank_t *r)
-{
-	char err[256];
-	int64_t dropped = tboard_close(r->tb, err, sizeof err);
-	if (dropped > 0)
-		fprintf(stderr, "ringworker rank: warning: %lld TensorBoard events not written (%s)\n",
-		        (long long)dropped, err[0] ? err : "the disk was slower than the steps");
-	r->tb = NULL;
-}
-
 /* Rank 0's TensorBoard event of step t (tags as the REST metrics' fields,
  * and the job's model TFLOP/s and MFU when the agent knows its peak). */
 static void s_tboard_step(rank_t *r, const train_report_t *t)
@@ -1125,9 +1091,11 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 
 	logflood_t flood;
 	bool flooding = logflood_start(&flood, o->rank);
-	s_tboard_open(r, spec);
+	if (o->rank == 0) /* TensorBoard files (tboard.h): a warning at worst, never the job */
+		r->tb = tboard_open_job(spec->tensorboard.dir, o->tensorboard_root, o->checkpoint_root, o->job, stderr);
 	int rc = train_run(spec, &topt);
-	s_tboard_close(r);
+	tboard_close_job(r->tb, stderr);
+	r->tb = NULL;
 	if (flooding) {
 		logflood_stop(&flood);
 	}

@@ -357,3 +357,32 @@ int64_t tboard_close(tboard_t *tb, char *err, size_t errlen)
 	free(tb);
 	return dropped;
 }
+
+tboard_t *tboard_open_job(const char *spec_dir, const char *tb_root, const char *ckpt_root, const char *job,
+                          FILE *log)
+{
+	char dir[4096 + 600], path[sizeof dir + 300], err[sizeof path + 200];
+	int rc = tboard_job_dir(spec_dir, tb_root, ckpt_root, job, dir, sizeof dir);
+	if (rc == -ENOENT && spec_dir)
+		fprintf(log, "ringworker rank: warning: no TensorBoard files: the spec asks for tensorboard.dir"
+		        " '%.200s' but the agent has neither --tensorboard-root nor --checkpoint-root\n", spec_dir);
+	else if (rc < 0 && rc != -ENOENT)
+		fprintf(log, "ringworker rank: warning: no TensorBoard files: %s\n", strerror(-rc));
+	if (rc < 0)
+		return NULL;
+	tboard_t *tb = tboard_open(dir, path, sizeof path, err, sizeof err);
+	if (tb)
+		fprintf(log, "ringworker rank: TensorBoard events go to %s\n", path);
+	else
+		fprintf(log, "ringworker rank: warning: no TensorBoard files: %s\n", err);
+	return tb;
+}
+
+void tboard_close_job(tboard_t *tb, FILE *log)
+{
+	char err[256];
+	int64_t dropped = tboard_close(tb, err, sizeof err);
+	if (dropped > 0)
+		fprintf(log, "ringworker rank: warning: %lld TensorBoard events not written (%s)\n", (long long)dropped,
+		        err[0] ? err : "the disk was slower than the steps");
+}

@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define TBOARD_FILE_VERSION "brain.Event:2"
 #define TBOARD_QUEUE_BYTES (1 << 20) /* events waiting for the disk at most */
@@ -81,6 +82,18 @@ int tboard_job_dir(const char *spec_dir, const char *tb_root, const char *ckpt_r
  * line in `err`. `ret_path` (may be NULL) gets the file's path.
  */
 tboard_t *tboard_open(const char *dir, char *ret_path, size_t path_len, char *err, size_t errlen);
+
+/*
+ * What rank 0 does: tboard_job_dir, then tboard_open, saying on `log`
+ * ("ringworker rank: ...") where the events go or, as a warning, why none
+ * are written (a spec's dir without a root, a folder that cannot be made).
+ * NULL when there is nothing to write or it failed: the job goes on.
+ */
+tboard_t *tboard_open_job(const char *spec_dir, const char *tb_root, const char *ckpt_root, const char *job,
+                          FILE *log);
+
+/* tboard_close, with a warning on `log` when events were dropped. */
+void tboard_close_job(tboard_t *tb, FILE *log);
 
 /*
  * Queue the event of `step` at `wall_time` (Unix seconds) with the n
