@@ -17,7 +17,9 @@ Each file is read with an independent reader (tboard/tbread.py: CRC32C
 written in Python, events decoded by protoc's Python code for the
 published field numbers): every record's CRCs, the first event's
 file_version "brain.Event:2", one event per step 1..N in order, and each
-step's loss against the job's stored metrics (REST). The float32 of
+step's loss, lr, grad_norm and tokens_per_s against the job's stored
+metrics (REST), and mfu against tflops and the agent's --peak-tflops. The
+float32 of
 simple_value against the stored double: relative 1e-6 (float32 keeps 24
 bits, 6e-8 relative; the margin covers printing)."""
 import os
@@ -38,6 +40,9 @@ def env_line(d, job, rank):
         if line["text"].startswith("ringworker rank: environment:"):
             return dict(kv.split("=", 1) for kv in line["text"].split(": ", 2)[2].split(" "))
     return None
+
+
+PEAK_TFLOPS = 0.001  # a made-up peak, so that the MFU of a tiny CPU model is not 0 in float32
 
 
 def program_env(d, job):
@@ -76,11 +81,16 @@ def check_events(d, job, folder, steps):
     stored = {int(r["step"]): r for r in d.metrics(job)}
     check(len(stored) >= 2, "stored metric rows %r" % sorted(stored))
     for _, step, _, v in scalars:
-        check({"loss", "lr", "grad_norm", "tokens_per_s"} <= set(v), "step %d tags %r" % (step, sorted(v)))
+        check({"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu"} <= set(v),
+              "step %d tags %r" % (step, sorted(v)))
+        # mfu = tflops / (--peak-tflops x world size): two float32 roundings
+        want_mfu = v["tflops"] / (PEAK_TFLOPS * 2)
+        check(v["tflops"] > 0 and abs(v["mfu"] - want_mfu) <= 1e-6 * want_mfu,
+              "step %d mfu %r, tflops %r" % (step, v["mfu"], v["tflops"]))
         row = stored.get(step)
         if row is None:
             continue
-        for tag in ("loss", "lr", "grad_norm"):
+        for tag in ("loss", "lr", "grad_norm", "tokens_per_s"):
             want = row[tag]
             check(abs(v[tag] - want) <= 1e-6 * abs(want) + 1e-12,
                   "step %d %s: event %r, stored %r" % (step, tag, v[tag], want))
@@ -106,7 +116,7 @@ def main(c, _args):
     tbroot = os.path.join(c.workdir, "tb")
     c.start_agent("n1", devices="cpu:2",
                   extra_args=["--allow-program", "/usr/bin/env", "--env-file", envfile, "--env", "NCCL_SOCKET_IFNAME=lo",
-                              "--tensorboard-root", tbroot, "--checkpoint-root", os.path.join(c.workdir, "ckpt")])
+                              "--tensorboard-root", tbroot, "--peak-tflops", str(PEAK_TFLOPS), "--checkpoint-root", os.path.join(c.workdir, "ckpt")])
     wait_workers(d, ["n1"])
 
     st, body = d.request("POST", "/v1/jobs", dict(tiny_spec("omp", 2, 4, 4), env={"OMP_NUM_THREADS": "8"}))
