@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "fsutil.h"
+#include "jobspec_ext.h"
 
 /* Defaults (docs/jobspec.md has the same table). */
 #define DEFAULT_NAME "unnamed"
@@ -80,7 +81,7 @@ static const char *const s_arch_names[] = {"gpt2"};
 /* Keys allowed in each object; NULL-terminated. */
 static const char *const s_root_keys[] = {
 	"name", "model", "data", "train", "parallel", "checkpoint", "restart", "priority",
-	"resume_from", "profile", "program", NULL};
+	"resume_from", "profile", "program", "env", "tensorboard", NULL};
 static const char *const s_model_keys[] = {
 	"arch", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", NULL};
 static const char *const s_data_keys[] = {"train", "val", "format", NULL};
@@ -576,20 +577,6 @@ static int s_read_profile(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
 	return 0;
 }
 
-/* An environment variable's name: [A-Za-z_][A-Za-z0-9_]*. */
-static bool s_env_name_ok(const char *name, size_t len)
-{
-	if (len == 0 || len > JOBSPEC_PROGRAM_MAX_ENV_NAME || strlen(name) != len)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = name[i];
-		bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
-		if (!alpha && (i == 0 || c < '0' || c > '9'))
-			return false;
-	}
-	return true;
-}
-
 /* "program": checked here, copied by s_copy_program once everything
  * passed. A program job refuses the built-in trainer's sections. */
 static int s_read_program(const json_t *doc, jobspec_t *s, const json_t **ret, jobspec_error_t *err)
@@ -641,37 +628,7 @@ static int s_read_program(const json_t *doc, jobspec_t *s, const json_t **ret, j
 	const char *cwd;
 	TRY(s_get_string(o, "program", "cwd", JOBSPEC_PROGRAM_MAX_ARG_BYTES, NULL, true, &cwd, err));
 	const json_t *env = json_object_get(o, "env");
-	if (env && !json_is_object(env)) {
-		s_describe(env, got, sizeof got);
-		return s_fail(err, "/program/env",
-			      "program.env must be an object of names to string values (got %s)", got);
-	}
-	if (env && json_object_size(env) > JOBSPEC_PROGRAM_MAX_ENV)
-		return s_fail(err, "/program/env", "program.env must have at most %d names (got %zu)",
-			      JOBSPEC_PROGRAM_MAX_ENV, json_object_size(env));
-	const char *name;
-	const json_t *val;
-	json_object_foreach((json_t *)env, name, val) {
-		char pointer[sizeof(err->pointer)], shown[80];
-		s_excerpt(name, strlen(name), shown, sizeof shown, 64);
-		if (!s_env_name_ok(name, strlen(name)))
-			return s_fail(err, "/program/env",
-				      "program.env name \"%s\" is not a variable name: letters, digits and '_',"
-				      " not starting with a digit, at most %d bytes",
-				      shown, JOBSPEC_PROGRAM_MAX_ENV_NAME);
-		snprintf(pointer, sizeof pointer, "/program/env/%.200s", name);
-		size_t len = json_is_string(val) ? json_string_length(val) : 0;
-		if (!json_is_string(val) || len > JOBSPEC_PROGRAM_MAX_ARG_BYTES ||
-		    memchr(json_string_value(val), '\0', len)) {
-			if (json_is_string(val))
-				snprintf(got, sizeof got, "%zu bytes or a NUL byte", len);
-			else
-				s_describe(val, got, sizeof got);
-			return s_fail(err, pointer,
-				      "program.env.%s must be a string of at most %d bytes without NUL (got %s)",
-				      shown, JOBSPEC_PROGRAM_MAX_ARG_BYTES, got);
-		}
-	}
+	TRY(jobspec_ext_check_env(env, "program.env", "/program/env", err));
 	s->program.argc = (int)json_array_size(argv);
 	s->program.n_env = env ? (int)json_object_size(env) : 0;
 	*ret = o;
@@ -820,7 +777,7 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	    (!program && (rc = s_read_data(doc, &s, &str, err)) < 0) ||
 	    (rc = s_read_train(doc, &s, err)) < 0 || (rc = s_read_rest(doc, &s, err)) < 0 ||
 	    (rc = s_read_resume_from(doc, &s, &str, err)) < 0 ||
-	    (rc = s_read_profile(doc, &s, err)) < 0)
+	    (rc = s_read_profile(doc, &s, err)) < 0 || (rc = jobspec_ext_read(doc, err)) < 0)
 		return rc;
 	/* precision's default depends on the device: bf16 on cuda */
 	if (s.parallel.device == JOBSPEC_DEVICE_CUDA && !s_has(doc, "train", "precision"))
@@ -834,7 +791,8 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	s.data.val = str.val ? strdup(str.val) : NULL;
 	s.resume_from.job = str.resume_job ? strdup(str.resume_job) : NULL;
 	if (!s.name || (str.train && !s.data.train) || (str.val && !s.data.val) ||
-	    (str.resume_job && !s.resume_from.job) || (program && s_copy_program(program, &s) < 0)) {
+	    (str.resume_job && !s.resume_from.job) || (program && s_copy_program(program, &s) < 0) ||
+	    jobspec_ext_copy(doc, &s) < 0) {
 		jobspec_free(&s);
 		return s_fail_oom(err);
 	}
@@ -1032,6 +990,8 @@ tail:
 			     json_pack("{s:I, s:I}", "start_step", (json_int_t)s->profile.start_step,
 				       "end_step", (json_int_t)s->profile.end_step));
 
+	bad |= jobspec_ext_render(s, doc); /* env, tensorboard */
+
 	if (bad) {
 		json_decref(doc);
 		return NULL;
@@ -1080,6 +1040,7 @@ void jobspec_free(jobspec_t *spec)
 	free(spec->program.env_values);
 	free(spec->program.cwd);
 	memset(&spec->program, 0, sizeof spec->program);
+	jobspec_ext_free(spec); /* env, tensorboard */
 	spec->name = NULL;
 	spec->data.train = NULL;
 	spec->data.val = NULL;

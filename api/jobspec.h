@@ -169,6 +169,25 @@ typedef struct {
 		char **env_names;  /* [A-Za-z_][A-Za-z0-9_]*, in the document's order */
 		char **env_values; /* 0..JOBSPEC_PROGRAM_MAX_ARG_BYTES bytes each */
 	} program;
+
+	/* The job's environment (optional; docs/jobspec.md "Environment"),
+	 * set in every rank's process, the built-in trainer's and a
+	 * program's, over the agent's --env defaults; the coordinator checks
+	 * the names against its job_env_allow (422). Names as program.env's
+	 * (api/jobspec_ext.h), in the document's order; n 0 when absent. */
+	struct {
+		int n;
+		char **names;
+		char **values;
+	} env;
+
+	/* TensorBoard event files written by rank 0 (optional; docs/training.md
+	 * "TensorBoard"): dir relative to the agent's --tensorboard-root (else
+	 * its --checkpoint-root), without '..'; NULL when absent. Refused in a
+	 * program job. */
+	struct {
+		char *dir;
+	} tensorboard;
 } jobspec_t;
 
 /* Whether the spec runs the user's own program (a "program" section). */

@@ -99,7 +99,12 @@
  *                among / the count of the job's ranks on its node,
  *                restart_count the restarts so far (0 first), run_id the
  *                job id. The agent runs argv with torchrun's environment
- *                (docs/workers.md)
+ *                (docs/workers.md);
+ *                optional env:{str:str} (issue 25), the spec's top-level
+ *                env, for every job (absent when the spec has none): the
+ *                agent sets it in the rank's process over its own --env
+ *                defaults, under the variables it sets itself (a
+ *                program's program.env goes on top of it)
  *   KILL         job:str, attempt:int, rank:int (-1: every rank of that job)
  *
  * rank -> coordinator  (the identity names job, attempt and rank)

@@ -266,6 +266,13 @@ json_t *attempt_spawn_payload(const attempt_t *at, int rank)
 	                       "rank", rank, "world_size", at->world_size, "device", "kind",
 	                       fabric_kind_name(at->ranks[rank].device_kind), "index", at->ranks[rank].device_index);
 	program_spawn_fields(at, rank, sp); /* a program job's program and torch objects */
+	const jobspec_t *s = &at->spec;
+	if (sp && s->env.n > 0) { /* issue 25: the job's env, for every job */
+		json_t *env = json_object();
+		for (int i = 0; env && i < s->env.n; i++)
+			json_object_set_new(env, s->env.names[i], json_string(s->env.values[i]));
+		json_object_set_new(sp, "env", env);
+	}
 	return sp;
 }
 

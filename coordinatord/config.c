@@ -47,6 +47,7 @@ void config_defaults(config_t *cfg)
 	cfg->metrics_auth = CONFIG_METRICS_AUTH_LOOPBACK;
 	cfg->max_queued_per_token = CONFIG_DEFAULT_MAX_QUEUED_PER_TOKEN;
 	snprintf(cfg->env_allow, sizeof cfg->env_allow, "%s", ENVALLOW_DEFAULT);
+	snprintf(cfg->job_env_allow, sizeof cfg->job_env_allow, "%s", ENVALLOW_JOB_DEFAULT);
 }
 
 static int parse_long(const char *value, long lo, long hi, long *ret);
@@ -97,14 +98,15 @@ static int set_auth_key(config_t *cfg, const char *key, const char *value, const
 		snprintf(err, errlen,
 		         "%s: allowed_hosts must be host names separated by commas, without spaces, under %zu bytes",
 		         origin, sizeof cfg->allowed_hosts);
-	} else if (strcmp(key, "env_allow") == 0) {
+	} else if (strcmp(key, "env_allow") == 0 || strcmp(key, "job_env_allow") == 0) {
+		char *to = key[0] == 'e' ? cfg->env_allow : cfg->job_env_allow;
 		if (envallow_valid(value)) {
-			snprintf(cfg->env_allow, sizeof cfg->env_allow, "%s", value);
+			snprintf(to, ENVALLOW_MAX_BYTES, "%s", value);
 			return 0;
 		}
 		snprintf(err, errlen,
-		         "%s: env_allow must be comma-separated names of letters, digits and '_', each with at most"
-		         " one '*' at its end, under %d bytes (got \"%.64s\")", origin, ENVALLOW_MAX_BYTES, value);
+		         "%s: %s must be comma-separated names of letters, digits and '_', each with at most"
+		         " one '*' at its end, under %d bytes (got \"%.64s\")", origin, key, ENVALLOW_MAX_BYTES, value);
 	} else if (strcmp(key, "max_queued_per_token") == 0) {
 		if (parse_long(value, 1, 10000000, &v) == 0) {
 			cfg->max_queued_per_token = (int)v;
@@ -350,7 +352,7 @@ int config_set(config_t *cfg, const char *key, const char *value, const char *or
 		         "restart_grace_ms, tls_cert, tls_key, max_connections, max_connections_per_ip, idle_timeout_s, "
 		         "max_header_bytes, submit_rate, submit_burst, max_queued_jobs, "
 		         "dead_worker_retention_s, auth, insecure, metrics_auth, allowed_hosts, max_queued_per_token, broker_auth, "
-		         "env_allow)",
+		         "env_allow, job_env_allow)",
 		         origin, key);
 	}
 	return -EINVAL;
@@ -454,6 +456,8 @@ static void print_help(const char *argv0)
 	       "  --max-queued-per-token N  queued jobs per token, 429 past it (default 1000)\n"
 	       "  --env-allow P1,P2   env names a program job may set (trailing * = any rest;\n"
 	       "                      default " ENVALLOW_DEFAULT ")\n"
+	       "  --job-env-allow P1,P2  env names any job's env may set (same form;\n"
+	       "                      default " ENVALLOW_JOB_DEFAULT ")\n"
 	       "  --print-routes      print the REST routes served (METHOD PATH) and exit\n"
 	       "  --help              show this help and exit\n"
 	       "  --version           show the version and exit\n",
@@ -468,7 +472,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 	       OPT_TLS_CERT, OPT_TLS_KEY, OPT_MAX_CONN, OPT_MAX_CONN_IP, OPT_IDLE, OPT_MAX_HEADER, OPT_SUBMIT_RATE,
 	       OPT_SUBMIT_BURST, OPT_MAX_QUEUED, OPT_DEAD_RETENTION,
 	       OPT_AUTH, OPT_INSECURE, OPT_METRICS_AUTH, OPT_ALLOWED_HOSTS, OPT_MAX_QUEUED_PER_TOKEN, OPT_BROKER_AUTH,
-	       OPT_ENV_ALLOW };
+	       OPT_ENV_ALLOW, OPT_JOB_ENV_ALLOW };
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, OPT_CONFIG},
 		{"listen", required_argument, NULL, OPT_LISTEN},
@@ -501,6 +505,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		{"max-queued-per-token", required_argument, NULL, OPT_MAX_QUEUED_PER_TOKEN},
 		{"broker-auth", required_argument, NULL, OPT_BROKER_AUTH},
 		{"env-allow", required_argument, NULL, OPT_ENV_ALLOW},
+		{"job-env-allow", required_argument, NULL, OPT_JOB_ENV_ALLOW},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -571,6 +576,7 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
 		case OPT_MAX_QUEUED_PER_TOKEN: key = "max_queued_per_token"; origin = "--max-queued-per-token"; break;
 		case OPT_BROKER_AUTH: key = "broker_auth"; origin = "--broker-auth"; break;
 		case OPT_ENV_ALLOW: key = "env_allow"; origin = "--env-allow"; break;
+		case OPT_JOB_ENV_ALLOW: key = "job_env_allow"; origin = "--job-env-allow"; break;
 		default: break;
 		}
 		if (key) {

@@ -56,6 +56,9 @@
  *                                      program.env may set (comma-separated, a
  *                                      trailing * matches any rest; envallow.h
  *                                      has the default and the names always refused)
+ *   job_env_allow = NCCL_*,CUDA_*,...  environment names any job's top-level env
+ *                                      may set (same form; ENVALLOW_JOB_DEFAULT:
+ *                                      NCCL_*,CUDA_*,OMP_*,GLOO_*,LD_LIBRARY_PATH)
  * A bad value or unknown key is refused with a message naming the key and
  * where it came from ("ringmasterd.conf:3: http_threads ...").
  */
@@ -132,6 +135,7 @@ typedef struct {
 	int max_queued_per_token;   /* 1 .. 10000000 */
 	bool broker_auth;           /* --broker-auth on|off (CurveZMQ + ZAP on the broker; default on) */
 	char env_allow[4096];       /* program.env's allow-list (envallow.h; default ENVALLOW_DEFAULT) */
+	char job_env_allow[4096];   /* the spec's env allow-list (envallow.h; default ENVALLOW_JOB_DEFAULT) */
 } config_t;
 
 typedef enum {

@@ -1,20 +1,15 @@
 /*
- * envallow: the program.env allow-list (see envallow.h).
+ * envallow: the env and program.env allow-lists (see envallow.h).
  */
 #include "envallow.h"
+
+#include "jobspec_ext.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static char s_patterns[ENVALLOW_MAX_BYTES] = ENVALLOW_DEFAULT;
-
-/* torchrun's variables and the others the agent sets for every rank
- * (docs/workers.md); RINGMASTER_* is checked by prefix. */
-static const char *const s_reserved[] = {
-	"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-	"ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
-	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS",
-	"CUDA_VISIBLE_DEVICES", NULL};
+static char s_job_patterns[ENVALLOW_MAX_BYTES] = ENVALLOW_JOB_DEFAULT;
 
 bool envallow_valid(const char *patterns)
 {
@@ -45,6 +40,12 @@ void envallow_set(const char *patterns)
 		snprintf(s_patterns, sizeof s_patterns, "%s", patterns);
 }
 
+void envallow_set_job(const char *patterns)
+{
+	if (envallow_valid(patterns))
+		snprintf(s_job_patterns, sizeof s_job_patterns, "%s", patterns);
+}
+
 bool envallow_match(const char *patterns, const char *name)
 {
 	size_t nlen = strlen(name);
@@ -65,31 +66,42 @@ bool envallow_match(const char *patterns, const char *name)
 
 bool envallow_reserved(const char *name)
 {
-	for (const char *const *r = s_reserved; *r; r++)
-		if (strcmp(*r, name) == 0)
-			return true;
-	return strncmp(name, "RINGMASTER_", 11) == 0 && strncmp(name, "RINGMASTER_USER_", 16) != 0;
+	return jobspec_ext_env_reserved(name); /* one list for the coordinator and the agent */
+}
+
+/* One list of names against `patterns`: 0, or 422 naming the first refused.
+ * `field` is "env" or "program.env", `key` the config key of `patterns`. */
+static int s_check(char *const *names, int n, const char *field, const char *key, const char *patterns,
+                   char *detail, size_t detail_len, char *pointer, size_t pointer_len)
+{
+	for (int i = 0; i < n; i++) {
+		const char *name = names[i];
+		if (envallow_reserved(name)) {
+			snprintf(detail, detail_len,
+			         "%s.%.255s is set by the agent itself for every rank (torchrun's variables, "
+			         "OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, RINGMASTER_*; docs/workers.md): leave it out",
+			         field, name);
+		} else if (!envallow_match(patterns, name)) {
+			snprintf(detail, detail_len,
+			         "%s.%.255s is not allowed by the coordinator's %s (%.1000s); ask the "
+			         "operator to allow it%s",
+			         field, name, key, patterns,
+			         field[0] == 'p' ? ", or use a RINGMASTER_USER_ name if allowed" : "");
+		} else {
+			continue;
+		}
+		snprintf(pointer, pointer_len, "/%s/%.255s", field[0] == 'p' ? "program/env" : "env", name);
+		return 422;
+	}
+	return 0;
 }
 
 int envallow_check(const jobspec_t *spec, char *detail, size_t detail_len, char *pointer, size_t pointer_len)
 {
-	for (int i = 0; i < spec->program.n_env; i++) {
-		const char *name = spec->program.env_names[i];
-		if (envallow_reserved(name)) {
-			snprintf(detail, detail_len,
-			         "program.env.%.255s is set by the agent itself for every rank (torchrun's variables, "
-			         "OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, RINGMASTER_*; docs/workers.md): leave it out",
-			         name);
-		} else if (!envallow_match(s_patterns, name)) {
-			snprintf(detail, detail_len,
-			         "program.env.%.255s is not allowed by the coordinator's env_allow (%.1000s); ask the "
-			         "operator to allow it, or use a RINGMASTER_USER_ name if allowed",
-			         name, s_patterns);
-		} else {
-			continue;
-		}
-		snprintf(pointer, pointer_len, "/program/env/%.255s", name);
-		return 422;
-	}
-	return 0;
+	int rc = s_check(spec->env.names, spec->env.n, "env", "job_env_allow", s_job_patterns, detail, detail_len,
+	                 pointer, pointer_len);
+	if (rc == 0)
+		rc = s_check(spec->program.env_names, spec->program.n_env, "program.env", "env_allow", s_patterns,
+		             detail, detail_len, pointer, pointer_len);
+	return rc;
 }

@@ -505,6 +505,7 @@ http_t *http_new(const config_t *cfg, void *zctx, char *err, size_t errlen)
 		goto fail;
 	jobapi_set_max_queued(cfg->max_queued_jobs); /* the queue cap (jobapi.c) */
 	envallow_set(cfg->env_allow);                /* program.env's allow-list (envallow.c) */
+	envallow_set_job(cfg->job_env_allow);        /* and the spec's env's */
 	if (streamapi_init(cfg->max_streams, cfg->stream_keepalive_ms) < 0) {
 		snprintf(err, errlen, "cannot start the event streams' ticker thread");
 		goto fail;

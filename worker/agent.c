@@ -436,23 +436,23 @@ static void s_strv_free(char **v)
 	free(v);
 }
 
-/* The rank's environment: ours, with its thread count and the allocator
+/* The rank's environment: `base` (rankenv_build's), with its thread count and the allocator
  * settings that keep glibc from returning (and re-faulting) the training
  * buffers every step; a GPU rank (`gpu` not NULL) sees only its GPU, as
  * CUDA device 0: CUDA_VISIBLE_DEVICES names it by UUID (the same GPU
  * whatever CUDA_DEVICE_ORDER says; its NVML index, which is PCI bus order,
  * where NVML gave no UUID). NULL on out-of-memory. */
-static char **s_rank_env(int n_threads, const gpu_info_t *gpu)
+static char **s_rank_env(char *const *base, int n_threads, const gpu_info_t *gpu)
 {
 	int n = 0;
-	while (environ[n])
+	while (base[n])
 		n++;
 	char **env = calloc((size_t)n + 8, sizeof *env);
 	if (!env)
 		return NULL;
 	int m = 0;
 	for (int i = 0; i < n; i++) {
-		env[m] = strdup(environ[i]);
+		env[m] = strdup(base[i]);
 		if (!env[m])
 			goto fail;
 		m++;
@@ -575,7 +575,7 @@ static int s_spawn_slot(agent_t *a, const json_t *p, const char *job, int attemp
 /* The command line of a rank process (its number arguments kept in `ra`). */
 typedef struct {
 	char attempt[16], rank[16], world[16], timeout[16], step_timeout[16];
-	const char *argv[24];
+	const char *argv[28];
 } rank_args_t;
 
 static void s_rank_args(agent_t *a, const char *job, int attempt, int rank, int world, rank_args_t *ra)
@@ -605,6 +605,14 @@ static void s_rank_args(agent_t *a, const char *job, int attempt, int rank, int 
 	if (a->opt->checkpoint_root) {
 		ra->argv[k++] = "--checkpoint-root";
 		ra->argv[k++] = a->opt->checkpoint_root;
+	}
+	if (a->opt->tensorboard_root) {
+		ra->argv[k++] = "--tensorboard-root";
+		ra->argv[k++] = a->opt->tensorboard_root;
+	}
+	if (a->opt->peak_tflops) {
+		ra->argv[k++] = "--peak-tflops";
+		ra->argv[k++] = a->opt->peak_tflops;
 	}
 	if (a->opt->comm_timeout_ms > 0) {
 		snprintf(ra->timeout, sizeof ra->timeout, "%d", a->opt->comm_timeout_ms);
@@ -637,7 +645,7 @@ static void s_occupy(slot_t *s, pid_t pid, const char *job, int attempt, int ran
 /* A SPAWN with a program (program.h) on slot `s`: RANK_STARTED once it runs,
  * RANK_EXITED (failure spawn) when it may not or cannot. */
 static void s_spawn_program(agent_t *a, const json_t *p, slot_t *s, const cpu_set_t *cpus, int n_threads,
-                            const gpu_info_t *gpu)
+                            const gpu_info_t *gpu, char *const *base)
 {
 	const char *job = json_string_value(json_object_get(p, "job"));
 	int attempt = (int)json_integer_value(json_object_get(p, "attempt"));
@@ -649,7 +657,7 @@ static void s_spawn_program(agent_t *a, const json_t *p, slot_t *s, const cpu_se
 		snprintf(visible, sizeof visible, "%d", gpu->index);
 	program_start_opts_t o = {a->opt->allow_program, a->opt->n_allow_program, a->opt->data_root,
 	                          a->opt->checkpoint_root, n_threads, gpu ? visible : NULL, cpus,
-	                          &a->old_mask};
+	                          &a->old_mask, base};
 	program_proc_t pr;
 	if (program_start(p, &o, &pr, why, sizeof why) < 0) {
 		s_refuse_spawn(a, job, attempt, rank, why);
@@ -684,15 +692,23 @@ static void s_spawn(agent_t *a, const json_t *p)
 	                    : agent_cpu_share(&a->avail, slot_i, a->n_cpu, &cpus);
 	if (n_threads < 1)
 		n_threads = 1;
-	if (json_object_get(p, "program")) {
-		s_spawn_program(a, p, s, &cpus, n_threads, gpu);
+	/* issue 25: the agent's --env defaults, then the job's env */
+	int skipped = 0;
+	char **base = rankenv_build(environ, a->opt->env_defaults, json_object_get(p, "env"), &skipped);
+	if (skipped)
+		s_log(a, "rank %s/%d/%d: %d of the job's env variables skipped (reserved or malformed names)", job,
+		      attempt, rank, skipped);
+	if (base && json_object_get(p, "program")) {
+		s_spawn_program(a, p, s, &cpus, n_threads, gpu, base);
+		rankenv_free(base);
 		return;
 	}
 	rank_args_t ra;
 	s_rank_args(a, job, attempt, rank, world, &ra);
 	const char *const *argv = ra.argv;
 
-	char **env = s_rank_env(n_threads, gpu);
+	char **env = base ? s_rank_env(base, n_threads, gpu) : NULL;
+	rankenv_free(base);
 	int pipefd[2] = {-1, -1}, errfd[2] = {-1, -1};
 	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (!env || null_fd < 0 || pipe2(pipefd, O_CLOEXEC) < 0 || pipe2(errfd, O_CLOEXEC) < 0) {

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "rankenv.h"
+
 #define AGENT_KILL_GRACE_MS 5000
 #define AGENT_MAX_DEVICES 4096
 #define AGENT_GPUS_AUTO 0
@@ -58,6 +60,14 @@ typedef struct {
 	                          * them; none: program SPAWNs are refused */
 	int n_allow_program;
 	int program_port_lo, program_port_hi; /* --program-ports, sent in REGISTER; 0: the default */
+	const rankenv_defaults_t *env_defaults; /* --env / --env-file (rankenv.h): set in every rank's
+	                          * process under the job's env; NULL: none */
+	const char *tensorboard_root; /* handed to every rank (--tensorboard-root): where the spec's
+	                          * tensorboard.dir lies, and every job's event files when the spec
+	                          * has none (docs/training.md "TensorBoard"); NULL: the spec's dir
+	                          * beneath --checkpoint-root, no files without one */
+	const char *peak_tflops; /* handed to every rank (--peak-tflops): one device's peak, for
+	                          * the TensorBoard MFU; NULL: unknown (no MFU scalar) */
 	FILE *log;               /* the agent's log and the ranks' stderr (stderr) */
 } agent_options_t;
 

@@ -37,6 +37,7 @@ static void s_usage(FILE *f)
 	      "                        [--data-root DIR] [--checkpoint-root DIR] [--advertise ADDR]\n"
 	      "                        [--kill-grace-ms MS] [--comm-timeout-ms MS] [--step-timeout-ms MS]\n"
 	      "                        [--allow-program PATH]... [--program-ports LO-HI]\n"
+	      "                        [--env NAME=VALUE]... [--env-file PATH] [--tensorboard-root DIR]\n"
 	      "       ringworker --help | --version\n"
 	      "\n"
 	      "train          train a GPT-2 model as the job spec says, in this process\n"
@@ -76,7 +77,17 @@ static void s_usage(FILE *f)
 	      "  --kill-grace-ms MS  SIGTERM to SIGKILL when stopping a rank (default 5000)\n"
 	      "  --allow-program PATH  run user programs (job spec \"program\") whose argv[0] is the file\n"
 	      "                   PATH or lies beneath the folder PATH (repeatable; none by default)\n"
-	      "  --program-ports LO-HI  ports the coordinator may give programs' MASTER_PORT (default 29500-29999)\n"
+	      "  --program-ports LO-HI  ports the coordinator may give programs' MASTER_PORT (default 29500-29999)\n",
+	      f);
+	/* two strings: ISO C's limit on one literal is 4095 bytes */
+	fputs("  --env NAME=VALUE every rank's environment gets NAME (repeatable; a job's own env\n"
+	      "                   wins; names the agent sets itself are refused): an NCCL network\n"
+	      "                   plugin's LD_LIBRARY_PATH and NCCL_* for every job (docs/workers.md)\n"
+	      "  --env-file PATH  the same from a file of NAME=VALUE lines ('#' comments)\n"
+	      "  --tensorboard-root DIR  rank 0 of every job writes TensorBoard event files to\n"
+	      "                   DIR/<job>/, or DIR/<tensorboard.dir>/<job>/ (default: only jobs\n"
+	      "                   with a tensorboard section, beneath --checkpoint-root)\n"
+	      "  --peak-tflops X  one device's peak TFLOP/s: the TensorBoard files get MFU\n"
 	      "  --comm-timeout-ms MS  how long a rank's collective waits for a hung peer before\n"
 	      "                   the rank fails and the job recovers (default 60000)\n"
 	      "  --step-timeout-ms MS  the ranks' watchdog: a step unfinished this long after the\n"
@@ -187,6 +198,20 @@ static int s_int_arg(const char *cmd, const char *name, const char *arg, int min
 	return (int)v;
 }
 
+/* --peak-tflops: a positive number of TFLOP/s, or -1 (said on stderr). */
+static double s_peak_arg(const char *arg)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (errno || end == arg || *end || !(v > 0) || v > 1e6) {
+		fprintf(stderr, "ringworker: error: --peak-tflops wants one device's peak TFLOP/s (a number"
+			" above 0, e.g. 989 for an H100 SXM in bf16), got '%s'\n", arg);
+		return -1;
+	}
+	return v;
+}
+
 static int s_cmd_agent(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -205,10 +230,16 @@ static int s_cmd_agent(int argc, char **argv)
 		{"state-dir", required_argument, NULL, 'S'},
 		{"allow-program", required_argument, NULL, 'P'},
 		{"program-ports", required_argument, NULL, 'R'},
+		{"env", required_argument, NULL, 'e'},
+		{"env-file", required_argument, NULL, 'E'},
+		{"tensorboard-root", required_argument, NULL, 'T'},
+		{"peak-tflops", required_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	agent_options_t opt = {.log = stderr};
+	static rankenv_defaults_t env_defaults; /* lives as long as the agent */
+	char env_err[512];
 	const char *allow[PROGRAM_ALLOW_MAX];
 	const char *join_token = NULL, *state_dir = NULL;
 	int c;
@@ -303,6 +334,28 @@ static int s_cmd_agent(int argc, char **argv)
 			opt.program_port_hi = hi;
 			break;
 		}
+		case 'e': /* issue 25: every rank's environment, under the job's env */
+		case 'E':
+			if ((c == 'e' ? rankenv_add(&env_defaults, optarg, "--env", env_err, sizeof env_err)
+			              : rankenv_load_file(&env_defaults, optarg, env_err, sizeof env_err)) < 0) {
+				fprintf(stderr, "ringworker agent: error: %s\n", env_err);
+				return RM_EXIT_USAGE;
+			}
+			opt.env_defaults = &env_defaults;
+			break;
+		case 'T':
+			if (optarg[0] != '/') {
+				fprintf(stderr, "ringworker agent: error: --tensorboard-root wants an absolute path, got '%s'\n",
+					optarg);
+				return RM_EXIT_USAGE;
+			}
+			opt.tensorboard_root = optarg;
+			break;
+		case 'F':
+			if (s_peak_arg(optarg) < 0)
+				return RM_EXIT_USAGE;
+			opt.peak_tflops = optarg;
+			break;
 		case 'h': s_usage(stdout); return RM_EXIT_OK;
 		default: s_usage(stderr); return RM_EXIT_USAGE;
 		}
@@ -345,6 +398,8 @@ static int s_cmd_rank(int argc, char **argv)
 		{"comm-timeout-ms", required_argument, NULL, 't'},
 		{"step-timeout-ms", required_argument, NULL, 'W'},
 		{"checkpoint-root", required_argument, NULL, 'k'},
+		{"tensorboard-root", required_argument, NULL, 'T'},
+		{"peak-tflops", required_argument, NULL, 'F'},
 		{NULL, 0, NULL, 0},
 	};
 	rank_options_t opt = {.attempt = -1, .rank = -1, .world_size = -1};
@@ -357,6 +412,11 @@ static int s_cmd_rank(int argc, char **argv)
 		case 'd': opt.data_root = optarg; break;
 		case 'H': opt.host = optarg; break;
 		case 'k': opt.checkpoint_root = optarg; break;
+		case 'T': opt.tensorboard_root = optarg; break;
+		case 'F':
+			if ((opt.peak_tflops = s_peak_arg(optarg)) < 0)
+				return RM_EXIT_USAGE;
+			break;
 		case 'a':
 			if ((opt.attempt = s_int_arg("rank", "attempt", optarg, 0)) < 0)
 				return RM_EXIT_USAGE;
@@ -380,7 +440,8 @@ static int s_cmd_rank(int argc, char **argv)
 		default:
 			fputs("usage: ringworker rank --coordinator EP --job J --attempt A --rank R --world-size W\n"
 			      "                       [--data-root DIR] [--host ADDR] [--comm-timeout-ms MS]\n"
-			      "                       [--step-timeout-ms MS] [--checkpoint-root DIR]\n",
+			      "                       [--step-timeout-ms MS] [--checkpoint-root DIR]\n"
+			      "                       [--tensorboard-root DIR] [--peak-tflops X]\n",
 			      stderr);
 			return RM_EXIT_USAGE;
 		}

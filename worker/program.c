@@ -610,7 +610,7 @@ int program_start(const json_t *spawn, const program_start_opts_t *o, program_pr
 	}
 	program_env_opts_t eo = {o->n_threads, o->cuda_visible, o->checkpoint_root ? ckpt : NULL,
 	                         PROGRAM_METRICS_FD};
-	env = program_env(environ, spawn, &eo, err, errlen);
+	env = program_env(o->base_env ? o->base_env : environ, spawn, &eo, err, errlen);
 	if (!env) {
 		rc = -EINVAL;
 		goto fail;

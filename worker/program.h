@@ -169,6 +169,8 @@ typedef struct {
 	const char *cuda_visible;    /* NULL: a cpu slot */
 	const cpu_set_t *cpus;       /* the slot's CPUs */
 	const sigset_t *sigmask;     /* the mask the program starts with */
+	char *const *base_env;       /* what program_env starts from (rankenv.h: the agent's environ
+	                              * with its --env defaults and the job's env); NULL: environ */
 } program_start_opts_t;
 
 /* A started program: its pid (the leader of its process group) and the read

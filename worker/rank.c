@@ -43,9 +43,13 @@
 #include "fabric.h"
 #include "jobspec.h"
 #include "logflood.h"
+#include "rankenv.h"
 #include "snapshot.h"
+#include "tboard.h"
 #include "train.h"
 #include "wire.h"
+
+extern char **environ;
 
 #define WATCH_INTERVAL_MS 20
 #define KV_SET_TIMEOUT_MS 30000
@@ -106,6 +110,7 @@ typedef struct {
 	 * armed: before the first step, after the last) and the longest step */
 	_Atomic int64_t step_end_us;
 	_Atomic int64_t longest_step_us;
+	tboard_t *tb; /* rank 0's TensorBoard writer (tboard.h); NULL: none */
 } rank_t;
 
 static void s_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -727,9 +732,25 @@ static void s_put_resume(const rank_t *r, json_t *p, const train_report_t *t, bo
 		json_object_set_new(p, "snapshot_skipped", json_string(t->snapshot_skipped));
 }
 
+/* Rank 0's TensorBoard event of step t (tags as the REST metrics' fields,
+ * and the job's model TFLOP/s and MFU when the agent knows its peak). */
+static void s_tboard_step(rank_t *r, const train_report_t *t)
+{
+	if (!r->tb)
+		return;
+	double tflops = t->tokens_per_s * t->flops_per_token / 1e12;
+	double peak = r->opt->peak_tflops * r->opt->world_size;
+	const tboard_scalar_t v[] = {{"loss", t->loss}, {"val_loss", t->val_loss}, {"lr", t->lr},
+	                             {"grad_norm", t->grad_norm}, {"tokens_per_s", t->tokens_per_s},
+	                             {"tflops", t->flops_per_token > 0 ? tflops : NAN},
+	                             {"mfu", peak > 0 && t->flops_per_token > 0 ? tflops / peak : NAN}};
+	tboard_scalars(r->tb, t->step, s_unix_now(), v, (int)(sizeof v / sizeof v[0]));
+}
+
 static int s_on_step(void *ctx, const train_report_t *t)
 {
 	rank_t *r = ctx;
+	s_tboard_step(r, t); /* rank 0 with TensorBoard files only */
 	if (atomic_load(&r->rejoin_asked))
 		return 1; /* stop: the attempt failed elsewhere, park for the next */
 	/* the watchdog: this step's length, and the next one's start (none
@@ -1070,7 +1091,11 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 
 	logflood_t flood;
 	bool flooding = logflood_start(&flood, o->rank);
+	if (o->rank == 0) /* TensorBoard files (tboard.h): a warning at worst, never the job */
+		r->tb = tboard_open_job(spec->tensorboard.dir, o->tensorboard_root, o->checkpoint_root, o->job, stderr);
 	int rc = train_run(spec, &topt);
+	tboard_close_job(r->tb, stderr);
+	r->tb = NULL;
 	if (flooding) {
 		logflood_stop(&flood);
 	}
@@ -1178,6 +1203,9 @@ int rank_run(const rank_options_t *opt)
 		s_err("cannot create a ZeroMQ context: %s", zmq_strerror(errno));
 		return RM_EXIT_USAGE;
 	}
+	/* what NCCL, Gloo and OpenMP were told (agent defaults, job env, the
+	 * agent's own): one line in the job's logs */
+	rankenv_log(stderr, "ringworker rank: ", environ);
 	rank_options_t cur = *opt;
 	int rc, next;
 	/* A survivor of a failed attempt rejoins the next one in this process. */

@@ -38,6 +38,10 @@ typedef struct {
 	                          * RANK_WATCHDOG_FACTOR x the longest step so far (armed from
 	                          * the first step on, off after the last) */
 	const char *checkpoint_root; /* snapshots go to <root>/<job>/; NULL: no snapshots */
+	const char *tensorboard_root; /* rank 0's TensorBoard files (tboard.h): <root>/<job>/, or
+	                               * <root>/<spec's tensorboard.dir>/<job>/; NULL: only with
+	                               * the spec's section, beneath checkpoint_root */
+	double peak_tflops;           /* one device's peak TFLOP/s, for the TensorBoard MFU; 0: unknown */
 } rank_options_t;
 
 /* Run the rank; returns the process exit status (a RM_EXIT_* code). */

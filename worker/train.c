@@ -786,6 +786,7 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 			.tokens_per_s = tokens_per_step / step_s,
 			.ms = step_s * 1e3,
 			.val_loss = val_loss,
+			.flops_per_token = model_flops_per_token(t.model, t.T),
 		};
 		rc = s_report_step(&t, &report, &stop);
 		if (rc != RM_EXIT_OK)

@@ -44,6 +44,7 @@ typedef struct {
 	double tokens_per_s; /* of the whole job (all ranks) */
 	double ms;           /* wall time of the step */
 	double val_loss;     /* NaN unless validation ran after this step */
+	double flops_per_token; /* the model's training FLOPs per token (MFU's numerator / tokens) */
 
 	/* What this rank holds, in bytes (the same at every step): parameters
 	 * (the full replica with its bf16 copy; under zero3 the master shard and

@@ -33,6 +33,7 @@ KEYS = {
     "max_queued_per_token": lambda v: v.isdigit() and 1 <= int(v) <= 10000000,
     "broker_auth": lambda v: v in ("on", "off"),
     "env_allow": lambda v: re.fullmatch(r"[A-Za-z0-9_]+\*?(,[A-Za-z0-9_]+\*?)*", v) is not None,
+    "job_env_allow": lambda v: re.fullmatch(r"[A-Za-z0-9_]+\*?(,[A-Za-z0-9_]+\*?)*", v) is not None,
 }
 DEFAULTS = {"listen": "127.0.0.1:8080", "broker": "tcp://127.0.0.1:5555",
             "log_level": "info", "max_body_bytes": "1048576", "http_threads": "4",
@@ -40,7 +41,8 @@ DEFAULTS = {"listen": "127.0.0.1:8080", "broker": "tcp://127.0.0.1:5555",
             "max_header_bytes": "16384", "submit_rate": "60", "submit_burst": "30",
             "auth": "on", "insecure": "off", "metrics_auth": "loopback", "max_queued_per_token": "1000",
             "broker_auth": "on",
-            "env_allow": "NCCL_*,CUDA_*,OMP_*,GLOO_*,LD_LIBRARY_PATH,PYTHON*,TORCH_*,RINGMASTER_USER_*"}
+            "env_allow": "NCCL_*,CUDA_*,OMP_*,GLOO_*,LD_LIBRARY_PATH,PYTHON*,TORCH_*,RINGMASTER_USER_*",
+            "job_env_allow": "NCCL_*,CUDA_*,OMP_*,GLOO_*,LD_LIBRARY_PATH"}
 
 
 def main():
