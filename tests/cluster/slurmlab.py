@@ -26,7 +26,7 @@ import time
 
 from cluster import Failure, Skip, log
 
-DAEMONS = ("nsenter", "munged", "slurmctld", "slurmd", "sbatch", "srun", "scancel", "squeue", "scontrol")
+NEEDED = ("nsenter", "munged", "slurmctld", "slurmd", "sbatch", "srun", "scancel", "squeue", "scontrol")
 
 
 def sh(*args, check_rc=True, timeout=30, env=None):
@@ -49,7 +49,7 @@ def check_available():
     """Raise Skip when this machine cannot run the lab."""
     if os.geteuid() != 0:
         raise Skip("needs root (network namespaces, slurmd runs jobs as their user)")
-    missing = [n for n in DAEMONS if not find(n)]
+    missing = [n for n in NEEDED if not find(n)]
     if missing:
         raise Skip("Slurm or munge is not installed (missing %s: apt-get install slurm-wlm munge)" %
                    ", ".join(missing))
