@@ -162,7 +162,7 @@ static int s_read_rope_scaling(const json_t *m, const s_preset_t *p, jobspec_t *
 		}
 	}
 	int64_t v;
-	TRY(s_get_real(o, "model/rope_scaling", "factor", 0.0, true, MAX_ROPE_FACTOR, 0,
+	TRY(s_get_real(o, "model/rope_scaling", "factor", 1.0, false, MAX_ROPE_FACTOR, 0,
 		       &s->model.rope_scaling.factor, err));
 	TRY(s_get_real(o, "model/rope_scaling", "low_freq_factor", 0.0, true, MAX_FREQ_FACTOR, 0,
 		       &s->model.rope_scaling.low_freq_factor, err));
