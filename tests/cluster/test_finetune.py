@@ -86,6 +86,12 @@ def main(c, _args):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     log(r.stdout.strip())
     check(r.returncode == 0, "ringctl export: %s" % r.stdout)
+    # -o naming a file: a Llama export is a folder
+    r2 = subprocess.run([c.bins["ringctl"], "export", a, "-o", os.path.join(out, "config.json")],
+                        env=d.ctl_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        timeout=60)
+    check(r2.returncode != 0 and "is not a folder: a Llama export is a folder" in r2.stdout,
+          "export onto a file: rc %d, %r" % (r2.returncode, r2.stdout))
     with open(os.path.join(out, "config.json")) as f:
         cfg = json.load(f)
     want = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
