@@ -21,7 +21,12 @@ data root, and the real `ringctl export`.
      that of the weights before its last update; comparing with A6 checks
      the export of A's final weights.) Rank 0's log says
      "init: 21 tensors from ft/a/model.safetensors".
-  4. A job of another width with the same init fails, its reason naming the
+  4. The export split into a sharded set (two files and a
+     model.safetensors.index.json, written here), loaded by a ZeRO-3 job
+     whose ranks each read only their range of the flat buffer: its first
+     loss is F's (the same weights; bitwise, as the first forward pass under
+     ZeRO-3 gathers the same floats).
+  5. A job of another width with the same init fails, its reason naming the
      first tensor whose shape differs and both shapes; no step runs.
 """
 import json
@@ -56,6 +61,17 @@ def safetensors_tensors(path):
     items = [(k, v) for k, v in header.items() if k != "__metadata__"]
     items.sort(key=lambda kv: kv[1]["data_offsets"][0])
     return [(k, v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in items]
+
+
+def write_safetensors(path, tensors):
+    """tensors: [(name, dtype, shape, bytes)]."""
+    header, off = {"__metadata__": {"format": "pt"}}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
+        off += len(data)
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(t[3] for t in tensors))
 
 
 def main(c, _args):
@@ -129,6 +145,27 @@ def main(c, _args):
     check(any("init: 21 tensors from ft/a/model.safetensors" in ln
               for ln in agent.logtext(400000).splitlines()), "no 'init: 21 tensors' line in the agent's log")
     log("F's first loss equals A6's step 6 (A's final weights) bit for bit: %.9g" % la[6])
+
+    # a sharded set, read range by range by ZeRO-3 ranks
+    sharded = os.path.join(c.data_root, "ft", "a-sharded")
+    os.makedirs(sharded)
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    half = len(tensors) // 2
+    write_safetensors(os.path.join(sharded, names[0]), tensors[:half])
+    write_safetensors(os.path.join(sharded, names[1]), tensors[half:])
+    with open(os.path.join(sharded, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": len(flat)},
+                   "weight_map": {t[0]: names[i >= half] for i, t in enumerate(tensors)}}, f)
+    zs = spec("ft-zero3", 2)
+    zs["parallel"]["sharding"] = "zero3"
+    zs["init"] = {"safetensors": "ft/a-sharded/model.safetensors.index.json"}
+    z_id = d.submit(zs)["id"]
+    d.wait_state(z_id, {"succeeded"}, timeout=300)
+    lz = losses(d, z_id)
+    check(lz.get(1) == lf[1], "ZeRO-3 from the sharded set: first loss %r, F's %r" % (lz.get(1), lf[1]))
+    check(any("init: 21 tensors from ft/a-sharded/model.safetensors.index.json (2 files)" in ln
+              for ln in agent.logtext(400000).splitlines()), "no 'init: ... (2 files)' line in the agent's log")
+    log("ZeRO-3 from a 2-file sharded set: first loss %.9g, F's bit for bit" % lz[1])
 
     bad = spec("ft-wrong-width", 3)
     bad["model"]["n_embd"] = 64
