@@ -26,7 +26,12 @@ data root, and the real `ringctl export`.
      whose ranks each read only their range of the flat buffer: its first
      loss is F's (the same weights; bitwise, as the first forward pass under
      ZeRO-3 gathers the same floats).
-  5. A job of another width with the same init fails, its reason naming the
+  5. `ringctl export --dtype bf16`: every tensor BF16, each value the fp32
+     weight rounded to nearest even (checked against the F32 export), and
+     config.json's torch_dtype "bfloat16"; a job starts from it, its first
+     loss within 1% of F's (bf16 keeps 8 bits of mantissa: the weights move
+     by up to 2^-9 relative, the loss of this model by far less than 1%).
+  6. A job of another width with the same init fails, its reason naming the
      first tensor whose shape differs and both shapes; no step runs.
 """
 import json
@@ -166,6 +171,29 @@ def main(c, _args):
     check(any("init: 21 tensors from ft/a-sharded/model.safetensors.index.json (2 files)" in ln
               for ln in agent.logtext(400000).splitlines()), "no 'init: ... (2 files)' line in the agent's log")
     log("ZeRO-3 from a 2-file sharded set: first loss %.9g, F's bit for bit" % lz[1])
+
+    # bf16 export, and a job from it
+    out16 = os.path.join(c.data_root, "ft", "a-bf16")
+    r = subprocess.run([c.bins["ringctl"], "export", a, "--dtype", "bf16", "-o", out16], env=d.ctl_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    check(r.returncode == 0, "ringctl export --dtype bf16: %s" % r.stdout)
+    t16 = safetensors_tensors(os.path.join(out16, "model.safetensors"))
+    check([t[0] for t in t16] == [t[0] for t in tensors] and all(t[1] == "BF16" for t in t16),
+          "bf16 export: %r" % [(t[0], t[1]) for t in t16])
+    f32 = struct.unpack("<%dI" % (len(flat) // 4), flat)
+    want16 = bytes(b"".join(struct.pack("<H", ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+                            for u in f32))
+    check(b"".join(t[3] for t in t16) == want16, "bf16 export is not the fp32 weights rounded to nearest even")
+    with open(os.path.join(out16, "config.json")) as f:
+        check(json.load(f).get("torch_dtype") == "bfloat16", "bf16 config.json's torch_dtype")
+    hs = spec("ft-from-bf16", 2)
+    hs["init"] = {"safetensors": "ft/a-bf16/model.safetensors"}
+    h_id = d.submit(hs)["id"]
+    d.wait_state(h_id, {"succeeded"}, timeout=300)
+    lh = losses(d, h_id)
+    check(lh.get(1) is not None and abs(lh[1] - lf[1]) <= 0.01 * lf[1],
+          "from the bf16 export: first loss %r, F's %r (more than 1%% apart)" % (lh.get(1), lf[1]))
+    log("from the bf16 export: first loss %.9g (F's %.9g, from F32)" % (lh[1], lf[1]))
 
     bad = spec("ft-wrong-width", 3)
     bad["model"]["n_embd"] = 64
