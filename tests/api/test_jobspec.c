@@ -16,154 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static int s_n_passed, s_n_failed;
-static bool s_test_failed;
-static const char *s_test_name;
+#include "jobspec_harness.h"
 
-#define CHECK(cond)                                                                  \
-	do {                                                                         \
-		if (!(cond)) {                                                       \
-			fprintf(stderr, "%s:%d: %s: CHECK(%s) failed\n", __FILE__,    \
-				__LINE__, s_test_name, #cond);                         \
-			s_test_failed = true;                                        \
-		}                                                                    \
-	} while (0)
-
-#define CHECK_STR(a, b)                                                              \
-	do {                                                                         \
-		const char *a_ = (a), *b_ = (b);                                     \
-		if (!a_ || !b_ || strcmp(a_, b_) != 0) {                             \
-			fprintf(stderr, "%s:%d: %s: \"%s\" != \"%s\"\n", __FILE__,    \
-				__LINE__, s_test_name, a_ ? a_ : "(null)",            \
-				b_ ? b_ : "(null)");                                 \
-			s_test_failed = true;                                        \
-		}                                                                    \
-	} while (0)
-
-#define CHECK_CONTAINS(hay, needle)                                                  \
-	do {                                                                         \
-		if (!strstr((hay), (needle))) {                                      \
-			fprintf(stderr, "%s:%d: %s: \"%s\" does not contain \"%s\"\n",  \
-				__FILE__, __LINE__, s_test_name, (hay), (needle));    \
-			s_test_failed = true;                                        \
-		}                                                                    \
-	} while (0)
-
-static void s_run(const char *name, void (*fn)(void))
-{
-	s_test_name = name;
-	s_test_failed = false;
-	fn();
-	if (s_test_failed) {
-		s_n_failed++;
-		fprintf(stderr, "FAIL %s\n", name);
-	} else {
-		s_n_passed++;
-		printf("ok   %s\n", name);
-	}
-}
-
-#define MINIMAL "{\"data\": {\"train\": \"shards/train_*.bin\"}}"
-
-static int s_parse(const char *text, jobspec_t *spec, jobspec_error_t *err)
-{
-	return jobspec_parse(text, strlen(text), spec, err);
-}
-
-/* Set `value_json` at `pointer` ("/train/lr") in the minimal document (the
- * section is created when missing) and parse the result. */
-static int s_parse_with(const char *pointer, const char *value_json, jobspec_t *spec,
-			jobspec_error_t *err)
-{
-	json_t *doc = json_loads(MINIMAL, 0, NULL);
-	json_t *value = json_loads(value_json, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-	char path[128];
-	char *slash;
-	int rc;
-
-	if (!doc || !value) {
-		fprintf(stderr, "%s: bad test value %s\n", s_test_name, value_json);
-		exit(2);
-	}
-	snprintf(path, sizeof(path), "%s", pointer + 1);
-	slash = strchr(path, '/');
-	if (slash) {
-		*slash = '\0';
-		json_t *section = json_object_get(doc, path);
-		if (!section) {
-			section = json_object();
-			json_object_set_new(doc, path, section);
-		}
-		json_object_set_new(section, slash + 1, value);
-	} else {
-		json_object_set_new(doc, path, value);
-	}
-	char *text = json_dumps(doc, JSON_COMPACT);
-	rc = jobspec_parse(text, strlen(text), spec, err);
-	free(text);
-	json_decref(doc);
-	return rc;
-}
-
-/* Field-by-field equality (strings by content). */
-static bool s_spec_equal(const jobspec_t *a, const jobspec_t *b)
-{
-#define SAME_STR(x, y) (((x) == NULL && (y) == NULL) || ((x) && (y) && strcmp((x), (y)) == 0))
-	return SAME_STR(a->name, b->name) && strcmp(a->model.arch, b->model.arch) == 0 &&
-	       a->model.n_layer == b->model.n_layer && a->model.n_head == b->model.n_head &&
-	       a->model.n_embd == b->model.n_embd && a->model.vocab_size == b->model.vocab_size &&
-	       a->model.seq_len == b->model.seq_len && SAME_STR(a->data.train, b->data.train) &&
-	       SAME_STR(a->data.val, b->data.val) && a->data.format == b->data.format &&
-	       a->train.steps == b->train.steps && a->train.batch_size == b->train.batch_size &&
-	       a->train.grad_accum == b->train.grad_accum && a->train.lr == b->train.lr &&
-	       a->train.warmup_steps == b->train.warmup_steps &&
-	       a->train.lr_schedule == b->train.lr_schedule && a->train.min_lr == b->train.min_lr &&
-	       a->train.weight_decay == b->train.weight_decay &&
-	       a->train.grad_clip == b->train.grad_clip && a->train.seed == b->train.seed &&
-	       a->train.eval_every == b->train.eval_every &&
-	       a->train.eval_batches == b->train.eval_batches &&
-	       a->train.precision == b->train.precision &&
-	       a->parallel.world_size == b->parallel.world_size &&
-	       a->parallel.device == b->parallel.device &&
-	       a->parallel.sharding == b->parallel.sharding &&
-	       a->parallel.ranks_per_node == b->parallel.ranks_per_node &&
-	       a->program.argc == b->program.argc && SAME_STR(a->program.cwd, b->program.cwd) &&
-	       a->checkpoint.every_steps == b->checkpoint.every_steps &&
-	       a->checkpoint.keep_last == b->checkpoint.keep_last &&
-	       a->checkpoint.keep_every == b->checkpoint.keep_every &&
-	       a->restart.max_restarts == b->restart.max_restarts && a->priority == b->priority &&
-	       SAME_STR(a->resume_from.job, b->resume_from.job) &&
-	       a->resume_from.step == b->resume_from.step &&
-	       a->profile.start_step == b->profile.start_step && a->profile.end_step == b->profile.end_step;
-#undef SAME_STR
-}
-
-/* parse(dumps(to_json(spec))) == spec, and to_json is stable. */
-static void s_check_round_trip(const jobspec_t *spec)
-{
-	json_t *j1 = jobspec_to_json(spec);
-	CHECK(j1 != NULL);
-	if (!j1)
-		return;
-	char *text = json_dumps(j1, JSON_COMPACT);
-	jobspec_t again = {0};
-	jobspec_error_t err = {0};
-	int rc = s_parse(text, &again, &err);
-	CHECK(rc == 0);
-	if (rc != 0)
-		fprintf(stderr, "  round trip refused: %s %s\n  %s\n", err.pointer, err.message, text);
-	if (rc == 0) {
-		CHECK(s_spec_equal(spec, &again));
-		json_t *j2 = jobspec_to_json(&again);
-		CHECK(json_equal(j1, j2));
-		json_decref(j2);
-		jobspec_free(&again);
-	}
-	free(text);
-	json_decref(j1);
-}
-
-/* ---- tests ---- */
+/* ---- tests (the harness: jobspec_harness.h) ---- */
 
 static void test_minimal_gets_defaults(void)
 {
@@ -352,8 +207,11 @@ static const struct {
 	{"/checkpoint", "true", "/checkpoint", "checkpoint must be an object (got true)"},
 	{"/restart", "false", "/restart", "restart must be an object (got false)"},
 	/* model */
-	{"/model/arch", "\"llama\"", "/model/arch", "model.arch must be \"gpt2\" (got the string \"llama\")"},
-	{"/model/arch", "\"GPT2\"", "/model/arch", "model.arch must be \"gpt2\""},
+	{"/model/arch", "\"gpt3\"", "/model/arch", "model.arch must be one of \"gpt2\", \"llama\" (got the string \"gpt3\")"},
+	{"/model/arch", "\"GPT2\"", "/model/arch", "model.arch must be one of \"gpt2\", \"llama\""},
+	{"/model/n_kv_head", "2", "/model/n_kv_head", "model.n_kv_head is a Llama field: set model.arch to \"llama\" or leave model.n_kv_head out (model.arch is \"gpt2\", the default)"},
+	{"/model/tie_embeddings", "false", "/model/tie_embeddings", "model.tie_embeddings is a Llama field"},
+	{"/model/rope_theta", "10000", "/model/rope_theta", "model.rope_theta is a Llama field"},
 	{"/model/arch", "2", "/model/arch", "(got 2)"},
 	{"/model/n_layer", "0", "/model/n_layer", "model.n_layer must be an integer between 1 and 1024 (got 0)"},
 	{"/model/n_layer", "1025", "/model/n_layer", "(got 1025)"},
@@ -381,7 +239,7 @@ static const struct {
 	{"/data/train", "[\"a\", \"b\"]", "/data/train", "(got an array)"},
 	{"/data/val", "\"\"", "/data/val", "data.val must be null or a string of 1 to 4096 bytes (got an empty string)"},
 	{"/data/val", "7", "/data/val", "(got 7)"},
-	{"/data/format", "\"bin\"", "/data/format", "data.format must be one of \"nanogpt\", \"llmc\", \"text\" (got the string \"bin\")"},
+	{"/data/format", "\"bin\"", "/data/format", "data.format must be one of \"nanogpt\", \"llmc\", \"text\", \"uint32\" (got the string \"bin\")"},
 	{"/data/format", "null", "/data/format", "(got null)"},
 	{"/data/format", "\"\"", "/data/format", "(got the string \"\")"},
 	/* train */
@@ -548,35 +406,6 @@ static void test_empty_sections_get_defaults(void)
 	}
 }
 
-static void s_expect_refused(const char *doc, const char *pointer, const char *message)
-{
-	jobspec_t s;
-	jobspec_error_t err;
-	int rc = s_parse(doc, &s, &err);
-	CHECK(rc == -EINVAL);
-	if (rc == 0) {
-		fprintf(stderr, "  accepted: %s\n", doc);
-		jobspec_free(&s);
-		return;
-	}
-	CHECK_STR(err.pointer, pointer);
-	CHECK_CONTAINS(err.message, message);
-}
-
-static void s_expect_accepted(const char *doc)
-{
-	jobspec_t s;
-	jobspec_error_t err;
-	int rc = s_parse(doc, &s, &err);
-	CHECK(rc == 0);
-	if (rc != 0) {
-		fprintf(stderr, "  refused: %s\n  %s %s\n", doc, err.pointer, err.message);
-		return;
-	}
-	s_check_round_trip(&s);
-	jobspec_free(&s);
-}
-
 static void test_cross_field_rules(void)
 {
 	/* n_embd % n_head */
@@ -605,9 +434,10 @@ static void test_cross_field_rules(void)
 			 "/model/vocab_size", "model.vocab_size (257) must be at most 256 when data.format is \"text\"");
 	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"text\"}, \"model\": {\"vocab_size\": 256}}");
 	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"vocab_size\": 65537}}",
-			 "/model/vocab_size", "model.vocab_size (65537) must be at most 65536 when data.format is \"nanogpt\" (tokens are stored as uint16)");
-	s_expect_refused("{\"data\": {\"train\": \"t\", \"format\": \"llmc\"}, \"model\": {\"vocab_size\": 100000}}",
-			 "/model/vocab_size", "when data.format is \"llmc\"");
+			 "/model/vocab_size", "model.vocab_size (65537) must be at most 65536 when data.format is \"nanogpt\" (tokens are stored as uint16; use data.format \"uint32\"");
+	/* llm.c's version-2 shards and uint32 hold any vocabulary (the reader checks each token) */
+	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"llmc\"}, \"model\": {\"vocab_size\": 100000}}");
+	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"uint32\"}, \"model\": {\"vocab_size\": 1048576}}");
 	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"llmc\"}, \"model\": {\"vocab_size\": 65536}}");
 
 	/* warmup_steps <= steps */
@@ -1197,6 +1027,7 @@ static void test_enum_names(void)
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_NANOGPT), "nanogpt");
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_LLMC), "llmc");
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_TEXT), "text");
+	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_UINT32), "uint32");
 	CHECK_STR(jobspec_schedule_name(JOBSPEC_SCHEDULE_COSINE), "cosine");
 	CHECK_STR(jobspec_schedule_name(JOBSPEC_SCHEDULE_CONSTANT), "constant");
 	CHECK_STR(jobspec_precision_name(JOBSPEC_PRECISION_FP32), "fp32");
