@@ -906,7 +906,7 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		if (m->fused) { /* q, k, v in bf16, read by the flash kernels as they lie */
 			s_gemm16(m, N, 3 * C, C, ln1, P16(T_QKV_W), false, P16(T_QKV_B), qkv16, 0,
 				 CUDA_GEMM_EPI_NONE, NULL);
-			cuda_flash_forward(NULL, atty, att_lse, qkv16, B, T, C, H, s);
+			cuda_flash_forward(NULL, atty, att_lse, qkv16, B, T, C, H, H, s);
 		} else {
 			s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
 			cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
@@ -1044,7 +1044,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 			s_gemm16(m, N, C, C, a->dres16, P16(T_PROJ_W), true, NULL, a->dsmall16, 0,
 				 CUDA_GEMM_EPI_NONE, NULL);
 			cuda_flash_backward(NULL, a->dbig16, G(T_QKV_B), NULL, a->dsmall16, qkv16, atty,
-					    att_lse, &m->att_s, B, T, C, H, s);
+					    att_lse, &m->att_s, B, T, C, H, H, s);
 		} else {
 			s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
 			cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s,
