@@ -47,6 +47,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "initrand.h"
 #include "kernels.h"
 #include "matmul.h"
 
@@ -603,41 +604,6 @@ double gpt2_flops_per_token(const gpt2_t *m, int T)
 
 /* ---- initialisation ---- */
 
-static uint64_t s_splitmix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-/* A uniform double in (0, 1] from 53 random bits. */
-static double s_unit(uint64_t r)
-{
-	return ((double)(r >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-}
-
-/*
- * Normal(0, std) into x[0..n): pair j of tensor `key` comes from a hash of
- * (seed, key, j) through Box-Muller, so elements are independent of the
- * order (and thread) they are computed in.
- */
-/* Elements [from, to) of a tensor of normal(0, std) values drawn from
- * (seed, key): element i is the cosine (even i) or sine (odd i) half of the
- * Box-Muller pair i / 2, so any range gives the bits of the whole. */
-static void s_fill_normal(float *x, size_t from, size_t to, uint64_t seed, uint64_t key, double std)
-{
-	uint64_t stream = s_splitmix64(seed ^ s_splitmix64(key + 0x243f6a8885a308d3ull));
-#pragma omp parallel for schedule(static)
-	for (size_t i = from; i < to; i++) {
-		size_t j = i / 2;
-		uint64_t r1 = s_splitmix64(stream + 2 * j), r2 = s_splitmix64(stream + 2 * j + 1);
-		double rad = sqrt(-2.0 * log(s_unit(r1))) * std;
-		double ang = 2.0 * M_PI * s_unit(r2);
-		x[i - from] = (float)(rad * (i % 2 == 0 ? cos(ang) : sin(ang)));
-	}
-}
-
 void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float *out)
 {
 	double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
@@ -652,7 +618,7 @@ void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float
 		bool is_ln = strstr(t->name, "ln_") != NULL;
 		if (t->ndim == 2) {
 			bool resid = strstr(t->name, "c_proj.weight") != NULL;
-			s_fill_normal(p, a - t->offset, b - t->offset, seed, (uint64_t)i,
+			initrand_normal(p, a - t->offset, b - t->offset, seed, (uint64_t)i,
 				      resid ? resid_std : 0.02);
 		} else {
 			float v = is_ln && strcmp(dot, ".weight") == 0 ? 1.0f : 0.0f;
