@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "gpt2_model.h"
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+#include "cuda/llama_cuda_model.h"
+#endif
 
 struct model {
 	const model_ops_t *ops;
@@ -20,6 +23,7 @@ static const model_ops_t *const s_rows[] = {
 	&gpt2_model_cpu,
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	&gpt2_model_cuda,
+	&llama_model_cuda,
 #endif
 };
 
