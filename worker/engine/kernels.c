@@ -19,93 +19,7 @@
 #include <xmmintrin.h>
 #endif
 
-/*
- * The hot kernels are compiled three times (AVX-512, AVX2+FMA, baseline) and
- * picked at load time by the CPU (GCC function multi-versioning). Results
- * can differ in the last bits between those CPUs (FMA contraction), never
- * between runs or thread counts on one machine.
- */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KERNEL_CLONES
-#endif
-
-#define LANES 16
-#define COL_BLOCK 64 /* columns per task in column reductions */
-
-/* exp(x) to about 1 ulp for x in [-87, 88] (clamped outside; NaN stays NaN);
- * vectorizable, unlike libm's expf without -ffast-math. */
-static inline float s_expf(float x)
-{
-	x = x < -87.0f ? -87.0f : x;
-	x = x > 88.0f ? 88.0f : x;
-	/* x = k ln2 + r, |r| <= ln2/2; adding and removing 1.5 * 2^23 rounds to an integer */
-	float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-	float r = x - k * 0.693145751953125f;
-	r = r - k * 1.428606765330187e-6f;
-	float p = 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	int32_t ki = (int32_t)(k == k ? k : 0.0f);
-	uint32_t bits = (uint32_t)(ki + 127) << 23;
-	float scale;
-	memcpy(&scale, &bits, sizeof scale);
-	return p * scale;
-}
-
-static inline float s_lanes_total(const float *acc)
-{
-	float s = 0.0f;
-	for (int k = 0; k < LANES; k++)
-		s += acc[k];
-	return s;
-}
-
-static inline float s_sum(const float *x, int n)
-{
-	float acc[LANES] = {0};
-	int i = 0;
-	for (; i + LANES <= n; i += LANES)
-		for (int k = 0; k < LANES; k++)
-			acc[k] += x[i + k];
-	for (int k = 0; i < n; i++, k++)
-		acc[k] += x[i];
-	return s_lanes_total(acc);
-}
-
-static inline float s_dot(const float *a, const float *b, int n)
-{
-	float acc[LANES] = {0};
-	int i = 0;
-	for (; i + LANES <= n; i += LANES)
-		for (int k = 0; k < LANES; k++)
-			acc[k] += a[i + k] * b[i + k];
-	for (int k = 0; i < n; i++, k++)
-		acc[k] += a[i] * b[i];
-	return s_lanes_total(acc);
-}
-
-static inline float s_max(const float *x, int n)
-{
-	float acc[LANES];
-	for (int k = 0; k < LANES; k++)
-		acc[k] = -INFINITY;
-	int i = 0;
-	for (; i + LANES <= n; i += LANES)
-		for (int k = 0; k < LANES; k++)
-			acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-	for (int k = 0; i < n; i++, k++)
-		acc[k] = x[i] > acc[k] ? x[i] : acc[k];
-	float m = -INFINITY;
-	for (int k = 0; k < LANES; k++)
-		m = acc[k] > m ? acc[k] : m;
-	return m;
-}
+#include "kernels_simd.h"
 
 /* x[i] = exp(x[i] - shift) for i < n; returns their sum (lane order) */
 static inline float s_exp_shift_sum(float *x, int n, float shift)
@@ -277,7 +191,7 @@ static int s_padded(int T)
 
 size_t kernel_attention_scratch_floats(int B, int T, int C, int H)
 {
-	return (size_t)B * C * (size_t)s_padded(T) + (size_t)B * H * (size_t)T * T;
+	return kernel_gqa_attention_scratch_floats(B, T, H, C / H);
 }
 
 /*
@@ -307,10 +221,11 @@ static inline void s_rows4_times_bt(float *const out[4], const float *const a[4]
 	}
 }
 
-/* out[d] = sum over j in [j0, j1) of w[j * ldw] * rows[j * ld + d], d < hd,
- * summed in j order (64 or 16 channels at a time in registers). */
+/* out[d] (+)= sum over j in [j0, j1) of w[j * ldw] * rows[j * ld + d], d < hd,
+ * summed in j order (64 or 16 channels at a time in registers); with add,
+ * that sum is added to out[d] afterwards, else it replaces it. */
 static inline void s_weighted_rows(float *out, const float *w, size_t ldw, const float *rows, size_t ld,
-                                   int j0, int j1, int hd)
+                                   int j0, int j1, int hd, int add)
 {
 	int dc = 0;
 	for (; dc + 64 <= hd; dc += 64) { /* 4 independent vector chains */
@@ -322,7 +237,7 @@ static inline void s_weighted_rows(float *out, const float *w, size_t ldw, const
 				acc[k] += s * r[k];
 		}
 		for (int k = 0; k < 64; k++)
-			out[dc + k] = acc[k];
+			out[dc + k] = add ? out[dc + k] + acc[k] : acc[k];
 	}
 	for (; dc + 16 <= hd; dc += 16) {
 		float acc[16] = {0};
@@ -333,13 +248,13 @@ static inline void s_weighted_rows(float *out, const float *w, size_t ldw, const
 				acc[k] += s * r[k];
 		}
 		for (int k = 0; k < 16; k++)
-			out[dc + k] = acc[k];
+			out[dc + k] = add ? out[dc + k] + acc[k] : acc[k];
 	}
 	for (; dc < hd; dc++) {
 		float acc = 0.0f;
 		for (int j = j0; j < j1; j++)
 			acc += w[(size_t)j * ldw] * rows[(size_t)j * ld + dc];
-		out[dc] = acc;
+		out[dc] = add ? out[dc] + acc : acc;
 	}
 }
 
@@ -357,19 +272,38 @@ static void s_transpose_head(float *dst, const float *src, size_t ld, int T, int
 	}
 }
 
-KERNEL_CLONES void kernel_attention_forward(float *out, float *att, const float *qkv, float *scratch,
-                                            int B, int T, int C, int H)
+void kernel_attention_forward(float *out, float *att, const float *qkv, float *scratch, int B, int T,
+                              int C, int H)
 {
-	int hd = C / H, Tp = s_padded(T);
-	size_t C3 = (size_t)3 * C;
+	kernel_gqa_attention_forward(out, att, qkv, scratch, B, T, H, H, C / H);
+}
+
+void kernel_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                               float *scratch, int B, int T, int C, int H)
+{
+	kernel_gqa_attention_backward(dqkv, dout, qkv, att, scratch, B, T, H, H, C / H);
+}
+
+size_t kernel_gqa_attention_scratch_floats(int B, int T, int H, int hd)
+{
+	return (size_t)B * H * hd * (size_t)s_padded(T) + (size_t)B * H * (size_t)T * T;
+}
+
+KERNEL_CLONES void kernel_gqa_attention_forward(float *out, float *att, const float *qkv, float *scratch,
+                                                int B, int T, int H, int KV, int hd)
+{
+	int Tp = s_padded(T), rep = H / KV;
+	size_t C = (size_t)H * hd, ld = C + 2 * (size_t)KV * hd;
 	float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(static)
 	for (int bh = 0; bh < B * H; bh++) {
-		int b = bh / H, h = bh % H;
-		const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hd;
-		float *kt = scratch + (size_t)bh * hd * Tp; /* (hd, Tp): this head's K transposed */
+		int b = bh / H, h = bh % H, g = h / rep;
+		const float *qb = qkv + (size_t)b * T * ld + (size_t)h * hd;
+		const float *kb = qkv + (size_t)b * T * ld + C + (size_t)g * hd;
+		const float *vb = kb + (size_t)KV * hd;
+		float *kt = scratch + (size_t)bh * hd * Tp; /* (hd, Tp): the KV head's K transposed */
 		float *p = att + (size_t)bh * T * T;       /* (T, T) */
-		s_transpose_head(kt, base + C, C3, T, hd);
+		s_transpose_head(kt, kb, ld, T, hd);
 		/* scores, 4 query rows at a time, up to the causal edge of the last
 		 * (rows past T repeat row T-1; entries above the diagonal are
 		 * overwritten by the softmax below) */
@@ -378,7 +312,7 @@ KERNEL_CLONES void kernel_attention_forward(float *out, float *att, const float 
 			float *srow[4];
 			for (int r = 0; r < 4; r++) {
 				int i = i0 + r < T ? i0 + r : T - 1;
-				q[r] = base + (size_t)i * C3;
+				q[r] = qb + (size_t)i * ld;
 				srow[r] = p + (size_t)i * T;
 			}
 			int n = i0 + 4 < T ? i0 + 4 : T;
@@ -394,57 +328,73 @@ KERNEL_CLONES void kernel_attention_forward(float *out, float *att, const float 
 				s[j] *= inv;
 			for (int j = i + 1; j < T; j++)
 				s[j] = 0.0f;
-			s_weighted_rows(out + ((size_t)b * T + i) * C + (size_t)h * hd, s, 1, base + 2 * (size_t)C,
-					C3, 0, i + 1, hd);
+			s_weighted_rows(out + ((size_t)b * T + i) * C + (size_t)h * hd, s, 1, vb, ld, 0, i + 1,
+					hd, 0);
 		}
 	}
 }
 
-KERNEL_CLONES void kernel_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                             const float *att, float *scratch, int B, int T, int C,
-                                             int H)
+/* One query head's part of the attention backward: ds (T, T) and dq; dk and
+ * dv of its KV head added to (add) or written (first head of the group). */
+static inline void s_gqa_head_backward(float *dqb, float *dkb, float *dvb, const float *qb,
+                                       const float *kb, const float *dy, size_t ldy, const float *p,
+                                       const float *vt, float *ds, size_t ld, int T, int hd,
+                                       float scale, int add)
 {
-	int hd = C / H, Tp = s_padded(T);
-	size_t C3 = (size_t)3 * C;
+	int Tp = s_padded(T);
+	/* dp = dy V^T, 4 rows at a time */
+	for (int i0 = 0; i0 < T; i0 += 4) {
+		const float *g[4];
+		float *drow[4];
+		for (int r = 0; r < 4; r++) {
+			int i = i0 + r < T ? i0 + r : T - 1;
+			g[r] = dy + (size_t)i * ldy;
+			drow[r] = ds + (size_t)i * T;
+		}
+		s_rows4_times_bt(drow, g, vt, Tp, hd, i0 + 4 < T ? i0 + 4 : T);
+	}
+	/* softmax backward: ds = p * (dp - <p, dp>) * scale; then dq = ds K */
+	for (int i = 0; i < T; i++) {
+		const float *pr = p + (size_t)i * T;
+		float *dr = ds + (size_t)i * T;
+		float pdp = s_dot(pr, dr, i + 1);
+		for (int j = 0; j <= i; j++)
+			dr[j] = pr[j] * (dr[j] - pdp) * scale;
+		for (int j = i + 1; j < T; j++)
+			dr[j] = 0.0f;
+		s_weighted_rows(dqb + (size_t)i * ld, dr, 1, kb, ld, 0, i + 1, hd, 0);
+	}
+	/* dk_j = sum over i >= j of ds[i][j] q_i; dv_j = sum over i >= j of p[i][j] dy_i */
+	for (int j = 0; j < T; j++) {
+		s_weighted_rows(dkb + (size_t)j * ld, ds + j, (size_t)T, qb, ld, j, T, hd, add);
+		s_weighted_rows(dvb + (size_t)j * ld, p + j, (size_t)T, dy, ldy, j, T, hd, add);
+	}
+}
+
+KERNEL_CLONES void kernel_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                                 const float *att, float *scratch, int B, int T, int H,
+                                                 int KV, int hd)
+{
+	int Tp = s_padded(T), rep = H / KV;
+	size_t C = (size_t)H * hd, ld = C + 2 * (size_t)KV * hd;
 	float scale = 1.0f / sqrtf((float)hd);
 	float *ds_all = scratch + (size_t)B * C * Tp;
+	/* by (batch, KV head): the group's query heads in order, so the shared
+	 * dk and dv are summed over them in a fixed order */
 #pragma omp parallel for schedule(static)
-	for (int bh = 0; bh < B * H; bh++) {
-		int b = bh / H, h = bh % H;
-		const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hd;
-		const float *dy = dout + (size_t)b * T * C + (size_t)h * hd; /* (T, hd), row stride C */
-		float *dbase = dqkv + (size_t)b * T * C3 + (size_t)h * hd;
-		const float *p = att + (size_t)bh * T * T;                    /* (T, T) */
-		float *vt = scratch + (size_t)bh * hd * Tp;                   /* (hd, Tp) */
-		float *ds = ds_all + (size_t)bh * T * T;                      /* (T, T) */
-		s_transpose_head(vt, base + 2 * (size_t)C, C3, T, hd);
-		/* dp = dy V^T, 4 rows at a time */
-		for (int i0 = 0; i0 < T; i0 += 4) {
-			const float *g[4];
-			float *drow[4];
-			for (int r = 0; r < 4; r++) {
-				int i = i0 + r < T ? i0 + r : T - 1;
-				g[r] = dy + (size_t)i * C;
-				drow[r] = ds + (size_t)i * T;
-			}
-			s_rows4_times_bt(drow, g, vt, Tp, hd, i0 + 4 < T ? i0 + 4 : T);
-		}
-		/* softmax backward: ds = p * (dp - <p, dp>) * scale; then dq = ds K */
-		for (int i = 0; i < T; i++) {
-			const float *pr = p + (size_t)i * T;
-			float *dr = ds + (size_t)i * T;
-			float pdp = s_dot(pr, dr, i + 1);
-			for (int j = 0; j <= i; j++)
-				dr[j] = pr[j] * (dr[j] - pdp) * scale;
-			for (int j = i + 1; j < T; j++)
-				dr[j] = 0.0f;
-			s_weighted_rows(dbase + (size_t)i * C3, dr, 1, base + C, C3, 0, i + 1, hd);
-		}
-		/* dk_j = sum over i >= j of ds[i][j] q_i; dv_j = sum over i >= j of p[i][j] dy_i */
-		for (int j = 0; j < T; j++) {
-			s_weighted_rows(dbase + (size_t)j * C3 + C, ds + j, (size_t)T, base, C3, j, T, hd);
-			s_weighted_rows(dbase + (size_t)j * C3 + 2 * (size_t)C, p + j, (size_t)T, dy, (size_t)C, j,
-					T, hd);
+	for (int bg = 0; bg < B * KV; bg++) {
+		int b = bg / KV, g = bg % KV;
+		const float *kb = qkv + (size_t)b * T * ld + C + (size_t)g * hd;
+		float *dkb = dqkv + (size_t)b * T * ld + C + (size_t)g * hd;
+		float *vt = scratch + (size_t)bg * hd * Tp; /* (hd, Tp) */
+		s_transpose_head(vt, kb + (size_t)KV * hd, ld, T, hd);
+		for (int r = 0; r < rep; r++) {
+			int h = g * rep + r, bh = b * H + h;
+			size_t qoff = (size_t)b * T * ld + (size_t)h * hd;
+			s_gqa_head_backward(dqkv + qoff, dkb, dkb + (size_t)KV * hd, qkv + qoff, kb,
+					    dout + (size_t)b * T * C + (size_t)h * hd, C,
+					    att + (size_t)bh * T * T, vt, ds_all + (size_t)bh * T * T, ld, T,
+					    hd, scale, r > 0);
 		}
 	}
 }

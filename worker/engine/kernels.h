@@ -58,6 +58,23 @@ void kernel_attention_forward(float *out, float *att, const float *qkv, float *s
 void kernel_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                                float *scratch, int B, int T, int C, int H);
 
+/*
+ * Grouped-query causal attention (Llama; GPT-2's is the case KV = H): qkv
+ * (B, T, (H + 2 KV) hd) holds the H query heads, then the KV key heads,
+ * then the KV value heads, each hd wide; query head h reads KV head
+ * h / (H / KV) in place (no copies of shared heads). att (B, H, T, T) gets
+ * the probabilities, out (B, T, H hd) the heads' outputs. The backward
+ * overwrites dqkv (same layout); a shared head's dk and dv are summed over
+ * its query heads in head order. scratch holds
+ * kernel_gqa_attention_scratch_floats(B, T, H, hd) floats.
+ */
+size_t kernel_gqa_attention_scratch_floats(int B, int T, int H, int hd);
+void kernel_gqa_attention_forward(float *out, float *att, const float *qkv, float *scratch, int B,
+                                  int T, int H, int KV, int hd);
+void kernel_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                   const float *att, float *scratch, int B, int T, int H, int KV,
+                                   int hd);
+
 /* out = gelu(x) (tanh approximation), n elements; out may be x */
 void kernel_gelu_forward(float *out, const float *x, size_t n);
 /* d (n) *= gelu'(x), in place */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gpt2_model.h"
+#include "llama_model.h"
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 #include "cuda/llama_cuda_model.h"
 #endif
@@ -21,6 +22,7 @@ struct model {
 
 static const model_ops_t *const s_rows[] = {
 	&gpt2_model_cpu,
+	&llama_model_cpu,
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	&gpt2_model_cuda,
 	&llama_model_cuda,

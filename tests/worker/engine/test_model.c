@@ -35,7 +35,7 @@ int main(void)
 {
 	char err[512] = "";
 	check(model_find("gpt2", MODEL_DEVICE_CPU) != NULL, "gpt2 has a CPU row");
-	check(model_find("llama", MODEL_DEVICE_CPU) == NULL, "no llama row yet");
+	check(model_find("llama", MODEL_DEVICE_CPU) != NULL, "llama has a CPU row");
 
 	model_config_t cfg = base();
 	model_options_t opt = {.max_B = 2, .max_T = 16, .precision = MODEL_PRECISION_FP32};
@@ -46,6 +46,23 @@ int main(void)
 	cfg.n_head = 3;
 	rc = model_create("gpt2", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
 	check(rc == -EINVAL && strstr(err, "model.n_head") != NULL, "bad config: -EINVAL naming the field");
+
+	/* Llama's row refuses through llama_config_check, naming both fields */
+	cfg = base();
+	cfg.n_head = 4;
+	cfg.n_kv_head = 3;
+	cfg.ffn_dim = 32;
+	cfg.rope_theta = 10000;
+	cfg.norm_eps = 1e-5;
+	rc = model_create("llama", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "model.n_head (4) must be a multiple of model.n_kv_head (3)"),
+	      "llama bad config: -EINVAL naming both fields");
+	cfg.n_kv_head = 2;
+	rc = model_create("llama", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
+	check(rc == 0 && model_flops_per_token(m, 16) > 0 && model_max_range(m) > 0,
+	      "llama: a valid config is created through the registry");
+	model_free(m);
+	m = NULL;
 
 	cfg = base();
 	cfg.n_embd = 32768;
