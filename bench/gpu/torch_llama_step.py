@@ -78,7 +78,12 @@ class Block(nn.Module):
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(self.h // self.kv, dim=1)
         v = v.repeat_interleave(self.h // self.kv, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # PyTorch before 2.0 (the CPU smoke test on Debian 12's 1.13)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+            y = att.softmax(-1) @ v
         x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, C))
         h = self.post_attention_layernorm(x)
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
@@ -137,7 +142,7 @@ def main():
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=a.device == "cuda")
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if a.device == "cuda" else {}))
     times = []
     for it in range(a.warmup + a.steps):
         idx = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)

@@ -802,7 +802,7 @@ static void attention_case(int B, int T, int C, int H)
 	float *d_qkv = gpu_dup(qkv, F(nqkv)), *d_out = gpu_dup(NULL, F(nc));
 	uint16_t *d_att16 = gpu_dup(NULL, natt * 2);
 	uint16_t *d_out16 = gpu_dup(NULL, nc * 2);
-	cuda_attention_forward(gm, d_out, d_out16, d_att16, d_qkv, &as, B, T, C, H, H, s);
+	cuda_attention_forward(gm, d_out, d_out16, d_att16, d_qkv, &as, B, T, C, H, s);
 	float *g = download(d_out, nc);
 	uint16_t *g16 = download16(d_out16, nc), *ga16 = download16(d_att16, natt);
 	expect("attention forward out (bf16 GEMMs) fp32", rel_err(g, out, nc), ATT_FWD_BOUND);
@@ -818,7 +818,7 @@ static void attention_case(int B, int T, int C, int H)
 	uint16_t *att16 = malloc(natt * 2);
 	kernel_to_bf16(att16, att, natt);
 	gpu_must(cudaMemcpy(d_att16, att16, natt * 2, cudaMemcpyHostToDevice), "upload");
-	cuda_attention_backward(gm, d_dqkv, d_dqkv16, d_dout, d_qkv, d_att16, &as, B, T, C, H, H, s);
+	cuda_attention_backward(gm, d_dqkv, d_dqkv16, d_dout, d_qkv, d_att16, &as, B, T, C, H, s);
 	float *gd = download(d_dqkv, nqkv);
 	uint16_t *gd16 = download16(d_dqkv16, nqkv);
 	uint16_t *att16_after = download16(d_att16, natt);
@@ -963,7 +963,7 @@ static void flash_case(int B, int T, int C, int H)
 	free(gd3);
 	gpu_must(cudaMemcpy(d_dout16 + 1, dout16, nc * 2, cudaMemcpyHostToDevice), "upload");
 	cuda_flash_backward(d_dqkv, NULL, NULL, NULL, d_dout16 + 1, d_qkv16, d_out16, d_lse, &as, B, T, C, H,
-			    s);
+			    H, s);
 	gd3 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward, bf16 dout unaligned", T, hd);
 	expect(what, rel_err(gd3, gd, nqkv), FP32_SUM_BOUND);
@@ -986,7 +986,7 @@ static void flash_case(int B, int T, int C, int H)
 	float *d_db = gpu_dup(db0, F((size_t)3 * C));
 	gpu_must(cudaMemset(d_dqkv16, 0xff, nqkv * 2), "fill");
 	cuda_flash_backward(NULL, d_dqkv16, d_db, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C, H,
-			    s);
+			    H, s);
 	float *gdb = download(d_db, (size_t)3 * C);
 	uint16_t *gd16b = download16(d_dqkv16, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: qkv bias gradient (fp32 sums)", T, hd);
