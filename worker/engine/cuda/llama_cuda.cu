@@ -41,10 +41,7 @@
 #include "cuda_llama_kernels.h"
 #include "llama_layout.h"
 
-typedef struct {
-	size_t lo, hi;
-	bool decay;
-} segment_t;
+typedef cuda_segment_t segment_t;
 
 typedef struct {
 	float *encoded;
@@ -724,27 +721,14 @@ extern "C" double llama_cuda_grad_norm(llama_cuda_t *m)
 }
 
 /* AdamW on [lo, lo + n) at params (element 0 is parameter lo), per decay
- * segment, with optim.c's constants (gpt2_cuda.cu's s_adamw) */
+ * segment (cuda_adamw_segments, GPT-2's too) */
 static void s_adamw(llama_cuda_t *m, size_t lo, size_t n, float *params, uint16_t *params16,
                     const float *grads, float *mom1, float *mom2, const optim_adamw_t *hp, float grad_scale)
 {
 	if (lo > m->n_params || n > m->n_params - lo)
 		s_misuse("llama_cuda_adamw_range past the end of the parameters");
-	const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
-	const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->t)));
-	const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)hp->t)));
-	const float eps = (float)hp->eps;
-	const float keep_decay = (float)(1.0 - hp->lr * hp->weight_decay);
-	const size_t hi = lo + n;
-	for (int i = 0; i < m->n_segs; i++) {
-		const segment_t *sg = &m->segs[i];
-		size_t a = sg->lo > lo ? sg->lo : lo, b = sg->hi < hi ? sg->hi : hi;
-		if (a >= b)
-			continue;
-		size_t k = a - lo;
-		cuda_adamw(params + k, params16 ? params16 + k : NULL, grads + k, mom1 + k, mom2 + k, b - a, b1,
-			   b2, step, inv_sqrt_bc2, eps, sg->decay ? keep_decay : 1.0f, grad_scale, m->stream);
-	}
+	cuda_adamw_segments(m->segs, m->n_segs, lo, n, params, params16, grads, mom1, mom2, hp, grad_scale,
+			    m->stream);
 }
 
 extern "C" void llama_cuda_adamw(llama_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
