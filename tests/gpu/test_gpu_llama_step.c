@@ -31,7 +31,19 @@
  *     parameter by ~lr a step, so a broken optimizer or decay flag moves
  *     the loss by 1e-2 within a few steps;
  *   - determinism: a second GPU run gives the same loss bits;
- *   - the gradients-ready ranges cover every parameter exactly once.
+ *   - the gradients-ready ranges cover every parameter exactly once;
+ *   - streaming (ZeRO-2's and ZeRO-3's hooks) on a model whose vocabulary
+ *     (2000 x 64) is larger than a layer, so the embedding and the LM head
+ *     come in blocks, untied and tied: every range no larger than
+ *     max_range, each parameter's gradient handed out once (embed_tokens'
+ *     twice when tied), the fetches in order (the model checks that and
+ *     exits 70 otherwise); against the same model unstreamed, the loss
+ *     within STREAM_LOSS_REL (1e-4), the logits within STREAM_LOGITS_BOUND
+ *     (8e-3) and the summed gradient within STREAM_GRAD_BOUND (1e-3): the
+ *     LM head's GEMMs run per block and drmsf is their sum, whose last
+ *     fp32 bits flip bf16 roundings of the GEMM inputs downstream (one
+ *     flip of a logit is up to 2^-8 of the largest, 3.9e-3), as GPT-2's
+ *     test_gpu_step states.
  * Skips (exit 77) where there is no GPU.
  */
 #include <math.h>
@@ -44,6 +56,7 @@
 #include "gpu_util.h"
 #include "llama.h"
 #include "llama_cuda.h"
+#include "llama_layout.h"
 #include "model.h"
 #include "optim.h"
 
@@ -53,6 +66,9 @@
 #define LR 3e-3
 #define GRAD_BOUND 5e-2
 #define LOGITS_BOUND 2e-2
+#define STREAM_LOSS_REL 1e-4
+#define STREAM_LOGITS_BOUND 8e-3
+#define STREAM_GRAD_BOUND 1e-3
 #define LOSS_REL 5e-3
 
 static int n_failed;
@@ -274,11 +290,136 @@ static void s_case(bool tied)
 	model_free(c);
 }
 
+/* ---- streaming ---- */
+
+typedef struct {
+	size_t n, max_range;
+	const float *d_full; /* all parameters, for fetch */
+	float *acc;          /* (n) the gradients handed out, summed */
+	int *count;          /* (n) how often each was handed out */
+	size_t too_big;      /* ranges larger than max_range */
+} streamer_t;
+
+static const float *st_fetch(void *ctx, model_range_t r, model_range_t next)
+{
+	streamer_t *st = ctx;
+	(void)next;
+	st->too_big += r.hi - r.lo > st->max_range;
+	return st->d_full + r.lo;
+}
+
+static void st_release(void *ctx, const float *p)
+{
+	(void)ctx;
+	(void)p;
+}
+
+static float *st_grad_begin(void *ctx, model_range_t r)
+{
+	streamer_t *st = ctx;
+	st->too_big += r.hi - r.lo > st->max_range;
+	return gpu_dup(NULL, (r.hi - r.lo) * sizeof(float));
+}
+
+static void st_grad_end(void *ctx, float *g, model_range_t r)
+{
+	streamer_t *st = ctx;
+	float *h = malloc((r.hi - r.lo) * sizeof(float));
+	gpu_get(h, g, (r.hi - r.lo) * sizeof(float));
+	for (size_t i = r.lo; i < r.hi; i++) {
+		st->acc[i] += h[i - r.lo];
+		st->count[i]++;
+	}
+	free(h);
+	cudaFree(g);
+}
+
+static double s_norm_err(const float *a, const float *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		den += (double)b[i] * b[i];
+	}
+	return sqrt(num / (den > 0 ? den : 1e-30));
+}
+
+static void s_stream_case(bool tied)
+{
+	char err[256];
+	model_config_t cfg = s_config(tied);
+	cfg.vocab_size = 2000;
+	printf("-- llama streamed, V 2000, %s\n", tied ? "tied" : "untied");
+	model_tensor_t *tab = NULL;
+	int nt = 0;
+	size_t n = 0, max_range = 0;
+	if (llama_layout(&cfg, &tab, &nt, &n, &max_range) < 0)
+		exit(1);
+	float *p0 = malloc(n * sizeof(float));
+	llama_init_range(&cfg, tab, nt, 11, 0, n, p0);
+	const size_t nl = (size_t)BB * TT * (size_t)cfg.vocab_size;
+	int32_t in[BB * TT], tg[BB * TT];
+	s_batch(3, in, tg, cfg.vocab_size);
+	/* the reference: the same model with its buffers */
+	llama_cuda_t *d = NULL;
+	if (llama_cuda_new(&cfg, BB, TT, true, &d, err, sizeof err) < 0) {
+		fprintf(stderr, "FAIL llama_cuda_new: %s\n", err);
+		exit(1);
+	}
+	llama_cuda_set_params(d, p0);
+	llama_cuda_zero_grad(d);
+	const float l_dense = llama_cuda_forward(d, in, tg, BB, TT);
+	llama_cuda_backward(d, 1.0f);
+	float *g_dense = malloc(n * sizeof(float)), *lg_dense = malloc(nl * sizeof(float));
+	llama_cuda_get_grads(d, g_dense);
+	llama_cuda_get_logits(d, lg_dense);
+	llama_cuda_free(d);
+	const model_streaming_t modes[2] = {MODEL_STREAM_GRADS, MODEL_STREAM_ALL};
+	float *d_full = gpu_dup(p0, n * sizeof(float));
+	for (int k = 0; k < 2; k++) {
+		const char *name = k == 0 ? "streamed gradients" : "streamed parameters";
+		streamer_t st = {n, max_range, d_full, calloc(n, sizeof(float)), calloc(n, sizeof(int)), 0};
+		model_stream_t fns = {&st, st_fetch, st_release, st_grad_begin, st_grad_end};
+		llama_cuda_t *m = NULL;
+		if (llama_cuda_new_streamed(&cfg, BB, TT, false, modes[k], &fns, &m, err, sizeof err) < 0) {
+			fprintf(stderr, "FAIL llama_cuda_new_streamed: %s\n", err);
+			exit(1);
+		}
+		if (k == 0)
+			llama_cuda_set_params(m, p0);
+		const float l = llama_cuda_forward(m, in, tg, BB, TT);
+		llama_cuda_backward(m, 1.0f);
+		float *lg = malloc(nl * sizeof(float));
+		llama_cuda_get_logits(m, lg);
+		llama_cuda_free(m);
+		size_t bad = 0;
+		for (size_t i = 0; i < n; i++)
+			bad += st.count[i] != (tied && i < (size_t)cfg.vocab_size * cfg.n_embd ? 2 : 1);
+		char what[96];
+		snprintf(what, sizeof what, "%s: every float handed out as due (%%g wrong), %%g too large", name);
+		expect(bad == 0 && st.too_big == 0, what, (double)bad, (double)st.too_big);
+		snprintf(what, sizeof what, "%s: loss rel err %%.3g (bound %%.3g)", name);
+		const double le = fabs((double)l - l_dense) / fabs((double)l_dense);
+		expect(le <= STREAM_LOSS_REL, what, le, STREAM_LOSS_REL);
+		snprintf(what, sizeof what, "%s: logits rel err %%.3g (bound %%.3g)", name);
+		const double e1 = rel_err(lg, lg_dense, nl);
+		expect(e1 <= STREAM_LOGITS_BOUND, what, e1, STREAM_LOGITS_BOUND);
+		snprintf(what, sizeof what, "%s: gradient rel err %%.3g (bound %%.3g)", name);
+		const double e2 = s_norm_err(st.acc, g_dense, n);
+		expect(e2 <= STREAM_GRAD_BOUND, what, e2, STREAM_GRAD_BOUND);
+		free(lg), free(st.acc), free(st.count);
+	}
+	cudaFree(d_full);
+	free(p0), free(tab), free(g_dense), free(lg_dense);
+}
+
 int main(void)
 {
 	gpu_probe_or_skip("gpu-llama-step");
 	s_case(false);
 	s_case(true);
+	s_stream_case(false);
+	s_stream_case(true);
 	if (n_failed) {
 		printf("%d check(s) failed\n", n_failed);
 		return 1;

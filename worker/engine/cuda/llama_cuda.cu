@@ -25,6 +25,16 @@
  *   hd/2) x 2.
  * The residual additions are GEMMs that read the stream they leave as
  * their C_in (gpt2_cuda.cu's residual GEMM), so x is never copied.
+ *
+ * Streaming (llama_cuda.h): every kernel gets its parameters from s_pget
+ * and its gradient destination from s_gbegin, which are the model's own
+ * buffers or a range fetched from the caller and a zeroed bucket handed
+ * back by s_pput / s_gend; a layer's tensors are addressed from the
+ * layer's first float, so one code path serves all three modes. The
+ * embedding and the LM head run per block of rows (one block of all V
+ * rows when nothing is streamed): the embedding adds each block's tokens,
+ * the LM head's GEMMs read and write the block's columns of the logits
+ * and dlogits in place (rows V apart).
  */
 #include "llama_cuda.h"
 
@@ -84,6 +94,14 @@ struct llama_cuda {
 	size_t rel[LLAMA_LAYER_TENSORS]; /* a layer's tensors from its first float */
 	segment_t *segs;
 	int n_segs;
+
+	model_streaming_t streaming;
+	model_stream_t st;   /* streamed: the caller's functions */
+	int rows;            /* rows of embed_tokens / lm_head a block (V when dense) */
+	uint16_t *fetched16; /* MODEL_STREAM_ALL: (max_range) bf16 of the range fetched */
+	size_t *order;       /* MODEL_STREAM_ALL: forward's then backward's fetches, */
+	int n_fwd, n_bwd;    /*   as [lo, hi) pairs */
+	int pos, end;        /* the pass's next fetch and its last */
 
 	cudaStream_t stream;
 	cuda_gemm_t *gemm;
@@ -222,11 +240,12 @@ static int s_check(const model_config_t *cfg, int max_B, int max_T, char *err, s
 	return 0;
 }
 
-/* the state buffers: params, grads, [m, v] (f32), params16 */
+/* the state buffers: [params], [grads], [m, v] (f32), [params16] */
 static int s_alloc_state(llama_cuda_t *m, bool moments, char *err, size_t errlen)
 {
-	const size_t n_f32 = m->n_params * (moments ? 4 : 2);
-	m->state_bytes = n_f32 * sizeof(float) + (m->n_params * 2 + 255) / 256 * 256;
+	const bool params = m->streaming != MODEL_STREAM_ALL, grads = m->streaming == MODEL_DENSE;
+	const size_t n_f32 = m->n_params * ((params ? 1 : 0) + (grads ? 1 : 0) + (moments ? 2 : 0));
+	m->state_bytes = n_f32 * sizeof(float) + (params ? (m->n_params * 2 + 255) / 256 * 256 : 256);
 	cudaError_t rc = cudaMalloc(&m->state, m->state_bytes);
 	if (rc != cudaSuccess) {
 		m->state = NULL;
@@ -236,18 +255,65 @@ static int s_alloc_state(llama_cuda_t *m, bool moments, char *err, size_t errlen
 			 (double)m->state_bytes / GIB, m->n_params, cudaGetErrorString(rc));
 		return -ENOMEM;
 	}
-	m->params = (float *)m->state;
-	m->grads = m->params + m->n_params;
-	if (moments) {
-		m->mom1 = m->grads + m->n_params;
-		m->mom2 = m->mom1 + m->n_params;
+	float *next = (float *)m->state;
+	if (params) {
+		m->params = next;
+		next += m->n_params;
+		m->params16 = (uint16_t *)((float *)m->state + n_f32);
 	}
-	m->params16 = (uint16_t *)((float *)m->state + n_f32);
+	if (grads) {
+		m->grads = next;
+		next += m->n_params;
+	}
+	if (moments) {
+		m->mom1 = next;
+		m->mom2 = next + m->n_params;
+	}
 	if ((rc = cudaMemset(m->state, 0, m->state_bytes)) != cudaSuccess) {
 		snprintf(err, errlen, "CUDA error clearing the parameters: %s", cudaGetErrorString(rc));
 		return -EIO;
 	}
+	if (!params && (rc = cudaMalloc((void **)&m->fetched16, m->max_range * sizeof(uint16_t))) != cudaSuccess) {
+		m->fetched16 = NULL;
+		snprintf(err, errlen, "out of GPU memory: %.1f MiB for the bf16 copy of a fetched range: %s",
+			 (double)m->max_range * 2 / 1048576.0, cudaGetErrorString(rc));
+		return -ENOMEM;
+	}
 	return 0;
+}
+
+/* MODEL_STREAM_ALL's fetch order (llama_cuda.h): forward the embed_tokens
+ * blocks, layers 0..L-1, model.norm, the LM head's blocks; backward the LM
+ * head's blocks, model.norm, layers L-1..0 */
+static bool s_build_order(llama_cuda_t *m)
+{
+	const int L = m->cfg.n_layer, V = m->cfg.vocab_size;
+	const size_t C = (size_t)m->cfg.n_embd;
+	const int blocks = (V + m->rows - 1) / m->rows;
+	m->n_fwd = 2 * blocks + L + 1;
+	m->n_bwd = blocks + 1 + L;
+	m->order = (size_t *)calloc(2 * (size_t)(m->n_fwd + m->n_bwd), sizeof(size_t));
+	if (!m->order)
+		return false;
+	size_t *o = m->order;
+#define PUSH(lo, hi) (*o++ = (lo), *o++ = (hi))
+#define PUSH_BLOCKS(base)                                                                          \
+	for (int v0 = 0; v0 < V; v0 += m->rows)                                                     \
+		PUSH((base) + (size_t)v0 * C, (base) + (size_t)(m->rows < V - v0 ? v0 + m->rows : V) * C)
+#define PUSH_LAYER(l) PUSH(m->layer0 + (size_t)(l) * m->layer_floats, m->layer0 + (size_t)((l) + 1) * m->layer_floats)
+	PUSH_BLOCKS(0);
+	for (int l = 0; l < L; l++)
+		PUSH_LAYER(l);
+	PUSH(m->off_norm, m->off_norm + C);
+	PUSH_BLOCKS(m->off_head);
+	PUSH_BLOCKS(m->off_head);
+	PUSH(m->off_norm, m->off_norm + C);
+	for (int l = L - 1; l >= 0; l--)
+		PUSH_LAYER(l);
+#undef PUSH_LAYER
+#undef PUSH_BLOCKS
+#undef PUSH
+	return true;
 }
 
 /* the arena, the RoPE tables, pinned ids and the events */
@@ -307,6 +373,19 @@ static int s_alloc_rest(llama_cuda_t *m, char *err, size_t errlen)
 extern "C" int llama_cuda_new(const model_config_t *cfg, int max_B, int max_T, bool moments,
                               llama_cuda_t **ret_model, char *err, size_t errlen)
 {
+	return llama_cuda_new_streamed(cfg, max_B, max_T, moments, MODEL_DENSE, NULL, ret_model, err, errlen);
+}
+
+extern "C" int llama_cuda_new_streamed(const model_config_t *cfg, int max_B, int max_T, bool moments,
+                                       model_streaming_t streaming, const model_stream_t *stream,
+                                       llama_cuda_t **ret_model, char *err, size_t errlen)
+{
+	if (streaming != MODEL_DENSE &&
+	    (!stream || !stream->grad_begin || !stream->grad_end ||
+	     (streaming == MODEL_STREAM_ALL && (!stream->fetch || !stream->release)))) {
+		snprintf(err, errlen, "internal error: a streamed model needs its stream functions");
+		return -EINVAL;
+	}
 	int code = s_check(cfg, max_B, max_T, err, errlen);
 	if (code < 0)
 		return code;
@@ -329,16 +408,22 @@ extern "C" int llama_cuda_new(const model_config_t *cfg, int max_B, int max_T, b
 	m->hd = cfg->n_embd / cfg->n_head;
 	m->D = cfg->n_embd + 2 * cfg->n_kv_head * m->hd;
 	m->Fd = cfg->ffn_dim;
+	m->streaming = streaming;
+	if (stream)
+		m->st = *stream;
+	m->rows = streaming == MODEL_DENSE ? cfg->vocab_size : llama_stream_rows(cfg);
 	code = -ENOMEM;
 	if (llama_layout(cfg, &m->tensors, &m->n_tensors, &m->n_params, &m->max_range) < 0 ||
-	    !s_build_table(m)) {
+	    !s_build_table(m) || (streaming == MODEL_STREAM_ALL && !s_build_order(m))) {
 		snprintf(err, errlen, "out of host memory");
 		goto fail;
 	}
 	{
 		acts_t probe;
 		double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T) + (32 << 20);
-		double state = (double)m->n_params * ((moments ? 16.0 : 8.0) + 2.0);
+		const double per = (streaming != MODEL_STREAM_ALL ? 6.0 : 0.0) +
+				   (streaming == MODEL_DENSE ? 4.0 : 0.0) + (moments ? 8.0 : 0.0);
+		double state = (double)m->n_params * per;
 		size_t free_b = 0, total_b = 0;
 		if ((rc = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) {
 			snprintf(err, errlen, "no CUDA GPU: %s", cudaGetErrorString(rc));
@@ -385,6 +470,9 @@ extern "C" void llama_cuda_free(llama_cuda_t *m)
 		cudaFree(m->arena);
 	if (m->state)
 		cudaFree(m->state);
+	if (m->fetched16)
+		cudaFree(m->fetched16);
+	free(m->order);
 	if (m->host_ids)
 		cudaFreeHost(m->host_ids);
 	if (m->staged)
@@ -431,6 +519,8 @@ static void s_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind
 
 extern "C" void llama_cuda_set_params(llama_cuda_t *m, const float *params)
 {
+	if (!m->params)
+		s_misuse("llama_cuda_set_params on a model created without parameters");
 	s_copy(m->params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 	llama_cuda_params_written(m);
 	CUDA_CHECK(cudaStreamSynchronize(m->stream));
@@ -438,11 +528,15 @@ extern "C" void llama_cuda_set_params(llama_cuda_t *m, const float *params)
 
 extern "C" void llama_cuda_get_params(llama_cuda_t *m, float *ret_params)
 {
+	if (!m->params)
+		s_misuse("llama_cuda_get_params on a model created without parameters");
 	s_copy(ret_params, m->params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
 extern "C" void llama_cuda_get_grads(llama_cuda_t *m, float *ret_grads)
 {
+	if (!m->grads)
+		s_misuse("llama_cuda_get_grads on a model created without a gradient buffer");
 	s_copy(ret_grads, m->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
@@ -464,7 +558,8 @@ extern "C" void llama_cuda_get_moments(llama_cuda_t *m, float *ret_mom1, float *
 
 extern "C" void llama_cuda_params_written(llama_cuda_t *m)
 {
-	cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
+	if (m->params)
+		cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
 }
 
 extern "C" void llama_cuda_sync(llama_cuda_t *m)
@@ -485,6 +580,8 @@ extern "C" void llama_cuda_get_logits(llama_cuda_t *m, float *ret_logits)
 
 extern "C" void llama_cuda_set_grads_ready(llama_cuda_t *m, model_grads_ready_fn fn, void *ctx)
 {
+	if (fn && !m->grads)
+		s_misuse("llama_cuda_set_grads_ready on a model without a gradient buffer");
 	m->ready_fn = fn;
 	m->ready_ctx = ctx;
 }
@@ -497,11 +594,78 @@ static void s_grads_ready(llama_cuda_t *m, int k, size_t lo, size_t hi)
 	m->ready_fn(m->ready_ctx, (model_range_t){lo, hi}, (void *)m->ready[k]);
 }
 
+/* ---- streaming ---- */
+
+/* A pass (forward or backward) starts: its fetches are order[pos .. end). */
+static void s_pass(llama_cuda_t *m, bool backward)
+{
+	m->pos = backward ? m->n_fwd : 0;
+	m->end = backward ? m->n_fwd + m->n_bwd : m->n_fwd;
+}
+
+/* parameters [lo, hi) for the kernels about to be enqueued, fp32 and (need16)
+ * bf16, indexed from lo: the model's buffers, or a fetched range */
+typedef struct {
+	const float *p;
+	const uint16_t *p16;
+} view_t;
+
+static view_t s_pget(llama_cuda_t *m, size_t lo, size_t hi, bool need16)
+{
+	view_t v;
+	if (m->streaming != MODEL_STREAM_ALL) {
+		v.p = m->params + lo;
+		v.p16 = m->params16 + lo;
+		return v;
+	}
+	const size_t *at = m->order + 2 * (size_t)m->pos;
+	if (m->pos >= m->end || at[0] != lo || at[1] != hi)
+		s_misuse("llama_cuda: parameters fetched out of order");
+	m->pos++;
+	const bool last = m->pos >= m->end;
+	const model_range_t r = {lo, hi}, next = {last ? 0 : at[2], last ? 0 : at[3]};
+	v.p = m->st.fetch(m->st.ctx, r, next);
+	v.p16 = NULL;
+	if (need16) {
+		cuda_to_bf16(m->fetched16, v.p, hi - lo, m->stream);
+		v.p16 = m->fetched16;
+	}
+	return v;
+}
+
+/* the kernels that read a fetched range are enqueued: wait, hand it back */
+static void s_pput(llama_cuda_t *m, view_t v)
+{
+	if (m->streaming != MODEL_STREAM_ALL)
+		return;
+	CUDA_CHECK(cudaStreamSynchronize(m->stream));
+	m->st.release(m->st.ctx, v.p);
+}
+
+/* where backward adds the gradients [lo, hi): the buffer, or a zeroed bucket */
+static float *s_gbegin(llama_cuda_t *m, size_t lo, size_t hi)
+{
+	if (m->streaming == MODEL_DENSE)
+		return m->grads + lo;
+	return m->st.grad_begin(m->st.ctx, (model_range_t){lo, hi});
+}
+
+/* the kernels adding into g are enqueued: a bucket goes back once they are done */
+static void s_gend(llama_cuda_t *m, float *g, size_t lo, size_t hi)
+{
+	if (m->streaming == MODEL_DENSE)
+		return;
+	CUDA_CHECK(cudaStreamSynchronize(m->stream));
+	m->st.grad_end(m->st.ctx, g, (model_range_t){lo, hi});
+}
+
 /* ---- GEMMs ---- */
 
-/* C or C16 (M, N) = alpha op(A) @ op(B) [+ C or C_in] */
-static void s_gemm(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a, const uint16_t *B,
-                   bool trans_b, float *C, uint16_t *C16, bool accumulate, const float *C_in, float alpha)
+/* C or C16 (M, N) = alpha op(A) @ op(B) [+ C or C_in], A's rows lda apart
+ * and C's ldc apart (0: dense) */
+static void s_gemm_ld(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda, bool trans_a,
+                      const uint16_t *B, bool trans_b, float *C, uint16_t *C16, int64_t ldc, bool accumulate,
+                      const float *C_in, float alpha)
 {
 	cuda_gemm_args_t a;
 	memset(&a, 0, sizeof a);
@@ -509,6 +673,8 @@ static void s_gemm(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, bool
 	a.N = N;
 	a.K = K;
 	a.A = A;
+	a.lda = lda;
+	a.ldc = ldc;
 	a.trans_a = trans_a;
 	a.B = B;
 	a.trans_b = trans_b;
@@ -518,6 +684,12 @@ static void s_gemm(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, bool
 	a.C_in = C_in;
 	a.alpha = alpha;
 	cuda_gemm_run(m->gemm, &a);
+}
+
+static void s_gemm(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a, const uint16_t *B,
+                   bool trans_b, float *C, uint16_t *C16, bool accumulate, const float *C_in, float alpha)
+{
+	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, C, C16, 0, accumulate, C_in, alpha);
 }
 
 /* y (rows, out) = x (rows, in) @ W^T, W (out, in) bf16: fp32 y, or bf16 y16 */
@@ -587,14 +759,22 @@ extern "C" float llama_cuda_forward(llama_cuda_t *m, const int32_t *inputs, cons
 	m->B = B;
 	m->T = T;
 	m->have_targets = false;
-	/* the embedding: zeros plus each token's row (one exact add) */
+	s_pass(m, false);
+	const int rows = m->rows;
+	/* the embedding: zeros plus each token's row (one exact add), per block */
 	CUDA_CHECK(cudaMemsetAsync(a->encoded, 0, (size_t)N * C * sizeof(float), s));
-	cuda_embed_tokens_add(a->encoded, a->ids, m->params, 0, V, N, C, s);
+	for (int v0 = 0; v0 < V; v0 += rows) {
+		const int v1 = rows < V - v0 ? v0 + rows : V;
+		view_t v = s_pget(m, (size_t)v0 * C, (size_t)v1 * C, false);
+		cuda_embed_tokens_add(a->encoded, a->ids, v.p, v0, v1, N, C, s);
+		s_pput(m, v);
+	}
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
 		const size_t lo = m->layer0 + (size_t)l * m->layer_floats;
-		const float *P = m->params + lo;
-		const uint16_t *P16 = m->params16 + lo;
+		view_t lp = s_pget(m, lo, lo + m->layer_floats, true);
+		const float *P = lp.p;
+		const uint16_t *P16 = lp.p16;
 		uint16_t *rms1 = LAYER_SLICE(a->rms1, l, C), *qkv16 = LAYER_SLICE(a->qkv16, l, D);
 		uint16_t *atty = LAYER_SLICE(a->atty, l, C), *rms2 = LAYER_SLICE(a->rms2, l, C);
 		uint16_t *gu16 = LAYER_SLICE(a->gu16, l, 2 * Fd), *hsw = LAYER_SLICE(a->hsw, l, Fd);
@@ -613,10 +793,20 @@ extern "C" float llama_cuda_forward(llama_cuda_t *m, const int32_t *inputs, cons
 		cuda_swiglu_forward(hsw, gu16, N, Fd, s);
 		s_gemm(m, N, C, Fd, hsw, false, P16 + m->rel[LLAMA_T_DOWN], true, res_mlp, NULL, true, res_attn,
 		       1.0f);
+		s_pput(m, lp);
 		x = res_mlp;
 	}
-	cuda_rmsnorm_forward(NULL, a->rmsf, a->rstdf, x, m->params + m->off_norm, N, C, eps, s);
-	s_linear(m, N, V, C, a->rmsf, m->params16 + m->off_head, NULL, a->logits);
+	view_t np = s_pget(m, m->off_norm, m->off_norm + (size_t)C, false);
+	cuda_rmsnorm_forward(NULL, a->rmsf, a->rstdf, x, np.p, N, C, eps, s);
+	s_pput(m, np);
+	/* logits (N, V) = rmsf @ W^T, per block of W's rows: the block's columns */
+	for (int v0 = 0; v0 < V; v0 += rows) {
+		const int nv = rows < V - v0 ? rows : V - v0;
+		const size_t hlo = m->off_head + (size_t)v0 * C;
+		view_t v = s_pget(m, hlo, hlo + (size_t)nv * C, true);
+		s_gemm_ld(m, N, nv, C, a->rmsf, 0, false, v.p16, true, NULL, a->logits + v0, V, false, NULL, 1.0f);
+		s_pput(m, v);
+	}
 	if (!targets)
 		return 0.0f;
 	/* the losses, and dlogits for a loss scale of 1 (backward's LM-head
@@ -632,7 +822,8 @@ extern "C" float llama_cuda_forward(llama_cuda_t *m, const int32_t *inputs, cons
 
 extern "C" void llama_cuda_zero_grad(llama_cuda_t *m)
 {
-	CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_params * sizeof(float), m->stream));
+	if (m->grads) /* streamed: every bucket comes zeroed */
+		CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->n_params * sizeof(float), m->stream));
 }
 
 /* ---- backward ---- */
@@ -647,10 +838,11 @@ static void s_layer_backward(llama_cuda_t *m, int l)
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
-	const size_t lo = m->layer0 + (size_t)l * m->layer_floats;
-	const float *P = m->params + lo;
-	const uint16_t *P16 = m->params16 + lo;
-	float *G = m->grads + lo;
+	const size_t lo = m->layer0 + (size_t)l * m->layer_floats, hi = lo + m->layer_floats;
+	view_t lp = s_pget(m, lo, hi, true);
+	const float *P = lp.p;
+	const uint16_t *P16 = lp.p16;
+	float *G = s_gbegin(m, lo, hi);
 	const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res_mlp, l - 1, C);
 	const uint16_t *rms1 = LAYER_SLICE(a->rms1, l, C), *qkv16 = LAYER_SLICE(a->qkv16, l, D);
 	const uint16_t *atty = LAYER_SLICE(a->atty, l, C), *rms2 = LAYER_SLICE(a->rms2, l, C);
@@ -674,6 +866,8 @@ static void s_layer_backward(llama_cuda_t *m, int l)
 	s_linear_dx(m, N, D, C, a->dqkv16, P16 + m->rel[LLAMA_T_Q], NULL, a->dsmall16, 1.0f);
 	cuda_rmsnorm_backward(a->dres, a->dres16, G + m->rel[LLAMA_T_ATTN_NORM], NULL, a->dsmall16, x,
 			      LAYER_SLICE(a->rstd1, l, 1), P + m->rel[LLAMA_T_ATTN_NORM], N, C, a->colsum, s);
+	s_gend(m, G, lo, hi);
+	s_pput(m, lp);
 }
 
 extern "C" void llama_cuda_backward(llama_cuda_t *m, float loss_scale)
@@ -686,22 +880,52 @@ extern "C" void llama_cuda_backward(llama_cuda_t *m, float loss_scale)
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
-	/* the LM head (embed_tokens when tied): dW += dlogits^T @ rmsf, and
-	 * drmsf = dlogits @ W, both scaled by loss_scale */
-	s_linear_dw(m, N, V, C, a->dlogits, a->rmsf, m->grads + m->off_head, loss_scale);
-	s_linear_dx(m, N, V, C, a->dlogits, m->params16 + m->off_head, a->dsmall, NULL, loss_scale);
-	CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
-	cuda_rmsnorm_backward(a->dres, a->dres16, m->grads + m->off_norm, a->dsmall, NULL,
-			      LAYER_SLICE(a->res_mlp, L - 1, C), a->rstdf, m->params + m->off_norm, N, C,
-			      a->colsum, s);
+	s_pass(m, true);
+	const int rows = m->rows;
+	/* the LM head (embed_tokens when tied), per block of W's rows (the
+	 * block's columns of dlogits, rows V apart): dW += dlogits^T @ rmsf,
+	 * and drmsf = dlogits @ W summed over the blocks, scaled by loss_scale */
+	for (int v0 = 0; v0 < V; v0 += rows) {
+		const int nv = rows < V - v0 ? rows : V - v0;
+		const size_t hlo = m->off_head + (size_t)v0 * C, hhi = hlo + (size_t)nv * C;
+		float *g = s_gbegin(m, hlo, hhi);
+		s_gemm_ld(m, nv, C, N, a->dlogits + v0, V, true, a->rmsf, false, g, NULL, 0, true, NULL, loss_scale);
+		s_gend(m, g, hlo, hhi);
+		view_t v = s_pget(m, hlo, hhi, true);
+		s_gemm_ld(m, N, C, nv, a->dlogits + v0, V, false, v.p16, false, a->dsmall, NULL, 0, v0 > 0, NULL,
+			  loss_scale);
+		s_pput(m, v);
+	}
+	{
+		view_t w = s_pget(m, m->off_norm, m->off_norm + (size_t)C, false);
+		float *g = s_gbegin(m, m->off_norm, m->off_norm + (size_t)C);
+		CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
+		cuda_rmsnorm_backward(a->dres, a->dres16, g, a->dsmall, NULL, LAYER_SLICE(a->res_mlp, L - 1, C),
+				      a->rstdf, w.p, N, C, a->colsum, s);
+		s_gend(m, g, m->off_norm, m->off_norm + (size_t)C);
+		s_pput(m, w);
+	}
 	s_grads_ready(m, 0, m->off_norm, m->n_params); /* model.norm and an untied lm_head */
 	for (int l = L - 1; l >= 0; l--) {
 		s_layer_backward(m, l);
 		const size_t lo = m->layer0 + (size_t)l * m->layer_floats;
 		s_grads_ready(m, L - l, lo, lo + m->layer_floats);
 	}
+	/* embed_tokens per block of rows: the run of the (sorted) distinct
+	 * tokens inside each */
 	const int32_t *d_uniq = a->ids + 2 * N, *d_starts = a->ids + 3 * N, *d_rows = a->ids + 4 * N + 1;
-	cuda_embed_tokens_backward(m->grads, 0, a->dres, d_uniq, d_starts, d_rows, m->n_unique, C, s);
+	const int32_t *h_uniq = m->host_ids + 2 * N;
+	int k0 = 0;
+	for (int v0 = 0; v0 < V; v0 += rows) {
+		const int v1 = rows < V - v0 ? v0 + rows : V;
+		int k1 = k0;
+		while (k1 < m->n_unique && h_uniq[k1] < v1)
+			k1++;
+		float *g = s_gbegin(m, (size_t)v0 * C, (size_t)v1 * C);
+		cuda_embed_tokens_backward(g, v0, a->dres, d_uniq + k0, d_starts + k0, d_rows, k1 - k0, C, s);
+		s_gend(m, g, (size_t)v0 * C, (size_t)v1 * C);
+		k0 = k1;
+	}
 	s_grads_ready(m, L + 1, 0, m->layer0);
 }
 
@@ -717,6 +941,8 @@ extern "C" double llama_cuda_sum_squares(llama_cuda_t *m, const float *x, size_t
 
 extern "C" double llama_cuda_grad_norm(llama_cuda_t *m)
 {
+	if (!m->grads)
+		s_misuse("llama_cuda_grad_norm on a model created without a gradient buffer");
 	return sqrt(llama_cuda_sum_squares(m, m->grads, m->n_params));
 }
 
@@ -733,8 +959,8 @@ static void s_adamw(llama_cuda_t *m, size_t lo, size_t n, float *params, uint16_
 
 extern "C" void llama_cuda_adamw(llama_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
 {
-	if (!m->mom1)
-		s_misuse("llama_cuda_adamw on a model created without AdamW moments");
+	if (!m->mom1 || !m->grads || !m->params)
+		s_misuse("llama_cuda_adamw on a model created without parameters, gradients or AdamW moments");
 	s_adamw(m, 0, m->n_params, m->params, m->params16, m->grads, m->mom1, m->mom2, hp, grad_scale);
 }
 

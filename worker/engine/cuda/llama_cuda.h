@@ -19,8 +19,20 @@
  * Memory: fp32 parameters, gradients and the two AdamW moments are flat
  * device buffers in llama_layout's order (the moments may be left out,
  * no_moments: the trainer keeps a ZeRO shard's); activations live in one
- * arena for (max_B, max_T). Streaming ZeRO-2/3 (model_options_t.streaming)
- * is not implemented on this row yet: create refuses it with a message.
+ * arena for (max_B, max_T).
+ *
+ * Streaming (model.h's model_streaming_t, ZeRO-2/3): with
+ * MODEL_STREAM_GRADS there is no gradient buffer and backward hands its
+ * gradients out range by range; with MODEL_STREAM_ALL no parameter
+ * buffers either, and forward and backward fetch each range just before
+ * its kernels (converted to bf16 in a buffer of the model's). The ranges
+ * and their order are the CPU row's (llama.h): forward fetches the
+ * embed_tokens blocks, layers 0..L-1, model.norm and the LM head's blocks
+ * (lm_head's, or embed_tokens' again when tied); backward the LM head's
+ * blocks, model.norm and layers L-1..0, and hands out gradients for the LM
+ * head's blocks, model.norm, layers L-1..0 and the embed_tokens blocks
+ * (tied: each of those blocks twice). A block is llama_stream_rows rows.
+ * Every range is handed out in every backward, whatever the batch holds.
  *
  * Threads, streams and errors as gpt2_cuda.h: one thread at a time, all
  * work on the model's stream, functions returning host values wait;
@@ -54,6 +66,13 @@ typedef struct llama_cuda llama_cuda_t;
  */
 int llama_cuda_new(const model_config_t *cfg, int max_B, int max_T, bool moments,
                    llama_cuda_t **ret_model, char *err, size_t errlen);
+
+/* llama_cuda_new with streaming (see the top): stream is copied (its ctx
+ * borrowed) and must have grad_begin and grad_end, and with
+ * MODEL_STREAM_ALL fetch and release too; NULL with MODEL_DENSE. */
+int llama_cuda_new_streamed(const model_config_t *cfg, int max_B, int max_T, bool moments,
+                            model_streaming_t streaming, const model_stream_t *stream,
+                            llama_cuda_t **ret_model, char *err, size_t errlen);
 /* Free everything; accepts NULL. */
 void llama_cuda_free(llama_cuda_t *m);
 
@@ -66,7 +85,7 @@ size_t llama_cuda_max_range(const llama_cuda_t *m);
 size_t llama_cuda_state_bytes(const llama_cuda_t *m);
 size_t llama_cuda_activation_bytes(const llama_cuda_t *m);
 cudaStream_t llama_cuda_stream(const llama_cuda_t *m);
-/* The flat device buffers (borrowed). */
+/* The flat device buffers (borrowed; NULL when streamed). */
 float *llama_cuda_params(llama_cuda_t *m);
 float *llama_cuda_grads(llama_cuda_t *m);
 

@@ -3,9 +3,8 @@
  * the GPU engine (llama_cuda.h). The tensor table, ranges, initial values
  * and FLOPs are llama_layout's, shared with the CPU row, so the trainer
  * initialises a host model and uploads it (dev->set_params) and snapshots
- * move between the two. MODEL_DENSE only for now: ZeRO-2/3's streaming is
- * refused with a message naming parallel.sharding (ZeRO-1 works: the
- * trainer keeps the moments, no_moments, and steps with adamw_range).
+ * move between the two. Streaming (ZeRO-2/3) and no_moments (ZeRO-1/2/3:
+ * the trainer keeps a shard's moments) go to llama_cuda as they are.
  * Compiled with the trainer in builds with the CUDA engine (and its
  * emulator).
  */
@@ -22,7 +21,7 @@
 
 typedef struct {
 	llama_cuda_t *m;
-	bool moments;
+	bool moments, grads;
 } row_t;
 
 static void s_free(void *impl)
@@ -37,19 +36,15 @@ static void s_free(void *impl)
 static int s_create(const model_config_t *cfg, const model_options_t *opt, void **ret_impl,
 		    char *err, size_t errlen)
 {
-	if (opt->streaming != MODEL_DENSE) {
-		snprintf(err, errlen,
-			 "parallel.sharding zero2 and zero3 are not yet available for model.arch llama on "
-			 "parallel.device cuda; use none or zero1");
-		return -EINVAL;
-	}
 	row_t *r = calloc(1, sizeof *r);
 	if (!r) {
 		snprintf(err, errlen, "out of host memory");
 		return -ENOMEM;
 	}
 	r->moments = !opt->no_moments;
-	int rc = llama_cuda_new(cfg, opt->max_B, opt->max_T, r->moments, &r->m, err, errlen);
+	r->grads = opt->streaming == MODEL_DENSE;
+	int rc = llama_cuda_new_streamed(cfg, opt->max_B, opt->max_T, r->moments, opt->streaming,
+					 opt->stream, &r->m, err, errlen);
 	if (rc < 0) {
 		free(r);
 		return rc;
@@ -87,14 +82,15 @@ static double s_flops_per_token(const void *impl, int T)
 
 static size_t s_grad_bytes(const void *impl)
 {
-	return llama_cuda_num_params(CM(impl)) * sizeof(float);
+	const row_t *r = impl;
+	return r->grads ? llama_cuda_num_params(r->m) * sizeof(float) : 0;
 }
 
 static size_t s_param_bytes(const void *impl)
 {
 	const row_t *r = impl;
 	size_t n = llama_cuda_num_params(r->m) * sizeof(float);
-	return s_state_bytes(impl) - n - (r->moments ? 2 * n : 0);
+	return s_state_bytes(impl) - s_grad_bytes(impl) - (r->moments ? 2 * n : 0);
 }
 
 /* ---- model_device_ops_t ---- */
