@@ -21,6 +21,10 @@ With `--sharding zero1` (or zero2) both jobs shard AdamW's state (and
 zero2's gradients) over the two ranks (train_cuda.h): the snapshots hold
 each rank's shard of the moments, and the recovered job must still repeat
 the uninterrupted one bit for bit.
+
+With `--arch llama` the job trains a tiny Llama (grouped-query attention,
+RoPE scaling, tied embeddings) on the GPU engine's Llama row instead of
+GPT-2, with the same checks.
 """
 import os
 import signal
@@ -33,9 +37,15 @@ FAKE_GPUS = ("NVIDIA H100 80GB HBM3|85520809984|GPU-11111111-2222-3333-4444-5555
              "NVIDIA H100 80GB HBM3|85520809984|GPU-22222222-3333-4444-5555-666666666666")
 
 
-def spec(name, sharding):
+def spec(name, sharding, arch="gpt2"):
     s = tiny_spec(name, world_size=2, batch_size=4, steps=STEPS, seed=5, max_restarts=2)
     s["model"] = {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "seq_len": 32}
+    if arch == "llama":
+        s["model"] = {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 64,
+                      "ffn_dim": 96, "vocab_size": 256, "seq_len": 32, "rope_theta": 10000,
+                      "rope_scaling": {"factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+                                       "original_max_position": 16},
+                      "tie_embeddings": True}
     s["parallel"]["device"] = "cuda"
     s["parallel"]["sharding"] = sharding
     s["train"]["precision"] = "bf16"
@@ -56,6 +66,7 @@ def last_step(d, job_id):
 def main(c, args):
     fake_dir = os.path.abspath(args[args.index("--fake-nvml") + 1])
     sharding = args[args.index("--sharding") + 1] if "--sharding" in args else "none"
+    arch = args[args.index("--arch") + 1] if "--arch" in args else "gpt2"
     # 500 ms heartbeats (a node is lost after 1.5 s of silence): the emulated
     # GPUs keep both cores busy, and at 200 ms a loaded machine made the agent
     # look lost in the middle of the run.
@@ -70,7 +81,7 @@ def main(c, args):
     check(devs == [("cpu", 0), ("cuda", 0), ("cuda", 1)], "gpu1 advertises %r" % workers["gpu1"]["devices"])
 
     # 1. uninterrupted
-    ref = d.submit(spec("cudaemu-reference", sharding))["id"]
+    ref = d.submit(spec("cudaemu-reference", sharding, arch))["id"]
     d.wait_state(ref, {"succeeded"}, timeout=400)
     placed = [e["reason"] for e in d.events(ref) if e["type"] == "state" and e.get("to") == "scheduled"]
     check(len(placed) == 1 and "cuda0" in placed[0] and "cuda1" in placed[0], "placement %r" % placed)
@@ -84,13 +95,13 @@ def main(c, args):
         want[s] = loss
     check(sorted(want) == list(range(1, STEPS + 1)), "reference steps %s" % sorted(want))
     check(want[STEPS] < want[1] - 0.3, "loss %.4f -> %.4f: not learning" % (want[1], want[STEPS]))
-    log("uninterrupted (sharding %s): loss %.4f at step 1, %.4f at step %d"
-        % (sharding, want[1], want[STEPS], STEPS))
+    log("uninterrupted (%s, sharding %s): loss %.4f at step 1, %.4f at step %d"
+        % (arch, sharding, want[1], want[STEPS], STEPS))
     listed = [cp["step"] for cp in d.json("GET", "/v1/jobs/%s/checkpoints" % ref)["checkpoints"]]
     check(listed[:3] == [30, 20, 10], "checkpoints %r" % listed)
 
     # 2. rank 1 killed after step 12
-    job = d.submit(spec("cudaemu-chaos", sharding))["id"]
+    job = d.submit(spec("cudaemu-chaos", sharding, arch))["id"]
     wait_until("step 12", lambda: last_step(d, job) >= 12, 300)
     victim = wait_until("rank 1", lambda: rank_pid(job, 1), 30)
     survivor = rank_pid(job, 0)

@@ -906,7 +906,7 @@ static void flash_case(int B, int T, int C, int H)
 	float *d_qkv = gpu_dup(qkv, F(nqkv)), *d_out = gpu_dup(NULL, F(nc)), *d_lse = gpu_dup(NULL, F(nrows));
 	uint16_t *d_out16 = gpu_dup(NULL, nc * 2), *d_qkv16 = gpu_dup(NULL, nqkv * 2);
 	cuda_to_bf16(d_qkv16, d_qkv, nqkv, s); /* as the model's QKV GEMM writes them */
-	cuda_flash_forward(d_out, d_out16, d_lse, d_qkv16, B, T, C, H, s);
+	cuda_flash_forward(d_out, d_out16, d_lse, d_qkv16, B, T, C, H, H, s);
 	float *g = download(d_out, nc), *glse = download(d_lse, nrows);
 	uint16_t *g16 = download16(d_out16, nc);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: out fp32", T, hd);
@@ -921,7 +921,7 @@ static void flash_case(int B, int T, int C, int H)
 	float *d_dout = gpu_dup(dout, F(nc)), *d_dqkv = gpu_dup(NULL, F(nqkv));
 	uint16_t *d_dqkv16 = gpu_dup(NULL, nqkv * 2);
 	cuda_flash_backward(d_dqkv, d_dqkv16, NULL, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C,
-			    H, s);
+			    H, H, s);
 	float *gd = download(d_dqkv, nqkv);
 	uint16_t *gd16 = download16(d_dqkv16, nqkv);
 	const char *part[3] = {"dq", "dk", "dv"};
@@ -935,7 +935,7 @@ static void flash_case(int B, int T, int C, int H)
 	expect(what, rel_err_bf16(gd16, dqkv, nqkv), ATT_BWD_BOUND);
 	/* no atomics: a second backward gives the same bits */
 	gpu_must(cudaMemset(d_dqkv, 0, F(nqkv)), "clear");
-	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C, H, s);
+	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C, H, H, s);
 	float *gd2 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward twice, same bits", T, hd);
 	expect_true(what, memcmp(gd, gd2, F(nqkv)) == 0);
@@ -944,7 +944,7 @@ static void flash_case(int B, int T, int C, int H)
 	float *d_dout1 = gpu_dup(NULL, F(nc + 1));
 	gpu_must(cudaMemcpy(d_dout1 + 1, dout, F(nc), cudaMemcpyHostToDevice), "upload");
 	cuda_flash_backward(d_dqkv, NULL, NULL, d_dout1 + 1, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C,
-			    H, s);
+			    H, H, s);
 	float *gd3 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward, dout unaligned", T, hd);
 	expect(what, rel_err(gd3, gd, nqkv), FP32_SUM_BOUND);
@@ -956,14 +956,14 @@ static void flash_case(int B, int T, int C, int H)
 	uint16_t *dout16 = malloc(nc * 2), *d_dout16 = gpu_dup(NULL, (nc + 1) * 2);
 	kernel_to_bf16(dout16, dout, nc);
 	gpu_must(cudaMemcpy(d_dout16, dout16, nc * 2, cudaMemcpyHostToDevice), "upload");
-	cuda_flash_backward(d_dqkv, NULL, NULL, NULL, d_dout16, d_qkv16, d_out16, d_lse, &as, B, T, C, H, s);
+	cuda_flash_backward(d_dqkv, NULL, NULL, NULL, d_dout16, d_qkv16, d_out16, d_lse, &as, B, T, C, H, H, s);
 	gd3 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward from bf16 dout, same bits", T, hd);
 	expect_true(what, memcmp(gd3, gd, F(nqkv)) == 0);
 	free(gd3);
 	gpu_must(cudaMemcpy(d_dout16 + 1, dout16, nc * 2, cudaMemcpyHostToDevice), "upload");
 	cuda_flash_backward(d_dqkv, NULL, NULL, NULL, d_dout16 + 1, d_qkv16, d_out16, d_lse, &as, B, T, C, H,
-			    s);
+			    H, s);
 	gd3 = download(d_dqkv, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: backward, bf16 dout unaligned", T, hd);
 	expect(what, rel_err(gd3, gd, nqkv), FP32_SUM_BOUND);
@@ -986,7 +986,7 @@ static void flash_case(int B, int T, int C, int H)
 	float *d_db = gpu_dup(db0, F((size_t)3 * C));
 	gpu_must(cudaMemset(d_dqkv16, 0xff, nqkv * 2), "fill");
 	cuda_flash_backward(NULL, d_dqkv16, d_db, d_dout, NULL, d_qkv16, d_out16, d_lse, &as, B, T, C, H,
-			    s);
+			    H, s);
 	float *gdb = download(d_db, (size_t)3 * C);
 	uint16_t *gd16b = download16(d_dqkv16, nqkv);
 	snprintf(what, sizeof what, "fused attention T %d hd %d: qkv bias gradient (fp32 sums)", T, hd);

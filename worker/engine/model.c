@@ -11,6 +11,9 @@
 
 #include "gpt2_model.h"
 #include "llama_model.h"
+#ifdef RINGMASTER_HAVE_CUDA_ENGINE
+#include "cuda/llama_cuda_model.h"
+#endif
 
 struct model {
 	const model_ops_t *ops;
@@ -22,6 +25,7 @@ static const model_ops_t *const s_rows[] = {
 	&llama_model_cpu,
 #ifdef RINGMASTER_HAVE_CUDA_ENGINE
 	&gpt2_model_cuda,
+	&llama_model_cuda,
 #endif
 };
 

@@ -95,19 +95,23 @@ bool cuda_flash_supported(int C, int H);
 
 /*
  * The forward of cuda_attention_forward, fused: out / out16 (B, T, C)
- * (either may be NULL) = attention of qkv16 (B, T, 3C) bf16, q, k, v side
- * by side as the QKV GEMM writes them (16-byte aligned); lse2 (B, H, T)
- * gets each row's log2-sum-exp2 of the scores times log2(e) / sqrt(hd),
- * for backward. A head size cuda_flash_supported refuses exits 70.
+ * (either may be NULL) = attention of qkv16 (B, T, C + 2 KV hd) bf16, q
+ * (H heads), k and v (KV heads each) side by side as the QKV GEMM writes
+ * them (16-byte aligned); query head h attends with KV head h / (H / KV)
+ * (grouped-query attention, read in place; GPT-2 passes KV = H, rows 3C).
+ * lse2 (B, H, T) gets each row's log2-sum-exp2 of the scores times
+ * log2(e) / sqrt(hd), for backward. A head size cuda_flash_supported
+ * refuses, or H not a multiple of KV, exits 70.
  */
 void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t *qkv16, int B, int T,
-                        int C, int H, cudaStream_t stream);
+                        int C, int H, int KV, cudaStream_t stream);
 
 /*
- * The backward of cuda_attention_backward, fused: dqkv / dqkv16 (B, T, 3C)
- * (either may be NULL; overwritten) from dout (B, T, C), fp32 or (dout16,
- * the other NULL) bf16, and the forward's
- * qkv16, output out16 (B, T, C) bf16 and lse2 (all unchanged); dbias (3C),
+ * The backward of cuda_attention_backward, fused: dqkv / dqkv16 (qkv16's
+ * layout, B, T, C + 2 KV hd) (either may be NULL; overwritten) from dout
+ * (B, T, C), fp32 or (dout16, the other NULL) bf16, and the forward's
+ * qkv16, output out16 (B, T, C) bf16 and lse2 (all unchanged); a KV head's
+ * dk, dv sum over the query heads of its group. dbias (C + 2 KV hd),
  * unless NULL, ADDS dqkv's column sums (the qkv bias gradient, from the
  * fp32 values, whether or not dqkv is written); s (made with fused) holds
  * dy, the row sums and the bias partial sums meanwhile.
@@ -115,7 +119,7 @@ void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t
 void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, float *dbias, const float *dout,
                          const uint16_t *dout16, const uint16_t *qkv16, const uint16_t *out16,
                          const float *lse2,
-                         const cuda_attention_scratch_t *s, int B, int T, int C, int H,
+                         const cuda_attention_scratch_t *s, int B, int T, int C, int H, int KV,
                          cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -19,8 +19,13 @@
  * eight rows fall in distinct banks); B fragments come by ldmatrix, with
  * .trans where the tile holds B itself rather than its columns (V in P V,
  * q and dy in dk and dv, K in dS K). q, k and v are read in place from the
- * QKV GEMM's bf16 output (B, T, 3C): a head's rows are 3C apart, each one
- * HD contiguous elements, so no kernel splits them into heads first.
+ * QKV GEMM's bf16 output (B, T, C + 2 KV HD): a head's rows are that far
+ * apart, each one HD contiguous elements, so no kernel splits them into
+ * heads first. Grouped-query attention (Llama): KV heads of K and V, each
+ * read by H / KV query heads; query head h reads KV head h / (H / KV) in
+ * place (GPT-2 is KV = H), so no K or V head is ever copied. The dk/dv
+ * kernel owns a KV head and loops over the query heads of its group, so
+ * each dk, dv element is still one fixed sequence of operations.
  *
  * Forward (per query tile): online softmax in base 2 (scores times
  * scale * log2 e), running max and sum per row, the output rescaled as the
@@ -29,7 +34,7 @@
  * (k_flash_dy_rowdot; k_flash_rowdot after cuda_heads_split where dout's
  * rows are not aligned); then dk, dv per key
  * tile, looping over the query tiles at or after it; then dq per query tile
- * over the key tiles up to it; each writes its rows of dqkv (B, T, 3C)
+ * over the key tiles up to it; each writes its rows of dqkv (qkv16's layout)
  * directly, fp32 and bf16, as forward writes its output rows, and (when
  * asked) its block's column sums of them, the qkv bias gradient's partial
  * sums per (batch, 64-row tile), added in order by cuda_colsum_add: the
@@ -58,11 +63,12 @@
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_PAD 8                   /* bf16 elements after each staged row */
 #define LOG2E 1.4426950408889634f
-/* q, k, v are read where the QKV GEMM wrote them: qkv16 (B, T, 3C) rows,
- * head h of batch b at column h HD of part q, k or v; block bh = b H + h */
-#define FA_LD(H, HD) ((size_t)3 * (H) * (HD))
-#define FA_BASE(bh, T, H, HD) \
-	((size_t)((bh) / (H)) * (T) * FA_LD(H, HD) + (size_t)((bh) % (H)) * (HD))
+/* q, k, v are read where the QKV GEMM wrote them: qkv16 (B, T, (H + 2 KV)
+ * HD) rows, q's H heads then k's and v's KV heads; head h of batch b at
+ * column h HD of its part (q at 0, k at H HD, v at (H + KV) HD); block
+ * bh = b H + h for a query head, its KV head h / (H / KV) */
+#define FA_LD(H, KV, HD) ((size_t)((H) + 2 * (KV)) * (HD))
+#define FA_BASE(b, head, T, ld, HD) ((size_t)(b) * (T) * (ld) + (size_t)(head) * (HD))
 
 typedef __nv_bfloat16 bf16;
 
@@ -295,7 +301,7 @@ __device__ __forceinline__ void s_acc_to_a(uint32_t a[4], const float x0[4], con
 template <int HD>
 __global__ void __launch_bounds__(FA_FWD_THREADS)
 	k_flash_forward(float *out, bf16 *out16, float *lse2, const uint16_t *q, const uint16_t *k,
-			const uint16_t *v, int T, int H, float scale_log2)
+			const uint16_t *v, int T, int H, int KV, float scale_log2)
 {
 	constexpr int MT = FA_FWD_MT, NT = FA_FWD_THREADS;
 	__shared__ __align__(16) uint16_t ks[2][FA_TILE][HD + FA_PAD];
@@ -303,11 +309,12 @@ __global__ void __launch_bounds__(FA_FWD_THREADS)
 	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
-	const int ld = (int)FA_LD(H, HD);
-	const size_t base = FA_BASE(bh, T, H, HD);
+	const int ld = (int)FA_LD(H, KV, HD);
+	const size_t base = FA_BASE(bh / H, bh % H, T, ld, HD);
+	const size_t kvbase = FA_BASE(bh / H, (bh % H) / (H / KV), T, ld, HD);
 	const int r0 = qt * FA_TILE + warp * 16 * MT; /* this warp's first query */
-	s_stage_rows<HD, NT>(ks[0], k + base, 0, T, ld);
-	s_stage_rows<HD, NT>(vs[0], v + base, 0, T, ld);
+	s_stage_rows<HD, NT>(ks[0], k + kvbase, 0, T, ld);
+	s_stage_rows<HD, NT>(vs[0], v + kvbase, 0, T, ld);
 	s_cp_commit();
 	uint32_t qa[MT][HD / 16][4];
 	FA_UNROLL
@@ -328,8 +335,8 @@ __global__ void __launch_bounds__(FA_FWD_THREADS)
 	for (int kt = 0; kt <= qt; kt++) {
 		const int buf = kt & 1;
 		if (kt < qt) {
-			s_stage_rows<HD, NT>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T, ld);
-			s_stage_rows<HD, NT>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T, ld);
+			s_stage_rows<HD, NT>(ks[buf ^ 1], k + kvbase, (kt + 1) * FA_TILE, T, ld);
+			s_stage_rows<HD, NT>(vs[buf ^ 1], v + kvbase, (kt + 1) * FA_TILE, T, ld);
 			s_cp_commit();
 			s_cp_wait<1>();
 		} else {
@@ -480,14 +487,13 @@ __global__ void k_flash_dy_rowdot(bf16 *dy, float *D, const TD *dout, const bf16
 		D[((size_t)b * H + head) * T + t] = acc;
 }
 
-/* A pair of gradient values (columns d, d + 1 of head `head`, part
- * `part` = 0, 1, 2 for q, k, v) into row (b, t) of dqkv / dqkv16 (B, T, 3C),
+/* A pair of gradient values (columns col, col + 1 of a row: the part's
+ * first column + head HD + d) into row (b, t) of dqkv / dqkv16 (B, T, ld),
  * either may be NULL */
-__device__ __forceinline__ void s_put_grad(float *dqkv, bf16 *dqkv16, int b, int t, int T, int H,
-                                           int hd, int part, int head, int d, float g0, float g1)
+__device__ __forceinline__ void s_put_grad(float *dqkv, bf16 *dqkv16, int b, int t, int T, int ld,
+                                           int col, float g0, float g1)
 {
-	const size_t C = (size_t)H * hd;
-	const size_t at = ((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)head * hd + d;
+	const size_t at = ((size_t)b * T + t) * (size_t)ld + (size_t)col;
 	if (dqkv) {
 		dqkv[at] = g0;
 		dqkv[at + 1] = g1;
@@ -544,86 +550,96 @@ __device__ __forceinline__ void s_stage_rowstats(float *ls, float *ds, const flo
 	}
 }
 
-/* dk, dv into dqkv / dqkv16: grid (B*H, key tiles), key tile blockIdx.y
- * (the first has the most queries after it). The q and dy tiles (and their
- * rows' lse2 and D) are double-buffered like forward's K and V. */
+/* dk, dv into dqkv / dqkv16: grid (B*KV, key tiles), key tile blockIdx.y
+ * (the first has the most queries after it), KV head blockIdx.x % KV; the
+ * query heads of its group in order, each over the query tiles at or after
+ * the key tile. The q and dy tiles (and their rows' lse2 and D) are
+ * double-buffered like forward's K and V. */
 template <int HD>
 __global__ void __launch_bounds__(FA_THREADS)
 	k_flash_backward_kv(float *dqkv, bf16 *dqkv16, float *bias_partial, const uint16_t *q,
 			    const uint16_t *k, const uint16_t *v, const uint16_t *dy, const float *lse2,
-			    const float *D, int T, int H, float scale_log2, float scale)
+			    const float *D, int T, int H, int KV, float scale_log2, float scale)
 {
 	__shared__ __align__(16) uint16_t qs[2][FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) uint16_t dys[2][FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) float ls[2][FA_TILE], ds[2][FA_TILE];
-	const int bh = (int)blockIdx.x, kt = (int)blockIdx.y, n_tiles = (int)gridDim.y;
+	const int bkv = (int)blockIdx.x, kt = (int)blockIdx.y, n_tiles = (int)gridDim.y;
+	const int b = bkv / KV, kvh = bkv % KV, group = H / KV;
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
-	const int ld = (int)FA_LD(H, HD);
-	const size_t base = FA_BASE(bh, T, H, HD), rows_at = (size_t)bh * T;
-	const uint16_t *dyb = dy + rows_at * HD; /* dy: (B*H, T, HD) */
+	const int ld = (int)FA_LD(H, KV, HD);
+	const size_t kvbase = FA_BASE(b, kvh, T, ld, HD);
 	const int k0 = kt * FA_TILE + warp * 16; /* this warp's first key */
-	s_stage_rows<HD>(qs[0], q + base, kt * FA_TILE, T, ld);
-	s_stage_rows<HD>(dys[0], dyb, kt * FA_TILE, T, HD);
-	s_stage_rowstats(ls[0], ds[0], lse2, D, rows_at, kt * FA_TILE, T);
-	s_cp_commit();
 	uint32_t ka[HD / 16][4], va[HD / 16][4];
-	s_load_a<HD>(ka, k + base, k0, T, g, tig, ld);
-	s_load_a<HD>(va, v + base, k0, T, g, tig, ld);
+	s_load_a<HD>(ka, k + kvbase, k0, T, g, tig, ld);
+	s_load_a<HD>(va, v + kvbase, k0, T, g, tig, ld);
 	float dka[HD / 8][4], dva[HD / 8][4];
 	FA_UNROLL
 	for (int dt = 0; dt < HD / 8; dt++)
 		FA_UNROLL
 		for (int e = 0; e < 4; e++)
 			dka[dt][e] = dva[dt][e] = 0.0f;
-	for (int qt = kt; qt < n_tiles; qt++) {
-		const int q0 = qt * FA_TILE, buf = (qt - kt) & 1;
-		if (qt + 1 < n_tiles) {
-			s_stage_rows<HD>(qs[buf ^ 1], q + base, q0 + FA_TILE, T, ld);
-			s_stage_rows<HD>(dys[buf ^ 1], dyb, q0 + FA_TILE, T, HD);
-			s_stage_rowstats(ls[buf ^ 1], ds[buf ^ 1], lse2, D, rows_at, q0 + FA_TILE, T);
-			s_cp_commit();
-			s_cp_wait<1>();
-		} else {
-			s_cp_wait<0>();
-		}
-		__syncthreads();
-		/* s^T (16 keys x 64 queries) = k q^T, dp^T = v dy^T */
-		float st[FA_TILE / 8][4], dpt[FA_TILE / 8][4];
-		s_times_rows<HD>(st, ka, qs[buf], lane);
-		s_times_rows<HD>(dpt, va, dys[buf], lane);
-		/* p^T, and dS^T = p^T (dp^T - D); masked on the diagonal tile
-		 * (query before key) and on the last (queries past T) */
-		FA_UNROLL
-		for (int nt = 0; nt < FA_TILE / 8; nt++)
-			FA_UNROLL
-			for (int e = 0; e < 4; e++)
-				st[nt][e] = cuda_ex2_approx(fmaf(st[nt][e], scale_log2, -ls[buf][nt * 8 + 2 * tig + (e & 1)]));
-		if (qt == kt || q0 + FA_TILE > T)
+	for (int j = 0; j < group; j++) {
+		const int bh = b * H + kvh * group + j;
+		const size_t base = FA_BASE(b, bh % H, T, ld, HD), rows_at = (size_t)bh * T;
+		const uint16_t *dyb = dy + rows_at * HD; /* dy: (B*H, T, HD) */
+		s_stage_rows<HD>(qs[0], q + base, kt * FA_TILE, T, ld);
+		s_stage_rows<HD>(dys[0], dyb, kt * FA_TILE, T, HD);
+		s_stage_rowstats(ls[0], ds[0], lse2, D, rows_at, kt * FA_TILE, T);
+		s_cp_commit();
+		for (int qt = kt; qt < n_tiles; qt++) {
+			const int q0 = qt * FA_TILE, buf = (qt - kt) & 1;
+			if (qt + 1 < n_tiles) {
+				s_stage_rows<HD>(qs[buf ^ 1], q + base, q0 + FA_TILE, T, ld);
+				s_stage_rows<HD>(dys[buf ^ 1], dyb, q0 + FA_TILE, T, HD);
+				s_stage_rowstats(ls[buf ^ 1], ds[buf ^ 1], lse2, D, rows_at, q0 + FA_TILE, T);
+				s_cp_commit();
+				s_cp_wait<1>();
+			} else {
+				s_cp_wait<0>();
+			}
+			__syncthreads();
+			/* s^T (16 keys x 64 queries) = k q^T, dp^T = v dy^T */
+			float st[FA_TILE / 8][4], dpt[FA_TILE / 8][4];
+			s_times_rows<HD>(st, ka, qs[buf], lane);
+			s_times_rows<HD>(dpt, va, dys[buf], lane);
+			/* p^T, and dS^T = p^T (dp^T - D); masked on the diagonal tile
+			 * (query before key) and on the last (queries past T) */
 			FA_UNROLL
 			for (int nt = 0; nt < FA_TILE / 8; nt++)
 				FA_UNROLL
-				for (int e = 0; e < 4; e++) {
-					const int key = k0 + g + (e >> 1) * 8, q = q0 + nt * 8 + 2 * tig + (e & 1);
-					if (q < key || q >= T)
-						st[nt][e] = 0.0f;
-				}
-		FA_UNROLL
-		for (int nt = 0; nt < FA_TILE / 8; nt++)
+				for (int e = 0; e < 4; e++)
+					st[nt][e] = cuda_ex2_approx(
+						fmaf(st[nt][e], scale_log2, -ls[buf][nt * 8 + 2 * tig + (e & 1)]));
+			if (qt == kt || q0 + FA_TILE > T)
+				FA_UNROLL
+				for (int nt = 0; nt < FA_TILE / 8; nt++)
+					FA_UNROLL
+					for (int e = 0; e < 4; e++) {
+						const int key = k0 + g + (e >> 1) * 8,
+							  qi = q0 + nt * 8 + 2 * tig + (e & 1);
+						if (qi < key || qi >= T)
+							st[nt][e] = 0.0f;
+					}
 			FA_UNROLL
-			for (int e = 0; e < 4; e++)
-				dpt[nt][e] = st[nt][e] * (dpt[nt][e] - ds[buf][nt * 8 + 2 * tig + (e & 1)]);
-		/* dv (16 x HD) += p^T @ dy, dk += dS^T @ q */
-		FA_UNROLL
-		for (int kk = 0; kk < FA_TILE / 16; kk++) {
-			uint32_t pa[4], sa[4];
-			s_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-			s_acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-			s_times_tile<HD>(dva, pa, dys[buf], kk, lane);
-			s_times_tile<HD>(dka, sa, qs[buf], kk, lane);
+			for (int nt = 0; nt < FA_TILE / 8; nt++)
+				FA_UNROLL
+				for (int e = 0; e < 4; e++)
+					dpt[nt][e] = st[nt][e] * (dpt[nt][e] - ds[buf][nt * 8 + 2 * tig + (e & 1)]);
+			/* dv (16 x HD) += p^T @ dy, dk += dS^T @ q */
+			FA_UNROLL
+			for (int kk = 0; kk < FA_TILE / 16; kk++) {
+				uint32_t pa[4], sa[4];
+				s_acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+				s_acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+				s_times_tile<HD>(dva, pa, dys[buf], kk, lane);
+				s_times_tile<HD>(dka, sa, qs[buf], kk, lane);
+			}
+			__syncthreads(); /* every warp is done with buf before it is refilled */
 		}
-		__syncthreads(); /* every warp is done with buf before it is refilled */
 	}
+	const int C = H * HD, kcol = C + kvh * HD, vcol = C + (KV + kvh) * HD;
 	FA_UNROLL
 	for (int h = 0; h < 2; h++) {
 		const int key = k0 + g + h * 8;
@@ -632,22 +648,20 @@ __global__ void __launch_bounds__(FA_THREADS)
 		FA_UNROLL
 		for (int dt = 0; dt < HD / 8; dt++) {
 			const int d = dt * 8 + 2 * tig;
-			s_put_grad(dqkv, dqkv16, bh / H, key, T, H, HD, 1, bh % H, d, dka[dt][2 * h] * scale,
+			s_put_grad(dqkv, dqkv16, b, key, T, ld, kcol + d, dka[dt][2 * h] * scale,
 				   dka[dt][2 * h + 1] * scale);
-			s_put_grad(dqkv, dqkv16, bh / H, key, T, H, HD, 2, bh % H, d, dva[dt][2 * h],
-				   dva[dt][2 * h + 1]);
+			s_put_grad(dqkv, dqkv16, b, key, T, ld, vcol + d, dva[dt][2 * h], dva[dt][2 * h + 1]);
 		}
 	}
 	if (!bias_partial)
 		return; /* the whole block: the argument is the same for all */
 	/* this block's rows of the k and v bias gradients: chunk (b, key tile)
-	 * of partial (B * key tiles, 3C) */
+	 * of partial (B * key tiles, ld) */
 	__shared__ float red[FA_WARPS][HD];
-	const int C = H * HD;
 	const bool valid[2] = {k0 + g < T, k0 + g + 8 < T};
-	float *row = bias_partial + ((size_t)(bh / H) * n_tiles + kt) * 3 * C + (size_t)(bh % H) * HD;
-	s_block_colsum<HD>(row + C, red, dka, valid, scale, warp, g, tig);
-	s_block_colsum<HD>(row + 2 * C, red, dva, valid, 1.0f, warp, g, tig);
+	float *row = bias_partial + ((size_t)b * n_tiles + kt) * ld;
+	s_block_colsum<HD>(row + kcol, red, dka, valid, scale, warp, g, tig);
+	s_block_colsum<HD>(row + vcol, red, dva, valid, 1.0f, warp, g, tig);
 }
 
 /* dq into dqkv / dqkv16: grid (B*H, query tiles), the last first; the K
@@ -658,18 +672,19 @@ template <int HD>
 __global__ void __launch_bounds__(FA_THREADS, 3)
 	k_flash_backward_q(float *dqkv, bf16 *dqkv16, float *bias_partial, const uint16_t *q,
 			   const uint16_t *k, const uint16_t *v, const uint16_t *dy, const float *lse2,
-			   const float *D, int T, int H, float scale_log2, float scale)
+			   const float *D, int T, int H, int KV, float scale_log2, float scale)
 {
 	__shared__ __align__(16) uint16_t ks[2][FA_TILE][HD + FA_PAD];
 	__shared__ __align__(16) uint16_t vs[2][FA_TILE][HD + FA_PAD];
 	const int bh = (int)blockIdx.x, qt = (int)(gridDim.y - 1 - blockIdx.y);
 	const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4,
 		  tig = lane % 4;
-	const int ld = (int)FA_LD(H, HD);
-	const size_t base = FA_BASE(bh, T, H, HD);
+	const int ld = (int)FA_LD(H, KV, HD);
+	const size_t base = FA_BASE(bh / H, bh % H, T, ld, HD);
+	const size_t kvbase = FA_BASE(bh / H, (bh % H) / (H / KV), T, ld, HD);
 	const int r0 = qt * FA_TILE + warp * 16;
-	s_stage_rows<HD>(ks[0], k + base, 0, T, ld);
-	s_stage_rows<HD>(vs[0], v + base, 0, T, ld);
+	s_stage_rows<HD>(ks[0], k + kvbase, 0, T, ld);
+	s_stage_rows<HD>(vs[0], v + kvbase, 0, T, ld);
 	s_cp_commit();
 	uint32_t qa[HD / 16][4], dya[HD / 16][4];
 	s_load_a<HD>(qa, q + base, r0, T, g, tig, ld);
@@ -688,8 +703,8 @@ __global__ void __launch_bounds__(FA_THREADS, 3)
 	for (int kt = 0; kt <= qt; kt++) {
 		const int buf = kt & 1;
 		if (kt < qt) {
-			s_stage_rows<HD>(ks[buf ^ 1], k + base, (kt + 1) * FA_TILE, T, ld);
-			s_stage_rows<HD>(vs[buf ^ 1], v + base, (kt + 1) * FA_TILE, T, ld);
+			s_stage_rows<HD>(ks[buf ^ 1], k + kvbase, (kt + 1) * FA_TILE, T, ld);
+			s_stage_rows<HD>(vs[buf ^ 1], v + kvbase, (kt + 1) * FA_TILE, T, ld);
 			s_cp_commit();
 			s_cp_wait<1>();
 		} else {
@@ -736,16 +751,14 @@ __global__ void __launch_bounds__(FA_THREADS, 3)
 			continue;
 		FA_UNROLL
 		for (int dt = 0; dt < HD / 8; dt++)
-			s_put_grad(dqkv, dqkv16, bh / H, row, T, H, HD, 0, bh % H, dt * 8 + 2 * tig,
+			s_put_grad(dqkv, dqkv16, bh / H, row, T, ld, (bh % H) * HD + dt * 8 + 2 * tig,
 				   dqa[dt][2 * h] * scale, dqa[dt][2 * h + 1] * scale);
 	}
 	if (!bias_partial)
 		return;
 	__shared__ float red[FA_WARPS][HD];
-	const int C = H * HD;
 	const bool valid[2] = {r0 + g < T, r0 + g + 8 < T};
-	s_block_colsum<HD>(bias_partial + ((size_t)(bh / H) * gridDim.y + qt) * 3 * C +
-				   (size_t)(bh % H) * HD,
+	s_block_colsum<HD>(bias_partial + ((size_t)(bh / H) * gridDim.y + qt) * ld + (size_t)(bh % H) * HD,
 			   red, dqa, valid, scale, warp, g, tig);
 }
 
@@ -800,8 +813,15 @@ extern "C" bool cuda_flash_supported(int C, int H)
 	return hd == 16 || hd == 32 || hd == 64;
 }
 
-static void s_require(int T, int C, int H)
+static void s_require(int T, int C, int H, int KV)
 {
+	if (KV < 1 || H % KV != 0) {
+		fprintf(stderr,
+			"ringworker: fatal: fused attention with %d query heads and %d KV heads: the "
+			"query heads must be a multiple of the KV heads\n",
+			H, KV);
+		exit(CUDA_EXIT_MISUSE);
+	}
 	if (!cuda_flash_supported(C, H)) {
 		fprintf(stderr,
 			"ringworker: fatal: fused attention with a head size of %d (n_embd %d / n_head "
@@ -809,11 +829,11 @@ static void s_require(int T, int C, int H)
 			H > 0 ? C / H : 0, C, H);
 		exit(CUDA_EXIT_MISUSE);
 	}
-	if ((long long)T * 3 * C >= 2147483647LL) { /* a head's rows are addressed in int */
+	if ((long long)T * (C + 2LL * KV * (C / H)) >= 2147483647LL) { /* a head's rows are addressed in int */
 		fprintf(stderr,
-			"ringworker: fatal: fused attention over %d x 3 x %d elements a sequence: more "
+			"ringworker: fatal: fused attention over %d x %lld elements a sequence: more "
 			"than 2^31\n",
-			T, C);
+			T, (long long)C + 2LL * KV * (C / H));
 		exit(CUDA_EXIT_MISUSE);
 	}
 }
@@ -829,16 +849,16 @@ static void s_require(int T, int C, int H)
 	} while (0)
 
 extern "C" void cuda_flash_forward(float *out, uint16_t *out16, float *lse2, const uint16_t *qkv16,
-                                   int B, int T, int C, int H, cudaStream_t stream)
+                                   int B, int T, int C, int H, int KV, cudaStream_t stream)
 {
-	s_require(T, C, H);
-	const uint16_t *q = qkv16, *k = qkv16 + C, *v = qkv16 + 2 * C;
+	s_require(T, C, H, KV);
 	const int hd = C / H;
+	const uint16_t *q = qkv16, *k = qkv16 + C, *v = qkv16 + C + KV * hd;
 	const float scale_log2 = LOG2E / sqrtf((float)hd);
 	const dim3 grid((unsigned)(B * H), (unsigned)((T + FA_TILE - 1) / FA_TILE));
 	bf16 *o16 = reinterpret_cast<bf16 *>(out16);
 #define FWD(HD)                                                                                  \
-	k_flash_forward<HD><<<grid, FA_FWD_THREADS, 0, stream>>>(out, o16, lse2, q, k, v, T, H, scale_log2)
+	k_flash_forward<HD><<<grid, FA_FWD_THREADS, 0, stream>>>(out, o16, lse2, q, k, v, T, H, KV, scale_log2)
 	FA_DISPATCH(hd, FWD);
 #undef FWD
 	CUDA_CHECK_LAUNCH();
@@ -848,11 +868,11 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, float *dbias,
                                     const uint16_t *dout16, const uint16_t *qkv16,
                                     const uint16_t *out16, const float *lse2,
                                     const cuda_attention_scratch_t *s, int B, int T, int C, int H,
-                                    cudaStream_t stream)
+                                    int KV, cudaStream_t stream)
 {
-	s_require(T, C, H);
-	const uint16_t *q = qkv16, *k = qkv16 + C, *v = qkv16 + 2 * C;
+	s_require(T, C, H, KV);
 	const int hd = C / H, rows = B * H * T;
+	const uint16_t *q = qkv16, *k = qkv16 + C, *v = qkv16 + C + KV * hd;
 	const float scale = 1.0f / sqrtf((float)hd), scale_log2 = LOG2E * scale;
 	bf16 *d16 = reinterpret_cast<bf16 *>(dqkv16);
 	const bf16 *y16 = reinterpret_cast<const bf16 *>(out16);
@@ -889,22 +909,22 @@ extern "C" void cuda_flash_backward(float *dqkv, uint16_t *dqkv16, float *dbias,
 	}
 	CUDA_CHECK_LAUNCH();
 	const int n_tiles = (T + FA_TILE - 1) / FA_TILE;
-	const dim3 grid((unsigned)(B * H), (unsigned)n_tiles);
+	const dim3 grid((unsigned)(B * H), (unsigned)n_tiles), grid_kv((unsigned)(B * KV), (unsigned)n_tiles);
 	float *part = dbias ? s->bias_partial : NULL;
-#define KV(HD)                                                                                    \
-	k_flash_backward_kv<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, part, q, k, v, s->dy,      \
-								 lse2, s->rowdot, T, H, scale_log2,    \
-								 scale)
-	FA_DISPATCH(hd, KV);
-#undef KV
+#define DKV(HD)                                                                                   \
+	k_flash_backward_kv<HD><<<grid_kv, FA_THREADS, 0, stream>>>(dqkv, d16, part, q, k, v, s->dy,   \
+								    lse2, s->rowdot, T, H, KV,         \
+								    scale_log2, scale)
+	FA_DISPATCH(hd, DKV);
+#undef DKV
 	CUDA_CHECK_LAUNCH();
 #define DQ(HD)                                                                                   \
 	k_flash_backward_q<HD><<<grid, FA_THREADS, 0, stream>>>(dqkv, d16, part, q, k, v, s->dy,       \
-								lse2, s->rowdot, T, H, scale_log2,     \
+								lse2, s->rowdot, T, H, KV, scale_log2, \
 								scale)
 	FA_DISPATCH(hd, DQ);
 #undef DQ
 	CUDA_CHECK_LAUNCH();
 	if (dbias) /* the chunks (b, tile) in order */
-		cuda_colsum_add(dbias, part, B * n_tiles, 3 * C, stream);
+		cuda_colsum_add(dbias, part, B * n_tiles, C + 2 * KV * hd, stream);
 }

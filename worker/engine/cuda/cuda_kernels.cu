@@ -22,6 +22,7 @@
 
 #include <cuda_bf16.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "cuda_check.h"
@@ -1314,4 +1315,28 @@ extern "C" void cuda_adamw(float *params, uint16_t *params16, const float *grads
 						    v, n, b1, b2, step, inv_sqrt_bc2, eps, keep,
 						    grad_scale);
 	CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_adamw_segments(const cuda_segment_t *segs, int n_segs, size_t lo, size_t n,
+                                    float *params, uint16_t *params16, const float *grads, float *m,
+                                    float *v, const optim_adamw_t *hp, float grad_scale,
+                                    cudaStream_t stream)
+{
+	/* optim.c's constants, computed the same way */
+	const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
+	const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->t)));
+	const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)hp->t)));
+	const float eps = (float)hp->eps;
+	const float keep_decay = (float)(1.0 - hp->lr * hp->weight_decay);
+	const size_t hi = lo + n;
+	for (int i = 0; i < n_segs; i++) {
+		/* the part of segment i inside [lo, hi); k indexes the caller's arrays */
+		const cuda_segment_t *sg = &segs[i];
+		const size_t a = sg->lo > lo ? sg->lo : lo, b = sg->hi < hi ? sg->hi : hi;
+		if (a >= b)
+			continue;
+		const size_t k = a - lo;
+		cuda_adamw(params + k, params16 ? params16 + k : NULL, grads + k, m + k, v + k, b - a, b1, b2,
+			   step, inv_sqrt_bc2, eps, sg->decay ? keep_decay : 1.0f, grad_scale, stream);
+	}
 }

@@ -28,12 +28,14 @@
 #ifndef RINGMASTER_ENGINE_CUDA_KERNELS_H
 #define RINGMASTER_ENGINE_CUDA_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
 
 #include "cuda_gemm.h"
+#include "optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -206,6 +208,26 @@ void cuda_sum_squares(double *out, const float *x, size_t n, double *scratch, cu
 void cuda_adamw(float *params, uint16_t *params16, const float *grads, float *m, float *v, size_t n,
                 float b1, float b2, float step, float inv_sqrt_bc2, float eps, float keep,
                 float grad_scale, cudaStream_t stream);
+
+/* A run of the flat buffer whose tensors share AdamW's decay flag:
+ * [lo, hi) in floats (a model's table, merged where adjacent flags agree). */
+typedef struct {
+	size_t lo, hi;
+	bool decay;
+} cuda_segment_t;
+
+/*
+ * A model's AdamW step on parameters [lo, lo + n) of its flat buffer
+ * (n_segs segments cover it): params, grads, m, v are device arrays whose
+ * element 0 is parameter lo; params16 (NULL: none) gets the bf16 copy.
+ * optim.c's constants from hp (step = lr / (1 - b1^t), 1 / sqrt(1 - b2^t),
+ * keep = 1 - lr wd on decayed segments, 1 elsewhere), gradients times
+ * grad_scale; one cuda_adamw per segment part. The GPT-2 and Llama rows'
+ * optimizer (gpt2_cuda.cu, llama_cuda.cu).
+ */
+void cuda_adamw_segments(const cuda_segment_t *segs, int n_segs, size_t lo, size_t n, float *params,
+                         uint16_t *params16, const float *grads, float *m, float *v,
+                         const optim_adamw_t *hp, float grad_scale, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -72,11 +72,7 @@ enum {
 	T_LN2_W, T_LN2_B, T_FC_W, T_FC_B, T_FCPROJ_W, T_FCPROJ_B,
 };
 
-/* A run of tensors with the same AdamW decay flag: [lo, hi) of the flat buffer. */
-typedef struct {
-	size_t lo, hi;
-	bool decay;
-} segment_t;
+typedef cuda_segment_t segment_t; /* a run of tensors with the same decay flag */
 
 typedef struct {
 	float *encoded;
@@ -906,7 +902,7 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		if (m->fused) { /* q, k, v in bf16, read by the flash kernels as they lie */
 			s_gemm16(m, N, 3 * C, C, ln1, P16(T_QKV_W), false, P16(T_QKV_B), qkv16, 0,
 				 CUDA_GEMM_EPI_NONE, NULL);
-			cuda_flash_forward(NULL, atty, att_lse, qkv16, B, T, C, H, s);
+			cuda_flash_forward(NULL, atty, att_lse, qkv16, B, T, C, H, H, s);
 		} else {
 			s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
 			cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
@@ -1044,7 +1040,7 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 			s_gemm16(m, N, C, C, a->dres16, P16(T_PROJ_W), true, NULL, a->dsmall16, 0,
 				 CUDA_GEMM_EPI_NONE, NULL);
 			cuda_flash_backward(NULL, a->dbig16, G(T_QKV_B), NULL, a->dsmall16, qkv16, atty,
-					    att_lse, &m->att_s, B, T, C, H, s);
+					    att_lse, &m->att_s, B, T, C, H, H, s);
 		} else {
 			s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
 			cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s,
@@ -1144,24 +1140,8 @@ static void s_adamw(gpt2_cuda_t *m, size_t lo, size_t n, float *params, uint16_t
 {
 	if (lo > m->n_params || n > m->n_params - lo)
 		s_misuse("gpt2_cuda_adamw_range past the end of the parameters");
-	/* optim.c's constants, computed the same way */
-	const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
-	const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->t)));
-	const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)hp->t)));
-	const float eps = (float)hp->eps;
-	const float keep_decay = (float)(1.0 - hp->lr * hp->weight_decay);
-	const size_t hi = lo + n;
-	for (int i = 0; i < m->n_segs; i++) {
-		/* the part of segment i inside [lo, hi); k indexes the caller's arrays */
-		const segment_t *sg = &m->segs[i];
-		size_t a = sg->lo > lo ? sg->lo : lo, b = sg->hi < hi ? sg->hi : hi;
-		if (a >= b)
-			continue;
-		size_t k = a - lo;
-		cuda_adamw(params + k, params16 ? params16 + k : NULL, grads + k, mom1 + k, mom2 + k,
-			   b - a, b1, b2, step, inv_sqrt_bc2, eps, sg->decay ? keep_decay : 1.0f, grad_scale,
-			   m->stream);
-	}
+	cuda_adamw_segments(m->segs, m->n_segs, lo, n, params, params16, grads, mom1, mom2, hp, grad_scale,
+			    m->stream);
 }
 
 extern "C" void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
