@@ -48,8 +48,8 @@ def inline(text):
 	for m in INLINE.finditer(text):
 		out.append(escape(text[pos:m.start()]))
 		if m.group(1):
-			# a long code span may break after a comma or a slash (\\:),
-			# never at a hyphen, so an option stays whole
+			# a long code span may break after a comma or a slash (roff's \\:
+			# break point), never at a hyphen, so an option stays whole
 			code = escape(m.group(2).strip()).replace(",", ",\\:").replace("/", "/\\:")
 			out.append("\\fB" + code + "\\fR")
 		elif m.group(3):
