@@ -51,6 +51,10 @@ S_SHARED int s_fail(jobspec_error_t *err, const char *pointer, const char *fmt, 
 	}
 	return -EINVAL;
 }
+/* A variadic function is never inlined, so without this the optimizer cannot
+ * see that s_fail always fails, and at -O3 every TRY(s_get_...(..., &ret))
+ * looks as if it could go on with ret unset (-Wmaybe-uninitialized). */
+#define s_fail(...) (s_fail(__VA_ARGS__), -EINVAL)
 
 S_SHARED int s_fail_oom(jobspec_error_t *err)
 {

@@ -313,7 +313,8 @@ static void s_refuse_spawn(agent_t *a, const char *job, int attempt, int rank, c
 {
 	s_log(a, "cannot spawn rank %s/%d/%d: %s", job, attempt, rank, why);
 	char msg[ERROR_MAX_BYTES];
-	snprintf(msg, sizeof msg, "ringworker agent: error: %s", why);
+	/* why may be longer than msg has room for: cut it, on purpose */
+	snprintf(msg, sizeof msg, "ringworker agent: error: %.*s", (int)(sizeof msg - 32), why);
 	s_send(a, WIRE_RANK_EXITED,
 	       json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "job", job, "attempt", attempt, "rank",
 	                 rank, "exit_code", RM_EXIT_USAGE, "signal", 0, "error", msg, "failure",

@@ -514,7 +514,7 @@ static void s_drain_row(void *cls, json_t *row, const char *bad)
 	} else if (!c->r->told_bad) {
 		c->r->told_bad = true;
 		fprintf(c->log, "%s: metrics line dropped: %s (later bad lines are dropped silently)\n", c->label,
-		        bad);
+		        bad ? bad : "unreadable");
 	}
 }
 

@@ -129,8 +129,9 @@ int wkeys_load_or_create(const char *dir, fabric_keys_t *keys, bool *ret_created
 		         "(the agent must then enroll again)", dir);
 		return -EINVAL;
 	}
-	snprintf(keys->public_key, sizeof keys->public_key, "%s", pub);
-	snprintf(keys->secret_key, sizeof keys->secret_key, "%s", sec);
+	/* z85_key_ok: 40 characters each */
+	snprintf(keys->public_key, sizeof keys->public_key, "%.40s", pub);
+	snprintf(keys->secret_key, sizeof keys->secret_key, "%.40s", sec);
 	sodium_memzero(buf, sizeof buf);
 	sodium_memzero(sec, sizeof sec);
 	return 0;

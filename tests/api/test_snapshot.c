@@ -193,7 +193,7 @@ static void refresh_file(json_t *root, void *varg)
 	refresh_arg_t *a = varg;
 	json_t *f = json_array_get(json_object_get(root, "files"), (size_t)a->file);
 	char path[512], hex[17];
-	size_t len;
+	size_t len = 0;
 	snprintf(path, sizeof path, "%s/%s", a->dir, json_string_value(json_object_get(f, "name")));
 	char *data = slurp(path, &len);
 	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(data, len));
