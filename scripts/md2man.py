@@ -41,12 +41,21 @@ INLINE = re.compile(r"(`+)(.+?)\1|\*\*(.+?)\*\*|(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*
                     r"(?<!\w)_(?!\s)(.+?)(?<!\s)_(?!\w)|\[([^\]]+)\]\(([^)\s]+)\)")
 
 
+URL = re.compile(r"https?://[^\s>)]+")
+
+
+def breakable(text):
+	"""Escaped text whose web addresses may break after a slash (roff's \\:),
+	so an address longer than the page's line does not stop troff."""
+	return URL.sub(lambda m: m.group(0).replace("/", "/\\:"), escape(text))
+
+
 def inline(text):
 	"""One paragraph's Markdown inline markup to roff font changes."""
 	out = []
 	pos = 0
 	for m in INLINE.finditer(text):
-		out.append(escape(text[pos:m.start()]))
+		out.append(breakable(text[pos:m.start()]))
 		if m.group(1):
 			# a long code span may break after a comma or a slash (roff's \\:
 			# break point), never at a hyphen, so an option stays whole
@@ -60,9 +69,9 @@ def inline(text):
 			label, target = m.group(6), m.group(7)
 			out.append(inline(label))
 			if target.startswith(("http://", "https://")) and target != label:
-				out.append(" <" + escape(target) + ">")
+				out.append(" <" + breakable(target) + ">")
 		pos = m.end()
-	out.append(escape(text[pos:]))
+	out.append(breakable(text[pos:]))
 	return "".join(out)
 
 
