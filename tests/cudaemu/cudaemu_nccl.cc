@@ -483,12 +483,13 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclD
 			   ncclComm_t comm, cudaStream_t stream)
 {
 	const char *what = "ncclAllGather";
-	if (t != ncclFloat32)
-		return s_usage("%s: cudaemu emulates floats only", what);
-	ncclResult_t r = s_check(comm, what, sendcount * sizeof(float));
+	size_t unit = t == ncclUint8 || t == ncclInt8 ? 1 : t == ncclFloat32 ? 4 : 0;
+	if (!unit)
+		return s_usage("%s: cudaemu emulates bytes and floats only", what);
+	ncclResult_t r = s_check(comm, what, sendcount * unit);
 	if (r != ncclSuccess)
 		return r;
-	return s_enqueue(comm, {OP_ALLGATHER, send, recv, sendcount, sizeof(float), 0, stream, 0, 0});
+	return s_enqueue(comm, {OP_ALLGATHER, send, recv, sendcount, unit, 0, stream, 0, 0});
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,

@@ -195,6 +195,27 @@ void comm_abort(comm_t *c);
  * collectives fail at once when a peer's connection closes). */
 void comm_cancel(comm_t *c);
 
+/*
+ * A sub-group of c, as MPI_Comm_split: every rank of c calls it (in the
+ * same order relative to c's collectives) with a `colour` and a `key`; the
+ * ranks that gave the same colour form one new comm, ranked by key (ties
+ * by their rank in c). A negative colour (COMM_NO_GROUP) joins no group:
+ * the call then returns NULL with err "" (the other ranks still need the
+ * call). The colours and keys travel in one collective on c; each group
+ * then meets through `kv` (borrowed, used during the call; the keys of
+ * the n-th split of c are "split/<n>/<colour>/..." so one attempt's store
+ * serves every split) and is built as c was: the same backend, host or
+ * CUDA device, and c's current timeout, which bounds its set-up and its
+ * collectives like the world's. Tensor parallelism splits the world into
+ * tensor-parallel groups (colour: the data-parallel index) and
+ * data-parallel groups (colour: the tensor-parallel index).
+ * Returns the new comm (free it with comm_free, before or after c), or
+ * NULL with one line in err: c's collective failed (c's error), or the
+ * group did not form within the timeout (the missing rank named).
+ */
+#define COMM_NO_GROUP (-1)
+comm_t *comm_split(comm_t *c, const comm_kv_t *kv, int colour, int key, char *err, size_t errlen);
+
 /* The last error's one-line description ("" if none); borrowed. */
 const char *comm_last_error(const comm_t *c);
 

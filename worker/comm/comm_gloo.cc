@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -190,6 +191,7 @@ struct GlooComm {
 	std::atomic<bool> aborted{false};
 	std::string err;
 	std::vector<float> scratch; /* reduce-scatter: two chunks */
+	std::string host;           /* where this rank listens (comm_split's groups too) */
 };
 
 /* Record a failure of `op` ("op: why", why made one line) and return its
@@ -437,6 +439,29 @@ void gloo_free(void *impl)
 	}
 }
 
+int gloo_allgather_bytes(void *impl, const void *in, void *out, size_t bytes)
+{
+	GlooComm *c = static_cast<GlooComm *>(impl);
+	return run(c, "all-gather", [&] {
+		uint32_t tag = c->tag++;
+		std::memcpy(static_cast<uint8_t *>(out) + (size_t)c->rank * bytes, in, bytes);
+		if (c->size == 1 || bytes == 0)
+			return;
+		gloo::AllgatherOptions opts(c->ctx);
+		opts.setInput(static_cast<uint8_t *>(const_cast<void *>(in)), bytes);
+		opts.setOutput(static_cast<uint8_t *>(out), bytes * (size_t)c->size);
+		opts.setTag(tag);
+		opts.setTimeout(c->timeout);
+		gloo::allgather(opts);
+	});
+}
+
+comm_t *gloo_sub_new(void *impl, const comm_kv_t *kv, int rank, int size, char *err, size_t errlen)
+{
+	GlooComm *c = static_cast<GlooComm *>(impl);
+	return comm_gloo_new(kv, rank, size, c->host.c_str(), (int)c->timeout.count(), err, errlen);
+}
+
 const comm_ops_t kGlooOps = {
 	gloo_allreduce_sum_f32,
 	gloo_reduce_scatter_sum_f32,
@@ -452,6 +477,8 @@ const comm_ops_t kGlooOps = {
 	nullptr, /* nor reduce-scatter */
 	nullptr, /* nothing to wait for */
 	nullptr, /* no cancel: a peer's closed connection fails the collective */
+	gloo_allgather_bytes,
+	gloo_sub_new,
 };
 
 } // namespace
@@ -482,6 +509,7 @@ comm_t *comm_gloo_new(const comm_kv_t *kv, int rank, int world_size, const char 
 		c->rank = rank;
 		c->size = world_size;
 		c->timeout = std::chrono::milliseconds(timeout_ms);
+		c->host = host;
 		gloo::transport::tcp::attr attr;
 		attr.hostname = host;
 		auto dev = gloo::transport::tcp::CreateDevice(attr);

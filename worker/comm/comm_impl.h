@@ -38,6 +38,15 @@ typedef struct {
 	int (*wait)(void *impl);
 	/* comm_cancel; NULL: not supported (a no-op) */
 	void (*cancel)(void *impl);
+	/* comm_split's two backend steps. allgather_bytes: each rank gives
+	 * `bytes` host bytes at `in`; `out` (host, world_size * bytes)
+	 * receives every rank's in rank order (NCCL stages them through
+	 * device memory). sub_new: a new comm of the same backend (the same
+	 * listening host or CUDA device, the parent's current timeout) for
+	 * `rank` of `size`, meeting through `kv`; NULL with one line in err. */
+	int (*allgather_bytes)(void *impl, const void *in, void *out, size_t bytes);
+	comm_t *(*sub_new)(void *impl, const comm_kv_t *kv, int rank, int size, char *err,
+	                   size_t errlen);
 } comm_ops_t;
 
 struct comm {
@@ -45,6 +54,7 @@ struct comm {
 	void *impl;            /* owned: ops->free frees it */
 	int rank;
 	int world_size;
+	int n_splits; /* comm_split calls so far: each one's KV keys are its own */
 };
 
 /*

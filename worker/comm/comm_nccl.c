@@ -471,6 +471,41 @@ static int nccl_barrier(void *impl)
 	                deadline);
 }
 
+/* comm_split's exchange: host bytes staged through device memory. */
+static int nccl_allgather_bytes(void *impl, const void *in, void *out, size_t bytes)
+{
+	nccl_comm_t *c = impl;
+	const char *op = "all-gather";
+	int rc = s_begin(c, op);
+	if (rc < 0 || bytes == 0)
+		return rc;
+	size_t total = bytes * (size_t)c->size;
+	uint8_t *dev = NULL;
+	cudaError_t e = cudaMalloc((void **)&dev, total);
+	if (e != cudaSuccess)
+		return s_fail_cuda(c, op, e, "cudaMalloc");
+	if ((e = cudaMemcpy(dev + (size_t)c->rank * bytes, in, bytes, cudaMemcpyHostToDevice)) !=
+	    cudaSuccess) {
+		(void)cudaFree(dev);
+		return s_fail_cuda(c, op, e, "cudaMemcpy");
+	}
+	int64_t deadline = s_now_ms() + c->timeout_ms;
+	rc = s_finish(c, op,
+	              ncclAllGather(dev + (size_t)c->rank * bytes, dev, bytes, ncclUint8, c->nccl, c->stream),
+	              deadline);
+	if (rc == 0 && (e = cudaMemcpy(out, dev, total, cudaMemcpyDeviceToHost)) != cudaSuccess)
+		rc = s_fail_cuda(c, op, e, "cudaMemcpy");
+	(void)cudaFree(dev);
+	return rc;
+}
+
+static comm_t *nccl_sub_new(void *impl, const comm_kv_t *kv, int rank, int size, char *err,
+                            size_t errlen)
+{
+	nccl_comm_t *c = impl;
+	return comm_nccl_new(kv, rank, size, c->device, c->timeout_ms, err, errlen);
+}
+
 static void nccl_set_timeout(void *impl, int timeout_ms)
 {
 	nccl_comm_t *c = impl;
@@ -549,6 +584,8 @@ static const comm_ops_t s_nccl_ops = {
 	.reduce_scatter_sum_f32_async = nccl_reduce_scatter_sum_f32_async,
 	.wait = nccl_wait,
 	.cancel = nccl_cancel,
+	.allgather_bytes = nccl_allgather_bytes,
+	.sub_new = nccl_sub_new,
 };
 
 /* ---- construction ---- */

@@ -276,6 +276,62 @@ static void s_rank_collectives(const char *dir, int rank, int W)
 	comm_free(c);
 }
 
+/* ---- sub-groups ------------------------------------------------------- */
+
+/* All-reduce of each member's (parent rank + 1) in a group: the sum over
+ * the parent ranks that are members. */
+static void s_check_group_sum(comm_t *g, float want)
+{
+	float x = (float)(s_rank + 1);
+	CHECK_RC(g, comm_allreduce_sum_f32(g, &x, 1));
+	if (x != want)
+		fprintf(stderr, "rank %d: group sum %g, want %g\n", s_rank, (double)x, (double)want);
+	CHECK(x == want);
+}
+
+/* W = 4 as a 2 x 2 grid: tensor-parallel pairs {0,1} {2,3} (colour r / 2),
+ * data-parallel pairs {0,2} {1,3} (colour r % 2, keys reversed so that the
+ * higher parent rank comes first), then only the even ranks. Every group
+ * works, and beside the parent, whose collectives still run. */
+static void s_rank_split(const char *dir, int rank, int W)
+{
+	comm_t *c = s_join(dir, rank, W, 10000);
+	if (!c)
+		return;
+	comm_kv_t kv = comm_kv_dir_make(dir);
+	char err[512];
+	comm_t *tp = comm_split(c, &kv, rank / 2, rank % 2, err, sizeof err);
+	if (!tp)
+		fprintf(stderr, "rank %d: FAIL: tensor-parallel split: %s\n", rank, err);
+	comm_t *dp = comm_split(c, &kv, rank % 2, -rank, err, sizeof err);
+	if (!dp)
+		fprintf(stderr, "rank %d: FAIL: data-parallel split: %s\n", rank, err);
+	comm_t *even = comm_split(c, &kv, rank % 2 == 0 ? 7 : COMM_NO_GROUP, 0, err, sizeof err);
+	CHECK(tp && dp);
+	if (tp && dp) {
+		CHECK(comm_world_size(tp) == 2 && comm_rank(tp) == rank % 2);
+		CHECK(comm_world_size(dp) == 2 && comm_rank(dp) == 1 - rank / 2);
+		s_check_group_sum(tp, (float)(rank / 2 * 4 + 3)); /* 1+2 or 3+4 */
+		s_check_group_sum(dp, (float)(rank % 2 * 2 + 4)); /* 1+3 or 2+4 */
+		s_check_allreduce(c, 1000);
+		/* Uneven parts along a group, as the sequence-parallel gathers. */
+		s_check_allgather(tp, (const size_t[]){5, 9});
+		s_check_reduce_scatter(dp, (const size_t[]){3, 0}, 0);
+	}
+	if (rank % 2 == 0) {
+		CHECK(even && comm_world_size(even) == 2 && comm_rank(even) == rank / 2);
+		if (even)
+			s_check_group_sum(even, 4.0f); /* 1+3 */
+	} else {
+		CHECK(even == NULL && err[0] == '\0');
+	}
+	comm_free(even);
+	comm_free(tp);
+	comm_free(dp);
+	CHECK_RC(c, comm_barrier(c));
+	comm_free(c);
+}
+
 /* ---- failures ----------------------------------------------------------- */
 
 static void s_rank_join_timeout(const char *dir, int rank, int W)
@@ -437,7 +493,7 @@ static int s_run(rank_fn fn, int n_procs, int W, int deadline_s)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: test_comm collectives W | join-timeout | op-timeout | dead-peer | abort\n");
+		fprintf(stderr, "usage: test_comm collectives W | split | join-timeout | op-timeout | dead-peer | abort\n");
 		return 2;
 	}
 	const char *what = argv[1];
@@ -447,6 +503,8 @@ int main(int argc, char **argv)
 		if (W < 1 || W > MAX_RANKS)
 			return 2;
 		bad = s_run(s_rank_collectives, W, W, 40);
+	} else if (strcmp(what, "split") == 0) {
+		bad = s_run(s_rank_split, 4, 4, 40);
 	} else if (strcmp(what, "join-timeout") == 0) {
 		bad = s_run(s_rank_join_timeout, 2, 3, 15); /* rank 2 of 3 never starts */
 	} else if (strcmp(what, "op-timeout") == 0) {

@@ -415,6 +415,67 @@ static int s_rank_collectives(const char *dir, int rank, int W)
 	return s_failures ? 1 : 0;
 }
 
+/* The sum over a group of each member's (parent rank + 1), on the device. */
+static void s_check_group_sum(comm_t *g, float want)
+{
+	float x = (float)(s_rank + 1);
+	float *d = s_to_device(&x, 1);
+	CHECK_RC(g, comm_allreduce_sum_f32(g, d, 1));
+	s_to_host(&x, d, 1);
+	if (x != want)
+		fprintf(stderr, "rank %d: group sum %g, want %g\n", s_rank, (double)x, (double)want);
+	CHECK(x == want);
+	CUDA_OK(cudaFree(d));
+}
+
+/* W = 4 as a 2 x 2 grid, as test_comm.c's split case: tensor-parallel
+ * pairs (colour r / 2), data-parallel pairs (colour r % 2, keys reversed),
+ * then the even ranks only; each group's collectives, and the parent's. */
+static int s_rank_split(const char *dir, int rank, int W)
+{
+	s_rank = rank;
+	if (s_gpus_or_skip(rank, W))
+		return EXIT_SKIP;
+	comm_kv_t kv = comm_kv_dir_make(dir);
+	char err[512];
+	comm_t *c = comm_nccl_new(&kv, rank, W, rank, TIMEOUT_MS, err, sizeof err);
+	if (!c) {
+		fprintf(stderr, "rank %d: FAIL: comm_nccl_new: %s\n", rank, err);
+		return 1;
+	}
+	comm_t *tp = comm_split(c, &kv, rank / 2, rank % 2, err, sizeof err);
+	if (!tp)
+		fprintf(stderr, "rank %d: FAIL: tensor-parallel split: %s\n", rank, err);
+	comm_t *dp = comm_split(c, &kv, rank % 2, -rank, err, sizeof err);
+	if (!dp)
+		fprintf(stderr, "rank %d: FAIL: data-parallel split: %s\n", rank, err);
+	comm_t *even = comm_split(c, &kv, rank % 2 == 0 ? 7 : COMM_NO_GROUP, 0, err, sizeof err);
+	CHECK(tp && dp);
+	if (tp && dp) {
+		CHECK(comm_world_size(tp) == 2 && comm_rank(tp) == rank % 2);
+		CHECK(comm_world_size(dp) == 2 && comm_rank(dp) == 1 - rank / 2);
+		CHECK(comm_nccl_stream(tp) != NULL);
+		s_check_group_sum(tp, (float)(rank / 2 * 4 + 3));
+		s_check_group_sum(dp, (float)(rank % 2 * 2 + 4));
+		s_check_allreduce(c, 4099);
+		s_check_allgather(tp, (const size_t[]){5, 9}, false);
+		s_check_reduce_scatter(dp, (const size_t[]){3, 0});
+	}
+	if (rank % 2 == 0) {
+		CHECK(even && comm_world_size(even) == 2 && comm_rank(even) == rank / 2);
+		if (even)
+			s_check_group_sum(even, 4.0f);
+	} else {
+		CHECK(even == NULL && err[0] == '\0');
+	}
+	comm_free(even);
+	comm_free(tp);
+	comm_free(dp);
+	CHECK_RC(c, comm_barrier(c));
+	comm_free(c);
+	return s_failures ? 1 : 0;
+}
+
 /* One GPU: a group whose other rank never comes. */
 static int s_rank_join_timeout(const char *dir)
 {
@@ -603,10 +664,12 @@ int main(int argc, char **argv)
 		rc = s_run(W, s_rank_collectives, 90);
 	} else if (argc == 2 && strcmp(argv[1], "join-timeout") == 0) {
 		rc = s_run(1, s_join_timeout_child, 90);
+	} else if (argc == 2 && strcmp(argv[1], "split") == 0) {
+		rc = s_run(4, s_rank_split, 90);
 	} else if (argc == 2 && strcmp(argv[1], "cancel") == 0) {
 		rc = s_run(2, s_rank_cancel, 90);
 	} else {
-		fprintf(stderr, "usage: test_nccl collectives W | join-timeout | cancel\n");
+		fprintf(stderr, "usage: test_nccl collectives W | split | join-timeout | cancel\n");
 		return 2;
 	}
 	if (rc == 0)
