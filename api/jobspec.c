@@ -16,25 +16,11 @@
  */
 #include "jobspec.h"
 
-#include <errno.h>
-#include <inttypes.h>
-#include <math.h>
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "fsutil.h"
+#include "jobspec_internal.h"
 
 /* Defaults (docs/jobspec.md has the same table). */
 #define DEFAULT_NAME "unnamed"
-#define DEFAULT_ARCH "gpt2"
-#define DEFAULT_N_LAYER 6
-#define DEFAULT_N_HEAD 6
-#define DEFAULT_N_EMBD 384
-#define DEFAULT_VOCAB_SIZE 256
-#define DEFAULT_SEQ_LEN 256
 #define DEFAULT_STEPS 1000
 #define DEFAULT_BATCH_SIZE 8
 #define DEFAULT_GRAD_ACCUM 1
@@ -64,25 +50,18 @@
 #define MAX_EVAL_BATCHES 100000
 #define MAX_KEEP_LAST 1000000
 #define MAX_RESTARTS 1000
-#define MAX_UINT16_VOCAB 65536 /* nanogpt and llmc store tokens as uint16 */
-#define MAX_TEXT_VOCAB 256     /* text is read as bytes */
 #define MAX_FILE_BYTES (16 * 1024 * 1024)
 
-static const char *const s_format_names[] = {"nanogpt", "llmc", "text"};
+static const char *const s_format_names[] = {"nanogpt", "llmc", "text", "uint32"};
 static const char *const s_schedule_names[] = {"cosine", "constant"};
 static const char *const s_precision_names[] = {"fp32", "bf16"};
 static const char *const s_device_names[] = {"cpu", "cuda"};
 static const char *const s_sharding_names[] = {"none", "zero1", "zero2", "zero3"};
-static const char *const s_arch_names[] = {"gpt2"};
-
-#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Keys allowed in each object; NULL-terminated. */
 static const char *const s_root_keys[] = {
 	"name", "model", "data", "train", "parallel", "checkpoint", "restart", "priority",
-	"resume_from", "profile", "program", NULL};
-static const char *const s_model_keys[] = {
-	"arch", "n_layer", "n_head", "n_embd", "vocab_size", "seq_len", NULL};
+	"resume_from", "profile", "program", "init", NULL};
 static const char *const s_data_keys[] = {"train", "val", "format", NULL};
 static const char *const s_train_keys[] = {
 	"steps", "batch_size", "grad_accum", "lr", "warmup_steps", "lr_schedule", "min_lr",
@@ -91,327 +70,12 @@ static const char *const s_parallel_keys[] = {"world_size", "device", "sharding"
 static const char *const s_program_keys[] = {"argv", "cwd", "env", NULL};
 /* The built-in trainer's sections, refused in a program job. */
 static const char *const s_trainer_sections[] = {
-	"model", "data", "train", "checkpoint", "resume_from", "profile", NULL};
+	"model", "data", "train", "checkpoint", "resume_from", "profile", "init", NULL};
 static const char *const s_checkpoint_keys[] = {"every_steps", "keep_last", "keep_every", NULL};
 static const char *const s_restart_keys[] = {"max_restarts", NULL};
 static const char *const s_resume_from_keys[] = {"job", "step", NULL};
 static const char *const s_profile_keys[] = {"start_step", "end_step", NULL};
-
-/* ---- error reporting ---- */
-
-__attribute__((format(printf, 3, 4)))
-static int s_fail(jobspec_error_t *err, const char *pointer, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		snprintf(err->pointer, sizeof(err->pointer), "%s", pointer);
-		va_start(ap, fmt);
-		vsnprintf(err->message, sizeof(err->message), fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
-static int s_fail_oom(jobspec_error_t *err)
-{
-	if (err) {
-		err->pointer[0] = '\0';
-		snprintf(err->message, sizeof(err->message), "out of memory while reading the job spec");
-	}
-	return -ENOMEM;
-}
-
-/* "model.n_head" and "/model/n_head" for a key of a section (NULL: top level). */
-typedef struct {
-	char dotted[64];
-	char pointer[64];
-} s_field_name_t;
-
-static s_field_name_t s_field(const char *section, const char *key)
-{
-	s_field_name_t f;
-	if (section) {
-		snprintf(f.dotted, sizeof(f.dotted), "%s.%s", section, key);
-		snprintf(f.pointer, sizeof(f.pointer), "/%s/%s", section, key);
-	} else {
-		snprintf(f.dotted, sizeof(f.dotted), "%s", key);
-		snprintf(f.pointer, sizeof(f.pointer), "/%s", key);
-	}
-	return f;
-}
-
-/* Shortest "%g" form that reads back as the same double. */
-static void s_format_real(double v, char *buf, size_t size)
-{
-	if (v == floor(v) && fabs(v) < 1e15) {
-		snprintf(buf, size, "%.0f", v);
-		return;
-	}
-	for (int prec = 6; prec <= 17; prec++) {
-		snprintf(buf, size, "%.*g", prec, v);
-		if (strtod(buf, NULL) == v)
-			return;
-	}
-}
-
-/* Copy at most `max` bytes of `s` without cutting a UTF-8 sequence, with
- * "..." appended when shortened. */
-static void s_excerpt(const char *s, size_t len, char *buf, size_t size, size_t max)
-{
-	size_t n = len;
-	bool cut = false;
-	if (max + 4 > size)
-		max = size - 4;
-	if (n > max) {
-		n = max;
-		while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-			n--;
-		cut = true;
-	}
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i]; /* keep messages on one line */
-	if (cut) {
-		memcpy(buf + n, "...", 3);
-		n += 3;
-	}
-	buf[n] = '\0';
-}
-
-/* What a value is, for "(got ...)" in messages. */
-static void s_describe(const json_t *v, char *buf, size_t size)
-{
-	char tmp[48];
-	switch (json_typeof(v)) {
-	case JSON_OBJECT: snprintf(buf, size, "an object"); break;
-	case JSON_ARRAY: snprintf(buf, size, "an array"); break;
-	case JSON_TRUE: snprintf(buf, size, "true"); break;
-	case JSON_FALSE: snprintf(buf, size, "false"); break;
-	case JSON_NULL: snprintf(buf, size, "null"); break;
-	case JSON_INTEGER:
-		snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-		break;
-	case JSON_REAL:
-		s_format_real(json_real_value(v), tmp, sizeof(tmp));
-		snprintf(buf, size, "%s", tmp);
-		break;
-	case JSON_STRING:
-		s_excerpt(json_string_value(v), json_string_length(v), tmp, sizeof(tmp), 32);
-		snprintf(buf, size, "the string \"%s\"", tmp);
-		break;
-	default: snprintf(buf, size, "an unexpected value"); break;
-	}
-}
-
-/* ---- field readers: `obj` NULL means the section is absent ---- */
-
-static int s_check_keys(const json_t *obj, const char *section, const char *const *allowed,
-			jobspec_error_t *err)
-{
-	const char *key;
-	json_t *value;
-	json_object_foreach((json_t *)obj, key, value) {
-		bool known = false;
-		for (const char *const *k = allowed; *k; k++) {
-			if (strcmp(*k, key) == 0) {
-				known = true;
-				break;
-			}
-		}
-		if (known)
-			continue;
-
-		char list[256] = "";
-		size_t used = 0;
-		for (const char *const *k = allowed; *k; k++) {
-			int n = snprintf(list + used, sizeof(list) - used, "%s%s",
-					 k == allowed ? "" : ", ", *k);
-			if (n < 0 || (size_t)n >= sizeof(list) - used)
-				break;
-			used += (size_t)n;
-		}
-
-		/* The pointer names the unknown key itself (RFC 6901 escapes ~
-		 * and /); when it would not fit, the enclosing object. */
-		char pointer[sizeof(err->pointer)];
-		size_t p = (size_t)snprintf(pointer, sizeof(pointer), "%s%s/",
-					    section ? "/" : "", section ? section : "");
-		const size_t key_len = strlen(key);
-		bool fits = true;
-		for (size_t i = 0; i < key_len && fits; i++) {
-			const char *esc = key[i] == '~' ? "~0" : key[i] == '/' ? "~1" : NULL;
-			size_t need = esc ? 2 : 1;
-			if (p + need >= sizeof(pointer)) {
-				fits = false;
-				break;
-			}
-			if (esc)
-				memcpy(pointer + p, esc, 2);
-			else
-				pointer[p] = key[i];
-			p += need;
-		}
-		pointer[p] = '\0';
-		if (!fits)
-			snprintf(pointer, sizeof(pointer), "%s%s", section ? "/" : "",
-				 section ? section : "");
-
-		char shown[80];
-		s_excerpt(key, key_len, shown, sizeof(shown), 64);
-		if (section)
-			return s_fail(err, pointer,
-				      "unknown field \"%s\" in %s; allowed fields: %s", shown,
-				      section, list);
-		return s_fail(err, pointer,
-			      "unknown field \"%s\" at the top level; allowed fields: %s", shown,
-			      list);
-	}
-	return 0;
-}
-
-static int s_get_section(const json_t *doc, const char *section, const char *const *allowed,
-			 const json_t **ret, jobspec_error_t *err)
-{
-	const json_t *obj = json_object_get(doc, section);
-	if (!obj) {
-		*ret = NULL;
-		return 0;
-	}
-	if (!json_is_object(obj)) {
-		char got[64];
-		char pointer[32];
-		s_describe(obj, got, sizeof(got));
-		snprintf(pointer, sizeof(pointer), "/%s", section);
-		return s_fail(err, pointer, "%s must be an object (got %s)", section, got);
-	}
-	int rc = s_check_keys(obj, section, allowed, err);
-	if (rc < 0)
-		return rc;
-	*ret = obj;
-	return 0;
-}
-
-static int s_get_int(const json_t *obj, const char *section, const char *key, int64_t lo,
-		     int64_t hi, int64_t def, int64_t *ret, jobspec_error_t *err)
-{
-	const json_t *v = obj ? json_object_get(obj, key) : NULL;
-	if (!v) {
-		*ret = def;
-		return 0;
-	}
-	if (json_is_integer(v)) {
-		json_int_t x = json_integer_value(v);
-		if (x >= lo && x <= hi) {
-			*ret = x;
-			return 0;
-		}
-	}
-	char got[64];
-	s_describe(v, got, sizeof(got));
-	s_field_name_t f = s_field(section, key);
-	return s_fail(err, f.pointer, "%s must be an integer between %" PRId64 " and %" PRId64
-		      " (got %s%s)", f.dotted, lo, hi, got,
-		      json_is_real(v) ? ", a real number; write integers without a fraction or exponent" : "");
-}
-
-/* A real in [lo, hi], or (lo, hi] when lo_exclusive. */
-static int s_get_real(const json_t *obj, const char *section, const char *key, double lo,
-		      bool lo_exclusive, double hi, double def, double *ret, jobspec_error_t *err)
-{
-	const json_t *v = obj ? json_object_get(obj, key) : NULL;
-	if (!v) {
-		*ret = def;
-		return 0;
-	}
-	if (json_is_number(v)) {
-		double x = json_number_value(v);
-		if ((lo_exclusive ? x > lo : x >= lo) && x <= hi) {
-			*ret = x;
-			return 0;
-		}
-	}
-	char got[64], lo_s[32], hi_s[32];
-	s_describe(v, got, sizeof(got));
-	s_format_real(lo, lo_s, sizeof(lo_s));
-	s_format_real(hi, hi_s, sizeof(hi_s));
-	s_field_name_t f = s_field(section, key);
-	if (lo_exclusive)
-		return s_fail(err, f.pointer,
-			      "%s must be a number greater than %s and at most %s (got %s)",
-			      f.dotted, lo_s, hi_s, got);
-	return s_fail(err, f.pointer, "%s must be a number between %s and %s (got %s)",
-		      f.dotted, lo_s, hi_s, got);
-}
-
-/* A string of 1..max_bytes bytes; *ret borrowed from `obj`, NULL when absent
- * (or null when `nullable`). `required`: NULL when the field may be absent,
- * else what the field is, for the "is required" message. */
-static int s_get_string(const json_t *obj, const char *section, const char *key,
-			size_t max_bytes, const char *required, bool nullable, const char **ret,
-			jobspec_error_t *err)
-{
-	const json_t *v = obj ? json_object_get(obj, key) : NULL;
-	s_field_name_t f = s_field(section, key);
-	if (!v || (nullable && json_is_null(v))) {
-		if (required)
-			return s_fail(err, f.pointer, "%s is required: %s (a string of 1 to %zu bytes)",
-				      f.dotted, required, max_bytes);
-		*ret = NULL;
-		return 0;
-	}
-	char got[64];
-	if (json_is_string(v)) {
-		size_t len = json_string_length(v);
-		if (memchr(json_string_value(v), '\0', len))
-			return s_fail(err, f.pointer, "%s must not contain NUL bytes", f.dotted);
-		if (len >= 1 && len <= max_bytes) {
-			*ret = json_string_value(v);
-			return 0;
-		}
-		if (len == 0)
-			snprintf(got, sizeof(got), "an empty string");
-		else
-			snprintf(got, sizeof(got), "%zu bytes", len);
-	} else {
-		s_describe(v, got, sizeof(got));
-	}
-	return s_fail(err, f.pointer, "%s must be %sa string of 1 to %zu bytes (got %s)",
-		      f.dotted, nullable ? "null or " : "", max_bytes, got);
-}
-
-static int s_get_enum(const json_t *obj, const char *section, const char *key,
-		      const char *const *names, size_t n_names, int def, int *ret,
-		      jobspec_error_t *err)
-{
-	const json_t *v = obj ? json_object_get(obj, key) : NULL;
-	if (!v) {
-		*ret = def;
-		return 0;
-	}
-	if (json_is_string(v)) {
-		for (size_t i = 0; i < n_names; i++) {
-			if (strcmp(json_string_value(v), names[i]) == 0 &&
-			    json_string_length(v) == strlen(names[i])) {
-				*ret = (int)i;
-				return 0;
-			}
-		}
-	}
-	char list[128] = "";
-	size_t used = 0;
-	for (size_t i = 0; i < n_names; i++) {
-		int n = snprintf(list + used, sizeof(list) - used, "%s\"%s\"", i ? ", " : "",
-				 names[i]);
-		if (n < 0 || (size_t)n >= sizeof(list) - used)
-			break;
-		used += (size_t)n;
-	}
-	char got[64];
-	s_describe(v, got, sizeof(got));
-	s_field_name_t f = s_field(section, key);
-	if (n_names == 1)
-		return s_fail(err, f.pointer, "%s must be %s (got %s)", f.dotted, list, got);
-	return s_fail(err, f.pointer, "%s must be one of %s (got %s)", f.dotted, list, got);
-}
+static const char *const s_init_keys[] = {"safetensors", NULL};
 
 /* ---- the document ---- */
 
@@ -421,35 +85,8 @@ typedef struct {
 	const char *train;
 	const char *val;
 	const char *resume_job; /* NULL: no resume_from */
+	const char *init;       /* NULL: no init */
 } s_strings_t;
-
-#define TRY(expr)                      \
-	do {                           \
-		int rc_ = (expr);      \
-		if (rc_ < 0)           \
-			return rc_;    \
-	} while (0)
-
-static int s_read_model(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
-{
-	const json_t *m;
-	int64_t v;
-	int e;
-	TRY(s_get_section(doc, "model", s_model_keys, &m, err));
-	TRY(s_get_enum(m, "model", "arch", s_arch_names, N_ELEMS(s_arch_names), 0, &e, err));
-	snprintf(s->model.arch, sizeof(s->model.arch), "%s", s_arch_names[e]);
-	TRY(s_get_int(m, "model", "n_layer", 1, JOBSPEC_MAX_LAYERS, DEFAULT_N_LAYER, &v, err));
-	s->model.n_layer = (int)v;
-	TRY(s_get_int(m, "model", "n_head", 1, JOBSPEC_MAX_HEADS, DEFAULT_N_HEAD, &v, err));
-	s->model.n_head = (int)v;
-	TRY(s_get_int(m, "model", "n_embd", 1, JOBSPEC_MAX_EMBD, DEFAULT_N_EMBD, &v, err));
-	s->model.n_embd = (int)v;
-	TRY(s_get_int(m, "model", "vocab_size", 1, JOBSPEC_MAX_VOCAB, DEFAULT_VOCAB_SIZE, &v, err));
-	s->model.vocab_size = (int)v;
-	TRY(s_get_int(m, "model", "seq_len", 1, JOBSPEC_MAX_SEQ_LEN, DEFAULT_SEQ_LEN, &v, err));
-	s->model.seq_len = (int)v;
-	return 0;
-}
 
 static int s_read_data(const json_t *doc, jobspec_t *s, s_strings_t *str, jobspec_error_t *err)
 {
@@ -573,6 +210,19 @@ static int s_read_profile(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
 				      keys[i], i ? "last" : "first", JOBSPEC_MAX_PROFILE_STEPS);
 	TRY(s_get_int(o, "profile", "start_step", 1, MAX_STEPS, 0, &s->profile.start_step, err));
 	TRY(s_get_int(o, "profile", "end_step", 1, MAX_STEPS, 0, &s->profile.end_step, err));
+	return 0;
+}
+
+/* init: optional; when given, safetensors is required. */
+static int s_read_init(const json_t *doc, s_strings_t *str, jobspec_error_t *err)
+{
+	const json_t *o;
+	TRY(s_get_section(doc, "init", s_init_keys, &o, err));
+	if (!o)
+		return 0;
+	TRY(s_get_string(o, "init", "safetensors", JOBSPEC_PATH_MAX_BYTES,
+			 "the safetensors file (or a sharded set's model.safetensors.index.json) to start from",
+			 false, &str->init, err));
 	return 0;
 }
 
@@ -705,36 +355,12 @@ static int s_copy_program(const json_t *o, jobspec_t *s)
 	return 0;
 }
 
-static bool s_has(const json_t *doc, const char *section, const char *key)
-{
-	const json_t *obj = json_object_get(doc, section);
-	return obj && json_object_get(obj, key);
-}
-
 /* Rules that tie fields together; every field is already in range. When one
  * side of a rule was left at its default, the pointer names the side the user
  * wrote and the message says which value is the default. */
 static int s_check_cross(const json_t *doc, const jobspec_t *s, jobspec_error_t *err)
 {
 	char a[32], b[32];
-
-	if (s->model.n_embd % s->model.n_head != 0) {
-		bool head_given = s_has(doc, "model", "n_head") || !s_has(doc, "model", "n_embd");
-		return s_fail(err, head_given ? "/model/n_head" : "/model/n_embd",
-			      "model.n_embd (%d%s) must be divisible by model.n_head (%d%s)",
-			      s->model.n_embd, s_has(doc, "model", "n_embd") ? "" : ", the default",
-			      s->model.n_head, s_has(doc, "model", "n_head") ? "" : ", the default");
-	}
-
-	const int vocab_max = s->data.format == JOBSPEC_FORMAT_TEXT ? MAX_TEXT_VOCAB
-								     : MAX_UINT16_VOCAB;
-	if (s->model.vocab_size > vocab_max)
-		return s_fail(err, "/model/vocab_size",
-			      "model.vocab_size (%d) must be at most %d when data.format is \"%s\" (%s)",
-			      s->model.vocab_size, vocab_max, jobspec_format_name(s->data.format),
-			      s->data.format == JOBSPEC_FORMAT_TEXT
-				      ? "text is read as bytes, one token per byte"
-				      : "tokens are stored as uint16");
 
 	if (s->train.min_lr > s->train.lr) {
 		bool min_given = s_has(doc, "train", "min_lr");
@@ -816,16 +442,16 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	const json_t *program = NULL;
 	if ((rc = s_read_program(doc, &s, &program, err)) < 0)
 		return rc;
-	if ((rc = s_read_model(doc, &s, err)) < 0 ||
+	if ((rc = jobspec_model_read(doc, &s, err)) < 0 ||
 	    (!program && (rc = s_read_data(doc, &s, &str, err)) < 0) ||
 	    (rc = s_read_train(doc, &s, err)) < 0 || (rc = s_read_rest(doc, &s, err)) < 0 ||
 	    (rc = s_read_resume_from(doc, &s, &str, err)) < 0 ||
-	    (rc = s_read_profile(doc, &s, err)) < 0)
+	    (rc = s_read_profile(doc, &s, err)) < 0 || (rc = s_read_init(doc, &str, err)) < 0)
 		return rc;
 	/* precision's default depends on the device: bf16 on cuda */
 	if (s.parallel.device == JOBSPEC_DEVICE_CUDA && !s_has(doc, "train", "precision"))
 		s.train.precision = JOBSPEC_PRECISION_BF16;
-	if ((rc = s_check_cross(doc, &s, err)) < 0)
+	if ((rc = jobspec_model_check(doc, &s, err)) < 0 || (rc = s_check_cross(doc, &s, err)) < 0)
 		return rc;
 
 	/* Strings are copied last so that no failure above has anything to free. */
@@ -833,8 +459,9 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	s.data.train = str.train ? strdup(str.train) : NULL;
 	s.data.val = str.val ? strdup(str.val) : NULL;
 	s.resume_from.job = str.resume_job ? strdup(str.resume_job) : NULL;
+	s.init.safetensors = str.init ? strdup(str.init) : NULL;
 	if (!s.name || (str.train && !s.data.train) || (str.val && !s.data.val) ||
-	    (str.resume_job && !s.resume_from.job) || (program && s_copy_program(program, &s) < 0)) {
+	    (str.resume_job && !s.resume_from.job) || (str.init && !s.init.safetensors) || (program && s_copy_program(program, &s) < 0)) {
 		jobspec_free(&s);
 		return s_fail_oom(err);
 	}
@@ -973,12 +600,7 @@ json_t *jobspec_to_json(const jobspec_t *s)
 		goto rest;
 	}
 
-	bad |= s_set(model, "arch", json_string(s->model.arch));
-	bad |= s_set(model, "n_layer", json_integer(s->model.n_layer));
-	bad |= s_set(model, "n_head", json_integer(s->model.n_head));
-	bad |= s_set(model, "n_embd", json_integer(s->model.n_embd));
-	bad |= s_set(model, "vocab_size", json_integer(s->model.vocab_size));
-	bad |= s_set(model, "seq_len", json_integer(s->model.seq_len));
+	bad |= jobspec_model_to_json(s, model);
 	bad |= s_set(doc, "model", model);
 
 	bad |= s_set(data, "train", json_string(s->data.train ? s->data.train : ""));
@@ -1027,6 +649,9 @@ tail:
 			     json_pack("{s:s, s:I}", "job", s->resume_from.job, "step",
 				       (json_int_t)s->resume_from.step));
 
+	if (s->init.safetensors)
+		bad |= s_set(doc, "init", json_pack("{s:s}", "safetensors", s->init.safetensors));
+
 	if (s->profile.start_step > 0)
 		bad |= s_set(doc, "profile",
 			     json_pack("{s:I, s:I}", "start_step", (json_int_t)s->profile.start_step,
@@ -1039,6 +664,16 @@ tail:
 	return doc;
 }
 
+json_t *jobspec_model_json(const jobspec_t *spec)
+{
+	json_t *model = json_object();
+	if (model && jobspec_model_to_json(spec, model) != 0) {
+		json_decref(model);
+		return NULL;
+	}
+	return model;
+}
+
 int jobspec_check_paths(const jobspec_t *spec, jobspec_error_t *err)
 {
 	const struct {
@@ -1047,6 +682,7 @@ int jobspec_check_paths(const jobspec_t *spec, jobspec_error_t *err)
 		{"data.train", "/data/train", spec->data.train},
 		{"data.val", "/data/val", spec->data.val},
 		{"program.cwd", "/program/cwd", spec->program.cwd},
+		{"init.safetensors", "/init/safetensors", spec->init.safetensors},
 	};
 	for (size_t i = 0; i < N_ELEMS(p); i++) {
 		if (!p[i].path || fs_path_beneath(p[i].path))
@@ -1069,6 +705,7 @@ void jobspec_free(jobspec_t *spec)
 	free(spec->data.train);
 	free(spec->data.val);
 	free(spec->resume_from.job);
+	free(spec->init.safetensors);
 	for (int i = 0; spec->program.argv && i < spec->program.argc; i++)
 		free(spec->program.argv[i]);
 	for (int i = 0; spec->program.env_names && i < spec->program.n_env; i++) {
@@ -1084,6 +721,7 @@ void jobspec_free(jobspec_t *spec)
 	spec->data.train = NULL;
 	spec->data.val = NULL;
 	spec->resume_from.job = NULL;
+	spec->init.safetensors = NULL;
 }
 
 /* Out-of-range values give "invalid" rather than NULL so that callers can

@@ -21,8 +21,9 @@
 
 typedef enum {
 	JOBSPEC_FORMAT_NANOGPT = 0, /* flat uint16 tokens */
-	JOBSPEC_FORMAT_LLMC,        /* 256 x int32 header (magic 20240520), uint16 tokens */
+	JOBSPEC_FORMAT_LLMC,        /* 256 x int32 header (magic 20240520); version 1: uint16, 2: uint32 tokens */
 	JOBSPEC_FORMAT_TEXT,        /* raw bytes, vocabulary 256 */
+	JOBSPEC_FORMAT_UINT32,      /* flat uint32 tokens (large vocabularies) */
 } jobspec_format_t;
 
 typedef enum {
@@ -73,7 +74,7 @@ typedef struct {
 		int n_layer;    /* default 6 */
 		int n_head;     /* default 6; n_embd % n_head == 0 */
 		int n_embd;     /* default 384 */
-		int vocab_size; /* default 256 (bytes); <= 256 for format "text", <= 65536 for uint16 formats */
+		int vocab_size; /* default 256 (bytes); <= 256 for format "text", <= 65536 for "nanogpt" */
 		int seq_len;    /* default 256 */
 		/* Llama only (arch "llama"; zero for GPT-2, which refuses them): */
 		int n_kv_head;        /* default n_head; n_head % n_kv_head == 0 */
@@ -204,6 +205,11 @@ int jobspec_load_file(const char *path, jobspec_t *ret_spec, jobspec_error_t *er
 /* The spec as a JSON object with every default filled in (new reference;
  * NULL only on out-of-memory). Parsing the result gives an equal spec. */
 json_t *jobspec_to_json(const jobspec_t *spec);
+
+/* The spec's model section as jobspec_to_json writes it (GPT-2: its six
+ * fields; Llama: every field), for the snapshot manifest. New reference;
+ * NULL only on out-of-memory. */
+json_t *jobspec_model_json(const jobspec_t *spec);
 
 /*
  * Check that the spec's data paths (data.train, data.val, and a program's

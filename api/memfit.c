@@ -25,6 +25,14 @@ void memfit_estimate(const jobspec_t *spec, memfit_t *ret)
 	double W = spec->parallel.world_size > 0 ? spec->parallel.world_size : 1;
 	double layer = 12 * C * C + 13 * C;
 	double P = V * C + T * C + L * layer + 2 * C;
+	if (spec->model.arch[0] == 'l') {
+		/* Llama's table (llama_layout): no positions or biases, GQA's
+		 * narrower k/v, SwiGLU's three matrices, an untied LM head. The
+		 * activations keep GPT-2's formula as the estimate. */
+		double KVC = C / H * spec->model.n_kv_head, F = spec->model.ffn_dim;
+		layer = 2 * C * C + 2 * C * KVC + 3 * C * F + 2 * C;
+		P = V * C * (spec->model.tie_embeddings ? 1 : 2) + L * layer + C;
+	}
 	double S = ceil(P / W);
 	bool bf16 = spec->train.precision == JOBSPEC_PRECISION_BF16;
 	memfit_t m = {.n_params = P};

@@ -211,7 +211,8 @@ int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 	if (argc - optind != 1)
 		return export_usage("%s", argc - optind < 1 ? "missing SNAPSHOT_DIR or JOB" : "too many arguments");
 	if (!out)
-		return export_usage("%s", "missing -o FILE (where to write the safetensors file)");
+		return export_usage("%s", "missing -o PATH (where to write the safetensors file; for a Llama job"
+		                    " the folder for model.safetensors and config.json)");
 	const char *arg = argv[optind];
 
 	char dir[PATH_MAX];
@@ -237,8 +238,12 @@ int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 	char err[1024];
 	snap_t *s = NULL;
 	snap_export_info_t info;
+	/* a Llama snapshot exports as a Hugging Face folder: model.safetensors and config.json */
+	bool folder = false;
 	if (snap_open(dir, &s, err, sizeof err) < 0 || snap_verify(s, err, sizeof err) < 0 ||
-	    snap_export_hf(s, out, &info, err, sizeof err) < 0) {
+	    ((folder = snap_model_is_llama(snap_manifest(s)->model))
+	             ? snap_export_hf_dir(s, out, &info, err, sizeof err)
+	             : snap_export_hf(s, out, &info, err, sizeof err)) < 0) {
 		fprintf(stderr, "ringctl: %s\n", err);
 		snap_close(s);
 		return CTL_EXIT_FAILED;
@@ -254,8 +259,9 @@ int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 		free(text);
 		json_decref(o);
 	} else {
-		printf("exported step %lld from %s\nwrote %s: %d tensors, %lld parameters, %lld bytes\n",
-		       snap_step, dir, out, info.n_tensors, (long long)info.n_params, (long long)info.bytes);
+		printf("exported step %lld from %s\nwrote %s%s: %d tensors, %lld parameters, %lld bytes\n",
+		       snap_step, dir, out, folder ? "/model.safetensors and config.json" : "",
+		       info.n_tensors, (long long)info.n_params, (long long)info.bytes);
 	}
 	snap_close(s);
 	return CTL_EXIT_OK;

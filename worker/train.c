@@ -51,6 +51,7 @@
 
 #include <omp.h>
 
+#include "stinit.h"
 #include "strategy.h"
 #include "train_dev.h"
 #include "train_impl.h"
@@ -80,6 +81,7 @@ static data_format_t s_data_format(jobspec_format_t f)
 	case JOBSPEC_FORMAT_NANOGPT: return DATA_FORMAT_NANOGPT;
 	case JOBSPEC_FORMAT_LLMC: return DATA_FORMAT_LLMC;
 	case JOBSPEC_FORMAT_TEXT: return DATA_FORMAT_TEXT;
+	case JOBSPEC_FORMAT_UINT32: return DATA_FORMAT_UINT32;
 	}
 	return DATA_FORMAT_NANOGPT;
 }
@@ -601,6 +603,42 @@ static void s_init_params(train_t *t)
 				shard_params(t->zero));
 }
 
+/* init.safetensors: the pretrained weights over the seeded ones, into the
+ * same buffer s_init_params filled (zero3: only this rank's shard range is
+ * read). Only when no snapshot was resumed: a restarted or resumed job's
+ * snapshot already holds what training made of them. RM_EXIT_* code. */
+static int s_init_pretrained(train_t *t)
+{
+	const char *path = t->spec->init.safetensors;
+	FILE *f = t->opt->json ? t->opt->log : t->opt->out;
+	if (!path)
+		return RM_EXIT_OK;
+	if (t->start_step > 1) {
+		if (t->rank == 0)
+			fprintf(f, "init: skipped %s, resuming the snapshot of step %" PRId64 "\n", path,
+				t->start_step - 1);
+		return RM_EXIT_OK;
+	}
+	int n;
+	const model_tensor_t *tensors = model_tensors(t->model, &n);
+	const char *root = t->opt->data_root && t->opt->data_root[0] ? t->opt->data_root : NULL;
+	char err[1024];
+	stinit_t *st = NULL;
+	int rc = stinit_open(root, path, tensors, n, t->spec->model.tie_embeddings != 0, &st, err,
+			     sizeof err);
+	if (rc < 0)
+		return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_DATA, "%s", err);
+	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->dev->mirror)
+		stinit_read_range(st, 0, t->n_params, model_params(t->model));
+	else if (t->shard_count)
+		stinit_read_range(st, t->shard_lo, t->shard_lo + t->shard_count, shard_params(t->zero));
+	if (t->rank == 0)
+		fprintf(f, "init: %d tensors from %s (%d file%s)\n", stinit_num_tensors(st), path,
+			stinit_num_files(st), stinit_num_files(st) == 1 ? "" : "s");
+	stinit_free(st);
+	return RM_EXIT_OK;
+}
+
 /* The snapshot state: the writer thread when snapshots are on, and the
  * tensor table for manifests. */
 static int s_snapshot_setup(train_t *t)
@@ -630,6 +668,8 @@ static int s_start(train_t *t)
 		rc = s_resume(t);
 	if (rc == RM_EXIT_OK && t->start_step == 1)
 		s_init_params(t);
+	if (rc == RM_EXIT_OK)
+		rc = s_init_pretrained(t);
 	if (rc == RM_EXIT_OK)
 		t->dev->to_device(t);
 	return rc;

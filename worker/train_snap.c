@@ -129,9 +129,7 @@ static void s_manifest(const tsnap_t *s, int64_t step, uint64_t cursor, snap_man
 				   (json_int_t)s->cfg.global_batch);
 	m->rng = json_pack("{s:I, s:s}", "seed", (json_int_t)sp->train.seed, "sampler",
 			   "permutation of (seed, global sample index); no other random state");
-	m->model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "arch", sp->model.arch, "n_layer",
-			     sp->model.n_layer, "n_head", sp->model.n_head, "n_embd", sp->model.n_embd,
-			     "vocab_size", sp->model.vocab_size, "seq_len", sp->model.seq_len);
+	m->model = jobspec_model_json(sp); /* Llama: every field, for export's config.json */
 	m->n_tensors = s->cfg.n_tensors;
 	m->tensors = s->snap_tensors;
 }

@@ -134,7 +134,16 @@ static bool s_spec_equal(const jobspec_t *a, const jobspec_t *b)
 	       a->restart.max_restarts == b->restart.max_restarts && a->priority == b->priority &&
 	       SAME_STR(a->resume_from.job, b->resume_from.job) &&
 	       a->resume_from.step == b->resume_from.step &&
-	       a->profile.start_step == b->profile.start_step && a->profile.end_step == b->profile.end_step;
+	       a->profile.start_step == b->profile.start_step && a->profile.end_step == b->profile.end_step &&
+	       a->model.n_kv_head == b->model.n_kv_head && a->model.ffn_dim == b->model.ffn_dim &&
+	       a->model.rope_theta == b->model.rope_theta &&
+	       a->model.rope_scaling.factor == b->model.rope_scaling.factor &&
+	       a->model.rope_scaling.low_freq_factor == b->model.rope_scaling.low_freq_factor &&
+	       a->model.rope_scaling.high_freq_factor == b->model.rope_scaling.high_freq_factor &&
+	       a->model.rope_scaling.original_max_position == b->model.rope_scaling.original_max_position &&
+	       a->model.norm_eps == b->model.norm_eps && a->model.tie_embeddings == b->model.tie_embeddings &&
+	       strcmp(a->model.preset, b->model.preset) == 0 &&
+	       SAME_STR(a->init.safetensors, b->init.safetensors);
 #undef SAME_STR
 }
 
@@ -352,8 +361,11 @@ static const struct {
 	{"/checkpoint", "true", "/checkpoint", "checkpoint must be an object (got true)"},
 	{"/restart", "false", "/restart", "restart must be an object (got false)"},
 	/* model */
-	{"/model/arch", "\"llama\"", "/model/arch", "model.arch must be \"gpt2\" (got the string \"llama\")"},
-	{"/model/arch", "\"GPT2\"", "/model/arch", "model.arch must be \"gpt2\""},
+	{"/model/arch", "\"gpt3\"", "/model/arch", "model.arch must be one of \"gpt2\", \"llama\" (got the string \"gpt3\")"},
+	{"/model/arch", "\"GPT2\"", "/model/arch", "model.arch must be one of \"gpt2\", \"llama\""},
+	{"/model/n_kv_head", "2", "/model/n_kv_head", "model.n_kv_head is a Llama field: set model.arch to \"llama\" or leave model.n_kv_head out (model.arch is \"gpt2\", the default)"},
+	{"/model/tie_embeddings", "false", "/model/tie_embeddings", "model.tie_embeddings is a Llama field"},
+	{"/model/rope_theta", "10000", "/model/rope_theta", "model.rope_theta is a Llama field"},
 	{"/model/arch", "2", "/model/arch", "(got 2)"},
 	{"/model/n_layer", "0", "/model/n_layer", "model.n_layer must be an integer between 1 and 1024 (got 0)"},
 	{"/model/n_layer", "1025", "/model/n_layer", "(got 1025)"},
@@ -381,7 +393,7 @@ static const struct {
 	{"/data/train", "[\"a\", \"b\"]", "/data/train", "(got an array)"},
 	{"/data/val", "\"\"", "/data/val", "data.val must be null or a string of 1 to 4096 bytes (got an empty string)"},
 	{"/data/val", "7", "/data/val", "(got 7)"},
-	{"/data/format", "\"bin\"", "/data/format", "data.format must be one of \"nanogpt\", \"llmc\", \"text\" (got the string \"bin\")"},
+	{"/data/format", "\"bin\"", "/data/format", "data.format must be one of \"nanogpt\", \"llmc\", \"text\", \"uint32\" (got the string \"bin\")"},
 	{"/data/format", "null", "/data/format", "(got null)"},
 	{"/data/format", "\"\"", "/data/format", "(got the string \"\")"},
 	/* train */
@@ -605,9 +617,10 @@ static void test_cross_field_rules(void)
 			 "/model/vocab_size", "model.vocab_size (257) must be at most 256 when data.format is \"text\"");
 	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"text\"}, \"model\": {\"vocab_size\": 256}}");
 	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"vocab_size\": 65537}}",
-			 "/model/vocab_size", "model.vocab_size (65537) must be at most 65536 when data.format is \"nanogpt\" (tokens are stored as uint16)");
-	s_expect_refused("{\"data\": {\"train\": \"t\", \"format\": \"llmc\"}, \"model\": {\"vocab_size\": 100000}}",
-			 "/model/vocab_size", "when data.format is \"llmc\"");
+			 "/model/vocab_size", "model.vocab_size (65537) must be at most 65536 when data.format is \"nanogpt\" (tokens are stored as uint16; use data.format \"uint32\"");
+	/* llm.c's version-2 shards and uint32 hold any vocabulary (the reader checks each token) */
+	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"llmc\"}, \"model\": {\"vocab_size\": 100000}}");
+	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"uint32\"}, \"model\": {\"vocab_size\": 1048576}}");
 	s_expect_accepted("{\"data\": {\"train\": \"t\", \"format\": \"llmc\"}, \"model\": {\"vocab_size\": 65536}}");
 
 	/* warmup_steps <= steps */
@@ -1197,6 +1210,7 @@ static void test_enum_names(void)
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_NANOGPT), "nanogpt");
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_LLMC), "llmc");
 	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_TEXT), "text");
+	CHECK_STR(jobspec_format_name(JOBSPEC_FORMAT_UINT32), "uint32");
 	CHECK_STR(jobspec_schedule_name(JOBSPEC_SCHEDULE_COSINE), "cosine");
 	CHECK_STR(jobspec_schedule_name(JOBSPEC_SCHEDULE_CONSTANT), "constant");
 	CHECK_STR(jobspec_precision_name(JOBSPEC_PRECISION_FP32), "fp32");
@@ -1209,6 +1223,195 @@ static void test_enum_names(void)
 	CHECK_STR(jobspec_sharding_name(JOBSPEC_SHARDING_ZERO3), "zero3");
 	CHECK_STR(jobspec_sharding_name((jobspec_sharding_t)42), "invalid");
 	CHECK_STR(jobspec_device_name((jobspec_device_t)-1), "invalid");
+}
+
+#define LLAMA "{\"data\": {\"train\": \"t\"}, \"model\": {\"arch\": \"llama\""
+
+static void test_llama_defaults(void)
+{
+	jobspec_t s;
+	jobspec_error_t err = {0};
+	CHECK(s_parse(LLAMA "}}", &s, &err) == 0);
+	CHECK_STR(s.model.arch, "llama");
+	CHECK(s.model.n_layer == 6 && s.model.n_embd == 384 && s.model.n_head == 6);
+	CHECK(s.model.n_kv_head == 2);
+	CHECK(s.model.ffn_dim == 1024); /* int(2 * 4 * 384 / 3) = 1024, a multiple of 256 */
+	CHECK(s.model.vocab_size == 256 && s.model.seq_len == 256);
+	CHECK(s.model.rope_theta == 500000.0);
+	CHECK(s.model.rope_scaling.factor == 0);
+	CHECK(s.model.norm_eps == 1e-5);
+	CHECK(s.model.tie_embeddings == 0);
+	CHECK_STR(s.model.preset, "");
+	jobspec_free(&s);
+
+	/* an explicit n_head is its own n_kv_head's default (plain multi-head) */
+	CHECK(s_parse(LLAMA ", \"n_head\": 3, \"n_embd\": 96}}", &s, &err) == 0);
+	CHECK(s.model.n_kv_head == 3);
+	CHECK(s.model.ffn_dim == 256); /* int(2 * 384 / 3) = 256 */
+	jobspec_free(&s);
+
+	/* Llama's rule: 2/3 of 4C, times the multiplier, up to multiple_of */
+	CHECK(s_parse(LLAMA ", \"n_embd\": 4096, \"n_head\": 32, \"ffn_dim_multiplier\": 1.3,"
+		      " \"multiple_of\": 1024}}", &s, &err) == 0);
+	CHECK(s.model.ffn_dim == 14336); /* Llama 3 8B's */
+	jobspec_free(&s);
+	CHECK(s_parse(LLAMA ", \"n_embd\": 100, \"n_head\": 10, \"multiple_of\": 7}}", &s, &err) == 0);
+	CHECK(s.model.ffn_dim == 266); /* int(800 / 3) = 266 = 38 * 7 */
+	jobspec_free(&s);
+
+	/* every field given */
+	CHECK(s_parse(LLAMA ", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 1, \"n_embd\": 64,"
+		      " \"ffn_dim\": 100, \"rope_theta\": 10000, \"norm_eps\": 1e-6, \"tie_embeddings\": true,"
+		      " \"rope_scaling\": {\"factor\": 8, \"low_freq_factor\": 1, \"high_freq_factor\": 4,"
+		      " \"original_max_position\": 64}}}", &s, &err) == 0);
+	CHECK(s.model.n_kv_head == 1 && s.model.ffn_dim == 100 && s.model.rope_theta == 10000);
+	CHECK(s.model.norm_eps == 1e-6 && s.model.tie_embeddings == 1);
+	CHECK(s.model.rope_scaling.factor == 8 && s.model.rope_scaling.low_freq_factor == 1 &&
+	      s.model.rope_scaling.high_freq_factor == 4 &&
+	      s.model.rope_scaling.original_max_position == 64);
+	jobspec_free(&s);
+}
+
+static void test_llama_presets(void)
+{
+	jobspec_t s;
+	jobspec_error_t err = {0};
+	/* a preset implies arch llama */
+	CHECK(s_parse("{\"data\": {\"train\": \"t\", \"format\": \"uint32\"}, \"model\": {\"preset\": \"llama3.2-1b\"}}",
+		      &s, &err) == 0);
+	CHECK_STR(s.model.arch, "llama");
+	CHECK_STR(s.model.preset, "llama3.2-1b");
+	CHECK(s.model.n_layer == 16 && s.model.n_embd == 2048 && s.model.n_head == 32);
+	CHECK(s.model.n_kv_head == 8 && s.model.ffn_dim == 8192 && s.model.vocab_size == 128256);
+	CHECK(s.model.tie_embeddings == 1 && s.model.rope_theta == 500000.0 && s.model.seq_len == 2048);
+	CHECK(s.model.rope_scaling.factor == 32 && s.model.rope_scaling.low_freq_factor == 1 &&
+	      s.model.rope_scaling.high_freq_factor == 4 &&
+	      s.model.rope_scaling.original_max_position == 8192);
+	s_check_round_trip(&s);
+	jobspec_free(&s);
+	/* explicit fields override the preset's; null removes its scaling */
+	CHECK(s_parse("{\"data\": {\"train\": \"t\", \"format\": \"uint32\"}, \"model\": {\"preset\": \"llama3.1-8b\","
+		      " \"arch\": \"llama\", \"n_layer\": 2, \"seq_len\": 128, \"rope_scaling\": null}}", &s, &err) == 0);
+	CHECK(s.model.n_layer == 2 && s.model.n_embd == 4096 && s.model.ffn_dim == 14336);
+	CHECK(s.model.seq_len == 128 && s.model.rope_scaling.factor == 0 && s.model.tie_embeddings == 0);
+	s_check_round_trip(&s);
+	jobspec_free(&s);
+	CHECK(s_parse("{\"data\": {\"train\": \"t\", \"format\": \"uint32\"}, \"model\": {\"preset\": \"llama3.2-3b\"}}",
+		      &s, &err) == 0);
+	CHECK(s.model.n_layer == 28 && s.model.n_embd == 3072 && s.model.n_head == 24);
+	jobspec_free(&s);
+	CHECK(s_parse("{\"data\": {\"train\": \"t\"}, \"model\": {\"preset\": \"llama-124m\"}}", &s, &err) == 0);
+	CHECK(s.model.n_layer == 12 && s.model.n_embd == 768 && s.model.n_kv_head == 4 &&
+	      s.model.ffn_dim == 2048 && s.model.vocab_size == 32000 && s.model.tie_embeddings == 0);
+	jobspec_free(&s);
+	/* the preset's vocabulary needs a uint32 format */
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"preset\": \"llama3.2-1b\"}}",
+			 "/model/vocab_size", "model.vocab_size (128256, the preset's) must be at most 65536");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"preset\": \"llama-7b\"}}",
+			 "/model/preset", "model.preset must be one of \"llama3.2-1b\", \"llama3.2-3b\", \"llama3.1-8b\", \"llama-124m\" (got the string \"llama-7b\")");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"preset\": \"llama-124m\", \"arch\": \"gpt2\"}}",
+			 "/model/preset", "model.preset is a Llama field");
+}
+
+static void test_llama_errors(void)
+{
+	s_expect_refused(LLAMA ", \"n_embd\": 770, \"n_head\": 12}}",
+			 "/model/n_head", "model.n_embd (770) must be divisible by model.n_head (12)");
+	s_expect_refused(LLAMA ", \"n_embd\": 768, \"n_head\": 12, \"n_kv_head\": 5}}",
+			 "/model/n_kv_head", "model.n_head (12) must be a multiple of model.n_kv_head (5)");
+	s_expect_refused(LLAMA ", \"n_head\": 5}}",
+			 "/model/n_head", "model.n_embd (384, the default) must be divisible");
+	s_expect_refused(LLAMA ", \"n_kv_head\": 4}}",
+			 "/model/n_kv_head", "model.n_head (6, the default) must be a multiple of model.n_kv_head (4)");
+	s_expect_refused(LLAMA ", \"n_embd\": 36, \"n_head\": 4}}",
+			 "/model/n_head", "model.n_embd / model.n_head (36 / 4 = 9) must be even");
+	s_expect_refused(LLAMA ", \"ffn_dim\": 100, \"multiple_of\": 64}}",
+			 "/model/multiple_of", "give either model.ffn_dim or the rule's fields, not both");
+	s_expect_refused(LLAMA ", \"ffn_dim\": 0}}",
+			 "/model/ffn_dim", "model.ffn_dim must be an integer between 1 and 524288 (got 0)");
+	s_expect_refused(LLAMA ", \"rope_theta\": 0}}",
+			 "/model/rope_theta", "model.rope_theta must be a number greater than 0");
+	s_expect_refused(LLAMA ", \"norm_eps\": -1}}", "/model/norm_eps", "model.norm_eps must be");
+	s_expect_refused(LLAMA ", \"tie_embeddings\": 1}}",
+			 "/model/tie_embeddings", "model.tie_embeddings must be true or false (got 1)");
+	s_expect_refused(LLAMA ", \"rope_scaling\": {\"factor\": 8}}}",
+			 "/model/rope_scaling/low_freq_factor", "model.rope_scaling.low_freq_factor is required");
+	s_expect_refused(LLAMA ", \"rope_scaling\": 8}}",
+			 "/model/rope_scaling", "model.rope_scaling must be null or an object");
+	s_expect_refused(LLAMA ", \"rope_scaling\": {\"factor\": 8, \"low_freq_factor\": 1,"
+			 " \"high_freq_factor\": 4, \"original_max_position\": 0}}}",
+			 "/model/rope_scaling/original_max_position",
+			 "model.rope_scaling.original_max_position must be an integer between 1 and");
+	s_expect_refused(LLAMA ", \"rope_scaling\": {\"factor\": 8, \"low_freq_factor\": 4,"
+			 " \"high_freq_factor\": 4, \"original_max_position\": 8192}}}",
+			 "/model/rope_scaling/high_freq_factor",
+			 "model.rope_scaling.high_freq_factor (4) must be greater than model.rope_scaling.low_freq_factor (4)");
+	s_expect_refused(LLAMA ", \"rope_scaling\": {\"factor\": 8, \"low\": 1}}}",
+			 "/model/rope_scaling/low", "unknown field \"low\"");
+}
+
+static void test_llama_round_trip(void)
+{
+	static const char *const docs[] = {
+		LLAMA "}}",
+		LLAMA ", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": 2, \"n_embd\": 64, \"ffn_dim\": 96,"
+		" \"rope_theta\": 10000.5, \"norm_eps\": 1e-6, \"tie_embeddings\": true,"
+		" \"rope_scaling\": {\"factor\": 8, \"low_freq_factor\": 1, \"high_freq_factor\": 4,"
+		" \"original_max_position\": 64}}, \"init\": {\"safetensors\": \"w/model.safetensors\"}}",
+		LLAMA ", \"ffn_dim_multiplier\": 1.5}}",
+	};
+	for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+		jobspec_t s;
+		jobspec_error_t err = {0};
+		int rc = s_parse(docs[i], &s, &err);
+		CHECK(rc == 0);
+		if (rc != 0) {
+			fprintf(stderr, "  %s: %s %s\n", docs[i], err.pointer, err.message);
+			continue;
+		}
+		s_check_round_trip(&s);
+		json_t *j = jobspec_to_json(&s);
+		CHECK(json_object_size(json_object_get(j, "model")) == 12); /* every Llama field */
+		json_decref(j);
+		jobspec_free(&s);
+	}
+}
+
+/* A GPT-2 spec renders exactly the JSON it did before Llama. */
+static void test_gpt2_json_unchanged(void)
+{
+	jobspec_t s;
+	jobspec_error_t err;
+	CHECK(s_parse(MINIMAL, &s, &err) == 0);
+	json_t *j = jobspec_to_json(&s);
+	char *text = json_dumps(json_object_get(j, "model"), JSON_COMPACT);
+	CHECK_STR(text, "{\"arch\":\"gpt2\",\"n_layer\":6,\"n_head\":6,\"n_embd\":384,\"vocab_size\":256,\"seq_len\":256}");
+	CHECK(json_object_get(j, "init") == NULL);
+	free(text);
+	json_decref(j);
+	jobspec_free(&s);
+}
+
+static void test_init(void)
+{
+	jobspec_t s;
+	jobspec_error_t err = {0};
+	CHECK(s_parse(LLAMA "}, \"init\": {\"safetensors\": \"ft/model.safetensors.index.json\"}}", &s, &err) == 0);
+	CHECK_STR(s.init.safetensors, "ft/model.safetensors.index.json");
+	CHECK(jobspec_check_paths(&s, &err) == 0);
+	jobspec_free(&s);
+	CHECK(s.init.safetensors == NULL);
+	s_expect_refused(LLAMA "}, \"init\": {}}", "/init/safetensors", "init.safetensors is required");
+	s_expect_refused(LLAMA "}, \"init\": {\"safetensors\": \"\"}}", "/init/safetensors", "(got an empty string)");
+	s_expect_refused(LLAMA "}, \"init\": {\"hf\": \"x\"}}", "/init/hf", "unknown field \"hf\" in init");
+	s_expect_refused(LLAMA "}, \"init\": \"x\"}", "/init", "init must be an object");
+	s_expect_refused("{\"program\": {\"argv\": [\"/bin/true\"]}, \"init\": {\"safetensors\": \"x\"}}",
+			 "/init", "a program job has no init");
+	CHECK(s_parse(LLAMA "}, \"init\": {\"safetensors\": \"../w.safetensors\"}}", &s, &err) == 0);
+	CHECK(jobspec_check_paths(&s, &err) == -EINVAL);
+	CHECK_STR(err.pointer, "/init/safetensors");
+	CHECK_CONTAINS(err.message, "init.safetensors must be a path relative to the agent's --data-root");
+	jobspec_free(&s);
 }
 
 int main(void)
@@ -1241,6 +1444,12 @@ int main(void)
 	s_run("enum_names", test_enum_names);
 	s_run("check_paths", test_check_paths);
 	s_run("program", test_program);
+	s_run("llama_defaults", test_llama_defaults);
+	s_run("llama_presets", test_llama_presets);
+	s_run("llama_errors", test_llama_errors);
+	s_run("llama_round_trip", test_llama_round_trip);
+	s_run("gpt2_json_unchanged", test_gpt2_json_unchanged);
+	s_run("init", test_init);
 
 	printf("%d passed, %d failed\n", s_n_passed, s_n_failed);
 	return s_n_failed ? 1 : 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build one libFuzzer harness with clang (outside meson) and run it.
 #
-#   tests/fuzz/run-fuzzer.sh [jobspec|wire|snapshot|http] [SECONDS] [extra libFuzzer flags...]
+#   tests/fuzz/run-fuzzer.sh [jobspec|wire|snapshot|http|safetensors] [SECONDS] [extra libFuzzer flags...]
 #
 # http compiles the daemon's sources but main.c (instrumented), with the two
 # files meson generates (build/: meson compile -C build first).
@@ -20,9 +20,11 @@ out=build-fuzz
 mkdir -p "$out/corpus-$name"
 
 case $name in
-  jobspec) srcs=(tests/fuzz/fuzz_jobspec.c api/jobspec.c); libs="jansson"; dict=(-dict=tests/fuzz/jobspec.dict) ;;
+  jobspec) srcs=(tests/fuzz/fuzz_jobspec.c api/jobspec.c api/jobspec_model.c); libs="jansson"; dict=(-dict=tests/fuzz/jobspec.dict) ;;
   wire) srcs=(tests/fuzz/fuzz_wire.c api/wire.c); libs="jansson libzmq"; dict=(-dict=tests/fuzz/wire.dict) ;;
   snapshot) srcs=(tests/fuzz/fuzz_snapshot.c api/snapshot.c); libs="jansson libxxhash"; dict=() ;;
+  safetensors) srcs=(tests/fuzz/fuzz_safetensors.c worker/stinit.c worker/data/beneath.c worker/engine/llama_layout.c
+                      worker/engine/initrand.c api/fsutil.c -Iworker -Iworker/engine -Iworker/data); libs="jansson"; dict=() ;;
   http)
     gen=(build/coordinatord/webui_assets.c build/schema/store_migrations.c)
     for f in "${gen[@]}"; do
@@ -32,7 +34,7 @@ case $name in
     srcs=(tests/fuzz/fuzz_http.c "${daemon[@]}" "${gen[@]}" api/*.c -Icoordinatord -Ischema -DRINGMASTER_VERSION='"fuzz"')
     libs="jansson libmicrohttpd libzmq libsodium sqlite3 inih libsystemd libxxhash gnutls"
     dict=(-dict=tests/fuzz/http.dict) ;;
-  *) echo "run-fuzzer: unknown harness '$name' (jobspec, wire, snapshot or http)" >&2; exit 2 ;;
+  *) echo "run-fuzzer: unknown harness '$name' (jobspec, wire, snapshot, safetensors or http)" >&2; exit 2 ;;
 esac
 
 clang -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread \

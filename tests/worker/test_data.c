@@ -117,6 +117,20 @@ static void s_write_llmc(const char *name, uint32_t magic, uint32_t version, uin
 	free(b);
 }
 
+/* llm.c version-2 shard (uint32 tokens): first*1000 + i for token i. */
+static void s_write_llmc32(const char *name, uint32_t count, size_t n_actual, uint32_t first)
+{
+	size_t bytes = DATA_LLMC_HEADER_BYTES + 4 * n_actual;
+	uint8_t *b = calloc(1, bytes);
+	s_put32(b, DATA_LLMC_MAGIC);
+	s_put32(b + 4, DATA_LLMC_VERSION_UINT32);
+	s_put32(b + 8, count);
+	for (size_t i = 0; i < n_actual; i++)
+		s_put32(b + DATA_LLMC_HEADER_BYTES + 4 * i, first * 1000 + (uint32_t)i);
+	s_write(name, b, bytes);
+	free(b);
+}
+
 static int s_open(const char *name, data_format_t fmt, int vocab, data_source_t **src, char *err)
 {
 	return data_source_open(s_dir, name, fmt, vocab, "data.train", src, err, 512);
@@ -167,6 +181,53 @@ static void test_llmc(void)
 	data_source_read(src, 0, 3, out);
 	CHECK(out[0] == 100 && out[1] == 101 && out[2] == 102);
 	data_source_free(src);
+}
+
+static void s_expect_fail(const char *name, data_format_t fmt, int vocab, int code, const char *needle1,
+                          const char *needle2);
+
+/* Flat uint32 and llm.c's version 2: ids above uint16, checked against
+ * the vocabulary; an llmc glob may mix versions 1 and 2 (each header
+ * decides its file's width). */
+static void test_uint32(void)
+{
+	uint8_t b[12];
+	s_put32(b, 128255);
+	s_put32(b + 4, 70000);
+	s_put32(b + 8, 0);
+	s_write("u.bin", b, sizeof b);
+	data_source_t *src = NULL;
+	char err[512] = "";
+	CHECK(s_open("u.bin", DATA_FORMAT_UINT32, 128256, &src, err) == 0);
+	if (src) {
+		int32_t out[3];
+		CHECK(data_source_num_tokens(src) == 3);
+		data_source_read(src, 0, 3, out);
+		CHECK(out[0] == 128255 && out[1] == 70000 && out[2] == 0);
+		data_source_free(src);
+	}
+	s_expect_fail("u.bin", DATA_FORMAT_UINT32, 128255, -EINVAL, "u.bin",
+		      "token id at byte offset 0 (token 0) that is not below model.vocab_size (128255)");
+	s_write("u6.bin", b, 6);
+	s_expect_fail("u6.bin", DATA_FORMAT_UINT32, 128256, -EINVAL, "u6.bin",
+		      "6 bytes is not a whole number of uint32 tokens");
+
+	s_write_llmc32("v2_a.bin", 300, 300, 100); /* 100000.. */
+	s_write_llmc("v2_b.bin", DATA_LLMC_MAGIC, DATA_LLMC_VERSION, 5, 5, 7);
+	src = NULL;
+	CHECK(s_open("v2_?.bin", DATA_FORMAT_LLMC, 128256, &src, err) == 0);
+	if (src) {
+		int32_t out[4];
+		CHECK(data_source_num_tokens(src) == 305);
+		data_source_read(src, 298, 4, out);
+		CHECK(out[0] == 100298 && out[1] == 100299 && out[2] == 7 && out[3] == 8);
+		data_source_free(src);
+	}
+	s_expect_fail("v2_a.bin", DATA_FORMAT_LLMC, 100200, -EINVAL, "v2_a.bin",
+		      "token id at byte offset 1824 (token 200)");
+	s_write_llmc32("v2_trunc.bin", 300, 299, 1);
+	s_expect_fail("v2_trunc.bin", DATA_FORMAT_LLMC, 128256, -EINVAL, "v2_trunc.bin",
+		      "its header says 300 tokens (2224 bytes) but the file has 2220 bytes");
 }
 
 static void test_text(void)
@@ -256,7 +317,8 @@ static void test_errors(void)
 	s_write_llmc("magic.bin", 12345, 1, 4, 4, 0);
 	s_expect_fail("magic.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "magic.bin", "not an llm.c shard");
 	s_write_llmc("ver.bin", DATA_LLMC_MAGIC, 7, 4, 4, 0);
-	s_expect_fail("ver.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "ver.bin", "version other than 1");
+	s_expect_fail("ver.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "ver.bin",
+		      "version other than 1 (uint16 tokens) and 2 (uint32 tokens)");
 	s_write_llmc("trunc.bin", DATA_LLMC_MAGIC, 1, 100, 50, 0);
 	s_expect_fail("trunc.bin", DATA_FORMAT_LLMC, 50257, -EINVAL, "trunc.bin", "truncated");
 	s_write_llmc("long.bin", DATA_LLMC_MAGIC, 1, 10, 50, 0);
@@ -675,6 +737,7 @@ int main(void)
 	s_run("nanogpt", test_nanogpt);
 	s_run("nanogpt_high_tokens", test_nanogpt_high_tokens);
 	s_run("llmc", test_llmc);
+	s_run("uint32", test_uint32);
 	s_run("text", test_text);
 	s_run("glob_sorted_and_crossing", test_glob_sorted_and_crossing);
 	s_run("glob_llmc", test_glob_llmc);

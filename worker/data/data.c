@@ -27,6 +27,7 @@ typedef struct {
 	const uint8_t *tokens; /* first token byte inside map */
 	uint64_t n_tokens;
 	uint64_t first;        /* index of its first token in the stream */
+	int token_bytes;       /* 1 text, 2 uint16 (nanogpt, llmc version 1), 4 uint32 (uint32, llmc version 2) */
 } data_file_t;
 
 struct data_source {
@@ -34,7 +35,6 @@ struct data_source {
 	size_t n_files;
 	data_file_t *files;
 	uint64_t n_tokens;
-	int token_bytes; /* 2 for uint16 formats, 1 for text */
 };
 
 static int s_fail(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -57,6 +57,7 @@ const char *data_format_name(data_format_t f)
 	case DATA_FORMAT_NANOGPT: return "nanogpt";
 	case DATA_FORMAT_LLMC: return "llmc";
 	case DATA_FORMAT_TEXT: return "text";
+	case DATA_FORMAT_UINT32: return "uint32";
 	}
 	return "invalid";
 }
@@ -124,15 +125,20 @@ static int s_map_file(data_file_t *f, const char *root, data_format_t format, co
 	case DATA_FORMAT_TEXT:
 		f->tokens = f->map;
 		f->n_tokens = size;
+		f->token_bytes = 1;
 		return 0;
 	case DATA_FORMAT_NANOGPT:
-		if (size % 2 != 0)
+	case DATA_FORMAT_UINT32: {
+		const int w = format == DATA_FORMAT_UINT32 ? 4 : 2;
+		if (size % (size_t)w != 0)
 			return s_fail(err, errlen, -EINVAL,
-				      "%s: '%s' is truncated: %zu bytes is not a whole number of uint16 tokens",
-				      field, f->path, size);
+				      "%s: '%s' is truncated: %zu bytes is not a whole number of uint%d tokens",
+				      field, f->path, size, 8 * w);
 		f->tokens = f->map;
-		f->n_tokens = size / 2;
+		f->n_tokens = size / (size_t)w;
+		f->token_bytes = w;
 		return 0;
+	}
 	case DATA_FORMAT_LLMC: {
 		if (size < DATA_LLMC_HEADER_BYTES)
 			return s_fail(err, errlen, -EINVAL,
@@ -147,15 +153,18 @@ static int s_map_file(data_file_t *f, const char *root, data_format_t format, co
 				      "%s: '%s' does not start with the llm.c shard magic (%d): not an"
 				      " llm.c shard (for flat uint16 tokens use data.format \"nanogpt\")",
 				      field, f->path, DATA_LLMC_MAGIC);
-		if (version != DATA_LLMC_VERSION)
+		/* the version is llm.c's token width: 1 uint16 (GPT-2), 2 uint32 (Llama 3) */
+		if (version != DATA_LLMC_VERSION && version != DATA_LLMC_VERSION_UINT32)
 			return s_fail(err, errlen, -EINVAL,
-				      "%s: '%s' has an llm.c shard version other than %d, the one this"
-				      " reader supports", field, f->path, DATA_LLMC_VERSION);
+				      "%s: '%s' has an llm.c shard version other than %d (uint16 tokens) and"
+				      " %d (uint32 tokens), the ones this reader supports", field, f->path,
+				      DATA_LLMC_VERSION, DATA_LLMC_VERSION_UINT32);
+		f->token_bytes = version == DATA_LLMC_VERSION_UINT32 ? 4 : 2;
 		if (count < 0)
 			return s_fail(err, errlen, -EINVAL,
 				      "%s: '%s' is corrupt: its header's token count is negative", field,
 				      f->path);
-		uint64_t want = DATA_LLMC_HEADER_BYTES + 2 * (uint64_t)count;
+		uint64_t want = DATA_LLMC_HEADER_BYTES + (uint64_t)f->token_bytes * (uint64_t)count;
 		if (want != size)
 			return s_fail(err, errlen, -EINVAL,
 				      "%s: '%s' is corrupt or truncated: its header says %" PRId32
@@ -170,30 +179,39 @@ static int s_map_file(data_file_t *f, const char *root, data_format_t format, co
 }
 
 /* Linear scan: every token id must be < vocab_size. */
-static int s_check_tokens(const data_file_t *f, int token_bytes, int vocab_size, const char *field,
-                          char *err, size_t errlen)
+/* Token i of a mapped file (little-endian, the file's width). */
+static uint32_t s_token(const data_file_t *f, uint64_t i)
+{
+	const uint8_t *p = f->tokens + (size_t)f->token_bytes * i;
+	switch (f->token_bytes) {
+	case 1: return p[0];
+	case 2: return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+	default: return s_le32(p);
+	}
+}
+
+/* Linear scan: every token id must be < vocab_size. */
+static int s_check_tokens(const data_file_t *f, int vocab_size, const char *field, char *err,
+                          size_t errlen)
 {
 	size_t header = (size_t)(f->tokens - f->map);
-	if (token_bytes == 1) {
-		if (vocab_size >= 256)
-			return 0;
-		for (uint64_t i = 0; i < f->n_tokens; i++)
-			if (f->tokens[i] >= vocab_size)
-				return s_fail(err, errlen, -EINVAL,
-					      "%s: '%s' has a byte at offset %" PRIu64
-					      " that is not below model.vocab_size (%d)",
-					      field, f->path, i, vocab_size);
+	if (f->token_bytes == 1 && vocab_size >= 256)
 		return 0;
-	}
-	if (vocab_size >= 65536)
+	if (f->token_bytes == 2 && vocab_size >= 65536)
 		return 0;
 	for (uint64_t i = 0; i < f->n_tokens; i++) {
-		unsigned t = (unsigned)f->tokens[2 * i] | (unsigned)f->tokens[2 * i + 1] << 8;
-		if (t >= (unsigned)vocab_size)
+		uint32_t t = s_token(f, i);
+		if (t < (uint32_t)vocab_size)
+			continue;
+		if (f->token_bytes == 1)
 			return s_fail(err, errlen, -EINVAL,
-				      "%s: '%s' has a token id at byte offset %" PRIu64
-				      " (token %" PRIu64 ") that is not below model.vocab_size (%d)",
-				      field, f->path, header + 2 * i, i, vocab_size);
+				      "%s: '%s' has a byte at offset %" PRIu64
+				      " that is not below model.vocab_size (%d)",
+				      field, f->path, i, vocab_size);
+		return s_fail(err, errlen, -EINVAL,
+			      "%s: '%s' has a token id at byte offset %" PRIu64
+			      " (token %" PRIu64 ") that is not below model.vocab_size (%d)",
+			      field, f->path, header + (uint64_t)f->token_bytes * i, i, vocab_size);
 	}
 	return 0;
 }
@@ -316,7 +334,6 @@ int data_source_open(const char *root, const char *pattern, data_format_t format
 	if (!src)
 		return s_fail(err, errlen, -ENOMEM, "%s: out of memory", field);
 	src->format = format;
-	src->token_bytes = format == DATA_FORMAT_TEXT ? 1 : 2;
 
 	int rc = 0;
 	glob_t g = {0};
@@ -357,7 +374,7 @@ int data_source_open(const char *root, const char *pattern, data_format_t format
 				    field, pattern);
 		if (rc < 0)
 			goto fail;
-		rc = s_check_tokens(f, src->token_bytes, vocab_size, field, err, errlen);
+		rc = s_check_tokens(f, vocab_size, field, err, errlen);
 		if (rc < 0)
 			goto fail;
 		f->first = src->n_tokens;
@@ -428,13 +445,16 @@ void data_source_read(const data_source_t *src, uint64_t pos, size_t n, int32_t 
 		uint64_t off = pos - f->first;
 		uint64_t avail = f->n_tokens > off ? f->n_tokens - off : 0;
 		size_t take = avail < n ? (size_t)avail : n;
-		if (src->token_bytes == 1) {
+		if (f->token_bytes == 1) {
 			for (size_t i = 0; i < take; i++)
 				out[i] = f->tokens[off + i];
-		} else {
+		} else if (f->token_bytes == 2) {
 			const uint8_t *p = f->tokens + 2 * off;
 			for (size_t i = 0; i < take; i++)
 				out[i] = (int32_t)((unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8);
+		} else { /* checked below vocab_size <= JOBSPEC_MAX_VOCAB: fits int32 */
+			for (size_t i = 0; i < take; i++)
+				out[i] = (int32_t)s_token(f, off + i);
 		}
 		out += take;
 		pos += take;

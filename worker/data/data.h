@@ -7,9 +7,12 @@
  * one concatenated stream of token ids:
  *
  *   nanogpt  flat little-endian uint16 tokens (nanoGPT's train.bin)
- *   llmc     a header of 256 little-endian int32 (magic 20240520, version 1,
- *            token count), then that many uint16 tokens (llm.c's shards)
+ *   llmc     a header of 256 little-endian int32 (magic 20240520, version,
+ *            token count), then that many tokens (llm.c's shards): uint16
+ *            for version 1 (GPT-2), uint32 for version 2 (Llama 3); each
+ *            file's header decides its width
  *   text     raw bytes, each byte one token (vocabulary 256)
+ *   uint32   flat little-endian uint32 tokens (large vocabularies)
  *
  * Every token is checked against the vocabulary when the source is opened.
  *
@@ -41,10 +44,12 @@ typedef enum {
 	DATA_FORMAT_NANOGPT = 0,
 	DATA_FORMAT_LLMC,
 	DATA_FORMAT_TEXT,
+	DATA_FORMAT_UINT32,
 } data_format_t;
 
 #define DATA_LLMC_MAGIC 20240520
-#define DATA_LLMC_VERSION 1
+#define DATA_LLMC_VERSION 1        /* uint16 tokens */
+#define DATA_LLMC_VERSION_UINT32 2 /* uint32 tokens (llm.c's Llama 3 shards) */
 #define DATA_LLMC_HEADER_INTS 256
 #define DATA_LLMC_HEADER_BYTES (DATA_LLMC_HEADER_INTS * 4)
 
