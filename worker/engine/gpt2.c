@@ -103,6 +103,7 @@ struct gpt2 {
 	gpt2_config_t cfg;
 	int max_B, max_T;
 	gpt2_precision_t precision;
+	int tp_size; /* TP ranks (0 or 1: none); the tensor table is this rank's part */
 
 	int n_tensors;
 	gpt2_tensor_t *tensors; /* (n_tensors) */
@@ -249,14 +250,22 @@ static double s_available_bytes(void)
 	return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
 }
 
-static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int64_t d1, bool decay)
+/* A tensor of logical shape (d0, d1), cut along `split` (-1: replicated)
+ * across the model's tp_size ranks; dim 0 of wte is padded to a multiple
+ * of tp_size (model.h). */
+static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int64_t d1, bool decay,
+                         int split)
 {
 	gpt2_tensor_t *t = &m->tensors[m->n_tensors++];
+	int64_t tp = m->tp_size > 1 ? m->tp_size : 1;
 	snprintf(t->name, sizeof t->name, "%s", name);
 	t->ndim = ndim;
-	t->shape[0] = d0;
-	t->shape[1] = ndim == 2 ? d1 : 0;
-	t->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+	t->full_shape[0] = d0;
+	t->full_shape[1] = ndim == 2 ? d1 : 0;
+	t->tp_split = split;
+	t->shape[0] = split == 0 ? (d0 + tp - 1) / tp : d0;
+	t->shape[1] = ndim == 2 ? (split == 1 ? d1 / tp : d1) : 0;
+	t->numel = (size_t)t->shape[0] * (size_t)(ndim == 2 ? t->shape[1] : 1);
 	t->offset = m->n_params;
 	t->decay = decay;
 	m->n_params += t->numel;
@@ -267,30 +276,31 @@ static void s_build_tensor_table(gpt2_t *m)
 	const gpt2_config_t *c = &m->cfg;
 	int64_t C = c->n_embd;
 	char name[MODEL_TENSOR_NAME_MAX];
-	s_add_tensor(m, "wte.weight", 2, c->vocab_size, C, true);
-	s_add_tensor(m, "wpe.weight", 2, c->seq_len, C, true);
+	const int R = MODEL_TP_REPLICATED;
+	s_add_tensor(m, "wte.weight", 2, c->vocab_size, C, true, 0);
+	s_add_tensor(m, "wpe.weight", 2, c->seq_len, C, true, R);
 	for (int l = 0; l < c->n_layer; l++) {
-#define LAYER_TENSOR(suffix, ndim, d0, d1, decay)                         \
+#define LAYER_TENSOR(suffix, ndim, d0, d1, decay, split)                  \
 	do {                                                              \
 		snprintf(name, sizeof name, "h.%d." suffix, l);           \
-		s_add_tensor(m, name, ndim, d0, d1, decay);               \
+		s_add_tensor(m, name, ndim, d0, d1, decay, split);        \
 	} while (0)
-		LAYER_TENSOR("ln_1.weight", 1, C, 0, false);
-		LAYER_TENSOR("ln_1.bias", 1, C, 0, false);
-		LAYER_TENSOR("attn.c_attn.weight", 2, C, 3 * C, true);
-		LAYER_TENSOR("attn.c_attn.bias", 1, 3 * C, 0, false);
-		LAYER_TENSOR("attn.c_proj.weight", 2, C, C, true);
-		LAYER_TENSOR("attn.c_proj.bias", 1, C, 0, false);
-		LAYER_TENSOR("ln_2.weight", 1, C, 0, false);
-		LAYER_TENSOR("ln_2.bias", 1, C, 0, false);
-		LAYER_TENSOR("mlp.c_fc.weight", 2, C, 4 * C, true);
-		LAYER_TENSOR("mlp.c_fc.bias", 1, 4 * C, 0, false);
-		LAYER_TENSOR("mlp.c_proj.weight", 2, 4 * C, C, true);
-		LAYER_TENSOR("mlp.c_proj.bias", 1, C, 0, false);
+		LAYER_TENSOR("ln_1.weight", 1, C, 0, false, R);
+		LAYER_TENSOR("ln_1.bias", 1, C, 0, false, R);
+		LAYER_TENSOR("attn.c_attn.weight", 2, C, 3 * C, true, 1);  /* the "qkv" rule */
+		LAYER_TENSOR("attn.c_attn.bias", 1, 3 * C, 0, false, 0);   /* the "qkv" rule */
+		LAYER_TENSOR("attn.c_proj.weight", 2, C, C, true, 0);
+		LAYER_TENSOR("attn.c_proj.bias", 1, C, 0, false, R);
+		LAYER_TENSOR("ln_2.weight", 1, C, 0, false, R);
+		LAYER_TENSOR("ln_2.bias", 1, C, 0, false, R);
+		LAYER_TENSOR("mlp.c_fc.weight", 2, C, 4 * C, true, 1);
+		LAYER_TENSOR("mlp.c_fc.bias", 1, 4 * C, 0, false, 0);
+		LAYER_TENSOR("mlp.c_proj.weight", 2, 4 * C, C, true, 0);
+		LAYER_TENSOR("mlp.c_proj.bias", 1, C, 0, false, R);
 #undef LAYER_TENSOR
 	}
-	s_add_tensor(m, "ln_f.weight", 1, C, 0, false);
-	s_add_tensor(m, "ln_f.bias", 1, C, 0, false);
+	s_add_tensor(m, "ln_f.weight", 1, C, 0, false, R);
+	s_add_tensor(m, "ln_f.bias", 1, C, 0, false, R);
 }
 
 static int s_check_positive(const char *field, int v, char *err, size_t errlen)

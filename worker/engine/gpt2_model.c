@@ -4,11 +4,18 @@
  */
 #include "gpt2_model.h"
 
+#include <errno.h>
+#include <stdio.h>
+
 #include "gpt2.h"
 
 static int s_create(const model_config_t *cfg, const model_options_t *opt, void **ret_impl,
 		    char *err, size_t errlen)
 {
+	if (opt->tp && opt->tp->size > 1) {
+		snprintf(err, errlen, "parallel.tensor (%d) > 1: not implemented yet", opt->tp->size);
+		return -EINVAL;
+	}
 	gpt2_precision_t precision = opt->precision == MODEL_PRECISION_BF16 ? GPT2_PRECISION_BF16
 									   : GPT2_PRECISION_FP32;
 	gpt2_t *m = NULL;

@@ -4,11 +4,18 @@
  */
 #include "llama_model.h"
 
+#include <errno.h>
+#include <stdio.h>
+
 #include "llama.h"
 
 static int s_create(const model_config_t *cfg, const model_options_t *opt, void **ret_impl,
 		    char *err, size_t errlen)
 {
+	if (opt->tp && opt->tp->size > 1) {
+		snprintf(err, errlen, "parallel.tensor (%d) > 1: not implemented yet", opt->tp->size);
+		return -EINVAL;
+	}
 	llama_t *m = NULL;
 	int rc = llama_new(cfg, opt->max_B, opt->max_T, opt->precision, opt->streaming, opt->stream, &m,
 			   err, errlen);

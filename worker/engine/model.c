@@ -52,6 +52,14 @@ int model_create(const char *arch, model_device_t device, const model_config_t *
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	if (opt->tp && opt->tp->size > 1 && device != MODEL_DEVICE_CPU) {
+		snprintf(err, errlen,
+			 "parallel.tensor (%d) > 1 is not implemented on parallel.device %s: tensor"
+			 " parallelism runs on parallel.device cpu only",
+			 opt->tp->size, s_device_name(device));
+		free(m);
+		return -EINVAL;
+	}
 	m->ops = ops;
 	int rc = ops->create(cfg, opt, &m->impl, err, errlen);
 	if (rc < 0) {
@@ -148,6 +156,13 @@ size_t model_grad_bytes(const model_t *m)
 size_t model_activation_bytes(const model_t *m)
 {
 	return m->ops->activation_bytes(m->impl);
+}
+
+void model_tp_comm(const model_t *m, model_tp_comm_t *ret)
+{
+	*ret = (model_tp_comm_t){0};
+	if (m->ops->tp_comm)
+		m->ops->tp_comm(m->impl, ret);
 }
 
 const model_device_ops_t *model_dev(const model_t *m)
