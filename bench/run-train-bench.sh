@@ -18,7 +18,12 @@
 # Environment knobs: STEPS_124M / WARMUP_124M (10 / 3), STEPS_SMALL /
 # WARMUP_SMALL (10 / 3), TORCH_PY (/usr/bin/python3), PRECISIONS ("fp32
 # bf16"; "fp32" alone on a CPU without AVX512-BF16, where PyTorch's bf16
-# autocast is emulated and one run takes over ten minutes).
+# autocast is emulated and one run takes over ten minutes), SHAPES (which
+# shapes to run: "124M small" by default; "llama-124m" is Llama at the
+# 124M class: 12 layers, dim 768, 12 heads, 4 KV heads, FFN 2048,
+# vocabulary 32000, untied, B 4, T 256, with STEPS_LLAMA / WARMUP_LLAMA
+# (10 / 3); its FLOPs are torchtitan's 6N + 12LCT, N without the
+# embedding, for both programs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,15 +63,19 @@ cut -d' ' -f1 /proc/loadavg > "$out/load-before"
 echo "matmul ceiling (oneDNN, $OMP_NUM_THREADS threads)..." >&2
 "$ceiling" > "$out/ceiling-before.json"
 
-# name  layers heads embd vocab batch seq steps warmup
+# name  layers heads embd vocab batch seq steps warmup [arch options...]
 shapes=(
   "124M 12 12 768 50257 4 64 ${STEPS_124M:-10} ${WARMUP_124M:-3}"
   "small 6 6 384 50257 8 64 ${STEPS_SMALL:-10} ${WARMUP_SMALL:-3}"
+  "llama-124m 12 12 768 32000 4 256 ${STEPS_LLAMA:-10} ${WARMUP_LLAMA:-3} --arch llama --kv-heads 4 --ffn 2048"
 )
+export SHAPES=${SHAPES:-124M small}
 for s in "${shapes[@]}"; do
-  read -r name L H C V B T steps warmup <<< "$s"
+  read -r name L H C V B T steps warmup extra <<< "$s"
+  case " $SHAPES " in *" $name "*) ;; *) continue ;; esac
+  # shellcheck disable=SC2206 # the arch options split on spaces
   args=(--layers "$L" --heads "$H" --embd "$C" --vocab "$V" --batch "$B" --seq "$T"
-        --steps "$steps" --warmup "$warmup")
+        --steps "$steps" --warmup "$warmup" ${extra:-})
   for precision in ${PRECISIONS:-fp32 bf16}; do
     for prog in ours torch; do
       f="$out/$name-$prog-$precision.json"
@@ -104,9 +113,13 @@ def load_run(name):
         return None
 
 print("| shape | program | precision | median tok/s | ms/step | peak RSS MiB | vs torch (same precision) | % of matmul ceiling |")
+# (the FLOPs per token are each program's own: GPT-2 6N + 6LCT; Llama 6N + 12LCT, torchtitan's)
 print("|---|---|---|---:|---:|---:|---:|---:|")
-for shape, desc in (("124M", "GPT-2 124M (12L 12H 768C, V 50257, B 4, T 64)"),
-                    ("small", "small (6L 6H 384C, V 50257, B 8, T 64)")):
+shapes = {"124M": "GPT-2 124M (12L 12H 768C, V 50257, B 4, T 64)",
+          "small": "small (6L 6H 384C, V 50257, B 8, T 64)",
+          "llama-124m": "Llama 124M-class (12L 12H 4KV 768C, FFN 2048, V 32000, B 4, T 256)"}
+for shape in os.environ["SHAPES"].split():
+    desc = shapes[shape]
     for precision in os.environ.get("PRECISIONS", "fp32 bf16").split():
         torch_r = load_run(f"{shape}-torch-{precision}.json")
         for prog in ("ours", "torch"):

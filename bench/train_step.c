@@ -1,13 +1,15 @@
 /*
  * bench_train_step: how fast the CPU engine trains, one full step at a time.
  *
- * Builds a GPT-2 of the shape given on the command line, initialises it from
- * a seed, and times full training steps on random token batches: zero_grad,
+ * Builds a model of the architecture (--arch gpt2, the default, or llama)
+ * and shape given on the command line through its CPU row of the model
+ * registry, initialises it from a seed, and times full training steps on random token batches: zero_grad,
  * forward, backward, global-norm clipping to 1.0, and an AdamW update over
  * the whole flat range (what one rank of `ringworker train` does with no
  * gradient accumulation). `--warmup` steps run untimed first. Prints one JSON
  * object: the median and best ms/step, tokens/s at the median, achieved
- * GFLOP/s (gpt2_flops_per_token), and the peak resident set size. Threads:
+ * GFLOP/s (the row's flops_per_token: GPT-2's 6N + 6LCT, Llama's
+ * torchtitan count 6N + 12LCT, N without the untied embedding), and the peak resident set size. Threads:
  * OpenMP, so OMP_NUM_THREADS. bench/run-train-bench.sh runs it beside PyTorch.
  */
 #include <math.h>
@@ -20,18 +22,20 @@
 
 #include <omp.h>
 
-#include "gpt2.h"
+#include "gpt2_model.h"
+#include "llama_model.h"
 #include "optim.h"
 
 #define MAX_STEPS 10000
 
 typedef struct {
-	gpt2_config_t cfg;
+	const char *arch;
+	model_config_t cfg;
 	int batch;
 	int seq;
 	int steps;
 	int warmup;
-	gpt2_precision_t precision;
+	model_precision_t precision;
 	const char *precision_name;
 	uint64_t seed;
 } options_t;
@@ -63,12 +67,14 @@ static uint32_t rng_next(void)
 static void usage(void)
 {
 	fprintf(stderr,
-	        "usage: bench_train_step [--layers N] [--heads N] [--embd N] [--vocab N] [--batch N]\n"
-	        "                        [--seq N] [--steps N] [--warmup N] [--precision fp32|bf16]\n"
-	        "                        [--seed N]\n"
+	        "usage: bench_train_step [--arch gpt2|llama] [--layers N] [--heads N] [--embd N]\n"
+	        "                        [--vocab N] [--batch N] [--seq N] [--steps N] [--warmup N]\n"
+	        "                        [--precision fp32|bf16] [--seed N]\n"
+	        "                        llama: [--kv-heads N] [--ffn N] [--rope-theta X] [--tied 0|1]\n"
 	        "  times full training steps of the CPU engine; prints JSON\n"
 	        "  defaults: GPT-2 124M (12 layers, 12 heads, 768 embd, vocab 50257), batch 4,\n"
-	        "            seq 64, 10 steps after 3 warmup steps, fp32\n");
+	        "            seq 64, 10 steps after 3 warmup steps, fp32; llama: KV heads = heads,\n"
+	        "            FFN = Llama's rule (8C/3 up to a multiple of 256), theta 500000, untied\n");
 	exit(2);
 }
 
@@ -86,16 +92,28 @@ static int parse_int(const char *flag, const char *s, int min)
 static options_t parse_options(int argc, char **argv)
 {
 	options_t o = {
-		.cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 64},
+		.arch = "gpt2",
+		.cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .seq_len = 64,
+			.rope_theta = 500000.0, .norm_eps = 1e-5},
 		.batch = 4, .seq = 64, .steps = 10, .warmup = 3,
-		.precision = GPT2_PRECISION_FP32, .precision_name = "fp32", .seed = 1337,
+		.precision = MODEL_PRECISION_FP32, .precision_name = "fp32", .seed = 1337,
 	};
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i];
 		if (!strcmp(flag, "--help") || !strcmp(flag, "-h") || i + 1 >= argc)
 			usage();
 		const char *val = argv[++i];
-		if (!strcmp(flag, "--layers"))
+		if (!strcmp(flag, "--arch"))
+			o.arch = val;
+		else if (!strcmp(flag, "--kv-heads"))
+			o.cfg.n_kv_head = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--ffn"))
+			o.cfg.ffn_dim = parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--rope-theta"))
+			o.cfg.rope_theta = (double)parse_int(flag, val, 1);
+		else if (!strcmp(flag, "--tied"))
+			o.cfg.tie_embeddings = parse_int(flag, val, 0) != 0;
+		else if (!strcmp(flag, "--layers"))
 			o.cfg.n_layer = parse_int(flag, val, 1);
 		else if (!strcmp(flag, "--heads"))
 			o.cfg.n_head = parse_int(flag, val, 1);
@@ -116,9 +134,9 @@ static options_t parse_options(int argc, char **argv)
 		else if (!strcmp(flag, "--precision")) {
 			o.precision_name = val;
 			if (!strcmp(val, "fp32"))
-				o.precision = GPT2_PRECISION_FP32;
+				o.precision = MODEL_PRECISION_FP32;
 			else if (!strcmp(val, "bf16"))
-				o.precision = GPT2_PRECISION_BF16;
+				o.precision = MODEL_PRECISION_BF16;
 			else {
 				fprintf(stderr, "bench_train_step: --precision must be fp32 or bf16 (got '%s')\n", val);
 				exit(2);
@@ -133,6 +151,16 @@ static options_t parse_options(int argc, char **argv)
 		exit(2);
 	}
 	o.cfg.seq_len = o.seq;
+	if (strcmp(o.arch, "gpt2") && strcmp(o.arch, "llama")) {
+		fprintf(stderr, "bench_train_step: --arch must be gpt2 or llama (got '%s')\n", o.arch);
+		exit(2);
+	}
+	if (!strcmp(o.arch, "llama")) {
+		if (!o.cfg.n_kv_head)
+			o.cfg.n_kv_head = o.cfg.n_head;
+		if (!o.cfg.ffn_dim) /* Llama's rule: int(2 * 4C / 3) up to a multiple of 256 */
+			o.cfg.ffn_dim = (8 * o.cfg.n_embd / 3 + 255) / 256 * 256;
+	}
 	return o;
 }
 
@@ -140,13 +168,18 @@ int main(int argc, char **argv)
 {
 	options_t o = parse_options(argc, argv);
 	char err[256];
-	gpt2_t *model = gpt2_create(&o.cfg, o.batch, o.seq, o.precision, err, sizeof err);
-	if (!model) {
+	const model_ops_t *ops = !strcmp(o.arch, "llama") ? &llama_model_cpu : &gpt2_model_cpu;
+	model_options_t mo = {.max_B = o.batch, .max_T = o.seq, .precision = o.precision};
+	void *model = NULL;
+	if (ops->create(&o.cfg, &mo, &model, err, sizeof err) < 0) {
 		fprintf(stderr, "bench_train_step: %s\n", err);
 		return 1;
 	}
-	gpt2_init_params(model, o.seed);
-	size_t n = gpt2_num_params(model);
+	ops->init_params(model, o.seed);
+	size_t n = ops->num_params(model);
+	float *grads = ops->grads(model), *params = ops->params(model);
+	int n_tensors;
+	const model_tensor_t *tensors = ops->tensors(model, &n_tensors);
 	size_t n_tokens = (size_t)o.batch * (size_t)o.seq;
 	float *m = calloc(n, sizeof *m);
 	float *v = calloc(n, sizeof *v);
@@ -168,17 +201,17 @@ int main(int argc, char **argv)
 			targets[i] = (int32_t)(rng_next() % (uint32_t)o.cfg.vocab_size);
 		}
 		double t0 = now_ms();
-		gpt2_zero_grad(model);
-		loss = gpt2_forward(model, inputs, targets, o.batch, o.seq);
-		gpt2_backward(model, 1.0f);
-		grad_norm = sqrt(optim_sum_squares(gpt2_grads(model), n));
+		ops->zero_grad(model);
+		loss = ops->forward(model, inputs, targets, o.batch, o.seq);
+		ops->backward(model, 1.0f);
+		grad_norm = sqrt(optim_sum_squares(grads, n));
 		if (grad_norm > 1.0)
-			optim_scale(gpt2_grads(model), n, (float)(1.0 / (grad_norm + 1e-6)));
+			optim_scale(grads, n, (float)(1.0 / (grad_norm + 1e-6)));
 		optim_adamw_t hp = {
 			.lr = optim_lr_at(step, total, o.warmup, 6e-4, 6e-5, 1),
 			.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = step + 1,
 		};
-		optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), gpt2_params(model), gpt2_grads(model), m, v, 0, n, &hp);
+		optim_adamw_update(tensors, n_tensors, params, grads, m, v, 0, n, &hp);
 		double dt = now_ms() - t0;
 		if (step >= o.warmup)
 			times_ms[step - o.warmup] = dt;
@@ -189,15 +222,17 @@ int main(int argc, char **argv)
 	double median_ms = o.steps % 2 ? times_ms[o.steps / 2]
 	                               : 0.5 * (times_ms[o.steps / 2 - 1] + times_ms[o.steps / 2]);
 	double tok_s = (double)n_tokens / (median_ms * 1e-3);
-	double flops_per_token = gpt2_flops_per_token(model, o.seq);
+	double flops_per_token = ops->flops_per_token(model, o.seq);
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 
-	printf("{\"program\": \"ringmaster\", \"precision\": \"%s\", \"layers\": %d, \"heads\": %d, "
+	printf("{\"program\": \"ringmaster\", \"arch\": \"%s\", \"kv_heads\": %d, \"ffn\": %d, "
+	       "\"tied\": %s, \"precision\": \"%s\", \"layers\": %d, \"heads\": %d, "
 	       "\"embd\": %d, \"vocab\": %d, \"batch\": %d, \"seq\": %d, \"threads\": %d, "
 	       "\"num_params\": %zu, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.2f, \"min_ms\": %.2f, "
 	       "\"tokens_per_s\": %.1f, \"flops_per_token\": %.0f, \"gflops\": %.1f, "
 	       "\"peak_rss_mib\": %.1f, \"last_loss\": %.4f}\n",
+	       o.arch, o.cfg.n_kv_head, o.cfg.ffn_dim, o.cfg.tie_embeddings ? "true" : "false",
 	       o.precision_name, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd, o.cfg.vocab_size, o.batch, o.seq,
 	       omp_get_max_threads(), n, o.steps, o.warmup, median_ms, times_ms[0], tok_s, flops_per_token,
 	       flops_per_token * tok_s / 1e9, (double)ru.ru_maxrss / 1024.0, (double)loss);
@@ -207,6 +242,6 @@ int main(int argc, char **argv)
 	free(inputs);
 	free(v);
 	free(m);
-	gpt2_free(model);
+	ops->free(model);
 	return 0;
 }

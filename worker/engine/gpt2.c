@@ -50,6 +50,7 @@
 #include "initrand.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "tp.h"
 
 /*
  * DETERMINISM_NOTE. Guaranteed: same seed, same shapes, same thread count ->
@@ -95,6 +96,7 @@ typedef struct {
 	float *dbig;                          /* (B, T, 4C) GELU output / dfch / dqkv */
 	float *dsmall;                        /* (B, T, C) dln / datty */
 	float *att_scratch;                   /* kernel_attention_scratch_floats */
+	float *full, *dloc, *ce_scratch;      /* TP only: (B, T, C) gathered, (n, C), the loss's */
 	int32_t *inputs, *targets;            /* (B, T) copies for backward */
 	uint16_t *a16, *b16;                  /* bf16 GEMM operands: (B*T*max(V, 4C)), (B*T*4C) */
 } acts_t;
@@ -104,6 +106,7 @@ struct gpt2 {
 	int max_B, max_T;
 	gpt2_precision_t precision;
 	int tp_size; /* TP ranks (0 or 1: none); the tensor table is this rank's part */
+	tp_t tp;     /* the group (tp.h) */
 
 	int n_tensors;
 	gpt2_tensor_t *tensors; /* (n_tensors) */
@@ -173,46 +176,57 @@ static void *s_carve(char *base, size_t *off, size_t n, size_t size)
 	return p;
 }
 
-/* Lay out the arena for (max_B, max_T); with base NULL, only measures it. */
+/* Lay out the arena for (max_B, max_T) on TP rank parts of tp ranks (1:
+ * none): residual-stream tensors hold n = N/tp rows (sequence parallel),
+ * the others all N rows of this rank's heads / features / vocabulary
+ * block. With base NULL, only measures it. */
 static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T,
-                       bool bf16)
+                       bool bf16, int tp)
 {
-	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
-	size_t H = (size_t)cfg->n_head;
-	size_t N = (size_t)max_B * (size_t)max_T;
+	size_t t = tp > 1 ? (size_t)tp : 1;
+	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = ((size_t)cfg->vocab_size + t - 1) / t;
+	size_t H = (size_t)cfg->n_head / t, Cf = (size_t)cfg->n_embd / t;
+	size_t N = (size_t)max_B * (size_t)max_T, n = (N + t - 1) / t;
 	size_t f = sizeof(float);
 	size_t off = 0;
-	a->encoded = s_carve(base, &off, N * C, f);
-	a->ln1 = s_carve(base, &off, L * N * C, f);
-	a->ln1_mean = s_carve(base, &off, L * N, f);
-	a->ln1_rstd = s_carve(base, &off, L * N, f);
-	a->qkv = s_carve(base, &off, L * N * 3 * C, f);
+	a->encoded = s_carve(base, &off, n * C, f);
+	a->ln1 = s_carve(base, &off, L * n * C, f);
+	a->ln1_mean = s_carve(base, &off, L * n, f);
+	a->ln1_rstd = s_carve(base, &off, L * n, f);
+	a->qkv = s_carve(base, &off, L * N * 3 * Cf, f);
 	a->att = s_carve(base, &off, L * N * H * (size_t)max_T, f);
-	a->atty = s_carve(base, &off, L * N * C, f);
-	a->res2 = s_carve(base, &off, L * N * C, f);
-	a->ln2 = s_carve(base, &off, L * N * C, f);
-	a->ln2_mean = s_carve(base, &off, L * N, f);
-	a->ln2_rstd = s_carve(base, &off, L * N, f);
-	a->fch = s_carve(base, &off, L * N * 4 * C, f);
-	a->res3 = s_carve(base, &off, L * N * C, f);
-	a->lnf = s_carve(base, &off, N * C, f);
-	a->lnf_mean = s_carve(base, &off, N, f);
-	a->lnf_rstd = s_carve(base, &off, N, f);
+	a->atty = s_carve(base, &off, L * N * Cf, f);
+	a->res2 = s_carve(base, &off, L * n * C, f);
+	a->ln2 = s_carve(base, &off, L * n * C, f);
+	a->ln2_mean = s_carve(base, &off, L * n, f);
+	a->ln2_rstd = s_carve(base, &off, L * n, f);
+	a->fch = s_carve(base, &off, L * N * 4 * Cf, f);
+	a->res3 = s_carve(base, &off, L * n * C, f);
+	a->lnf = s_carve(base, &off, n * C, f);
+	a->lnf_mean = s_carve(base, &off, n, f);
+	a->lnf_rstd = s_carve(base, &off, n, f);
 	a->logits = s_carve(base, &off, N * V, f);
 	a->lse = s_carve(base, &off, N, f);
 	a->losses = s_carve(base, &off, N, f);
-	a->dres = s_carve(base, &off, N * C, f);
-	a->dbig = s_carve(base, &off, N * 4 * C, f);
+	a->dres = s_carve(base, &off, n * C, f);
+	a->dbig = s_carve(base, &off, N * 4 * Cf, f);
 	a->dsmall = s_carve(base, &off, N * C, f);
 	a->att_scratch = s_carve(base, &off,
-				 kernel_attention_scratch_floats(max_B, max_T, (int)C, (int)H), f);
+				 kernel_attention_scratch_floats(max_B, max_T, (int)Cf, (int)H), f);
 	a->inputs = s_carve(base, &off, N, sizeof(int32_t));
 	a->targets = s_carve(base, &off, N, sizeof(int32_t));
+	a->full = a->dloc = a->ce_scratch = NULL;
+	if (t > 1) {
+		a->full = s_carve(base, &off, N * C, f);
+		a->dloc = s_carve(base, &off, n * C, f);
+		a->ce_scratch = s_carve(base, &off, tp_ce_scratch_floats((int)t, (int)N), f);
+	}
 	a->a16 = NULL;
 	a->b16 = NULL;
 	if (bf16) {
-		a->a16 = s_carve(base, &off, N * (V > 4 * C ? V : 4 * C), sizeof(uint16_t));
-		a->b16 = s_carve(base, &off, N * 4 * C, sizeof(uint16_t));
+		size_t wide = V > 4 * Cf ? V : 4 * Cf;
+		a->a16 = s_carve(base, &off, N * (wide > C ? wide : C), sizeof(uint16_t));
+		a->b16 = s_carve(base, &off, N * (4 * Cf > C ? 4 * Cf : C), sizeof(uint16_t));
 	}
 	return off;
 }
@@ -347,7 +361,7 @@ static model_range_t s_range(const gpt2_tensor_t *first, const gpt2_tensor_t *la
 /* The wte block k: rows [k * wte_rows, min(V, (k + 1) * wte_rows)). */
 static model_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
 {
-	int V = m->cfg.vocab_size, C = m->cfg.n_embd;
+	int V = (int)m->tensors[0].shape[0], C = m->cfg.n_embd;
 	int v0 = k * m->wte_rows, v1 = v0 + m->wte_rows < V ? v0 + m->wte_rows : V;
 	*ret_v0 = v0;
 	*ret_v1 = v1;
@@ -357,7 +371,7 @@ static model_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
 /* The ranges and the order a step fetches them in. */
 static bool s_build_ranges(gpt2_t *m)
 {
-	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = (int)m->tensors[0].shape[0];
 	size_t layer = 12 * (size_t)C * C + 13 * (size_t)C;
 	/* Streamed, a wte block is at most a layer, so that one buffer fits any range. */
 	m->wte_rows = m->mode == MODEL_DENSE ? V : (int)(layer / (size_t)C < (size_t)V ? layer / (size_t)C : (size_t)V);
@@ -413,12 +427,39 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
              model_streaming_t mode, const model_stream_t *stream, gpt2_t **ret_model, char *err,
              size_t errlen)
 {
+	return gpt2_new_tp(cfg, max_B, max_T, precision, mode, stream, NULL, ret_model, err, errlen);
+}
+
+/* The TP group's rules for GPT-2: heads and the sequence divide by t,
+ * dense buffers only. */
+static int s_tp_check(const gpt2_config_t *cfg, int max_T, model_streaming_t mode,
+                      const model_tp_t *tp, char *err, size_t errlen)
+{
+	static const char *const names[] = {"model.n_head", "the sequence length (sequence parallelism)"};
+	int dims[] = {cfg->n_head, max_T};
+	if (!tp || tp->size <= 1)
+		return tp_check(tp, names, dims, 0, err, errlen);
+	if (mode != MODEL_DENSE) {
+		snprintf(err, errlen,
+			 "parallel.tensor (%d) > 1 runs with parallel.zero none or zero1 only: ZeRO-2/3"
+			 " streaming of a tensor-parallel model is not implemented",
+			 tp->size);
+		return -1;
+	}
+	return tp_check(tp, names, dims, 2, err, errlen);
+}
+
+int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
+                model_streaming_t mode, const model_stream_t *stream, const model_tp_t *tp,
+                gpt2_t **ret_model, char *err, size_t errlen)
+{
 	if (mode != MODEL_DENSE && (!stream || !stream->grad_begin || !stream->grad_end ||
 				   (mode == MODEL_STREAM_ALL && (!stream->fetch || !stream->release)))) {
 		snprintf(err, errlen, "internal error: a streamed model needs its stream functions");
 		return -EINVAL;
 	}
-	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
+	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0 ||
+	    s_tp_check(cfg, max_T, mode, tp, err, errlen) < 0)
 		return -EINVAL;
 	bool bf16 = precision == GPT2_PRECISION_BF16;
 	double C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
@@ -455,6 +496,7 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
 	m->max_B = max_B;
 	m->max_T = max_T;
 	m->precision = precision;
+	m->tp_size = tp && tp->size > 1 ? tp->size : 1;
 	m->mode = mode;
 	if (stream)
 		m->stream = *stream;
@@ -482,11 +524,13 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
 		if (!m->params16)
 			goto fail_nomem;
 	}
-	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, bf16);
+	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, bf16, m->tp_size);
 	m->arena = s_aligned_alloc(m->arena_bytes);
 	if (!m->arena)
 		goto fail_nomem;
-	s_layout(&m->a, m->arena, cfg, max_B, max_T, bf16);
+	s_layout(&m->a, m->arena, cfg, max_B, max_T, bf16, m->tp_size);
+	if (tp_init(&m->tp, tp, m->tensors, m->n_tensors) < 0)
+		goto fail_nomem;
 	m->mm = matmul_cache_create(bf16, err, errlen);
 	if (!m->mm)
 		goto fail;
@@ -532,6 +576,7 @@ void gpt2_free(gpt2_t *m)
 	if (!m)
 		return;
 	matmul_cache_free(m->mm);
+	tp_free(&m->tp);
 	free(m->arena);
 	free(m->params16);
 	free(m->grads);
@@ -609,32 +654,59 @@ size_t gpt2_max_range(const gpt2_t *m)
 
 double gpt2_flops_per_token(const gpt2_t *m, int T)
 {
-	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
+	int t = m->tp_size > 1 ? m->tp_size : 1;
+	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd / t * (double)T;
+}
+
+void gpt2_tp_comm(const gpt2_t *m, model_tp_comm_t *ret)
+{
+	*ret = m->tp.vol;
 }
 
 /* ---- initialisation ---- */
 
+/* The logical elements [from, from + n) of tensor i into p. */
+typedef struct {
+	const gpt2_t *m;
+	int i;
+	uint64_t seed;
+	float *out;  /* where local element `skip` of the tensor goes */
+	size_t skip;
+} init_ctx_t;
+
+static void s_init_segment(void *vctx, size_t local, size_t logical, size_t n)
+{
+	const init_ctx_t *c = vctx;
+	const gpt2_tensor_t *t = &c->m->tensors[c->i];
+	float *p = c->out + (local - c->skip);
+	if (t->ndim == 2) {
+		bool resid = strstr(t->name, "c_proj.weight") != NULL;
+		double resid_std = 0.02 / sqrt(2.0 * c->m->cfg.n_layer);
+		initrand_normal(p, logical, logical + n, c->seed, (uint64_t)c->i,
+			      resid ? resid_std : 0.02);
+	} else {
+		const char *dot = strrchr(t->name, '.');
+		bool is_ln = strstr(t->name, "ln_") != NULL;
+		float v = is_ln && strcmp(dot, ".weight") == 0 ? 1.0f : 0.0f;
+		for (size_t k = 0; k < n; k++)
+			p[k] = v;
+	}
+}
+
+/* Under TP a local element gets its logical element's value (tp_segments)
+ * and padded vocabulary rows 0; with t = 1 the one segment is the tensor. */
 void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float *out)
 {
-	double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
 	for (int i = 0; i < m->n_tensors; i++) {
 		const gpt2_tensor_t *t = &m->tensors[i];
 		size_t a = t->offset > lo ? t->offset : lo;
 		size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
 		if (a >= b)
 			continue;
-		float *p = out + (a - lo);
-		const char *dot = strrchr(t->name, '.');
-		bool is_ln = strstr(t->name, "ln_") != NULL;
-		if (t->ndim == 2) {
-			bool resid = strstr(t->name, "c_proj.weight") != NULL;
-			initrand_normal(p, a - t->offset, b - t->offset, seed, (uint64_t)i,
-				      resid ? resid_std : 0.02);
-		} else {
-			float v = is_ln && strcmp(dot, ".weight") == 0 ? 1.0f : 0.0f;
-			for (size_t k = 0; k < b - a; k++)
-				p[k] = v;
-		}
+		init_ctx_t c = {m, i, seed, out + (a - lo), a - t->offset};
+		if (m->tp_size > 1)
+			memset(out + (a - lo), 0, (b - a) * sizeof(float));
+		tp_segments(t, m->tp.g.rank, m->tp_size, a - t->offset, b - t->offset, s_init_segment, &c);
 	}
 }
 
@@ -757,6 +829,181 @@ static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, 
 /* Per-layer slices of the activations (max-sized strides). */
 #define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
 
+/* ---- tensor parallelism (model.h, tp.h) ----
+ * Rank k of t holds heads [k H/t, (k+1) H/t) (Cf = C/t channels of q, k, v
+ * and of attn.c_proj's input), 4C/t MLP features, wte rows [k Vl, (k+1) Vl)
+ * and n = N/t rows of the residual stream. Layer forward: LN on the n rows,
+ * all-gather (N, C), column-parallel c_attn and attention on N rows of
+ * this rank's heads, row-parallel c_proj into a partial (N, C),
+ * reduce-scatter to n rows, + residual + bias; the MLP likewise. Backward
+ * re-gathers the LN outputs (Megatron's recompute: activations stay 1/t)
+ * and all-gathers the residual gradient before each row-parallel layer's
+ * backward; replicated gradients are all-reduced at the end (tp_rep_end). */
+
+#define LOCAL_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxn * (per_row))
+
+/* Valid local vocabulary rows and the first one's id. */
+static int s_tp_vocab(const gpt2_t *m, int *ret_v0)
+{
+	int Vl = (int)m->tensors[0].shape[0], v0 = m->tp.g.rank * Vl;
+	int nv = m->cfg.vocab_size - v0;
+	*ret_v0 = v0;
+	return nv < 0 ? 0 : nv < Vl ? nv : Vl;
+}
+
+/* out (n, C) = reduce-scatter of part (N, C) + res (n, C) + bias (C) */
+static void s_tp_rs_residual(gpt2_t *m, float *out, float *part, const float *res, const float *bias,
+                             int n, int C)
+{
+	tp_reduce_scatter(&m->tp, part, out, (size_t)n * C);
+	size_t nc = (size_t)n * C;
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < nc; i++)
+		out[i] += res[i] + bias[i % (size_t)C];
+}
+
+static float s_tp_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
+{
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, t = m->tp_size, H = m->cfg.n_head / t;
+	const int Cf = C / t, N = B * T, n = N / t, row0 = m->tp.g.rank * n;
+	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
+	acts_t *a = &m->a;
+	int v0, nv = s_tp_vocab(m, &v0);
+	const float *wte = m->params + m->tensors[0].offset, *wpe = m->params + m->tensors[1].offset;
+
+	/* vocabulary-parallel embedding, reduce-scattered to this rank's rows */
+	memset(a->dsmall, 0, (size_t)N * C * sizeof(float));
+	kernel_embed_tokens(a->dsmall, inputs, wte, v0, v0 + nv, N, C);
+	tp_reduce_scatter(&m->tp, a->dsmall, a->encoded, (size_t)n * C);
+	tp_add_positions(a->encoded, wpe, row0, n, T, C);
+	const float *x = a->encoded;
+	for (int l = 0; l < L; l++) {
+		float *ln1 = LOCAL_SLICE(a->ln1, l, C), *ln2 = LOCAL_SLICE(a->ln2, l, C);
+		float *qkv = LAYER_SLICE(a->qkv, l, 3 * Cf), *atty = LAYER_SLICE(a->atty, l, Cf);
+		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+		float *res2 = LOCAL_SLICE(a->res2, l, C), *res3 = LOCAL_SLICE(a->res3, l, C);
+		float *fch = LAYER_SLICE(a->fch, l, 4 * Cf);
+		const model_range_t r = m->r_layers[l];
+		const float *P = m->params + r.lo;
+#define LP(which) s_at(m, P, r.lo, l, (which))
+		kernel_layernorm_forward(ln1, LOCAL_SLICE(a->ln1_mean, l, 1),
+					 LOCAL_SLICE(a->ln1_rstd, l, 1), x, LP(T_LN1_W), LP(T_LN1_B), n, C);
+		tp_allgather(&m->tp, ln1, a->full, (size_t)n * C);
+		s_gemm(m, N, 3 * Cf, C, a->full, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
+		kernel_attention_forward(atty, att, qkv, a->att_scratch, B, T, Cf, H);
+		s_gemm(m, N, C, Cf, atty, 0, false, LP(T_PROJ_W), false, NULL, a->dsmall, 0, false);
+		s_tp_rs_residual(m, res2, a->dsmall, x, LP(T_PROJ_B), n, C);
+		kernel_layernorm_forward(ln2, LOCAL_SLICE(a->ln2_mean, l, 1),
+					 LOCAL_SLICE(a->ln2_rstd, l, 1), res2, LP(T_LN2_W), LP(T_LN2_B), n, C);
+		tp_allgather(&m->tp, ln2, a->full, (size_t)n * C);
+		s_gemm(m, N, 4 * Cf, C, a->full, 0, false, LP(T_FC_W), false, LP(T_FC_B), fch, 0, false);
+		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * Cf);
+		s_gemm(m, N, C, 4 * Cf, a->dbig, 0, false, LP(T_FCPROJ_W), false, NULL, a->dsmall, 0,
+		       false);
+		s_tp_rs_residual(m, res3, a->dsmall, res2, LP(T_FCPROJ_B), n, C);
+#undef LP
+		x = res3;
+	}
+	const float *lnf_p = m->params + m->r_lnf.lo;
+	kernel_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_p, lnf_p + C, n, C);
+	tp_allgather(&m->tp, a->lnf, a->full, (size_t)n * C);
+	/* this rank's vocabulary block of the logits: (N, nv) of rows Vl apart */
+	const size_t ld = (size_t)m->tensors[0].shape[0];
+	if (nv > 0)
+		s_gemm(m, N, nv, C, a->full, 0, false, wte, true, NULL, a->logits, (int64_t)ld, false);
+	if (!targets) {
+		/* keep the collectives in step with the ranks that compute a loss */
+		return 0.0f;
+	}
+	memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
+	m->have_targets = true;
+	return tp_crossentropy_forward(&m->tp, a->losses, a->lse, a->logits, ld, targets, N, nv, v0,
+				       a->ce_scratch);
+}
+
+/* One layer's backward; a->dres holds d res3 (n rows) in and d x out. */
+static void s_tp_layer_backward(gpt2_t *m, int l, const float *x)
+{
+	const int C = m->cfg.n_embd, t = m->tp_size, H = m->cfg.n_head / t, Cf = C / t;
+	const int B = m->B, T = m->T, N = B * T, n = N / t;
+	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
+	acts_t *a = &m->a;
+	float *ln1 = LOCAL_SLICE(a->ln1, l, C), *ln2 = LOCAL_SLICE(a->ln2, l, C);
+	float *qkv = LAYER_SLICE(a->qkv, l, 3 * Cf), *atty = LAYER_SLICE(a->atty, l, Cf);
+	float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
+	float *res2 = LOCAL_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * Cf);
+	const model_range_t r = m->r_layers[l];
+	const float *P = m->params + r.lo;
+	float *G = m->grads + r.lo;
+#define LP(which) s_at(m, P, r.lo, l, (which))
+#define LG(which) s_at(m, G, r.lo, l, (which))
+	/* MLP: d res3 gathered; c_proj row-parallel, c_fc column-parallel */
+	tp_allgather(&m->tp, a->dres, a->full, (size_t)n * C);
+	kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * Cf);
+	s_gemm(m, 4 * Cf, C, N, a->dbig, 0, true, a->full, false, NULL, LG(T_FCPROJ_W), 0, true);
+	kernel_bias_backward(LG(T_FCPROJ_B), a->dres, n, C);
+	s_gemm(m, N, 4 * Cf, C, a->full, 0, false, LP(T_FCPROJ_W), true, NULL, a->dbig, 0, false);
+	kernel_gelu_backward_inplace(a->dbig, fch, (size_t)N * 4 * Cf);
+	tp_allgather(&m->tp, ln2, a->full, (size_t)n * C);
+	s_gemm(m, C, 4 * Cf, N, a->full, 0, true, a->dbig, false, NULL, LG(T_FC_W), 0, true);
+	kernel_bias_backward(LG(T_FC_B), a->dbig, N, 4 * Cf);
+	s_gemm(m, N, C, 4 * Cf, a->dbig, 0, false, LP(T_FC_W), true, NULL, a->dsmall, 0, false);
+	tp_reduce_scatter(&m->tp, a->dsmall, a->dloc, (size_t)n * C);
+	kernel_layernorm_backward(a->dres, LG(T_LN2_W), LG(T_LN2_B), a->dloc, res2,
+				  LOCAL_SLICE(a->ln2_mean, l, 1), LOCAL_SLICE(a->ln2_rstd, l, 1),
+				  LP(T_LN2_W), n, C);
+	/* attention: d res2 gathered */
+	tp_allgather(&m->tp, a->dres, a->full, (size_t)n * C);
+	s_gemm(m, Cf, C, N, atty, 0, true, a->full, false, NULL, LG(T_PROJ_W), 0, true);
+	kernel_bias_backward(LG(T_PROJ_B), a->dres, n, C);
+	s_gemm(m, N, Cf, C, a->full, 0, false, LP(T_PROJ_W), true, NULL, a->dsmall, 0, false);
+	kernel_attention_backward(a->dbig, a->dsmall, qkv, att, a->att_scratch, B, T, Cf, H);
+	tp_allgather(&m->tp, ln1, a->full, (size_t)n * C);
+	s_gemm(m, C, 3 * Cf, N, a->full, 0, true, a->dbig, false, NULL, LG(T_QKV_W), 0, true);
+	kernel_bias_backward(LG(T_QKV_B), a->dbig, N, 3 * Cf);
+	s_gemm(m, N, C, 3 * Cf, a->dbig, 0, false, LP(T_QKV_W), true, NULL, a->dsmall, 0, false);
+	tp_reduce_scatter(&m->tp, a->dsmall, a->dloc, (size_t)n * C);
+	kernel_layernorm_backward(a->dres, LG(T_LN1_W), LG(T_LN1_B), a->dloc, x,
+				  LOCAL_SLICE(a->ln1_mean, l, 1), LOCAL_SLICE(a->ln1_rstd, l, 1),
+				  LP(T_LN1_W), n, C);
+#undef LP
+#undef LG
+}
+
+static void s_tp_backward(gpt2_t *m, float loss_scale)
+{
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, t = m->tp_size;
+	const int B = m->B, T = m->T, N = B * T, n = N / t, row0 = m->tp.g.rank * n;
+	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
+	acts_t *a = &m->a;
+	int v0, nv = s_tp_vocab(m, &v0);
+	const size_t ld = (size_t)m->tensors[0].shape[0];
+	const float *wte = m->params + m->tensors[0].offset;
+	float *gwte = m->grads + m->tensors[0].offset;
+	tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->grads);
+
+	tp_crossentropy_backward(a->logits, ld, a->lse, a->targets, N, nv, v0, loss_scale / (float)N);
+	tp_allgather(&m->tp, a->lnf, a->full, (size_t)n * C);
+	if (nv > 0) {
+		s_gemm(m, nv, C, N, a->logits, (int64_t)ld, true, a->full, false, NULL, gwte, 0, true);
+		s_gemm(m, N, C, nv, a->logits, (int64_t)ld, false, wte, false, NULL, a->dsmall, 0, false);
+	} else {
+		memset(a->dsmall, 0, (size_t)N * C * sizeof(float));
+	}
+	tp_reduce_scatter(&m->tp, a->dsmall, a->dloc, (size_t)n * C);
+	const float *P = m->params + m->r_lnf.lo;
+	float *G = m->grads + m->r_lnf.lo;
+	memset(a->dres, 0, (size_t)n * C * sizeof(float));
+	kernel_layernorm_backward(a->dres, G, G + C, a->dloc, LOCAL_SLICE(a->res3, L - 1, C),
+				  a->lnf_mean, a->lnf_rstd, P, n, C);
+	for (int l = L - 1; l >= 0; l--)
+		s_tp_layer_backward(m, l, l == 0 ? a->encoded : LOCAL_SLICE(a->res3, l - 1, C));
+	tp_positions_backward(m->grads + m->tensors[1].offset, a->dres, row0, n, T, C);
+	tp_allgather(&m->tp, a->dres, a->full, (size_t)n * C);
+	kernel_embed_tokens_backward(gwte, v0, v0 + nv, a->full, a->inputs, N, C);
+	tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->grads);
+}
+
 float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size, H = m->cfg.n_head;
@@ -781,6 +1028,14 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 	m->have_targets = false;
 	if (m->params16 && m->mode != MODEL_STREAM_ALL)
 		kernel_to_bf16(m->params16, m->params, m->n_params);
+	if (m->tp_size > 1) {
+		if (T % m->tp_size != 0) {
+			fprintf(stderr, "ringworker: fatal: gpt2_forward: T %d is not divisible by the"
+				" %d tensor-parallel ranks\n", T, m->tp_size);
+			exit(EX_SOFTWARE);
+		}
+		return s_tp_forward(m, inputs, targets, B, T);
+	}
 	s_seq_start(m, m->seq_fwd, m->n_seq_fwd);
 
 	/* encoded = wpe[t] + wte[token], wte by blocks of rows */
@@ -867,6 +1122,10 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	const int B = m->B, T = m->T, N = B * T;
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
+	if (m->tp_size > 1) {
+		s_tp_backward(m, loss_scale);
+		return;
+	}
 	s_seq_start(m, m->seq_bwd, m->n_seq_bwd);
 
 	kernel_crossentropy_backward_inplace(a->logits, a->lse, a->targets, N, V, loss_scale / (float)N);

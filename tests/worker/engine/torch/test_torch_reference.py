@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The CPU GPT-2 engine checked against a PyTorch reference (llm.c's check_tensor).
+"""The CPU engine (GPT-2 and Llama) checked against a PyTorch reference (llm.c's check_tensor).
 
 torch_dump (a C program linking the engine) builds a tiny model from a seed,
 writes its flat parameters with their tensor table, a batch, the logits, the
@@ -33,7 +33,23 @@ relative, over the whole tensor). Tolerances:
     parameters after the steps are not compared: Adam's m/sqrt(v) turns
     small gradient differences into lr-sized ones.)
 
-The tensor table must hold exactly the HF GPT-2 names, with the decay flag
+Llama (--arch llama): torch_dump's tiny Llama (GQA: 4 heads, 2 KV heads;
+RoPE theta 100 with Llama 3.1 scaling whose three bands all occur at head
+size 8), untied and then tied (--tied), 20 AdamW steps each, against
+LlamaRef below: written from the published architecture (Meta's
+reference model: RMSNorm, rotary embeddings applied as complex
+multiplication of interleaved pairs, repeat_kv grouped-query attention,
+SwiGLU, nn.Linear y = x @ W^T, no biases). The engine stores and rotates
+q_proj/k_proj in Hugging Face's rotate_half layout; the reference applies
+HF's published permutation (convert_llama_weights_to_hf's permute,
+inverted) to the loaded q/k weights before Meta's interleaved rotation, so
+agreement checks that the engine's layout is HF's. The permutation is
+applied inside forward, so autograd carries the gradients back to HF's
+layout for the comparison. Same tolerances as GPT-2 (no Llama tensor has an
+exactly-zero true gradient; measured at this shape: see the printed worst
+errors).
+
+The tensor table must hold exactly the HF names of the architecture, with the decay flag
 set on the 2-D tensors only. The learning-rate schedule is checked separately: the rates torch_dump used
 must equal llm.c's convention (linear warmup lr*(s+1)/warmup, then cosine to
 min_lr) to 1e-12.
@@ -54,7 +70,7 @@ import torch
 import torch.nn.functional as F
 
 MAGIC = "ringmaster-torch-dump"
-VERSION = 1
+VERSION = 2
 
 TOLERANCES = {
     "fp32": {"logits": 1e-4, "loss": 1e-4, "grad": 1e-4, "step_loss": 1e-4, "final_param": 1e-3},
@@ -107,6 +123,111 @@ class GPT2Ref(torch.nn.Module):
         logits = x @ self.p("wte.weight").t()  # (B, T, V)
         loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(-1))
         return logits, loss
+
+
+def meta_from_hf(w, n_heads):
+    """HF's q/k row order back to Meta's: convert_llama_weights_to_hf.py
+    permutes Meta's (n_heads * hd, C) rows with
+    w.view(n_heads, hd // 2, 2, C).transpose(1, 2); this is its inverse."""
+    rows, cols = w.shape
+    return w.view(n_heads, 2, rows // n_heads // 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def llama3_inv_freq(cfg):
+    """Rotary frequencies as Meta's llama3 reference computes them
+    (precompute_freqs_cis with apply_scaling), in float64."""
+    hd = cfg["n_embd"] // cfg["n_head"]
+    freqs = [1.0 / (cfg["rope_theta"] ** (i / hd)) for i in range(0, hd, 2)]
+    sc = cfg["rope_scaling"]
+    if sc["factor"] > 0:
+        old, low, high = sc["original_max_position"], sc["low_freq_factor"], sc["high_freq_factor"]
+        low_wl, high_wl = old / low, old / high
+        out = []
+        for f in freqs:
+            wl = 2 * math.pi / f
+            if wl < high_wl:
+                out.append(f)
+            elif wl > low_wl:
+                out.append(f / sc["factor"])
+            else:
+                smooth = (old / wl - low) / (high - low)
+                out.append((1 - smooth) * f / sc["factor"] + smooth * f)
+        freqs = out
+    return torch.tensor(freqs, dtype=torch.float64)
+
+
+class LlamaRef(GPT2Ref):
+    """Llama 3 (Meta's reference architecture) over HF-named parameters."""
+
+    def rms(self, x, w):
+        eps = self.cfg["norm_eps"]
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    @staticmethod
+    def rotate(x, freqs_cis):
+        """Meta's apply_rotary_emb: consecutive pairs as complex numbers."""
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * freqs_cis).flatten(-2)
+
+    def forward(self, idx, targets):
+        cfg = self.cfg
+        B, T = idx.shape
+        C, nh, nkv = cfg["n_embd"], cfg["n_head"], cfg["n_kv_head"]
+        hd, rep = C // nh, nh // nkv
+        t = torch.arange(T, dtype=torch.float64)
+        freqs_cis = torch.polar(torch.ones(T, hd // 2, dtype=torch.float64),
+                                torch.outer(t, llama3_inv_freq(cfg)))  # (T, hd/2)
+        freqs_cis = freqs_cis.view(1, T, 1, hd // 2)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        x = self.p("model.embed_tokens.weight")[idx]
+        for layer in range(cfg["n_layer"]):
+            h = f"model.layers.{layer}."
+            a = self.rms(x, self.p(h + "input_layernorm.weight"))
+            wq = meta_from_hf(self.p(h + "self_attn.q_proj.weight"), nh)
+            wk = meta_from_hf(self.p(h + "self_attn.k_proj.weight"), nkv)
+            q = self.rotate((a @ wq.t()).view(B, T, nh, hd), freqs_cis)
+            k = self.rotate((a @ wk.t()).view(B, T, nkv, hd), freqs_cis)
+            v = (a @ self.p(h + "self_attn.v_proj.weight").t()).view(B, T, nkv, hd)
+            # repeat_kv: query head i reads KV head i // rep
+            k = k[:, :, :, None, :].expand(B, T, nkv, rep, hd).reshape(B, T, nh, hd)
+            v = v[:, :, :, None, :].expand(B, T, nkv, rep, hd).reshape(B, T, nh, hd)
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (B, nh, T, hd)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + y @ self.p(h + "self_attn.o_proj.weight").t()
+            a = self.rms(x, self.p(h + "post_attention_layernorm.weight"))
+            g = F.silu(a @ self.p(h + "mlp.gate_proj.weight").t())
+            u = a @ self.p(h + "mlp.up_proj.weight").t()
+            x = x + (g * u) @ self.p(h + "mlp.down_proj.weight").t()
+        x = self.rms(x, self.p("model.norm.weight"))
+        head = "model.embed_tokens.weight" if cfg["tie_embeddings"] else "lm_head.weight"
+        logits = x @ self.p(head).t()
+        loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(-1))
+        return logits, loss
+
+
+def expected_names(arch, cfg):
+    """The HF names the tensor table must hold, exactly."""
+    if arch == "gpt2":
+        names = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"}
+        per_layer = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")
+        prefix = "h.{}."
+    else:
+        names = {"model.embed_tokens.weight", "model.norm.weight"}
+        if not cfg["tie_embeddings"]:
+            names.add("lm_head.weight")
+        per_layer = ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                     "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                     "post_attention_layernorm.weight", "mlp.gate_proj.weight",
+                     "mlp.up_proj.weight", "mlp.down_proj.weight")
+        prefix = "model.layers.{}."
+    for layer in range(cfg["n_layer"]):
+        for s in per_layer:
+            names.add(prefix.format(layer) + s)
+    return names
 
 
 def lr_at(step, total, warmup, lr, min_lr):
@@ -176,29 +297,18 @@ def cpu_has_avx512():
         return False
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dump", required=True, help="path of the torch_dump program")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--keep", help="write the dump here and keep it (default: a temporary folder)")
-    args = ap.parse_args()
-
-    if args.precision == "bf16" and not cpu_has_avx512():
-        # oneDNN has no bf16 matmul here: the engine widens the operands to
-        # fp32 (worker/engine/matmul.c), which this checks the same way.
-        print("note: this CPU has no AVX-512 (no avx512bw in /proc/cpuinfo): bf16 GEMMs run widened")
-
-    torch.manual_seed(0)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+def run_one(args, tied, chk):
+    """Dump one model and compare it; the checks go into chk."""
     tol = TOLERANCES[args.precision]
     dtype = torch.float64
-
+    cmd = [args.dump, "--precision", args.precision, "--arch", args.arch]
+    if args.arch == "llama":
+        cmd += ["--steps", "20"] + (["--tied"] if tied else [])
     with tempfile.TemporaryDirectory(prefix="torch-ref-") as tmp:
-        out = args.keep or tmp
+        out = os.path.join(args.keep, "tied" if tied else "untied") if args.keep else tmp
         os.makedirs(out, exist_ok=True)
-        proc = subprocess.run([args.dump, "--out", out, "--precision", args.precision],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=100)
+        proc = subprocess.run(cmd + ["--out", out], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=100)
         sys.stdout.write(proc.stdout)
         if proc.returncode != 0:
             sys.exit(f"torch_dump exited with {proc.returncode}")
@@ -206,20 +316,15 @@ def main():
 
     cfg, B, T = index["config"], index["B"], index["T"]
     tensors = index["tensors"]
-    print(f"model {cfg}, B={B} T={T}, {index['num_params']} parameters in "
+    print(f"model {index['arch']} {cfg}, B={B} T={T}, {index['num_params']} parameters in "
           f"{len(tensors)} tensors, precision {args.precision}")
+    if index["arch"] != args.arch:
+        sys.exit(f"torch_dump wrote arch {index['arch']}, asked for {args.arch}")
 
-    model = GPT2Ref(cfg, tensors, dtype)
+    model = (GPT2Ref if args.arch == "gpt2" else LlamaRef)(cfg, tensors, dtype)
     names = {t["name"] for t in tensors}
-    expected = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"}
-    for layer in range(cfg["n_layer"]):
-        for s in ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                  "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                  "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"):
-            expected.add(f"h.{layer}.{s}")
-    chk = Checker()
-    chk.check("tensor table has exactly the HF GPT-2 names",
-              0.0 if names == expected else 1.0, 0.0)
+    chk.check(f"tensor table has exactly the HF {args.arch} names",
+              0.0 if names == expected_names(args.arch, cfg) else 1.0, 0.0)
     for t in tensors:
         want_decay = len(t["shape"]) == 2
         if bool(t["decay"]) != want_decay:
@@ -284,7 +389,30 @@ def main():
         chk.check(f"parameters after {tr['steps']} AdamW steps (worst tensor: {worst_name})", worst,
                   tol["final_param"])
 
-    print(f"torch reference ({args.precision}): {chk.n_passed} checks ok, {chk.n_failed} failed")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", required=True, help="path of the torch_dump program")
+    ap.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--keep", help="write the dumps here and keep them (default: a temporary folder)")
+    args = ap.parse_args()
+
+    if args.precision == "bf16" and not cpu_has_avx512():
+        # oneDNN has no bf16 matmul here: the engine widens the operands to
+        # fp32 (worker/engine/matmul.c), which this checks the same way.
+        print("note: this CPU has no AVX-512 (no avx512bw in /proc/cpuinfo): bf16 GEMMs run widened")
+
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    chk = Checker()
+    # GPT-2's LM head is always tied; Llama is checked untied, then tied.
+    for tied in ([False] if args.arch == "gpt2" else [False, True]):
+        chk.worst = {}
+        run_one(args, tied, chk)
+    print(f"torch reference ({args.arch}, {args.precision}): {chk.n_passed} checks ok, "
+          f"{chk.n_failed} failed")
     return 1 if chk.n_failed else 0
 
 

@@ -2,8 +2,13 @@
  * torch_dump: writes what the PyTorch reference check (test_torch_reference.py)
  * compares the engine against.
  *
- * Builds a tiny GPT-2 (2 layers, 2 heads, C=32, V=64, T=16, B=2) from a seed
- * and writes, into the folder given with --out:
+ * Builds a tiny model through the architecture's CPU row of the model
+ * registry from a seed: --arch gpt2 (default: 2 layers, 2 heads, C=32,
+ * V=64, T=16, B=2) or --arch llama (2 layers, 4 heads sharing 2 KV heads,
+ * C=32, FFN 48, V=64, T=16, B=2, rope_theta 100 with Llama 3.1 scaling
+ * (factor 8, low 1, high 4, original 32: hd 8 gives one kept, one smoothed
+ * and two divided frequencies), untied or with --tied), and writes, into
+ * the folder given with --out:
  *
  *   params.f32        initial flat parameter buffer, little-endian float32
  *   inputs.i32        (B, T) token ids, int32
@@ -22,16 +27,20 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpt2.h"
+#include "gpt2_model.h"
+#include "llama.h"
+#include "llama_model.h"
 #include "optim.h"
 
 #define DUMP_MAGIC "ringmaster-torch-dump"
-#define DUMP_VERSION 1
+#define DUMP_VERSION 2
 
 enum { N_LAYER = 2, N_HEAD = 2, N_EMBD = 32, VOCAB = 64, SEQ_LEN = 16, BATCH = 2, T_LEN = 16 };
 
@@ -71,6 +80,19 @@ static uint32_t rng_next(void)
 	return (uint32_t)((s_rng_state * 0x2545F4914F6CDD1DULL) >> 32);
 }
 
+/* The model under test: its registry row and object. */
+typedef struct {
+	const char *arch;
+	const model_ops_t *ops;
+	void *impl;
+	model_config_t cfg;
+} dmodel_t;
+
+static const float *model_logits(const dmodel_t *d)
+{
+	return strcmp(d->arch, "gpt2") == 0 ? gpt2_logits(d->impl) : llama_logits(d->impl);
+}
+
 typedef struct {
 	double lr;
 	double grad_norm;
@@ -78,48 +100,70 @@ typedef struct {
 } step_record_t;
 
 /* One training step as a trainer does it; returns the loss before the update. */
-static step_record_t train_step(gpt2_t *model, const int32_t *inputs, const int32_t *targets, float *m,
+static step_record_t train_step(dmodel_t *d, const int32_t *inputs, const int32_t *targets, float *m,
                                 float *v, int64_t step, int64_t n_steps)
 {
-	size_t n = gpt2_num_params(model);
+	const model_ops_t *ops = d->ops;
+	size_t n = ops->num_params(d->impl);
+	float *grads = ops->grads(d->impl);
 	step_record_t r;
-	gpt2_zero_grad(model);
-	r.loss = gpt2_forward(model, inputs, targets, BATCH, T_LEN);
-	gpt2_backward(model, 1.0f);
-	r.grad_norm = sqrt(optim_sum_squares(gpt2_grads(model), n));
+	ops->zero_grad(d->impl);
+	r.loss = ops->forward(d->impl, inputs, targets, BATCH, T_LEN);
+	ops->backward(d->impl, 1.0f);
+	r.grad_norm = sqrt(optim_sum_squares(grads, n));
 	if (r.grad_norm > GRAD_CLIP)
-		optim_scale(gpt2_grads(model), n, (float)(GRAD_CLIP / (r.grad_norm + 1e-6)));
+		optim_scale(grads, n, (float)(GRAD_CLIP / (r.grad_norm + 1e-6)));
 	r.lr = optim_lr_at(step, n_steps, WARMUP_STEPS, LR, MIN_LR, 1);
 	optim_adamw_t hp = {
 		.lr = r.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
 		.weight_decay = WEIGHT_DECAY, .t = step + 1,
 	};
-	optim_adamw_update(gpt2_tensors(model), gpt2_num_tensors(model), gpt2_params(model), gpt2_grads(model), m, v, 0, n, &hp);
+	int n_tensors;
+	const model_tensor_t *tab = ops->tensors(d->impl, &n_tensors);
+	optim_adamw_update(tab, n_tensors, ops->params(d->impl), grads, m, v, 0, n, &hp);
 	return r;
 }
 
-static void write_index(const char *dir, gpt2_t *model, const char *precision, uint64_t seed, float loss,
-                        const step_record_t *steps, int n_steps)
+/* The config in index.json: GPT-2's five fields, and Llama's for llama. */
+static void write_config(FILE *f, const dmodel_t *d)
+{
+	const model_config_t *c = &d->cfg;
+	fprintf(f, "  \"arch\": \"%s\",\n", d->arch);
+	fprintf(f, "  \"config\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"vocab_size\": %d, "
+	           "\"seq_len\": %d", c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->seq_len);
+	if (strcmp(d->arch, "llama") == 0)
+		fprintf(f, ", \"n_kv_head\": %d, \"ffn_dim\": %d, \"rope_theta\": %.17g, \"norm_eps\": %.17g, "
+		           "\"tie_embeddings\": %s, \"rope_scaling\": {\"factor\": %.17g, "
+		           "\"low_freq_factor\": %.17g, \"high_freq_factor\": %.17g, "
+		           "\"original_max_position\": %d}",
+		        c->n_kv_head, c->ffn_dim, c->rope_theta, c->norm_eps,
+		        c->tie_embeddings ? "true" : "false", c->rope_scaling.factor,
+		        c->rope_scaling.low_freq_factor, c->rope_scaling.high_freq_factor,
+		        c->rope_scaling.original_max_position);
+	fprintf(f, "},\n");
+}
+
+static void write_index(const char *dir, const dmodel_t *d, const char *precision, uint64_t seed,
+                        float loss, const step_record_t *steps, int n_steps)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/index.json", dir);
 	FILE *f = fopen(path, "w");
 	if (!f)
 		die(path, strerror(errno));
-	const gpt2_config_t *c = gpt2_config(model);
 	fprintf(f, "{\n  \"magic\": \"%s\", \"version\": %d, \"precision\": \"%s\", \"seed\": %llu,\n",
 	        DUMP_MAGIC, DUMP_VERSION, precision, (unsigned long long)seed);
-	fprintf(f, "  \"config\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"vocab_size\": %d, "
-	           "\"seq_len\": %d},\n", c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->seq_len);
+	write_config(f, d);
 	fprintf(f, "  \"B\": %d, \"T\": %d, \"num_params\": %zu, \"loss\": %.9g,\n", BATCH, T_LEN,
-	        gpt2_num_params(model), (double)loss);
+	        d->ops->num_params(d->impl), (double)loss);
 	fprintf(f, "  \"tensors\": [\n");
-	int n_tensors = gpt2_num_tensors(model);
+	int n_tensors;
+	const model_tensor_t *tab = d->ops->tensors(d->impl, &n_tensors);
 	for (int i = 0; i < n_tensors; i++) {
-		const gpt2_tensor_t *t = gpt2_tensor(model, i);
+		const model_tensor_t *t = &tab[i];
 		fprintf(f, "    {\"name\": \"%s\", \"shape\": [", t->name);
-		for (int d = 0; d < t->ndim; d++)
-			fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+		for (int k = 0; k < t->ndim; k++)
+			fprintf(f, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
 		fprintf(f, "], \"offset\": %zu, \"numel\": %zu, \"decay\": %s}%s\n", t->offset, t->numel,
 		        t->decay ? "true" : "false", i + 1 < n_tensors ? "," : "");
 	}
@@ -142,23 +186,59 @@ static void write_index(const char *dir, gpt2_t *model, const char *precision, u
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: torch_dump --out DIR [--precision fp32|bf16] [--seed N] [--steps N]\n");
+	fprintf(stderr, "usage: torch_dump --out DIR [--arch gpt2|llama] [--tied] [--precision fp32|bf16]"
+	                " [--seed N] [--steps N]\n");
 	exit(2);
+}
+
+/* The model of --arch (and --tied) from seed, in precision. */
+static dmodel_t make_model(const char *arch, bool tied, model_precision_t precision, uint64_t seed)
+{
+	dmodel_t d = {.arch = arch, .ops = &gpt2_model_cpu};
+	d.cfg = (model_config_t){
+		.n_layer = N_LAYER, .n_head = N_HEAD, .n_embd = N_EMBD, .vocab_size = VOCAB, .seq_len = SEQ_LEN,
+	};
+	if (!strcmp(arch, "llama")) {
+		d.ops = &llama_model_cpu;
+		d.cfg.n_head = 4;
+		d.cfg.n_kv_head = 2;
+		d.cfg.ffn_dim = 48;
+		d.cfg.rope_theta = 100.0;
+		d.cfg.rope_scaling = (model_rope_scaling_t){8.0, 1.0, 4.0, 32};
+		d.cfg.norm_eps = 1e-5;
+		d.cfg.tie_embeddings = tied;
+	} else if (strcmp(arch, "gpt2") || tied) {
+		die("--arch must be gpt2 or llama (--tied: llama only), got", arch);
+	}
+	model_options_t opt = {.max_B = BATCH, .max_T = T_LEN, .precision = precision};
+	char err[256];
+	if (d.ops->create(&d.cfg, &opt, &d.impl, err, sizeof err) < 0)
+		die("create", err);
+	d.ops->init_params(d.impl, seed);
+	return d;
 }
 
 int main(int argc, char **argv)
 {
 	const char *out = NULL;
 	const char *precision_name = "fp32";
+	const char *arch = "gpt2";
+	bool tied = false;
 	uint64_t seed = 1337;
 	int n_steps = 10;
 	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--tied")) {
+			tied = true;
+			continue;
+		}
 		if (i + 1 >= argc)
 			usage();
 		if (!strcmp(argv[i], "--out"))
 			out = argv[++i];
 		else if (!strcmp(argv[i], "--precision"))
 			precision_name = argv[++i];
+		else if (!strcmp(argv[i], "--arch"))
+			arch = argv[++i];
 		else if (!strcmp(argv[i], "--seed"))
 			seed = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--steps"))
@@ -170,23 +250,17 @@ int main(int argc, char **argv)
 		usage();
 	if (n_steps < 1 || n_steps > MAX_STEPS)
 		die("--steps must be in [1, 100]", NULL);
-	gpt2_precision_t precision;
+	model_precision_t precision;
 	if (!strcmp(precision_name, "fp32"))
-		precision = GPT2_PRECISION_FP32;
+		precision = MODEL_PRECISION_FP32;
 	else if (!strcmp(precision_name, "bf16"))
-		precision = GPT2_PRECISION_BF16;
+		precision = MODEL_PRECISION_BF16;
 	else
 		die("--precision must be fp32 or bf16, got", precision_name);
 
-	gpt2_config_t cfg = {
-		.n_layer = N_LAYER, .n_head = N_HEAD, .n_embd = N_EMBD, .vocab_size = VOCAB, .seq_len = SEQ_LEN,
-	};
-	char err[256];
-	gpt2_t *model = gpt2_create(&cfg, BATCH, T_LEN, precision, err, sizeof err);
-	if (!model)
-		die("gpt2_create", err);
-	gpt2_init_params(model, seed);
-	size_t n = gpt2_num_params(model);
+	dmodel_t d = make_model(arch, tied, precision, seed);
+	const model_ops_t *ops = d.ops;
+	size_t n = ops->num_params(d.impl);
 
 	int32_t inputs[BATCH * T_LEN];  /* (B, T) */
 	int32_t targets[BATCH * T_LEN]; /* (B, T) */
@@ -204,32 +278,33 @@ int main(int argc, char **argv)
 	float *v = calloc(n, sizeof *v);
 	if (!initial || !m || !v)
 		die("out of memory", NULL);
-	memcpy(initial, gpt2_params(model), n * sizeof *initial);
+	memcpy(initial, ops->params(d.impl), n * sizeof *initial);
 
-	gpt2_zero_grad(model);
-	float loss = gpt2_forward(model, inputs, targets, BATCH, T_LEN);
+	ops->zero_grad(d.impl);
+	float loss = ops->forward(d.impl, inputs, targets, BATCH, T_LEN);
 	/* backward turns the logits into their gradient in place: write them now */
-	write_file(out, "logits.f32", gpt2_logits(model), (size_t)BATCH * T_LEN * VOCAB * sizeof(float));
-	gpt2_backward(model, 1.0f);
-	printf("torch_dump: %zu parameters, %s, loss %.6f\n", n, precision_name, (double)loss);
+	write_file(out, "logits.f32", model_logits(&d), (size_t)BATCH * T_LEN * VOCAB * sizeof(float));
+	ops->backward(d.impl, 1.0f);
+	printf("torch_dump: %s%s, %zu parameters, %s, loss %.6f\n", arch, tied ? " (tied)" : "", n,
+	       precision_name, (double)loss);
 
 	write_file(out, "params.f32", initial, n * sizeof(float));
 	write_file(out, "inputs.i32", inputs, sizeof inputs);
 	write_file(out, "targets.i32", targets, sizeof targets);
-	write_file(out, "grads.f32", gpt2_grads(model), n * sizeof(float));
+	write_file(out, "grads.f32", ops->grads(d.impl), n * sizeof(float));
 
 	step_record_t steps[MAX_STEPS];
 	for (int s = 0; s < n_steps; s++) {
-		steps[s] = train_step(model, inputs, targets, m, v, s, n_steps);
+		steps[s] = train_step(&d, inputs, targets, m, v, s, n_steps);
 		printf("step %2d: lr %.3e grad norm %.4f loss %.6f\n", s, steps[s].lr, steps[s].grad_norm,
 		       (double)steps[s].loss);
 	}
-	write_file(out, "final_params.f32", gpt2_params(model), n * sizeof(float));
-	write_index(out, model, precision_name, seed, loss, steps, n_steps);
+	write_file(out, "final_params.f32", ops->params(d.impl), n * sizeof(float));
+	write_index(out, &d, precision_name, seed, loss, steps, n_steps);
 
 	free(v);
 	free(m);
 	free(initial);
-	gpt2_free(model);
+	ops->free(d.impl);
 	return 0;
 }
