@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/tp.h"
+
 typedef struct {
 	tplayout_run_t *runs;
 	size_t n, cap;
@@ -40,18 +42,6 @@ static void s_add(s_runs_t *r, size_t local, size_t logical, size_t n, bool repl
 	r->runs[r->n++] = (tplayout_run_t){.local = local, .logical = logical, .n = n, .replicated = replicated};
 }
 
-static bool s_ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-/* GPT-2's c_attn (model.h's "qkv" rule). */
-static bool s_qkv(const model_tensor_t *x)
-{
-	return s_ends_with(x->name, "attn.c_attn.weight") || s_ends_with(x->name, "attn.c_attn.bias");
-}
-
 static int s_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int s_fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -63,58 +53,50 @@ static int s_fail(char *err, size_t errlen, const char *fmt, ...)
 	return -EINVAL;
 }
 
-/* The runs of tensor x (local table entry) at logical offset L for rank k of t. */
+typedef struct {
+	s_runs_t *r;
+	size_t off, L;
+} s_seg_t;
+
+static void s_segment(void *ctx, size_t local, size_t logical, size_t n)
+{
+	s_seg_t *g = ctx;
+	s_add(g->r, g->off + local, g->L + logical, n, false);
+}
+
+/* The runs of tensor x (local table entry) at logical offset L for rank k
+ * of t: the engine's rules (engine/tp.h tp_segments), after checking that
+ * the local shape is a part of full_shape as model.h says. */
 static int s_tensor_runs(const model_tensor_t *x, size_t L, int k, int t, s_runs_t *r, char *err,
                          size_t errlen)
 {
-	const size_t off = x->offset;
-	const bool qkv = s_qkv(x);
 	const size_t rows = (size_t)x->shape[0], full_rows = (size_t)x->full_shape[0];
 	const size_t cols = x->ndim == 2 ? (size_t)x->shape[1] : 1;
 	const size_t full_cols = x->ndim == 2 ? (size_t)x->full_shape[1] : 1;
+	if (x->numel != rows * cols)
+		return s_fail(err, errlen, "tensor %s holds %zu floats, not its shape's %zu", x->name, x->numel,
+			      rows * cols);
 	if (x->tp_split == MODEL_TP_REPLICATED || t == 1) {
-		if (x->numel != (size_t)(x->full_shape[0] * (x->ndim == 2 ? x->full_shape[1] : 1)))
-			return s_fail(err, errlen, "tensor %s holds %zu floats but its logical shape is not"
-				      " that size", x->name, x->numel);
-		s_add(r, off, L, x->numel, x->tp_split == MODEL_TP_REPLICATED && t > 1);
+		if (rows != full_rows || cols != full_cols)
+			return s_fail(err, errlen, "tensor %s is whole on every rank but its shape is not its"
+				      " logical shape", x->name);
+		s_add(r, x->offset, L, x->numel, x->tp_split == MODEL_TP_REPLICATED && t > 1);
 		return 0;
 	}
-	if (x->tp_split == 0 && qkv && x->ndim == 1) { /* c_attn.bias: [q_k | k_k | v_k] */
-		if (rows % 3 || full_rows % 3 || rows / 3 * (size_t)t != full_rows / 3)
-			return s_fail(err, errlen, "tensor %s: %zu local of %zu logical is not the qkv rule",
-				      x->name, rows, full_rows);
-		const size_t part = rows / 3, C = full_rows / 3;
-		for (size_t p = 0; p < 3; p++)
-			s_add(r, off + p * part, L + p * C + (size_t)k * part, part, false);
-		return 0;
-	}
-	if (x->tp_split == 0) { /* blocks of rows; the vocabulary's last block may be padding */
-		if (cols != full_cols || rows * (size_t)t < full_rows)
-			return s_fail(err, errlen, "tensor %s: local rows %zu x %d ranks do not cover %zu",
-				      x->name, rows, t, full_rows);
-		size_t r0 = (size_t)k * rows;
-		size_t valid = r0 >= full_rows ? 0 : full_rows - r0 < rows ? full_rows - r0 : rows;
-		s_add(r, off, L + r0 * full_cols, valid * cols, false);
-		return 0;
-	}
-	if (x->tp_split == 1 && x->ndim == 2) {
-		if (rows != full_rows || cols * (size_t)t != full_cols || (qkv && cols % 3))
-			return s_fail(err, errlen, "tensor %s: local (%zu, %zu) is not a column block of (%zu,"
-				      " %zu) for %d ranks", x->name, rows, cols, full_rows, full_cols, t);
-		for (size_t i = 0; i < rows; i++) {
-			if (!qkv) {
-				s_add(r, off + i * cols, L + i * full_cols + (size_t)k * cols, cols, false);
-				continue;
-			}
-			const size_t part = cols / 3, C = full_cols / 3;
-			for (size_t p = 0; p < 3; p++)
-				s_add(r, off + i * cols + p * part, L + i * full_cols + p * C + (size_t)k * part,
-				      part, false);
-		}
-		return 0;
-	}
-	return s_fail(err, errlen, "tensor %s: tp_split %d of a %d-D tensor is not one of model.h's rules",
-		      x->name, x->tp_split, x->ndim);
+	const bool qkv = tp_is_qkv(x);
+	bool ok;
+	if (x->tp_split == 0) /* row blocks; the vocabulary's may be padded; qkv: thirds of them */
+		ok = cols == full_cols && (qkv ? rows % 3 == 0 && rows * (size_t)t == full_rows
+					       : rows * (size_t)t >= full_rows && (rows - 1) * (size_t)t < full_rows);
+	else
+		ok = x->tp_split == 1 && x->ndim == 2 && rows == full_rows && cols * (size_t)t == full_cols &&
+		     (!qkv || cols % 3 == 0);
+	if (!ok)
+		return s_fail(err, errlen, "tensor %s: local (%zu, %zu) is not rank %d's part of (%zu, %zu) by"
+			      " tp_split %d (model.h)", x->name, rows, cols, k, full_rows, full_cols, x->tp_split);
+	s_seg_t g = {.r = r, .off = x->offset, .L = L};
+	tp_segments(x, k, t, 0, x->numel, s_segment, &g);
+	return 0;
 }
 
 int tplayout_build(const model_tensor_t *local, int n, int tp_rank, int tp_size, tplayout_t *ret,

@@ -275,7 +275,6 @@ static int s_setup(train_t *t)
 		.norm_eps = spec->model.norm_eps,
 		.tie_embeddings = spec->model.tie_embeddings != 0,
 	};
-	t->cfg = cfg;
 	/* a value per rank and validation batch, or the norm's pair per rank */
 	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 2 ? spec->train.eval_batches : 2);
 	if ((rc = train_tp_begin(t)) != RM_EXIT_OK)
@@ -664,8 +663,6 @@ static int s_resume(train_t *t)
 static void s_init_params(train_t *t)
 {
 	uint64_t seed = t->spec->train.seed;
-	if (t->tp_size > 1)
-		return; /* train_tp_init, with the pretrained weights */
 	if (t->sharding != JOBSPEC_SHARDING_ZERO3 || !t->zero || t->dev->mirror)
 		model_init_params(t->model, seed);
 	else if (t->shard_count)
@@ -681,14 +678,16 @@ static int s_init_pretrained(train_t *t)
 {
 	const char *path = t->spec->init.safetensors;
 	FILE *f = t->opt->json ? t->opt->log : t->opt->out;
-	if (!path || (t->tp_size > 1 && t->start_step == 1))
-		return RM_EXIT_OK; /* TP: train_tp_init read it */
+	if (!path)
+		return RM_EXIT_OK;
 	if (t->start_step > 1) {
 		if (t->rank == 0)
 			fprintf(f, "init: skipped %s, resuming the snapshot of step %" PRId64 "\n", path,
 				t->start_step - 1);
 		return RM_EXIT_OK;
 	}
+	if (t->tp_size > 1)
+		return train_tp_init_pretrained(t);
 	int n;
 	const model_tensor_t *tensors = model_tensors(t->model, &n);
 	const char *root = t->opt->data_root && t->opt->data_root[0] ? t->opt->data_root : NULL;
@@ -743,8 +742,6 @@ static int s_start(train_t *t)
 		rc = s_resume(t);
 	if (rc == RM_EXIT_OK && t->start_step == 1)
 		s_init_params(t);
-	if (rc == RM_EXIT_OK && t->start_step == 1 && t->tp_size > 1)
-		rc = train_tp_init(t, &t->cfg);
 	if (rc == RM_EXIT_OK)
 		rc = s_init_pretrained(t);
 	if (rc == RM_EXIT_OK)

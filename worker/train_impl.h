@@ -47,7 +47,6 @@ struct train {
 	int tp_size, tp_rank; /* the TP group (t) and this rank's place in it */
 	int world_size, world_rank; /* the job's: tp_size * W, and dp rank * tp_size + tp_rank */
 	struct train_tp *tpx; /* the model's TP adapter, layouts and scratch (train_tp.c) */
-	model_config_t cfg;   /* the spec's model */
 	float *rank_vals; /* (max(W, W * eval_batches)): one slot per rank or validation batch */
 
 	const train_dev_t *dev;           /* the device's operations (train_dev.h) */

@@ -8,18 +8,17 @@
 #include <string.h>
 
 #include "stinit.h"
+#include "tpcomm.h"
 
 struct train_tp {
 	model_tp_t tp;        /* handed to the model */
-	comm_t *comm;         /* the TP comm (borrowed) */
-	size_t *counts;       /* (t) scratch for the collectives' counts */
-	bool failed;          /* a collective inside the model failed */
+	tpcomm_t adapter;     /* tp's collectives over the TP comm (worker/tpcomm.h) */
+	int errors_seen;      /* adapter's error already reported */
+	size_t *counts;       /* (t) scratch for the trainer's own TP collectives */
 	tplayout_t *layouts;  /* (t) every TP rank's layout */
 	model_range_t *repl;  /* (n_repl) replicated tensors' local ranges, in order */
 	int n_repl;
 };
-
-/* ---- the model's collectives over the TP comm ---- */
 
 static size_t *s_counts(struct train_tp *x, size_t n_each)
 {
@@ -28,40 +27,18 @@ static size_t *s_counts(struct train_tp *x, size_t n_each)
 	return x->counts;
 }
 
-static void s_allgather(void *ctx, const float *in, float *out, size_t n_each)
-{
-	struct train_tp *x = ctx;
-	if (!x->failed && comm_allgather_f32(x->comm, in, out, s_counts(x, n_each)) < 0)
-		x->failed = true;
-}
-
-static void s_reduce_scatter(void *ctx, const float *in, float *out, size_t n_each)
-{
-	struct train_tp *x = ctx;
-	if (!x->failed && comm_reduce_scatter_sum_f32(x->comm, in, out, s_counts(x, n_each)) < 0)
-		x->failed = true;
-}
-
-static void s_allreduce(void *ctx, float *buf, size_t n)
-{
-	struct train_tp *x = ctx;
-	if (!x->failed && comm_allreduce_sum_f32(x->comm, buf, n) < 0)
-		x->failed = true;
-}
-
 int train_tp_begin(train_t *t)
 {
 	if (t->tp_size <= 1)
 		return RM_EXIT_OK;
 	struct train_tp *x = calloc(1, sizeof *x);
-	if (!x || !(x->counts = calloc((size_t)t->tp_size, sizeof(size_t)))) {
+	if (!x || !(x->counts = calloc((size_t)t->tp_size, sizeof(size_t))) ||
+	    tpcomm_init(&x->adapter, t->tp_comm, &x->tp) < 0) {
+		if (x)
+			free(x->counts);
 		free(x);
 		return train_error(t, RM_EXIT_NOMEM, "out of memory");
 	}
-	x->comm = t->tp_comm;
-	x->tp = (model_tp_t){.ctx = x, .rank = t->tp_rank, .size = t->tp_size, .sequence_parallel = true,
-			     .allgather = s_allgather, .reduce_scatter = s_reduce_scatter,
-			     .allreduce = s_allreduce};
 	t->tpx = x;
 	return RM_EXIT_OK;
 }
@@ -106,6 +83,7 @@ void train_tp_free(train_t *t)
 	free(x->layouts);
 	free(x->repl);
 	free(x->counts);
+	tpcomm_free(&x->adapter);
 	free(x);
 	t->tpx = NULL;
 }
@@ -117,11 +95,10 @@ const tplayout_t *train_tp_layout(const train_t *t)
 
 bool train_tp_failed(train_t *t)
 {
-	if (!t->tpx)
+	if (!t->tpx || t->tpx->errors_seen || tpcomm_error(&t->tpx->adapter) == 0)
 		return false;
-	bool f = t->tpx->failed;
-	t->tpx->failed = false;
-	return f;
+	t->tpx->errors_seen = 1; /* the comm fails every later call: reported once */
+	return true;
 }
 
 /* ---- the gradient norm ---- */
@@ -213,36 +190,34 @@ int train_tp_snapshot(train_t *t, int64_t lo, int64_t count, float **ret_p, floa
 	return 0;
 }
 
-int train_tp_init(train_t *t, const model_config_t *cfg)
+typedef struct {
+	const stinit_t *st;
+	float *out;
+} s_st_t;
+
+static int s_st_piece(void *ctx, size_t local_off, size_t logical_off, size_t n)
+{
+	s_st_t *c = ctx;
+	stinit_read_range(c->st, logical_off, logical_off + n, c->out + local_off);
+	return 0;
+}
+
+int train_tp_init_pretrained(train_t *t)
 {
 	const tplayout_t *l = train_tp_layout(t);
-	model_t *one = NULL;
-	model_options_t mo = {.max_B = 1, .max_T = 1};
-	char err[512] = "";
-	int rc = model_create(t->spec->model.arch, MODEL_DEVICE_CPU, cfg, &mo, &one, err, sizeof err);
-	if (rc < 0)
-		return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_SPEC,
-			       "the t = 1 model for the initial values: %s", err);
-	float *logical = model_params(one);
-	model_init_params(one, t->spec->train.seed);
 	const char *path = t->spec->init.safetensors;
-	if (path) {
-		const char *root = t->opt->data_root && t->opt->data_root[0] ? t->opt->data_root : NULL;
-		stinit_t *st = NULL;
-		rc = stinit_open(root, path, l->logical, l->n_tensors, t->spec->model.tie_embeddings != 0, &st,
-				 err, sizeof err);
-		if (rc < 0) {
-			model_free(one);
-			return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_DATA, "%s", err);
-		}
-		stinit_read_range(st, 0, l->n_logical, logical);
-		if (t->world_rank == 0)
-			fprintf(t->opt->json ? t->opt->log : t->opt->out, "init: %d tensors from %s (%d file%s)\n",
-				stinit_num_tensors(st), path, stinit_num_files(st),
-				stinit_num_files(st) == 1 ? "" : "s");
-		stinit_free(st);
-	}
-	tplayout_from_logical(l, logical, 0, l->n_local, model_params(t->model));
-	model_free(one);
+	const char *root = t->opt->data_root && t->opt->data_root[0] ? t->opt->data_root : NULL;
+	char err[1024];
+	stinit_t *st = NULL;
+	int rc = stinit_open(root, path, l->logical, l->n_tensors, t->spec->model.tie_embeddings != 0, &st,
+			     err, sizeof err);
+	if (rc < 0)
+		return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_DATA, "%s", err);
+	s_st_t c = {.st = st, .out = model_params(t->model)};
+	tplayout_each_local(l, 0, l->n_local, s_st_piece, &c);
+	if (t->world_rank == 0)
+		fprintf(t->opt->json ? t->opt->log : t->opt->out, "init: %d tensors from %s (%d file%s)\n",
+			stinit_num_tensors(st), path, stinit_num_files(st), stinit_num_files(st) == 1 ? "" : "s");
+	stinit_free(st);
 	return RM_EXIT_OK;
 }

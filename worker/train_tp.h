@@ -11,8 +11,8 @@
  *   - the LOGICAL layout (worker/tplayout.h) for snapshots (this rank's
  *     logical range of params, m and v assembled from the DP shards and the
  *     TP parts), for resume (tsnap reads logical ranges into local ones)
- *     and for initialisation (train.seed's and init.safetensors' values are
- *     the t = 1 model's, cut into this rank's parts), so a job resumes at
+ *     and for init.safetensors (the file's logical tensors cut into this
+ *     rank's parts), so a job resumes at
  *     any t and d and its losses are t = 1's up to reduction order.
  * Private to worker/train*.c (train_impl.h).
  */
@@ -56,8 +56,10 @@ int train_tp_sum(train_t *t, double part, double *ret_sum);
  * comm's error (-ENOMEM when they do not fit). */
 int train_tp_snapshot(train_t *t, int64_t lo, int64_t count, float **ret_p, float **ret_m, float **ret_v);
 
-/* The initial parameters: train.seed's (the t = 1 model's values), or with
- * init.safetensors the file's, cut into this rank's parts. RM_EXIT_* code. */
-int train_tp_init(train_t *t, const model_config_t *cfg);
+/* init.safetensors (the logical tensors of the file) into this rank's
+ * parts of the model's buffer. RM_EXIT_* code. (train.seed's values need
+ * nothing here: the engine initialises a TP rank's parts as the slices of
+ * the t = 1 model's, engine/tp.h.) */
+int train_tp_init_pretrained(train_t *t);
 
 #endif

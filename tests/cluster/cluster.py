@@ -69,10 +69,12 @@ def make_text_data(folder, seed=7, n_train=60000, n_val=6000):
         f.write(text(n_val))
 
 
-def tiny_spec(name, world_size, batch_size, steps, seed=1337, eval_every=0, max_restarts=0):
+def tiny_spec(name, world_size, batch_size, steps, seed=1337, eval_every=0, max_restarts=0,
+              tensor=1):
     """A tiny GPT-2 on the text made by make_text_data (paths relative to the
-    agents' --data-root)."""
-    return {
+    agents' --data-root); tensor > 1: parallel.tensor (world_size is tensor
+    x the data-parallel size, batch_size per data-parallel replica)."""
+    s = {
         "name": name,
         "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 32},
         "data": {"train": "tiny/train.txt", "val": "tiny/val.txt", "format": "text"},
@@ -82,6 +84,9 @@ def tiny_spec(name, world_size, batch_size, steps, seed=1337, eval_every=0, max_
         "checkpoint": {"every_steps": 0},
         "restart": {"max_restarts": max_restarts},
     }
+    if tensor > 1:
+        s["parallel"]["tensor"] = tensor
+    return s
 
 
 # request(token=...) default: the daemon's admin token
