@@ -851,17 +851,6 @@ static int s_tp_vocab(const gpt2_t *m, int *ret_v0)
 	return nv < 0 ? 0 : nv < Vl ? nv : Vl;
 }
 
-/* out (n, C) = reduce-scatter of part (N, C) + res (n, C) + bias (C) */
-static void s_tp_rs_residual(gpt2_t *m, float *out, float *part, const float *res, const float *bias,
-                             int n, int C)
-{
-	tp_reduce_scatter(&m->tp, part, out, (size_t)n * C);
-	size_t nc = (size_t)n * C;
-#pragma omp parallel for schedule(static)
-	for (size_t i = 0; i < nc; i++)
-		out[i] += res[i] + bias[i % (size_t)C];
-}
-
 static float s_tp_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, t = m->tp_size, H = m->cfg.n_head / t;
@@ -892,7 +881,7 @@ static float s_tp_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targe
 		s_gemm(m, N, 3 * Cf, C, a->full, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
 		kernel_attention_forward(atty, att, qkv, a->att_scratch, B, T, Cf, H);
 		s_gemm(m, N, C, Cf, atty, 0, false, LP(T_PROJ_W), false, NULL, a->dsmall, 0, false);
-		s_tp_rs_residual(m, res2, a->dsmall, x, LP(T_PROJ_B), n, C);
+		tp_rs_residual(&m->tp, res2, a->dsmall, x, LP(T_PROJ_B), n, C);
 		kernel_layernorm_forward(ln2, LOCAL_SLICE(a->ln2_mean, l, 1),
 					 LOCAL_SLICE(a->ln2_rstd, l, 1), res2, LP(T_LN2_W), LP(T_LN2_B), n, C);
 		tp_allgather(&m->tp, ln2, a->full, (size_t)n * C);
@@ -900,7 +889,7 @@ static float s_tp_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targe
 		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * Cf);
 		s_gemm(m, N, C, 4 * Cf, a->dbig, 0, false, LP(T_FCPROJ_W), false, NULL, a->dsmall, 0,
 		       false);
-		s_tp_rs_residual(m, res3, a->dsmall, res2, LP(T_FCPROJ_B), n, C);
+		tp_rs_residual(&m->tp, res3, a->dsmall, res2, LP(T_FCPROJ_B), n, C);
 #undef LP
 		x = res3;
 	}

@@ -681,15 +681,6 @@ static int s_tp_vocab(const llama_t *m, int *ret_v0)
 	return nv < 0 ? 0 : nv < m->vl ? nv : m->vl;
 }
 
-/* out (n, C) = reduce-scatter of part (N, C) + res (n, C) */
-static void s_tp_rs_residual(llama_t *m, float *out, float *part, const float *res, size_t nc)
-{
-	tp_reduce_scatter(&m->tp, part, out, nc);
-#pragma omp parallel for schedule(static)
-	for (size_t i = 0; i < nc; i++)
-		out[i] += res[i];
-}
-
 static void s_tp_layer_forward(llama_t *m, int l, const float *x, int B, int T)
 {
 	const int C = m->cfg.n_embd, t = m->tp_size, H = m->cfg.n_head / t, KV = m->cfg.n_kv_head / t;
@@ -710,13 +701,13 @@ static void s_tp_layer_forward(llama_t *m, int l, const float *x, int B, int T)
 	kernel_gqa_attention_forward(atty, SLICE(a->att, l, (size_t)H * m->max_T), qkv, a->att_scratch,
 				     B, T, H, KV, m->hd);
 	s_gemm(m, N, C, Cf, atty, 0, false, LP(LLAMA_T_O), true, a->dsmall, 0, false);
-	s_tp_rs_residual(m, res2, a->dsmall, x, (size_t)n * C);
+	tp_rs_residual(&m->tp, res2, a->dsmall, x, NULL, n, C);
 	kernel_rmsnorm_forward(rms2, LSLICE(a->rstd2, l, 1), res2, LP(LLAMA_T_MLP_NORM), n, C, eps);
 	tp_allgather(&m->tp, rms2, a->full, (size_t)n * C);
 	s_gemm(m, N, 2 * F, C, a->full, 0, false, LP(LLAMA_T_GATE), true, gu, 0, false);
 	kernel_swiglu_forward(a->act, gu, N, F);
 	s_gemm(m, N, C, F, a->act, 0, false, LP(LLAMA_T_DOWN), true, a->dsmall, 0, false);
-	s_tp_rs_residual(m, res3, a->dsmall, res2, (size_t)n * C);
+	tp_rs_residual(&m->tp, res3, a->dsmall, res2, NULL, n, C);
 #undef LP
 }
 
