@@ -37,6 +37,7 @@
  * tests/worker/engine/test_determinism.c.
  */
 #include "gpt2.h"
+#include "gpt2_priv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -69,78 +70,6 @@
  * at most 2e-8 relative in the grad norm. test_determinism reports it
  * without asserting it; train-determinism bounds it at 1e-5.
  */
-
-#define N_LAYER_TENSORS 12
-
-/* Tensor indices within a layer, in HF order. */
-enum {
-	T_LN1_W, T_LN1_B, T_QKV_W, T_QKV_B, T_PROJ_W, T_PROJ_B,
-	T_LN2_W, T_LN2_B, T_FC_W, T_FC_B, T_FCPROJ_W, T_FCPROJ_B,
-};
-
-typedef struct {
-	float *encoded;                       /* (B, T, C) */
-	float *ln1, *ln1_mean, *ln1_rstd;     /* (L, B, T, C), (L, B, T), (L, B, T) */
-	float *qkv;                           /* (L, B, T, 3C) */
-	float *att;                           /* (L, B, H, T, T) */
-	float *atty;                          /* (L, B, T, C) */
-	float *res2;                          /* (L, B, T, C) */
-	float *ln2, *ln2_mean, *ln2_rstd;     /* (L, B, T, C), (L, B, T), (L, B, T) */
-	float *fch;                           /* (L, B, T, 4C) before GELU */
-	float *res3;                          /* (L, B, T, C) */
-	float *lnf, *lnf_mean, *lnf_rstd;     /* (B, T, C), (B, T), (B, T) */
-	float *logits;                        /* (B, T, V); dlogits after backward */
-	float *lse;                           /* (B, T) */
-	float *losses;                        /* (B, T) */
-	float *dres;                          /* (B, T, C) gradient of the residual stream */
-	float *dbig;                          /* (B, T, 4C) GELU output / dfch / dqkv */
-	float *dsmall;                        /* (B, T, C) dln / datty */
-	float *att_scratch;                   /* kernel_attention_scratch_floats */
-	float *full, *dloc, *ce_scratch;      /* TP only: (B, T, C) gathered, (n, C), the loss's */
-	int32_t *inputs, *targets;            /* (B, T) copies for backward */
-	uint16_t *a16, *b16;                  /* bf16 GEMM operands: (B*T*max(V, 4C)), (B*T*4C) */
-} acts_t;
-
-struct gpt2 {
-	gpt2_config_t cfg;
-	int max_B, max_T;
-	gpt2_precision_t precision;
-	int tp_size; /* TP ranks (0 or 1: none); the tensor table is this rank's part */
-	tp_t tp;     /* the group (tp.h) */
-
-	int n_tensors;
-	gpt2_tensor_t *tensors; /* (n_tensors) */
-	size_t n_params;
-	float *params;          /* (n_params); NULL under MODEL_STREAM_ALL */
-	float *grads;           /* (n_params); NULL unless MODEL_DENSE */
-	uint16_t *params16;     /* bf16 copy: of params (n_params), or of the fetched range
-	                         * (max_range) under MODEL_STREAM_ALL; NULL in fp32 */
-
-	/* Ranges (see gpt2.h): wte comes in blocks of wte_rows rows. */
-	model_streaming_t mode;
-	model_stream_t stream;
-	int wte_rows, n_chunks;
-	size_t max_range;
-	model_range_t r_wpe, r_lnf;
-	model_range_t *r_layers; /* (n_layer) */
-	/* The ranges fetched by a forward, then by a backward, in order: the
-	 * next one is the prefetch hint of each fetch. */
-	model_range_t *seq_fwd, *seq_bwd;
-	int n_seq_fwd, n_seq_bwd;
-	const model_range_t *seq;
-	int seq_n, seq_pos;
-	const float *held; /* the fetched range's parameters (MODEL_STREAM_ALL), else NULL */
-	size_t held_n;
-
-	void *arena;
-	size_t arena_bytes;
-	acts_t a;
-
-	matmul_cache_t *mm;
-
-	int B, T;             /* of the last forward */
-	bool have_targets;    /* last forward had targets, backward may run */
-};
 
 /* ---- allocation and layout ---- */
 
@@ -359,7 +288,7 @@ static model_range_t s_range(const gpt2_tensor_t *first, const gpt2_tensor_t *la
 }
 
 /* The wte block k: rows [k * wte_rows, min(V, (k + 1) * wte_rows)). */
-static model_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
+model_range_t gpt2_p_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
 {
 	int V = (int)m->tensors[0].shape[0], C = m->cfg.n_embd;
 	int v0 = k * m->wte_rows, v1 = v0 + m->wte_rows < V ? v0 + m->wte_rows : V;
@@ -400,13 +329,13 @@ static bool s_build_ranges(gpt2_t *m)
 	int f = 0, b = 0;
 	m->seq_fwd[f++] = m->r_wpe;
 	for (int k = 0; k < m->n_chunks; k++)
-		m->seq_fwd[f++] = s_chunk(m, k, &v0, &v1);
+		m->seq_fwd[f++] = gpt2_p_chunk(m, k, &v0, &v1);
 	for (int l = 0; l < L; l++)
 		m->seq_fwd[f++] = m->r_layers[l];
 	m->seq_fwd[f++] = m->r_lnf;
 	for (int k = 0; k < m->n_chunks; k++) {
-		m->seq_fwd[f++] = s_chunk(m, k, &v0, &v1);
-		m->seq_bwd[b++] = s_chunk(m, k, &v0, &v1);
+		m->seq_fwd[f++] = gpt2_p_chunk(m, k, &v0, &v1);
+		m->seq_bwd[b++] = gpt2_p_chunk(m, k, &v0, &v1);
 	}
 	m->seq_bwd[b++] = m->r_lnf;
 	for (int l = L - 1; l >= 0; l--)
@@ -725,7 +654,7 @@ static void s_fatal(const char *what)
 }
 
 /* Start walking a fetch order (the forward's or the backward's). */
-static void s_seq_start(gpt2_t *m, const model_range_t *seq, int n)
+void gpt2_p_seq_start(gpt2_t *m, const model_range_t *seq, int n)
 {
 	m->seq = seq;
 	m->seq_n = n;
@@ -736,9 +665,9 @@ static void s_seq_start(gpt2_t *m, const model_range_t *seq, int n)
  * The parameters of range r: the model's own buffer, or (MODEL_STREAM_ALL)
  * fetched through the stream with the next range of the order as the
  * prefetch hint, and converted to bf16 in bf16 mode. One range is held at a
- * time; s_release gives it back.
+ * time; gpt2_p_release gives it back.
  */
-static const float *s_fetch(gpt2_t *m, model_range_t r)
+const float *gpt2_p_fetch(gpt2_t *m, model_range_t r)
 {
 	if (m->mode != MODEL_STREAM_ALL)
 		return m->params + r.lo;
@@ -755,7 +684,7 @@ static const float *s_fetch(gpt2_t *m, model_range_t r)
 	return p;
 }
 
-static void s_release(gpt2_t *m, const float *p)
+void gpt2_p_release(gpt2_t *m, const float *p)
 {
 	if (m->mode != MODEL_STREAM_ALL)
 		return;
@@ -764,25 +693,19 @@ static void s_release(gpt2_t *m, const float *p)
 }
 
 /* Where the gradients of r go: the model's own buffer (accumulating), or a
- * zeroed buffer from the stream; s_grad_end hands it back once they are
+ * zeroed buffer from the stream; gpt2_p_grad_end hands it back once they are
  * final for this backward. */
-static float *s_grad_begin(gpt2_t *m, model_range_t r)
+float *gpt2_p_grad_begin(gpt2_t *m, model_range_t r)
 {
 	if (m->mode == MODEL_DENSE)
 		return m->grads + r.lo;
 	return m->stream.grad_begin(m->stream.ctx, r);
 }
 
-static void s_grad_end(gpt2_t *m, float *g, model_range_t r)
+void gpt2_p_grad_end(gpt2_t *m, float *g, model_range_t r)
 {
 	if (m->mode != MODEL_DENSE)
 		m->stream.grad_end(m->stream.ctx, g, r);
-}
-
-/* A tensor of layer l inside a fetched or gradient range starting at lo. */
-static inline float *s_at(const gpt2_t *m, const float *base, size_t lo, int l, int which)
-{
-	return (float *)(uintptr_t)base + (m->tensors[2 + l * N_LAYER_TENSORS + which].offset - lo);
 }
 
 /* The bf16 copy of B when B points into parameters that have one. */
@@ -802,7 +725,7 @@ static const uint16_t *s_bf16_param(const gpt2_t *m, const float *B)
  * copy when it points into the parameters, else converted like A into a
  * scratch buffer.
  */
-static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
+void gpt2_p_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
                    const float *B, bool trans_b, const float *bias, float *C, int64_t ldc,
                    bool accumulate)
 {
@@ -826,183 +749,6 @@ static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, 
 	matmul_run_ld(m->mm, M, N, K, m->a.a16, 0, false, b16, trans_b, bias, C, ldc, accumulate);
 }
 
-/* Per-layer slices of the activations (max-sized strides). */
-#define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
-
-/* ---- tensor parallelism (model.h, tp.h) ----
- * Rank k of t holds heads [k H/t, (k+1) H/t) (Cf = C/t channels of q, k, v
- * and of attn.c_proj's input), 4C/t MLP features, wte rows [k Vl, (k+1) Vl)
- * and n = N/t rows of the residual stream. Layer forward: LN on the n rows,
- * all-gather (N, C), column-parallel c_attn and attention on N rows of
- * this rank's heads, row-parallel c_proj into a partial (N, C),
- * reduce-scatter to n rows, + residual + bias; the MLP likewise. Backward
- * re-gathers the LN outputs (Megatron's recompute: activations stay 1/t)
- * and all-gathers the residual gradient before each row-parallel layer's
- * backward; replicated gradients are all-reduced at the end (tp_rep_end). */
-
-#define LOCAL_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxn * (per_row))
-
-/* Valid local vocabulary rows and the first one's id. */
-static int s_tp_vocab(const gpt2_t *m, int *ret_v0)
-{
-	int Vl = (int)m->tensors[0].shape[0], v0 = m->tp.g.rank * Vl;
-	int nv = m->cfg.vocab_size - v0;
-	*ret_v0 = v0;
-	return nv < 0 ? 0 : nv < Vl ? nv : Vl;
-}
-
-/* out (n, C) = reduce-scatter of part (N, C) + res (n, C) + bias (C) */
-static void s_tp_rs_residual(gpt2_t *m, float *out, float *part, const float *res, const float *bias,
-                             int n, int C)
-{
-	tp_reduce_scatter(&m->tp, part, out, (size_t)n * C);
-	size_t nc = (size_t)n * C;
-#pragma omp parallel for schedule(static)
-	for (size_t i = 0; i < nc; i++)
-		out[i] += res[i] + bias[i % (size_t)C];
-}
-
-static float s_tp_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
-{
-	const int L = m->cfg.n_layer, C = m->cfg.n_embd, t = m->tp_size, H = m->cfg.n_head / t;
-	const int Cf = C / t, N = B * T, n = N / t, row0 = m->tp.g.rank * n;
-	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
-	acts_t *a = &m->a;
-	int v0, nv = s_tp_vocab(m, &v0);
-	const float *wte = m->params + m->tensors[0].offset, *wpe = m->params + m->tensors[1].offset;
-
-	/* vocabulary-parallel embedding, reduce-scattered to this rank's rows */
-	memset(a->dsmall, 0, (size_t)N * C * sizeof(float));
-	kernel_embed_tokens(a->dsmall, inputs, wte, v0, v0 + nv, N, C);
-	tp_reduce_scatter(&m->tp, a->dsmall, a->encoded, (size_t)n * C);
-	tp_add_positions(a->encoded, wpe, row0, n, T, C);
-	const float *x = a->encoded;
-	for (int l = 0; l < L; l++) {
-		float *ln1 = LOCAL_SLICE(a->ln1, l, C), *ln2 = LOCAL_SLICE(a->ln2, l, C);
-		float *qkv = LAYER_SLICE(a->qkv, l, 3 * Cf), *atty = LAYER_SLICE(a->atty, l, Cf);
-		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
-		float *res2 = LOCAL_SLICE(a->res2, l, C), *res3 = LOCAL_SLICE(a->res3, l, C);
-		float *fch = LAYER_SLICE(a->fch, l, 4 * Cf);
-		const model_range_t r = m->r_layers[l];
-		const float *P = m->params + r.lo;
-#define LP(which) s_at(m, P, r.lo, l, (which))
-		kernel_layernorm_forward(ln1, LOCAL_SLICE(a->ln1_mean, l, 1),
-					 LOCAL_SLICE(a->ln1_rstd, l, 1), x, LP(T_LN1_W), LP(T_LN1_B), n, C);
-		tp_allgather(&m->tp, ln1, a->full, (size_t)n * C);
-		s_gemm(m, N, 3 * Cf, C, a->full, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
-		kernel_attention_forward(atty, att, qkv, a->att_scratch, B, T, Cf, H);
-		s_gemm(m, N, C, Cf, atty, 0, false, LP(T_PROJ_W), false, NULL, a->dsmall, 0, false);
-		s_tp_rs_residual(m, res2, a->dsmall, x, LP(T_PROJ_B), n, C);
-		kernel_layernorm_forward(ln2, LOCAL_SLICE(a->ln2_mean, l, 1),
-					 LOCAL_SLICE(a->ln2_rstd, l, 1), res2, LP(T_LN2_W), LP(T_LN2_B), n, C);
-		tp_allgather(&m->tp, ln2, a->full, (size_t)n * C);
-		s_gemm(m, N, 4 * Cf, C, a->full, 0, false, LP(T_FC_W), false, LP(T_FC_B), fch, 0, false);
-		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * Cf);
-		s_gemm(m, N, C, 4 * Cf, a->dbig, 0, false, LP(T_FCPROJ_W), false, NULL, a->dsmall, 0,
-		       false);
-		s_tp_rs_residual(m, res3, a->dsmall, res2, LP(T_FCPROJ_B), n, C);
-#undef LP
-		x = res3;
-	}
-	const float *lnf_p = m->params + m->r_lnf.lo;
-	kernel_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_p, lnf_p + C, n, C);
-	tp_allgather(&m->tp, a->lnf, a->full, (size_t)n * C);
-	/* this rank's vocabulary block of the logits: (N, nv) of rows Vl apart */
-	const size_t ld = (size_t)m->tensors[0].shape[0];
-	if (nv > 0)
-		s_gemm(m, N, nv, C, a->full, 0, false, wte, true, NULL, a->logits, (int64_t)ld, false);
-	if (!targets) {
-		/* keep the collectives in step with the ranks that compute a loss */
-		return 0.0f;
-	}
-	memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
-	m->have_targets = true;
-	return tp_crossentropy_forward(&m->tp, a->losses, a->lse, a->logits, ld, targets, N, nv, v0,
-				       a->ce_scratch);
-}
-
-/* One layer's backward; a->dres holds d res3 (n rows) in and d x out. */
-static void s_tp_layer_backward(gpt2_t *m, int l, const float *x)
-{
-	const int C = m->cfg.n_embd, t = m->tp_size, H = m->cfg.n_head / t, Cf = C / t;
-	const int B = m->B, T = m->T, N = B * T, n = N / t;
-	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
-	acts_t *a = &m->a;
-	float *ln1 = LOCAL_SLICE(a->ln1, l, C), *ln2 = LOCAL_SLICE(a->ln2, l, C);
-	float *qkv = LAYER_SLICE(a->qkv, l, 3 * Cf), *atty = LAYER_SLICE(a->atty, l, Cf);
-	float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
-	float *res2 = LOCAL_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * Cf);
-	const model_range_t r = m->r_layers[l];
-	const float *P = m->params + r.lo;
-	float *G = m->grads + r.lo;
-#define LP(which) s_at(m, P, r.lo, l, (which))
-#define LG(which) s_at(m, G, r.lo, l, (which))
-	/* MLP: d res3 gathered; c_proj row-parallel, c_fc column-parallel */
-	tp_allgather(&m->tp, a->dres, a->full, (size_t)n * C);
-	kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * Cf);
-	s_gemm(m, 4 * Cf, C, N, a->dbig, 0, true, a->full, false, NULL, LG(T_FCPROJ_W), 0, true);
-	kernel_bias_backward(LG(T_FCPROJ_B), a->dres, n, C);
-	s_gemm(m, N, 4 * Cf, C, a->full, 0, false, LP(T_FCPROJ_W), true, NULL, a->dbig, 0, false);
-	kernel_gelu_backward_inplace(a->dbig, fch, (size_t)N * 4 * Cf);
-	tp_allgather(&m->tp, ln2, a->full, (size_t)n * C);
-	s_gemm(m, C, 4 * Cf, N, a->full, 0, true, a->dbig, false, NULL, LG(T_FC_W), 0, true);
-	kernel_bias_backward(LG(T_FC_B), a->dbig, N, 4 * Cf);
-	s_gemm(m, N, C, 4 * Cf, a->dbig, 0, false, LP(T_FC_W), true, NULL, a->dsmall, 0, false);
-	tp_reduce_scatter(&m->tp, a->dsmall, a->dloc, (size_t)n * C);
-	kernel_layernorm_backward(a->dres, LG(T_LN2_W), LG(T_LN2_B), a->dloc, res2,
-				  LOCAL_SLICE(a->ln2_mean, l, 1), LOCAL_SLICE(a->ln2_rstd, l, 1),
-				  LP(T_LN2_W), n, C);
-	/* attention: d res2 gathered */
-	tp_allgather(&m->tp, a->dres, a->full, (size_t)n * C);
-	s_gemm(m, Cf, C, N, atty, 0, true, a->full, false, NULL, LG(T_PROJ_W), 0, true);
-	kernel_bias_backward(LG(T_PROJ_B), a->dres, n, C);
-	s_gemm(m, N, Cf, C, a->full, 0, false, LP(T_PROJ_W), true, NULL, a->dsmall, 0, false);
-	kernel_attention_backward(a->dbig, a->dsmall, qkv, att, a->att_scratch, B, T, Cf, H);
-	tp_allgather(&m->tp, ln1, a->full, (size_t)n * C);
-	s_gemm(m, C, 3 * Cf, N, a->full, 0, true, a->dbig, false, NULL, LG(T_QKV_W), 0, true);
-	kernel_bias_backward(LG(T_QKV_B), a->dbig, N, 3 * Cf);
-	s_gemm(m, N, C, 3 * Cf, a->dbig, 0, false, LP(T_QKV_W), true, NULL, a->dsmall, 0, false);
-	tp_reduce_scatter(&m->tp, a->dsmall, a->dloc, (size_t)n * C);
-	kernel_layernorm_backward(a->dres, LG(T_LN1_W), LG(T_LN1_B), a->dloc, x,
-				  LOCAL_SLICE(a->ln1_mean, l, 1), LOCAL_SLICE(a->ln1_rstd, l, 1),
-				  LP(T_LN1_W), n, C);
-#undef LP
-#undef LG
-}
-
-static void s_tp_backward(gpt2_t *m, float loss_scale)
-{
-	const int L = m->cfg.n_layer, C = m->cfg.n_embd, t = m->tp_size;
-	const int B = m->B, T = m->T, N = B * T, n = N / t, row0 = m->tp.g.rank * n;
-	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
-	acts_t *a = &m->a;
-	int v0, nv = s_tp_vocab(m, &v0);
-	const size_t ld = (size_t)m->tensors[0].shape[0];
-	const float *wte = m->params + m->tensors[0].offset;
-	float *gwte = m->grads + m->tensors[0].offset;
-	tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->grads);
-
-	tp_crossentropy_backward(a->logits, ld, a->lse, a->targets, N, nv, v0, loss_scale / (float)N);
-	tp_allgather(&m->tp, a->lnf, a->full, (size_t)n * C);
-	if (nv > 0) {
-		s_gemm(m, nv, C, N, a->logits, (int64_t)ld, true, a->full, false, NULL, gwte, 0, true);
-		s_gemm(m, N, C, nv, a->logits, (int64_t)ld, false, wte, false, NULL, a->dsmall, 0, false);
-	} else {
-		memset(a->dsmall, 0, (size_t)N * C * sizeof(float));
-	}
-	tp_reduce_scatter(&m->tp, a->dsmall, a->dloc, (size_t)n * C);
-	const float *P = m->params + m->r_lnf.lo;
-	float *G = m->grads + m->r_lnf.lo;
-	memset(a->dres, 0, (size_t)n * C * sizeof(float));
-	kernel_layernorm_backward(a->dres, G, G + C, a->dloc, LOCAL_SLICE(a->res3, L - 1, C),
-				  a->lnf_mean, a->lnf_rstd, P, n, C);
-	for (int l = L - 1; l >= 0; l--)
-		s_tp_layer_backward(m, l, l == 0 ? a->encoded : LOCAL_SLICE(a->res3, l - 1, C));
-	tp_positions_backward(m->grads + m->tensors[1].offset, a->dres, row0, n, T, C);
-	tp_allgather(&m->tp, a->dres, a->full, (size_t)n * C);
-	kernel_embed_tokens_backward(gwte, v0, v0 + nv, a->full, a->inputs, N, C);
-	tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->grads);
-}
 
 float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
@@ -1034,19 +780,19 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 				" %d tensor-parallel ranks\n", T, m->tp_size);
 			exit(EX_SOFTWARE);
 		}
-		return s_tp_forward(m, inputs, targets, B, T);
+		return gpt2_tp_forward(m, inputs, targets, B, T);
 	}
-	s_seq_start(m, m->seq_fwd, m->n_seq_fwd);
+	gpt2_p_seq_start(m, m->seq_fwd, m->n_seq_fwd);
 
 	/* encoded = wpe[t] + wte[token], wte by blocks of rows */
-	const float *wpe = s_fetch(m, m->r_wpe);
+	const float *wpe = gpt2_p_fetch(m, m->r_wpe);
 	kernel_embed_positions(a->encoded, wpe, B, T, C);
-	s_release(m, wpe);
+	gpt2_p_release(m, wpe);
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		const float *w = s_fetch(m, s_chunk(m, k, &v0, &v1));
+		const float *w = gpt2_p_fetch(m, gpt2_p_chunk(m, k, &v0, &v1));
 		kernel_embed_tokens(a->encoded, inputs, w, v0, v1, N, C);
-		s_release(m, w);
+		gpt2_p_release(m, w);
 	}
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
@@ -1056,36 +802,36 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
 		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		const model_range_t r = m->r_layers[l];
-		const float *P = s_fetch(m, r);
-#define LP(which) s_at(m, P, r.lo, l, (which))
+		const float *P = gpt2_p_fetch(m, r);
+#define LP(which) gpt2_p_at(m, P, r.lo, l, (which))
 
 		kernel_layernorm_forward(ln1, LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
 					 x, LP(T_LN1_W), LP(T_LN1_B), N, C);
-		s_gemm(m, N, 3 * C, C, ln1, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
+		gpt2_p_gemm(m, N, 3 * C, C, ln1, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
 		kernel_attention_forward(atty, att, qkv, a->att_scratch, B, T, C, H);
 		memcpy(res2, x, (size_t)N * C * sizeof(float));
-		s_gemm(m, N, C, C, atty, 0, false, LP(T_PROJ_W), false, LP(T_PROJ_B), res2, 0, true);
+		gpt2_p_gemm(m, N, C, C, atty, 0, false, LP(T_PROJ_W), false, LP(T_PROJ_B), res2, 0, true);
 		kernel_layernorm_forward(ln2, LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
 					 res2, LP(T_LN2_W), LP(T_LN2_B), N, C);
-		s_gemm(m, N, 4 * C, C, ln2, 0, false, LP(T_FC_W), false, LP(T_FC_B), fch, 0, false);
+		gpt2_p_gemm(m, N, 4 * C, C, ln2, 0, false, LP(T_FC_W), false, LP(T_FC_B), fch, 0, false);
 		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
 		memcpy(res3, res2, (size_t)N * C * sizeof(float));
-		s_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FCPROJ_W), false, LP(T_FCPROJ_B), res3, 0,
+		gpt2_p_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FCPROJ_W), false, LP(T_FCPROJ_B), res3, 0,
 		       true);
 #undef LP
-		s_release(m, P);
+		gpt2_p_release(m, P);
 		x = res3;
 	}
-	const float *lnf_p = s_fetch(m, m->r_lnf);
+	const float *lnf_p = gpt2_p_fetch(m, m->r_lnf);
 	kernel_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_p, lnf_p + C, N, C);
-	s_release(m, lnf_p);
+	gpt2_p_release(m, lnf_p);
 	/* logits (N, V) = lnf (N, C) @ wte^T, by blocks of wte's (V, C) rows:
 	 * logits[:, v0:v1] = lnf @ wte[v0:v1]^T */
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		const float *w = s_fetch(m, s_chunk(m, k, &v0, &v1));
-		s_gemm(m, N, v1 - v0, C, a->lnf, 0, false, w, true, NULL, a->logits + v0, V, false);
-		s_release(m, w);
+		const float *w = gpt2_p_fetch(m, gpt2_p_chunk(m, k, &v0, &v1));
+		gpt2_p_gemm(m, N, v1 - v0, C, a->lnf, 0, false, w, true, NULL, a->logits + v0, V, false);
+		gpt2_p_release(m, w);
 	}
 	if (!targets)
 		return 0.0f;
@@ -1123,10 +869,10 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
 	if (m->tp_size > 1) {
-		s_tp_backward(m, loss_scale);
+		gpt2_tp_backward(m, loss_scale);
 		return;
 	}
-	s_seq_start(m, m->seq_bwd, m->n_seq_bwd);
+	gpt2_p_seq_start(m, m->seq_bwd, m->n_seq_bwd);
 
 	kernel_crossentropy_backward_inplace(a->logits, a->lse, a->targets, N, V, loss_scale / (float)N);
 	float *dlogits = a->logits;
@@ -1134,22 +880,22 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	 * dlnf (N, C) (+)= dlogits[:, v0:v1] @ wte[v0:v1] */
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		model_range_t r = s_chunk(m, k, &v0, &v1);
-		const float *w = s_fetch(m, r);
-		float *g = s_grad_begin(m, r);
-		s_gemm(m, v1 - v0, C, N, dlogits + v0, V, true, a->lnf, false, NULL, g, 0, true);
-		s_gemm(m, N, C, v1 - v0, dlogits + v0, V, false, w, false, NULL, a->dsmall, 0, k > 0);
-		s_grad_end(m, g, r);
-		s_release(m, w);
+		model_range_t r = gpt2_p_chunk(m, k, &v0, &v1);
+		const float *w = gpt2_p_fetch(m, r);
+		float *g = gpt2_p_grad_begin(m, r);
+		gpt2_p_gemm(m, v1 - v0, C, N, dlogits + v0, V, true, a->lnf, false, NULL, g, 0, true);
+		gpt2_p_gemm(m, N, C, v1 - v0, dlogits + v0, V, false, w, false, NULL, a->dsmall, 0, k > 0);
+		gpt2_p_grad_end(m, g, r);
+		gpt2_p_release(m, w);
 	}
 	{
-		const float *P = s_fetch(m, m->r_lnf);
-		float *G = s_grad_begin(m, m->r_lnf);
+		const float *P = gpt2_p_fetch(m, m->r_lnf);
+		float *G = gpt2_p_grad_begin(m, m->r_lnf);
 		memset(a->dres, 0, (size_t)N * C * sizeof(float));
 		kernel_layernorm_backward(a->dres, G, G + C, a->dsmall, LAYER_SLICE(a->res3, L - 1, C),
 					  a->lnf_mean, a->lnf_rstd, P, N, C);
-		s_grad_end(m, G, m->r_lnf);
-		s_release(m, P);
+		gpt2_p_grad_end(m, G, m->r_lnf);
+		gpt2_p_release(m, P);
 	}
 
 	for (int l = L - 1; l >= 0; l--) {
@@ -1159,49 +905,49 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		const model_range_t r = m->r_layers[l];
-		const float *P = s_fetch(m, r);
-		float *G = s_grad_begin(m, r);
-#define LP(which) s_at(m, P, r.lo, l, (which))
-#define LG(which) s_at(m, G, r.lo, l, (which))
+		const float *P = gpt2_p_fetch(m, r);
+		float *G = gpt2_p_grad_begin(m, r);
+#define LP(which) gpt2_p_at(m, P, r.lo, l, (which))
+#define LG(which) gpt2_p_at(m, G, r.lo, l, (which))
 
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
 		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
-		s_gemm(m, 4 * C, C, N, a->dbig, 0, true, a->dres, false, NULL, LG(T_FCPROJ_W), 0, true);
+		gpt2_p_gemm(m, 4 * C, C, N, a->dbig, 0, true, a->dres, false, NULL, LG(T_FCPROJ_W), 0, true);
 		kernel_bias_backward(LG(T_FCPROJ_B), a->dres, N, C);
-		s_gemm(m, N, 4 * C, C, a->dres, 0, false, LP(T_FCPROJ_W), true, NULL, a->dbig, 0, false);
+		gpt2_p_gemm(m, N, 4 * C, C, a->dres, 0, false, LP(T_FCPROJ_W), true, NULL, a->dbig, 0, false);
 		kernel_gelu_backward_inplace(a->dbig, fch, (size_t)N * 4 * C);
-		s_gemm(m, C, 4 * C, N, ln2, 0, true, a->dbig, false, NULL, LG(T_FC_W), 0, true);
+		gpt2_p_gemm(m, C, 4 * C, N, ln2, 0, true, a->dbig, false, NULL, LG(T_FC_W), 0, true);
 		kernel_bias_backward(LG(T_FC_B), a->dbig, N, 4 * C);
-		s_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FC_W), true, NULL, a->dsmall, 0, false);
+		gpt2_p_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FC_W), true, NULL, a->dsmall, 0, false);
 		kernel_layernorm_backward(a->dres, LG(T_LN2_W), LG(T_LN2_B), a->dsmall, res2,
 					  LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
 					  LP(T_LN2_W), N, C);
 
 		/* attention: res2 = x + attn(ln1 @ Wqkv + bqkv) @ Wproj + bproj; dres holds d res2 */
-		s_gemm(m, C, C, N, atty, 0, true, a->dres, false, NULL, LG(T_PROJ_W), 0, true);
+		gpt2_p_gemm(m, C, C, N, atty, 0, true, a->dres, false, NULL, LG(T_PROJ_W), 0, true);
 		kernel_bias_backward(LG(T_PROJ_B), a->dres, N, C);
-		s_gemm(m, N, C, C, a->dres, 0, false, LP(T_PROJ_W), true, NULL, a->dsmall, 0, false);
+		gpt2_p_gemm(m, N, C, C, a->dres, 0, false, LP(T_PROJ_W), true, NULL, a->dsmall, 0, false);
 		kernel_attention_backward(a->dbig, a->dsmall, qkv, att, a->att_scratch, B, T, C, H);
-		s_gemm(m, C, 3 * C, N, ln1, 0, true, a->dbig, false, NULL, LG(T_QKV_W), 0, true);
+		gpt2_p_gemm(m, C, 3 * C, N, ln1, 0, true, a->dbig, false, NULL, LG(T_QKV_W), 0, true);
 		kernel_bias_backward(LG(T_QKV_B), a->dbig, N, 3 * C);
-		s_gemm(m, N, C, 3 * C, a->dbig, 0, false, LP(T_QKV_W), true, NULL, a->dsmall, 0, false);
+		gpt2_p_gemm(m, N, C, 3 * C, a->dbig, 0, false, LP(T_QKV_W), true, NULL, a->dsmall, 0, false);
 		kernel_layernorm_backward(a->dres, LG(T_LN1_W), LG(T_LN1_B), a->dsmall, x,
 					  LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
 					  LP(T_LN1_W), N, C);
 #undef LP
 #undef LG
-		s_grad_end(m, G, r);
-		s_release(m, P);
+		gpt2_p_grad_end(m, G, r);
+		gpt2_p_release(m, P);
 	}
 	/* The embedding needs no parameters, only somewhere for its gradients. */
-	float *g = s_grad_begin(m, m->r_wpe);
+	float *g = gpt2_p_grad_begin(m, m->r_wpe);
 	kernel_embed_positions_backward(g, a->dres, B, T, C);
-	s_grad_end(m, g, m->r_wpe);
+	gpt2_p_grad_end(m, g, m->r_wpe);
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		model_range_t r = s_chunk(m, k, &v0, &v1);
-		g = s_grad_begin(m, r);
+		model_range_t r = gpt2_p_chunk(m, k, &v0, &v1);
+		g = gpt2_p_grad_begin(m, r);
 		kernel_embed_tokens_backward(g, v0, v1, a->dres, a->inputs, N, C);
-		s_grad_end(m, g, r);
+		gpt2_p_grad_end(m, g, r);
 	}
 }

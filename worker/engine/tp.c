@@ -275,12 +275,15 @@ void tp_positions_backward(float *dwpe, const float *dout, int row0, int n, int 
 	}
 }
 
-void tp_add_bias(float *out, const float *b, int n, int C)
+void tp_rs_residual(tp_t *s, float *out, const float *part, const float *res, const float *bias,
+                    int n, int C)
 {
+	tp_reduce_scatter(s, part, out, (size_t)n * (size_t)C);
 #pragma omp parallel for schedule(static)
 	for (int i = 0; i < n; i++) {
 		float *o = out + (size_t)i * C;
+		const float *r = res + (size_t)i * C;
 		for (int c = 0; c < C; c++)
-			o[c] += b[c];
+			o[c] += r[c] + (bias ? bias[c] : 0.0f);
 	}
 }

@@ -96,7 +96,10 @@ void tp_crossentropy_backward(float *logits, size_t ld, const float *lse, const 
 void tp_add_positions(float *out, const float *wpe, int row0, int n, int T, int C);
 void tp_positions_backward(float *dwpe, const float *dout, int row0, int n, int T, int C);
 
-/* out (n, C) += b (C) on every row */
-void tp_add_bias(float *out, const float *b, int n, int C);
+/* After a row-parallel layer: out (n, C) = this rank's rows of the sum
+ * over the group of part (N, C) (reduce-scatter), + res (n, C) (the
+ * residual) + bias (C; NULL: none, added once, not per rank). */
+void tp_rs_residual(tp_t *s, float *out, const float *part, const float *res, const float *bias,
+                    int n, int C);
 
 #endif

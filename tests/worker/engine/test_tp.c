@@ -26,6 +26,8 @@
  * about 100x the differences seen, and a slicing or layout error (a wrong
  * head, a missing all-reduce) is off by O(1) of that magnitude.
  *
+ * GPT-2: 2 layers, 4 heads, C 32; Llama: 2 layers, 8 heads on 4 KV heads,
+ * C 64, FFN 96, RoPE with Llama 3.1 scaling, untied or tied; B 2, T 8.
  * The vocabulary (67) divides by neither 2 nor 4, so the padded rows are
  * exercised. The parent never runs OpenMP before forking (libgomp's
  * thread pool does not survive fork).
@@ -74,8 +76,11 @@ static model_config_t s_config(void)
 {
 	model_config_t c = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 67, .seq_len = 16};
 	if (strncmp(s_arch, "llama", 5) == 0) {
-		c.n_kv_head = 2;
-		c.ffn_dim = 48;
+		/* grouped-query: 2 query heads per KV head on every TP rank */
+		c.n_head = 8;
+		c.n_kv_head = 4;
+		c.n_embd = 64;
+		c.ffn_dim = 96;
 		c.rope_theta = 10000.0;
 		c.rope_scaling = (model_rope_scaling_t){4.0, 1.0, 4.0, 8};
 		c.norm_eps = 1e-5;
