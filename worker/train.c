@@ -563,7 +563,10 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 	const jobspec_t *s = t->spec;
 	FILE *f = t->opt->json ? t->opt->log : t->opt->out;
 	char ranks[64] = "";
-	if (t->comm)
+	if (t->tp_size > 1)
+		snprintf(ranks, sizeof ranks, " x %d ranks (tensor %d x data %d)", t->world_size, t->tp_size,
+			 t->W);
+	else if (t->comm)
 		snprintf(ranks, sizeof ranks, " x %d ranks", t->W);
 	fprintf(f,
 		"ringworker train: %s (%s) | %s %d layers, %d heads, %d channels, vocab %d, seq_len %d"
@@ -583,9 +586,11 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		size_t pb, gb, ob;
 		t->strategy->memory(t, &pb, &gb, &ob);
 		fprintf(f,
-			"parallel.sharding %s: memory per rank: params %.2f MiB, grads %.2f MiB,"
+			"parallel.sharding %s%s: memory per rank: params %.2f MiB, grads %.2f MiB,"
 			" optimizer %.2f MiB\n",
-			jobspec_sharding_name(s->parallel.sharding), (double)pb / 1048576.0,
+			jobspec_sharding_name(s->parallel.sharding),
+			t->sharding != s->parallel.sharding ? " (as zero1: the tensor-parallel layers are dense)" : "",
+			(double)pb / 1048576.0,
 			(double)gb / 1048576.0, (double)ob / 1048576.0);
 	}
 	fflush(f);
