@@ -15,6 +15,12 @@
  * applies retention and answers SNAPSHOT_COMMITTED. At the start every rank
  * resumes from the newest good committed snapshot of the job, if any.
  *
+ * Tensor parallelism (parallel.tensor t > 1): after the rendezvous the
+ * world's communicator is split (comm_split, through the same store) into
+ * this rank's tensor-parallel group (ranks r / t * t .. + t - 1, ranked by
+ * r % t) and its data-parallel group (the ranks with its r % t, ranked by
+ * r / t); the trainer gets both, the DP group as its `comm`.
+ *
  * The log flood benchmark knob is worker/logflood.h's.
  */
 #include "rank.h"
