@@ -76,6 +76,12 @@ bool tp_is_qkv(const model_tensor_t *t);
 void tp_rep_begin(tp_t *s, const model_tensor_t *t, int n, float *grads);
 void tp_rep_end(tp_t *s, const model_tensor_t *t, int n, float *grads);
 
+/* Streamed gradients (ZeRO-2/3): the replicated tensors inside range r,
+ * whose gradients are at g (element 0 = flat index r.lo, this backward's
+ * only), all-reduced over the group in place (one call; none when r holds
+ * no replicated tensor). */
+void tp_rep_range(tp_t *s, const model_tensor_t *t, int n, model_range_t r, float *g);
+
 /*
  * Vocabulary-parallel cross-entropy over local logits (N rows `ld` apart;
  * the first `ncols` columns are vocabulary ids v0 .. v0 + ncols - 1, the
@@ -90,10 +96,8 @@ float tp_crossentropy_forward(tp_t *s, float *losses, float *lse, const float *l
 void tp_crossentropy_backward(float *logits, size_t ld, const float *lse, const int32_t *targets,
                               int N, int ncols, int v0, float scale);
 
-/* out (n, C) += wpe[(row0 + i) % T] for local rows i < n (sequence
- * parallel GPT-2); dwpe[(row0 + i) % T] += dout[i], each column summed in
- * row order. */
-void tp_add_positions(float *out, const float *wpe, int row0, int n, int T, int C);
+/* dwpe[(row0 + i) % T] += dout[i] for local rows i < n (sequence parallel
+ * GPT-2), each column summed in row order. */
 void tp_positions_backward(float *dwpe, const float *dout, int row0, int n, int T, int C);
 
 /* After a row-parallel layer: out (n, C) = this rank's rows of the sum
