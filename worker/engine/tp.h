@@ -14,7 +14,9 @@
  * contract's rule, which makes B*T divide by t for every B).
  *
  * With size 1 nothing here is called by the rows (their t = 1 code is
- * unchanged). Private to worker/engine/.
+ * unchanged). Private to worker/engine/, except tp_segments and tp_is_qkv:
+ * the trainer's logical (unsharded) snapshot layout may map a TP rank's
+ * part with them (the one definition of the "qkv" rule and the padding).
  */
 #ifndef RINGMASTER_ENGINE_TP_H
 #define RINGMASTER_ENGINE_TP_H
