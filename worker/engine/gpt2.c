@@ -359,23 +359,13 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
 	return gpt2_new_tp(cfg, max_B, max_T, precision, mode, stream, NULL, ret_model, err, errlen);
 }
 
-/* The TP group's rules for GPT-2: heads and the sequence divide by t,
- * dense buffers only. */
-static int s_tp_check(const gpt2_config_t *cfg, int max_T, model_streaming_t mode,
-                      const model_tp_t *tp, char *err, size_t errlen)
+/* The TP group's rules for GPT-2: heads and the sequence divide by t. */
+static int s_tp_check(const gpt2_config_t *cfg, int max_T, const model_tp_t *tp, char *err,
+                      size_t errlen)
 {
 	static const char *const names[] = {"model.n_head", "the sequence length (sequence parallelism)"};
 	int dims[] = {cfg->n_head, max_T};
-	if (!tp || tp->size <= 1)
-		return tp_check(tp, names, dims, 0, err, errlen);
-	if (mode != MODEL_DENSE) {
-		snprintf(err, errlen,
-			 "parallel.tensor (%d) > 1 runs with parallel.zero none or zero1 only: ZeRO-2/3"
-			 " streaming of a tensor-parallel model is not implemented",
-			 tp->size);
-		return -1;
-	}
-	return tp_check(tp, names, dims, 2, err, errlen);
+	return tp_check(tp, names, dims, tp && tp->size > 1 ? 2 : 0, err, errlen);
 }
 
 int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
@@ -388,7 +378,7 @@ int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t
 		return -EINVAL;
 	}
 	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0 ||
-	    s_tp_check(cfg, max_T, mode, tp, err, errlen) < 0)
+	    s_tp_check(cfg, max_T, tp, err, errlen) < 0)
 		return -EINVAL;
 	bool bf16 = precision == GPT2_PRECISION_BF16;
 	double C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;

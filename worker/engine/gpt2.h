@@ -101,8 +101,9 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
  * gpt2_new as TP rank tp->rank of a group of tp->size (NULL or size 1:
  * none; model.h's model_tp_t, copied, ctx borrowed): this rank's parts of
  * the tensors (model.h's tp_split and "qkv" rule), sequence parallel. Also
- * -EINVAL when model.n_head or max_T does not divide by tp->size or mode
- * is not MODEL_DENSE, the number named in err.
+ * -EINVAL when model.n_head or max_T does not divide by tp->size, the
+ * number named in err. Streaming works on this rank's flat buffer, in the
+ * same ranges and orders (the wte blocks are of local rows).
  */
 int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
                 model_streaming_t mode, const model_stream_t *stream, const model_tp_t *tp,

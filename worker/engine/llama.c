@@ -312,23 +312,14 @@ int llama_new(const model_config_t *cfg, int max_B, int max_T, model_precision_t
 }
 
 /* The TP group's rules for Llama: heads, KV heads, the FFN width and the
- * sequence divide by t; dense buffers only. */
-static int s_tp_check(const model_config_t *cfg, int max_T, model_streaming_t mode,
-                      const model_tp_t *tp, char *err, size_t errlen)
+ * sequence divide by t. */
+static int s_tp_check(const model_config_t *cfg, int max_T, const model_tp_t *tp, char *err,
+                      size_t errlen)
 {
 	static const char *const names[] = {"model.n_head", "model.n_kv_head", "model.ffn_dim",
 					    "the sequence length (sequence parallelism)"};
 	int dims[] = {cfg->n_head, cfg->n_kv_head, cfg->ffn_dim, max_T};
-	if (!tp || tp->size <= 1)
-		return tp_check(tp, names, dims, 0, err, errlen);
-	if (mode != MODEL_DENSE) {
-		snprintf(err, errlen,
-			 "parallel.tensor (%d) > 1 runs with parallel.zero none or zero1 only: ZeRO-2/3"
-			 " streaming of a tensor-parallel model is not implemented",
-			 tp->size);
-		return -1;
-	}
-	return tp_check(tp, names, dims, 4, err, errlen);
+	return tp_check(tp, names, dims, tp && tp->size > 1 ? 4 : 0, err, errlen);
 }
 
 int llama_new_tp(const model_config_t *cfg, int max_B, int max_T, model_precision_t precision,
@@ -341,7 +332,7 @@ int llama_new_tp(const model_config_t *cfg, int max_B, int max_T, model_precisio
 		return -EINVAL;
 	}
 	if (llama_config_check(cfg, max_B, max_T, err, errlen) < 0 ||
-	    s_tp_check(cfg, max_T, mode, tp, err, errlen) < 0)
+	    s_tp_check(cfg, max_T, tp, err, errlen) < 0)
 		return -EINVAL;
 	bool bf16 = precision == MODEL_PRECISION_BF16;
 	int rc = s_check_memory(cfg, max_B, max_T, bf16, mode, err, errlen);
@@ -692,7 +683,7 @@ static void s_tp_layer_forward(llama_t *m, int l, const float *x, int B, int T)
 	float *res2 = LSLICE(a->res2, l, C), *rms2 = LSLICE(a->rms2, l, C), *gu = SLICE(a->gu, l, 2 * F);
 	float *res3 = LSLICE(a->res3, l, C);
 	const model_range_t r = m->r_layers[l];
-	const float *P = m->params + r.lo;
+	const float *P = s_fetch(m, r);
 #define LP(which) s_at(m, P, r.lo, l, (which))
 	kernel_rmsnorm_forward(rms1, LSLICE(a->rstd1, l, 1), x, LP(LLAMA_T_ATTN_NORM), n, C, eps);
 	tp_allgather(&m->tp, rms1, a->full, (size_t)n * C);
@@ -709,6 +700,26 @@ static void s_tp_layer_forward(llama_t *m, int l, const float *x, int B, int T)
 	s_gemm(m, N, C, F, a->act, 0, false, LP(LLAMA_T_DOWN), true, a->dsmall, 0, false);
 	tp_rs_residual(&m->tp, res3, a->dsmall, res2, NULL, n, C);
 #undef LP
+	s_release(m, P);
+}
+
+/* Block k of the local rows of the matrix at off, and how many of its rows
+ * are real (not padding): [*c0, *c0 + *nvalid) */
+static model_range_t s_block(const llama_t *m, size_t off, int k, int nv, int *c0, int *nvalid)
+{
+	int c1;
+	model_range_t r = s_chunk(m, off, k, c0, &c1);
+	c1 = c1 < nv ? c1 : nv;
+	*nvalid = c1 > *c0 ? c1 - *c0 : 0;
+	return r;
+}
+
+/* Streamed: the replicated norms' gradients in range r (at g) summed over
+ * the group before the range is handed out; dense: at the end. */
+static void s_rep_range(llama_t *m, float *g, model_range_t r)
+{
+	if (m->mode != MODEL_DENSE)
+		tp_rep_range(&m->tp, m->tensors, m->n_tensors, r, g);
 }
 
 static float s_tp_forward(llama_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
@@ -716,21 +727,31 @@ static float s_tp_forward(llama_t *m, const int32_t *inputs, const int32_t *targ
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, t = m->tp_size, N = B * T, n = N / t;
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
 	acts_t *a = &m->a;
-	int v0, nv = s_tp_vocab(m, &v0);
+	int v0, nv = s_tp_vocab(m, &v0), c0, cn;
+	s_seq_start(m, m->seq_fwd, m->n_seq_fwd);
 	memset(a->dsmall, 0, (size_t)N * C * sizeof(float));
-	kernel_embed_tokens(a->dsmall, inputs, m->params, v0, v0 + nv, N, C);
+	for (int k = 0; k < m->n_chunks; k++) {
+		const float *w = s_fetch(m, s_block(m, 0, k, nv, &c0, &cn));
+		if (cn > 0)
+			kernel_embed_tokens(a->dsmall, inputs, w, v0 + c0, v0 + c0 + cn, N, C);
+		s_release(m, w);
+	}
 	tp_reduce_scatter(&m->tp, a->dsmall, a->encoded, (size_t)n * C);
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
 		s_tp_layer_forward(m, l, x, B, T);
 		x = LSLICE(a->res3, l, C);
 	}
-	kernel_rmsnorm_forward(a->rmsf, a->rstdf, x, m->params + m->r_norm.lo, n, C,
-			       (float)m->cfg.norm_eps);
+	const float *nw = s_fetch(m, m->r_norm);
+	kernel_rmsnorm_forward(a->rmsf, a->rstdf, x, nw, n, C, (float)m->cfg.norm_eps);
+	s_release(m, nw);
 	tp_allgather(&m->tp, a->rmsf, a->full, (size_t)n * C);
-	if (nv > 0)
-		s_gemm(m, N, nv, C, a->full, 0, false, m->params + m->head_off, true, a->logits,
-		       m->vl, false);
+	for (int k = 0; k < m->n_chunks; k++) {
+		const float *w = s_fetch(m, s_block(m, m->head_off, k, nv, &c0, &cn));
+		if (cn > 0)
+			s_gemm(m, N, cn, C, a->full, 0, false, w, true, a->logits + c0, m->vl, false);
+		s_release(m, w);
+	}
 	if (!targets)
 		return 0.0f;
 	memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
@@ -739,8 +760,10 @@ static float s_tp_forward(llama_t *m, const int32_t *inputs, const int32_t *targ
 				       N, nv, v0, a->ce_scratch);
 }
 
-/* One block's backward: a->dres (n rows) holds d res3 in, d x out. */
-static void s_tp_layer_backward(llama_t *m, int l, const float *x)
+/* One block's backward with its parameters P and gradients G (range r):
+ * a->dres (n rows) holds d res3 in, d x out. */
+static void s_tp_layer_backward(llama_t *m, int l, const float *x, const float *P, float *G,
+                                model_range_t r)
 {
 	const int C = m->cfg.n_embd, t = m->tp_size, H = m->cfg.n_head / t, KV = m->cfg.n_kv_head / t;
 	const int F = m->cfg.ffn_dim / t, Cf = H * m->hd, B = m->B, T = m->T, N = B * T, n = N / t;
@@ -749,9 +772,6 @@ static void s_tp_layer_backward(llama_t *m, int l, const float *x)
 	acts_t *a = &m->a;
 	float *rms1 = LSLICE(a->rms1, l, C), *qkv = SLICE(a->qkv, l, QKV), *atty = SLICE(a->atty, l, Cf);
 	float *res2 = LSLICE(a->res2, l, C), *rms2 = LSLICE(a->rms2, l, C), *gu = SLICE(a->gu, l, 2 * F);
-	const model_range_t r = m->r_layers[l];
-	const float *P = m->params + r.lo;
-	float *G = m->grads + r.lo;
 #define LP(which) s_at(m, P, r.lo, l, (which))
 #define LG(which) s_at(m, G, r.lo, l, (which))
 	/* MLP: d res3 gathered; down_proj row-parallel, gate/up column-parallel */
@@ -788,29 +808,56 @@ static void s_tp_backward(llama_t *m, float loss_scale)
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, t = m->tp_size, N = m->B * m->T, n = N / t;
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T, maxn = (maxN + t - 1) / t;
 	acts_t *a = &m->a;
-	int v0, nv = s_tp_vocab(m, &v0);
-	tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->grads);
+	int v0, nv = s_tp_vocab(m, &v0), c0, cn;
+	s_seq_start(m, m->seq_bwd, m->n_seq_bwd);
+	if (m->mode == MODEL_DENSE)
+		tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->grads);
 	tp_crossentropy_backward(a->logits, (size_t)m->vl, a->lse, a->targets, N, nv, v0,
 				 loss_scale / (float)N);
 	tp_allgather(&m->tp, a->rmsf, a->full, (size_t)n * C);
-	if (nv > 0) {
-		s_gemm(m, nv, C, N, a->logits, m->vl, true, a->full, false, m->grads + m->head_off, 0,
-		       true);
-		s_gemm(m, N, C, nv, a->logits, m->vl, false, m->params + m->head_off, false, a->dsmall, 0,
-		       false);
-	} else {
-		memset(a->dsmall, 0, (size_t)N * C * sizeof(float));
+	bool any = false;
+	for (int k = 0; k < m->n_chunks; k++) {
+		model_range_t r = s_block(m, m->head_off, k, nv, &c0, &cn);
+		const float *w = s_fetch(m, r);
+		float *g = s_grad_begin(m, r);
+		if (cn > 0) {
+			s_gemm(m, cn, C, N, a->logits + c0, m->vl, true, a->full, false, g, 0, true);
+			s_gemm(m, N, C, cn, a->logits + c0, m->vl, false, w, false, a->dsmall, 0, any);
+			any = true;
+		}
+		s_grad_end(m, g, r);
+		s_release(m, w);
 	}
+	if (!any)
+		memset(a->dsmall, 0, (size_t)N * C * sizeof(float));
 	tp_reduce_scatter(&m->tp, a->dsmall, a->dloc, (size_t)n * C);
 	const float *xf = L > 0 ? LSLICE(a->res3, L - 1, C) : a->encoded;
+	const float *P = s_fetch(m, m->r_norm);
+	float *G = s_grad_begin(m, m->r_norm);
 	memset(a->dres, 0, (size_t)n * C * sizeof(float));
-	kernel_rmsnorm_backward(a->dres, m->grads + m->r_norm.lo, a->dloc, xf, a->rstdf,
-				m->params + m->r_norm.lo, n, C);
-	for (int l = L - 1; l >= 0; l--)
-		s_tp_layer_backward(m, l, l == 0 ? a->encoded : LSLICE(a->res3, l - 1, C));
+	kernel_rmsnorm_backward(a->dres, G, a->dloc, xf, a->rstdf, P, n, C);
+	s_rep_range(m, G, m->r_norm);
+	s_grad_end(m, G, m->r_norm);
+	s_release(m, P);
+	for (int l = L - 1; l >= 0; l--) {
+		const model_range_t r = m->r_layers[l];
+		P = s_fetch(m, r);
+		G = s_grad_begin(m, r);
+		s_tp_layer_backward(m, l, l == 0 ? a->encoded : LSLICE(a->res3, l - 1, C), P, G, r);
+		s_rep_range(m, G, r);
+		s_grad_end(m, G, r);
+		s_release(m, P);
+	}
 	tp_allgather(&m->tp, a->dres, a->full, (size_t)n * C);
-	kernel_embed_tokens_backward(m->grads, v0, v0 + nv, a->full, a->inputs, N, C);
-	tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->grads);
+	for (int k = 0; k < m->n_chunks; k++) {
+		model_range_t r = s_block(m, 0, k, nv, &c0, &cn);
+		float *g = s_grad_begin(m, r);
+		if (cn > 0)
+			kernel_embed_tokens_backward(g, v0 + c0, v0 + c0 + cn, a->full, a->inputs, N, C);
+		s_grad_end(m, g, r);
+	}
+	if (m->mode == MODEL_DENSE)
+		tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->grads);
 }
 
 float llama_forward(llama_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)

@@ -57,7 +57,8 @@ int llama_new(const model_config_t *cfg, int max_B, int max_T, model_precision_t
  * none; model.h's model_tp_t, copied, ctx borrowed): this rank's parts of
  * the tensors (llama_layout_tp), sequence parallel. Also -EINVAL when
  * model.n_head, model.n_kv_head, model.ffn_dim or max_T does not divide by
- * tp->size, or mode is not MODEL_DENSE, the number named in err.
+ * tp->size, the number named in err. Streaming works on this rank's flat
+ * buffer in the same ranges and orders (blocks of local vocabulary rows).
  */
 int llama_new_tp(const model_config_t *cfg, int max_B, int max_T, model_precision_t precision,
                  model_streaming_t mode, const model_stream_t *stream, const model_tp_t *tp,

@@ -41,6 +41,13 @@ const model_ops_t *model_find(const char *arch, model_device_t device)
 int model_create(const char *arch, model_device_t device, const model_config_t *cfg,
                  const model_options_t *opt, model_t **ret_model, char *err, size_t errlen)
 {
+	if (opt->tp && opt->tp->size > 1 && device != MODEL_DEVICE_CPU) {
+		snprintf(err, errlen,
+			 "parallel.tensor (%d) > 1 is not implemented on parallel.device %s: tensor"
+			 " parallelism runs on parallel.device cpu only",
+			 opt->tp->size, s_device_name(device));
+		return -EINVAL;
+	}
 	const model_ops_t *ops = model_find(arch, device);
 	if (!ops) {
 		snprintf(err, errlen, "model.arch '%s' has no implementation for parallel.device %s",
@@ -51,14 +58,6 @@ int model_create(const char *arch, model_device_t device, const model_config_t *
 	if (!m) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
-	}
-	if (opt->tp && opt->tp->size > 1 && device != MODEL_DEVICE_CPU) {
-		snprintf(err, errlen,
-			 "parallel.tensor (%d) > 1 is not implemented on parallel.device %s: tensor"
-			 " parallelism runs on parallel.device cpu only",
-			 opt->tp->size, s_device_name(device));
-		free(m);
-		return -EINVAL;
 	}
 	m->ops = ops;
 	int rc = ops->create(cfg, opt, &m->impl, err, errlen);

@@ -183,6 +183,27 @@ void tp_rep_end(tp_t *s, const model_tensor_t *t, int n, float *grads)
 	}
 }
 
+void tp_rep_range(tp_t *s, const model_tensor_t *t, int n, model_range_t r, float *g)
+{
+	size_t o = 0;
+	for (int i = 0; i < n; i++)
+		if (t[i].tp_split == MODEL_TP_REPLICATED && t[i].offset >= r.lo &&
+		    t[i].offset + t[i].numel <= r.hi) {
+			memcpy(s->rep_pack + o, g + (t[i].offset - r.lo), t[i].numel * sizeof(float));
+			o += t[i].numel;
+		}
+	if (o == 0)
+		return;
+	tp_allreduce(s, s->rep_pack, o);
+	o = 0;
+	for (int i = 0; i < n; i++)
+		if (t[i].tp_split == MODEL_TP_REPLICATED && t[i].offset >= r.lo &&
+		    t[i].offset + t[i].numel <= r.hi) {
+			memcpy(g + (t[i].offset - r.lo), s->rep_pack + o, t[i].numel * sizeof(float));
+			o += t[i].numel;
+		}
+}
+
 /* ---- vocabulary-parallel cross-entropy ---- */
 
 size_t tp_ce_scratch_floats(int size, int N)
@@ -248,17 +269,6 @@ void tp_crossentropy_backward(float *logits, size_t ld, const float *lse, const 
 }
 
 /* ---- sequence-parallel pieces ---- */
-
-void tp_add_positions(float *out, const float *wpe, int row0, int n, int T, int C)
-{
-#pragma omp parallel for schedule(static)
-	for (int i = 0; i < n; i++) {
-		const float *p = wpe + (size_t)((row0 + i) % T) * C;
-		float *o = out + (size_t)i * C;
-		for (int c = 0; c < C; c++)
-			o[c] += p[c];
-	}
-}
 
 void tp_positions_backward(float *dwpe, const float *dout, int row0, int n, int T, int C)
 {

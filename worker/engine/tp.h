@@ -14,7 +14,9 @@
  * contract's rule, which makes B*T divide by t for every B).
  *
  * With size 1 nothing here is called by the rows (their t = 1 code is
- * unchanged). Private to worker/engine/.
+ * unchanged). Private to worker/engine/, except tp_segments and tp_is_qkv:
+ * the trainer's logical (unsharded) snapshot layout may map a TP rank's
+ * part with them (the one definition of the "qkv" rule and the padding).
  */
 #ifndef RINGMASTER_ENGINE_TP_H
 #define RINGMASTER_ENGINE_TP_H
@@ -76,6 +78,12 @@ bool tp_is_qkv(const model_tensor_t *t);
 void tp_rep_begin(tp_t *s, const model_tensor_t *t, int n, float *grads);
 void tp_rep_end(tp_t *s, const model_tensor_t *t, int n, float *grads);
 
+/* Streamed gradients (ZeRO-2/3): the replicated tensors inside range r,
+ * whose gradients are at g (element 0 = flat index r.lo, this backward's
+ * only), all-reduced over the group in place (one call; none when r holds
+ * no replicated tensor). */
+void tp_rep_range(tp_t *s, const model_tensor_t *t, int n, model_range_t r, float *g);
+
 /*
  * Vocabulary-parallel cross-entropy over local logits (N rows `ld` apart;
  * the first `ncols` columns are vocabulary ids v0 .. v0 + ncols - 1, the
@@ -90,10 +98,8 @@ float tp_crossentropy_forward(tp_t *s, float *losses, float *lse, const float *l
 void tp_crossentropy_backward(float *logits, size_t ld, const float *lse, const int32_t *targets,
                               int N, int ncols, int v0, float scale);
 
-/* out (n, C) += wpe[(row0 + i) % T] for local rows i < n (sequence
- * parallel GPT-2); dwpe[(row0 + i) % T] += dout[i], each column summed in
- * row order. */
-void tp_add_positions(float *out, const float *wpe, int row0, int n, int T, int C);
+/* dwpe[(row0 + i) % T] += dout[i] for local rows i < n (sequence parallel
+ * GPT-2), each column summed in row order. */
 void tp_positions_backward(float *dwpe, const float *dout, int row0, int n, int T, int C);
 
 /* After a row-parallel layer: out (n, C) = this rank's rows of the sum

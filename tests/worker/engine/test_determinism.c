@@ -3,6 +3,10 @@
  * training (losses and parameters after 5 AdamW steps, fp32 and bf16), and
  * init depends on the seed alone (any thread count).
  *
+ * `test_determinism llama` runs the training checks on a tiny Llama (GQA,
+ * RoPE scaling) through its registry row instead; the init statistics
+ * are GPT-2's here and Llama's in test_llama_layout.
+ *
  * 1 vs 2 threads is run and reported. It is not asserted: oneDNN's GEMMs
  * choose their blocking (and K splitting) by the number of threads, so fp32
  * sums inside a GEMM may be ordered differently (see gpt2.c,
@@ -17,6 +21,8 @@
 #include <omp.h>
 
 #include "gpt2.h"
+#include "gpt2_model.h"
+#include "llama_model.h"
 #include "optim.h"
 
 static int n_failed;
@@ -36,19 +42,26 @@ typedef struct {
 	size_t n;
 } run_t;
 
-static void train(run_t *r, int threads, gpt2_precision_t prec)
+static const model_ops_t *ops = &gpt2_model_cpu;
+
+static void train(run_t *r, int threads, model_precision_t prec)
 {
 	int saved = omp_get_max_threads();
 	omp_set_num_threads(threads);
-	gpt2_config_t cfg = {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T};
+	model_config_t cfg = {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .seq_len = T,
+			      .n_kv_head = 2, .ffn_dim = 160, .rope_theta = 10000.0, .norm_eps = 1e-5,
+			      .rope_scaling = {8.0, 1.0, 4.0, 16}};
+	model_options_t opt = {.max_B = B, .max_T = T, .precision = prec};
 	char err[256];
-	gpt2_t *m = gpt2_create(&cfg, B, T, prec, err, sizeof err);
-	if (!m) {
-		printf("FAIL gpt2_create: %s\n", err);
+	void *m;
+	if (ops->create(&cfg, &opt, &m, err, sizeof err) < 0) {
+		printf("FAIL create: %s\n", err);
 		exit(1);
 	}
-	gpt2_init_params(m, 1234);
-	size_t n = gpt2_num_params(m);
+	ops->init_params(m, 1234);
+	size_t n = ops->num_params(m);
+	int n_tensors;
+	const model_tensor_t *tab = ops->tensors(m, &n_tensors);
 	float *am = calloc(n, sizeof(float)), *av = calloc(n, sizeof(float));
 	int32_t in[B * T], tg[B * T];
 	uint32_t s = 7;
@@ -58,23 +71,23 @@ static void train(run_t *r, int threads, gpt2_precision_t prec)
 		tg[i] = (in[i] * 31 + 5) % V;
 	}
 	for (int step = 1; step <= STEPS; step++) {
-		gpt2_zero_grad(m);
-		r->losses[step - 1] = gpt2_forward(m, in, tg, B, T);
-		gpt2_backward(m, 1.0f);
-		float *g = gpt2_grads(m);
+		ops->zero_grad(m);
+		r->losses[step - 1] = ops->forward(m, in, tg, B, T);
+		ops->backward(m, 1.0f);
+		float *g = ops->grads(m);
 		double norm = sqrt(optim_sum_squares(g, n));
 		if (norm > 1.0)
 			optim_scale(g, n, (float)(1.0 / norm));
 		optim_adamw_t hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
 				    .weight_decay = 0.1, .t = step};
-		optim_adamw_update(gpt2_tensors(m), gpt2_num_tensors(m), gpt2_params(m), g, am, av, 0, n, &hp);
+		optim_adamw_update(tab, n_tensors, ops->params(m), g, am, av, 0, n, &hp);
 	}
 	r->n = n;
 	r->params = malloc(n * sizeof(float));
-	memcpy(r->params, gpt2_params(m), n * sizeof(float));
+	memcpy(r->params, ops->params(m), n * sizeof(float));
 	free(am);
 	free(av);
-	gpt2_free(m);
+	ops->free(m);
 	omp_set_num_threads(saved);
 }
 
@@ -121,16 +134,24 @@ static void init_independent_of_threads(void)
 	gpt2_free(b);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	init_independent_of_threads();
+	if (argc > 1 && strcmp(argv[1], "llama") == 0)
+		ops = &llama_model_cpu;
+	else if (argc > 1 && strcmp(argv[1], "gpt2") != 0) {
+		fprintf(stderr, "usage: test_determinism [gpt2|llama]\n");
+		return 2;
+	}
+	printf("---- %s\n", ops->arch);
+	if (ops == &gpt2_model_cpu)
+		init_independent_of_threads();
 	run_t a1, b1, a2, b2, h1, h2;
-	train(&a1, 1, GPT2_PRECISION_FP32);
-	train(&b1, 1, GPT2_PRECISION_FP32);
-	train(&a2, 2, GPT2_PRECISION_FP32);
-	train(&b2, 2, GPT2_PRECISION_FP32);
-	train(&h1, 2, GPT2_PRECISION_BF16);
-	train(&h2, 2, GPT2_PRECISION_BF16);
+	train(&a1, 1, MODEL_PRECISION_FP32);
+	train(&b1, 1, MODEL_PRECISION_FP32);
+	train(&a2, 2, MODEL_PRECISION_FP32);
+	train(&b2, 2, MODEL_PRECISION_FP32);
+	train(&h1, 2, MODEL_PRECISION_BF16);
+	train(&h2, 2, MODEL_PRECISION_BF16);
 	printf("     losses (1 thread):  ");
 	for (int i = 0; i < STEPS; i++)
 		printf(" %.9g", a1.losses[i]);
