@@ -9,6 +9,10 @@
  * wrong and what is allowed. docs/jobspec.md lists the same defaults and
  * bounds, and schema/jobspec.schema.json encodes them for other tools.
  *
+ * The model section (GPT-2's and Llama's fields, presets) is read and
+ * rendered by jobspec_model.c; both files share jobspec_internal.h's field
+ * readers.
+ *
  * Numbers: integer fields take JSON integers only (8, not 8.0 or 8e0), so a
  * value is never silently truncated; real fields take integers or reals.
  * Strings are kept byte for byte as sent; jansson has already checked that

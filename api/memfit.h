@@ -4,7 +4,8 @@
  * submission) or keep it queued, instead of starting ranks that the engine's
  * own check (exit 4) or the OOM killer stops.
  *
- * The model is GPT-2 as worker/engine/gpt2.c builds it. With P parameters
+ * The model is GPT-2 as worker/engine/gpt2.c builds it (for model.arch
+ * "llama", P and a layer are Llama's: docs/jobspec.md). With P parameters
  * (V*C + T*C + L*(12*C^2 + 13*C) + 2*C, for vocab_size V, seq_len T,
  * n_embd C, n_layer L), world size W and a shard of S = ceil(P/W) floats:
  *

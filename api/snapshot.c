@@ -99,7 +99,18 @@ typedef struct {
 	int ndim;
 	int64_t shape[2];
 	int64_t numel;
+	bool bf16; /* written as BF16 (rounded to nearest even), else F32 */
 } st_entry_t;
+
+/* fp32 to bf16, rounding to nearest even; NaN stays a (quiet) NaN. */
+static uint16_t to_bf16(float f)
+{
+	uint32_t b;
+	memcpy(&b, &f, 4);
+	if ((b & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((b >> 16) | 0x40);
+	return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1)) >> 16);
+}
 
 /* Supplies the numel floats of entry i (pointer valid until the next call). */
 typedef int (*st_fill_fn)(void *ctx, int i, const float **ret_data, char *err, size_t err_len);
@@ -132,9 +143,10 @@ static int st_write(const char *path, const st_entry_t *entries, int n, json_t *
 	int64_t off = 0;
 	for (int i = 0; i < n; i++) {
 		json_t *shape = json_array();
-		json_t *t = json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
-		                      "data_offsets", (json_int_t)off,
-		                      (json_int_t)(off + 4 * entries[i].numel));
+		const int64_t bytes = (entries[i].bf16 ? 2 : 4) * entries[i].numel;
+		json_t *t = json_pack("{s:s, s:o, s:[I, I]}", "dtype", entries[i].bf16 ? "BF16" : "F32",
+		                      "shape", shape, "data_offsets", (json_int_t)off,
+		                      (json_int_t)(off + bytes));
 		if (!t)
 			goto oom;
 		for (int d = 0; d < entries[i].ndim; d++)
@@ -144,7 +156,7 @@ static int st_write(const char *path, const st_entry_t *entries, int n, json_t *
 			}
 		if (json_object_set_new(header, entries[i].name, t) != 0)
 			goto oom;
-		off += 4 * entries[i].numel;
+		off += bytes;
 	}
 	text = json_dumps(header, JSON_COMPACT);
 	if (!text)
@@ -175,7 +187,15 @@ static int st_write(const char *path, const st_entry_t *entries, int n, json_t *
 		const float *data = NULL;
 		if ((rc = fill(ctx, i, &data, err, err_len)) < 0)
 			goto out_unlink;
-		if ((rc = write_all(fd, data, (size_t)entries[i].numel * 4, hash)) < 0) {
+		const void *out_data = data;
+		size_t out_bytes = (size_t)entries[i].numel * 4;
+		if (entries[i].bf16) { /* converted in place: fill's buffer is ours until the next call */
+			uint16_t *h = (uint16_t *)(void *)data;
+			for (int64_t k = 0; k < entries[i].numel; k++)
+				h[k] = to_bf16(data[k]);
+			out_bytes = (size_t)entries[i].numel * 2;
+		}
+		if ((rc = write_all(fd, out_data, out_bytes, hash)) < 0) {
 			rc = fail_errno(err, err_len, -rc, "writing", tmp);
 			goto out_unlink;
 		}
@@ -573,6 +593,12 @@ static int export_fill(void *ctx, int i, const float **ret_data, char *err, size
 int snap_export_hf(snap_t *s, const char *out_path, snap_export_info_t *ret_info, char *err,
                    size_t err_len)
 {
+	return snap_export_hf_dtype(s, out_path, false, ret_info, err, err_len);
+}
+
+int snap_export_hf_dtype(snap_t *s, const char *out_path, bool bf16, snap_export_info_t *ret_info,
+                         char *err, size_t err_len)
+{
 	const snap_manifest_t *m = &s->m;
 	if (m->n_tensors == 0)
 		return fail(err, err_len, -EINVAL,
@@ -592,7 +618,8 @@ int snap_export_hf(snap_t *s, const char *out_path, snap_export_info_t *ret_info
 	for (int i = 0; i < m->n_tensors; i++) {
 		const snap_tensor_t *t = &m->tensors[i];
 		entries[i] = (st_entry_t){.name = t->name, .ndim = t->ndim,
-		                          .shape = {t->shape[0], t->shape[1]}, .numel = tensor_numel(t)};
+		                          .shape = {t->shape[0], t->shape[1]}, .numel = tensor_numel(t),
+		                          .bf16 = bf16};
 		if (entries[i].numel > max_numel)
 			max_numel = entries[i].numel;
 		total += entries[i].numel;

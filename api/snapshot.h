@@ -231,6 +231,11 @@ int snap_remove(const char *dir, char *err, size_t err_len);
 int snap_export_hf(snap_t *s, const char *out_path, snap_export_info_t *ret_info, char *err,
                    size_t err_len);
 
+/* As snap_export_hf, with `bf16`: every tensor as BF16 (rounded to nearest
+ * even from the fp32 master weights), half the bytes. */
+int snap_export_hf_dtype(snap_t *s, const char *out_path, bool bf16, snap_export_info_t *ret_info,
+                         char *err, size_t err_len);
+
 /* Whether a manifest's model object (the job spec's model section) is a
  * Llama's ("arch": "llama"); false for NULL. */
 bool snap_model_is_llama(const json_t *model);
@@ -240,22 +245,25 @@ bool snap_model_is_llama(const json_t *model);
  * LlamaForCausalLM, hidden_size, intermediate_size, heads, layers,
  * num_key_value_heads, vocab_size, max_position_embeddings (seq_len),
  * rms_norm_eps, rope_theta, rope_scaling ({"rope_type": "llama3", ...} or
- * null), tie_word_embeddings, torch_dtype "float32", hidden_act "silu", no
+ * null), tie_word_embeddings, torch_dtype "float32" ("bfloat16" with
+ * `bf16`), hidden_act "silu", no
  * biases. New reference in *ret_config. -EINVAL with a line in err when a
  * field is missing or the model is not a Llama.
  */
-int snap_hf_llama_config(const json_t *model, json_t **ret_config, char *err, size_t err_len);
+int snap_hf_llama_config(const json_t *model, bool bf16, json_t **ret_config, char *err,
+                         size_t err_len);
 
 /*
  * A Llama snapshot exported as a Hugging Face model folder out_dir (created
  * 0700 when missing; an existing folder is written into): model.safetensors
- * (snap_export_hf) and config.json (snap_hf_llama_config), each written to a
+ * (snap_export_hf_dtype, F32 or with `bf16` BF16) and config.json
+ * (snap_hf_llama_config), each written to a
  * temporary name and renamed, then the folder synced. Errors as
  * snap_export_hf and snap_hf_llama_config; -ENOTDIR when out_dir exists
  * and is not a folder.
  */
-int snap_export_hf_dir(snap_t *s, const char *out_dir, snap_export_info_t *ret_info, char *err,
-                       size_t err_len);
+int snap_export_hf_dir(snap_t *s, const char *out_dir, bool bf16, snap_export_info_t *ret_info,
+                       char *err, size_t err_len);
 
 /*
  * The steps of the committed `step-N` folders of job_dir (snap_step_dirname's

@@ -5,7 +5,7 @@
  * LlamaForCausalLM.from_pretrained() reads: model.safetensors (the tensor
  * table's HF names and (out, in) shapes, F32, from snap_export_hf: the flat
  * buffer already stores q_proj/k_proj rows in HF's rotate-half order, so no
- * permutation is needed) and config.json, built here from the manifest's
+ * permutation is needed; BF16 with --dtype bf16) and config.json, built here from the manifest's
  * model object (the job spec's model section, every Llama field). GPT-2
  * exports stay one file (snap_export_hf).
  */
@@ -44,7 +44,8 @@ bool snap_model_is_llama(const json_t *model)
 	return arch && strcmp(arch, "llama") == 0;
 }
 
-int snap_hf_llama_config(const json_t *model, json_t **ret_config, char *err, size_t err_len)
+int snap_hf_llama_config(const json_t *model, bool bf16, json_t **ret_config, char *err,
+                         size_t err_len)
 {
 	if (!snap_model_is_llama(model))
 		return fail(err, err_len, -EINVAL, "the snapshot's model is not a Llama (model.arch \"llama\")");
@@ -86,7 +87,7 @@ int snap_hf_llama_config(const json_t *model, json_t **ret_config, char *err, si
 	                      "num_hidden_layers", L, "num_key_value_heads", KV, "head_dim", C / H,
 	                      "vocab_size", V, "max_position_embeddings", T, "rms_norm_eps", eps,
 	                      "rope_theta", theta, "rope_scaling", scaling,
-	                      "tie_word_embeddings", json_is_true(tie), "torch_dtype", "float32",
+	                      "tie_word_embeddings", json_is_true(tie), "torch_dtype", bf16 ? "bfloat16" : "float32",
 	                      "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0,
 	                      "initializer_range", 0.02);
 	if (!c)
@@ -132,12 +133,12 @@ static int write_file_atomic(const char *dir, const char *name, const char *text
 	return 0;
 }
 
-int snap_export_hf_dir(snap_t *s, const char *out_dir, snap_export_info_t *ret_info, char *err,
-                       size_t err_len)
+int snap_export_hf_dir(snap_t *s, const char *out_dir, bool bf16, snap_export_info_t *ret_info,
+                       char *err, size_t err_len)
 {
 	const snap_manifest_t *m = snap_manifest(s);
 	json_t *config = NULL;
-	int rc = snap_hf_llama_config(m->model, &config, err, err_len);
+	int rc = snap_hf_llama_config(m->model, bf16, &config, err, err_len);
 	if (rc < 0)
 		return rc;
 	struct stat st;
@@ -156,7 +157,7 @@ int snap_export_hf_dir(snap_t *s, const char *out_dir, snap_export_info_t *ret_i
 		rc = fail(err, err_len, -ENAMETOOLONG, "path too long: %s", out_dir);
 		goto out;
 	}
-	if ((rc = snap_export_hf(s, path, ret_info, err, err_len)) < 0)
+	if ((rc = snap_export_hf_dtype(s, path, bf16, ret_info, err, err_len)) < 0)
 		goto out;
 	char *text = json_dumps(config, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	if (!text) {

@@ -55,7 +55,7 @@ static const cmd_t commands[] = {
 	 "The workers' CURVE keys (admin): enroll prints a one-time join token for `ringworker agent"
 	 " --join-token` (default 1 use, 1h); keys lists the enrolled keys; add-key enrolls an agent's"
 	 " public key (its state folder's agent.pub); revoke drops that agent and refuses its key."},
-	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] -o PATH",
+	{"export", export_run, "SNAPSHOT_DIR|JOB [--step N] [--root DIR] [--dtype f32|bf16] -o PATH",
 	 "Write a snapshot's model weights as one Hugging Face safetensors file, or for a Llama job a"
 	 " folder with model.safetensors and config.json (reads the"
 	 " checkpoint folder, verifies checksums; JOB's snapshot is where the coordinator lists it,"

@@ -26,7 +26,7 @@
 #include "commands_common.h"
 #include "snapshot.h"
 
-enum { OPT_STEP = 2000, OPT_ROOT };
+enum { OPT_STEP = 2000, OPT_ROOT, OPT_DTYPE };
 
 static int export_usage(const char *fmt, const char *arg)
 {
@@ -178,11 +178,13 @@ int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 		{"json", no_argument, NULL, OPT_JSON},   {"server", required_argument, NULL, OPT_SERVER},
 		{"help", no_argument, NULL, OPT_HELP},   {"step", required_argument, NULL, OPT_STEP},
 		{"root", required_argument, NULL, OPT_ROOT}, {"output", required_argument, NULL, 'o'},
+		{"dtype", required_argument, NULL, OPT_DTYPE},
 		{0, 0, 0, 0},
 	};
 	const cmd_t *cmd = cmd_find("export");
 	const char *out = NULL, *root = NULL;
 	long long step = -1;
+	bool bf16 = false;
 	char *end;
 
 	optind = 0; /* GNU: restart scanning, argv[0] is the command's name */
@@ -198,6 +200,11 @@ int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 			return CTL_EXIT_OK;
 		case 'o': out = optarg; break;
 		case OPT_ROOT: root = optarg; break;
+		case OPT_DTYPE:
+			if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "f32") != 0)
+				return export_usage("--dtype is f32 (the default) or bf16 (got \"%s\")", optarg);
+			bf16 = strcmp(optarg, "bf16") == 0;
+			break;
 		case OPT_STEP:
 			errno = 0;
 			step = strtoll(optarg, &end, 10);
@@ -242,8 +249,8 @@ int export_run(cmd_ctx_t *ctx, int argc, char **argv)
 	bool folder = false;
 	if (snap_open(dir, &s, err, sizeof err) < 0 || snap_verify(s, err, sizeof err) < 0 ||
 	    ((folder = snap_model_is_llama(snap_manifest(s)->model))
-	             ? snap_export_hf_dir(s, out, &info, err, sizeof err)
-	             : snap_export_hf(s, out, &info, err, sizeof err)) < 0) {
+	             ? snap_export_hf_dir(s, out, bf16, &info, err, sizeof err)
+	             : snap_export_hf_dtype(s, out, bf16, &info, err, sizeof err)) < 0) {
 		fprintf(stderr, "ringctl: %s\n", err);
 		snap_close(s);
 		return CTL_EXIT_FAILED;

@@ -69,14 +69,34 @@ def make_text_data(folder, seed=7, n_train=60000, n_val=6000):
         f.write(text(n_val))
 
 
+def arch_of(args):
+    """The architecture a parametrised test runs: --arch gpt2 (default) or
+    llama among the test's extra arguments (meson passes it per variant)."""
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
+    return p.parse_known_args(args)[0].arch
+
+
+def model_section(arch, n_layer, n_head, n_embd, seq_len):
+    """The model section of a test job: GPT-2, or a Llama of the same width
+    and depth (grouped-query attention with half the heads as KV heads,
+    SwiGLU width 2 n_embd, RoPE base 10000)."""
+    m = {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": 256, "seq_len": seq_len}
+    if arch == "llama":
+        m = dict(m, arch="llama", n_kv_head=max(1, n_head // 2), ffn_dim=2 * n_embd, rope_theta=10000)
+    return m
+
+
 def tiny_spec(name, world_size, batch_size, steps, seed=1337, eval_every=0, max_restarts=0,
-              tensor=1):
-    """A tiny GPT-2 on the text made by make_text_data (paths relative to the
-    agents' --data-root); tensor > 1: parallel.tensor (world_size is tensor
-    x the data-parallel size, batch_size per data-parallel replica)."""
+              arch="gpt2", tensor=1):
+    """A tiny GPT-2 (or Llama, arch "llama") on the text made by
+    make_text_data (paths relative to the agents' --data-root); tensor > 1:
+    parallel.tensor (world_size is tensor x the data-parallel size,
+    batch_size per data-parallel replica)."""
     s = {
         "name": name,
-        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 32},
+        "model": model_section(arch, 2, 2, 32, 32),
         "data": {"train": "tiny/train.txt", "val": "tiny/val.txt", "format": "text"},
         "train": {"steps": steps, "batch_size": batch_size, "grad_accum": 1, "lr": 3e-3,
                   "warmup_steps": 2, "seed": seed, "eval_every": eval_every, "eval_batches": 2},

@@ -1,4 +1,5 @@
-"""Equivalence through the whole system: the same job (tiny GPT-2, seed 1337,
+"""Equivalence through the whole system: the same job (tiny GPT-2, or with
+--arch llama a tiny Llama of the same size; seed 1337,
 global batch 8 = batch_size x world_size) at world size 1, 2 and 4 gives the
 same loss at every step within REL_TOL, and the same job at world size 2
 twice gives bitwise identical losses.
@@ -12,7 +13,7 @@ differ between runs. Measured on the 2-core development machine: the largest
 relative difference over the 12 steps is 1.05e-7 (the test prints it), so
 REL_TOL = 1e-5 leaves two orders of magnitude of room.
 """
-from cluster import check, log, run, tiny_spec, wait_workers
+from cluster import arch_of, check, log, run, tiny_spec, wait_workers
 
 STEPS = 12
 GLOBAL_BATCH = 8
@@ -20,6 +21,8 @@ REL_TOL = 1e-5
 
 
 def main(cluster, args):
+    arch = arch_of(args)
+    log("model.arch %s" % arch)
     d = cluster.start_daemon()
     cluster.start_agent("e1", "cpu:2")
     cluster.start_agent("e2", "cpu:2")
@@ -28,7 +31,7 @@ def main(cluster, args):
     runs = [("w1", 1), ("w2", 2), ("w4", 4), ("w2-again", 2)]
     ids = {}
     for name, w in runs:
-        spec = tiny_spec("equiv-" + name, w, GLOBAL_BATCH // w, STEPS, eval_every=6)
+        spec = tiny_spec("equiv-" + name, w, GLOBAL_BATCH // w, STEPS, eval_every=6, arch=arch)
         ids[name] = d.submit(spec)["id"]
     losses = {}
     for name, _ in runs:

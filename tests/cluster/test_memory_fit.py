@@ -14,7 +14,7 @@ docs/jobspec.md); agents say in REGISTER how much host memory they offer
     params/grads/optim/activations bytes), for sharding none and zero1."""
 import re
 
-from cluster import check, log, run, tiny_spec, wait_until, wait_workers
+from cluster import check, log, model_section, run, tiny_spec, wait_until, wait_workers
 
 GIB = 1 << 30
 
@@ -79,9 +79,9 @@ def main(cluster, args):
 
     # 4. The estimate (the formula, checked against the daemon's above)
     # against what the ranks report they hold.
-    for sharding in ("none", "zero1"):
-        s = tiny_spec("fit-%s" % sharding, 2, 64, 3)
-        s["model"].update({"n_layer": 2, "n_embd": 64, "n_head": 2})
+    for sharding, arch in (("none", "gpt2"), ("zero1", "gpt2"), ("zero1", "llama")):
+        s = tiny_spec("fit-%s-%s" % (sharding, arch), 2, 64, 3)
+        s["model"] = model_section(arch, 2, 2, 64, 32)
         s["parallel"]["sharding"] = sharding
         job_id = d.submit(s)["id"]
         d.wait_state(job_id, {"succeeded"}, timeout=300)
@@ -93,7 +93,7 @@ def main(cluster, args):
         for got in reported:
             check(est / 2 <= got <= est * 2, "sharding %s: estimate %d, a rank reported %d" %
                   (sharding, est, got))
-        log("sharding %s: estimate %d bytes, ranks reported %s" % (sharding, est, reported))
+        log("%s, sharding %s: estimate %d bytes, ranks reported %s" % (arch, sharding, est, reported))
 
 
 def memfit_estimate(s):
@@ -103,6 +103,10 @@ def memfit_estimate(s):
     W = p["world_size"]
     layer = 12 * C * C + 13 * C
     P = V * C + T * C + L * layer + 2 * C
+    if m.get("arch") == "llama":  # no positions or biases; GQA, SwiGLU, an untied head
+        KVC, F = C // H * m["n_kv_head"], m["ffn_dim"]
+        layer = 2 * C * C + 2 * C * KVC + 3 * C * F + 2 * C
+        P = V * C * (1 if m.get("tie_embeddings") else 2) + L * layer + C
     S = -(-P // W)
     sharding = p.get("sharding", "none")
     params, grads, optim = {

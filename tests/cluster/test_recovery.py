@@ -12,6 +12,8 @@ slots and a checkpoint root, and the ranks it spawns.
               recovery, is bit for bit the uninterrupted run's loss at that
               step. The committed checkpoints are listed by the REST API and
               are on disk, the older ones removed by retention.
+              With --arch llama (issue 23) the same with a Llama of the same
+              size, chaos only (the scenarios below do not depend on the model).
   exhausted   restart.max_restarts 1 and two kills: the job fails, and its
               reason says the restarts are exhausted and names the last cause.
   hang        a rank stopped with SIGSTOP (a hung peer): the other rank's
@@ -28,16 +30,20 @@ import random
 import signal
 import time
 
-from cluster import Failure, check, log, rank_pid, run, tiny_spec, wait_until, wait_workers
+from cluster import (Failure, arch_of, check, log, model_section, rank_pid, run, tiny_spec, wait_until,
+                     wait_workers)
 
 STEPS = 80
 EVERY = 10
 
 
+ARCH = "gpt2"
+
+
 def spec(name, max_restarts):
     s = tiny_spec(name, world_size=2, batch_size=4, steps=STEPS, seed=11, max_restarts=max_restarts)
     # big enough that a step takes a few tens of milliseconds on one core
-    s["model"] = {"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 256, "seq_len": 64}
+    s["model"] = model_section(ARCH, 4, 4, 128, 64)
     s["parallel"]["sharding"] = "zero1"
     s["checkpoint"] = {"every_steps": EVERY, "keep_last": 3}
     return s
@@ -73,7 +79,10 @@ def job_attempt(d, job_id):
     return int(d.job(job_id).get("attempt") or 0)
 
 
-def main(c, _args):
+def main(c, args):
+    global ARCH
+    ARCH = arch_of(args)
+    log("model.arch %s" % ARCH)
     d = c.start_daemon(["--heartbeat-ms", "200", "--restart-backoff-ms", "100"])
     ck = os.path.join(c.workdir, "checkpoints")
     c.start_agent("n1", devices="cpu:2", extra_args=["--checkpoint-root", ck, "--comm-timeout-ms", "5000"])
@@ -110,11 +119,15 @@ def main(c, _args):
     check(len(events) == 3, "recovered events: %r" % events)
     for e in events:
         text = e.get("reason") or e.get("message") or ""
-        # a kill before the first snapshot was committed restarts from step 0
-        check("killed by signal 9" in text and "attempt" in text and
+        # a kill before the first snapshot was committed restarts from step 0;
+        # the cause is the first failure the coordinator hears of: the kill,
+        # or (when the survivor's collective failed first) the dead peer
+        check(("killed by signal 9" in text or "a peer rank died" in text) and "attempt" in text and
               ("snapshot step" in text or "(no snapshot)" in text),
               "recovered event does not name cause, attempt and snapshot: %r" % e)
         log("event: %s" % text)
+    check(any("killed by signal 9" in (e.get("reason") or "") for e in events),
+          "no recovered event names the kill: %r" % events)
 
     rows = all_metrics(d, job)
     steps_seen = {int(r["step"]) for r in rows}
@@ -134,6 +147,12 @@ def main(c, _args):
     check([n for n in on_disk if not n.endswith(".tmp")] ==
           ["step-00000060", "step-00000070", "step-00000080"],
           "snapshot folders on disk: %r" % on_disk)
+
+    if ARCH != "gpt2":
+        # what follows (restart limits, a hung peer, corrupt snapshots) is
+        # the system's, not the model's: run once, with GPT-2
+        log("--arch %s: chaos only" % ARCH)
+        return
 
     # restarts exhausted
     job = d.submit(spec("exhausted", 1))["id"]

@@ -13,6 +13,7 @@ where no GPU is usable (exit 77, a meson skip, where one is).
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import struct
@@ -78,10 +79,16 @@ def nanogpt_bytes(tokens):
 
 
 def llmc_bytes(tokens, magic=LLMC_MAGIC, version=1, count=None):
+    """llm.c's shard: version 1 holds uint16 tokens, version 2 uint32."""
     header = [0] * 256
     header[0], header[1] = magic, version
     header[2] = len(tokens) if count is None else count
-    return struct.pack("<256i", *header) + nanogpt_bytes(tokens)
+    body = uint32_bytes(tokens) if version == 2 else nanogpt_bytes(tokens)
+    return struct.pack("<256i", *header) + body
+
+
+def uint32_bytes(tokens):
+    return struct.pack("<%dI" % len(tokens), *tokens)
 
 
 def run(tmp, spec, *args, env=None):
@@ -287,16 +294,39 @@ def case_formats_and_globs(tmp):
         part = toks[i * 2000:(i + 1) * 2000]
         write(os.path.join(tmp, "shard_%d.bin" % i), nanogpt_bytes(part))
         write(os.path.join(tmp, "llmc_%d.bin" % i), llmc_bytes(part))
+        # llm.c's version 2 (uint32) beside version 1: the header decides per file
+        write(os.path.join(tmp, "llmc2_%d.bin" % i), llmc_bytes(part, version=2 if i != 1 else 1))
+        write(os.path.join(tmp, "u32_%d.bin" % i), uint32_bytes(part))
     write(os.path.join(tmp, "all.txt"), corpus(6000))
     losses = {}
-    for fmt, train in (("nanogpt", "shard_*.bin"), ("llmc", "llmc_?.bin"), ("text", "all.txt")):
+    for fmt, train in (("nanogpt", "shard_*.bin"), ("llmc", "llmc_?.bin"), ("text", "all.txt"),
+                       ("llmc", "llmc2_?.bin"), ("uint32", "u32_*.bin")):
         spec = tiny_spec(data__format=fmt, data__train=train, data__val=None, train__steps=3)
         r = run(tmp, spec, "--json")
         assert r.returncode == 0, (fmt, r.stderr)
         assert "3 file(s)" in r.stderr or fmt == "text", r.stderr
-        losses[fmt] = [x["loss"] for x in json_lines(r.stdout)]
-    # the same tokens in three formats give the same training
-    assert losses["nanogpt"] == losses["llmc"] == losses["text"], losses
+        losses[train] = [x["loss"] for x in json_lines(r.stdout)]
+    # the same tokens in every format give the same training
+    assert len(set(tuple(v) for v in losses.values())) == 1, losses
+
+
+def case_llama_large_vocab(tmp):
+    """A Llama with Llama 3's vocabulary (128256, over uint16) on uint32
+    tokens: it trains, its first loss is near ln(V) (a fresh model's), and a
+    token at V is refused naming the file and the offset."""
+    vocab = 128256
+    toks = [(ord(c) * 503) % vocab for c in corpus(4000)]
+    write(os.path.join(tmp, "big.bin"), uint32_bytes(toks))
+    spec = tiny_spec(data__format="uint32", data__train="big.bin", data__val=None, train__steps=3)
+    spec["model"] = {"arch": "llama", "n_layer": 1, "n_head": 2, "n_kv_head": 1, "n_embd": 16,
+                     "ffn_dim": 32, "vocab_size": vocab, "seq_len": 32}
+    r = run(tmp, spec, "--json")
+    assert r.returncode == 0, r.stderr
+    losses = [x["loss"] for x in json_lines(r.stdout)]
+    assert len(losses) == 3 and abs(losses[0] - math.log(vocab)) < 0.5, losses
+    write(os.path.join(tmp, "big.bin"), uint32_bytes(toks[:100] + [vocab] + toks[100:]))
+    expect_fail(tmp, spec, 3, "big.bin", "token id at byte offset 400 (token 100) that is not below"
+                " model.vocab_size (128256)")
 
 
 def case_json_format(tmp):

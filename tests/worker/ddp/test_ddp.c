@@ -115,6 +115,7 @@ typedef struct {
 	int die_rank, die_step; /* this rank _exits in on_step at this step; die_step 0: never */
 	const char *sharding;  /* parallel.sharding; NULL: the default (none) */
 	int n_layer;           /* 0: 2 */
+	bool llama;            /* a Llama of the same size (GQA 2:1, SwiGLU 64) instead of GPT-2 */
 	int profile_lo, profile_hi; /* the spec's profile and on_trace set; 0: none */
 } run_cfg_t;
 
@@ -165,13 +166,14 @@ static int s_load_spec(const run_cfg_t *cfg, jobspec_t *spec)
 	char json[2048];
 	snprintf(json, sizeof json,
 		 "{\"name\":\"ddp-test\","
-		 "\"model\":{\"n_layer\":%d,\"n_head\":2,\"n_embd\":32,\"vocab_size\":256,\"seq_len\":32},"
+		 "\"model\":{\"n_layer\":%d,\"n_head\":2,\"n_embd\":32,\"vocab_size\":256,\"seq_len\":32%s},"
 		 "\"data\":{\"train\":\"train.txt\",\"val\":\"val.txt\",\"format\":\"text\"},"
 		 "\"train\":{\"steps\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":0.003,"
 		 "\"warmup_steps\":2,\"lr_schedule\":\"cosine\",\"min_lr\":0.0003,\"weight_decay\":0.1,"
 		 "\"grad_clip\":0.5,\"seed\":7,\"eval_every\":4,\"eval_batches\":2},"
 		 "\"parallel\":{\"world_size\":%d,\"sharding\":\"%s\"}%s}",
-		 cfg->n_layer ? cfg->n_layer : 2, STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W,
+		 cfg->n_layer ? cfg->n_layer : 2,
+		 cfg->llama ? ",\"arch\":\"llama\",\"n_kv_head\":1,\"ffn_dim\":64,\"rope_theta\":10000" : "", STEPS, cfg->B, cfg->A, cfg->spec_world ? cfg->spec_world : cfg->W,
 		 cfg->sharding ? cfg->sharding : "none", "");
 	if (cfg->profile_lo) {
 		size_t n = strlen(json) - 1; /* over the closing brace */
@@ -522,8 +524,8 @@ static double s_param_diff(const run_result_t *a, const run_result_t *b)
 #define ZERO_MODES 4
 
 /* zero1, zero2 and zero3 against none at world size W (global batch 8 with
- * W 2 and 4, 6 with W 3: batch 2 per rank from W 3 on). */
-static void s_zero(int W)
+ * W 2 and 4, 6 with W 3: batch 2 per rank from W 3 on), GPT-2 or Llama. */
+static void s_zero(int W, bool llama)
 {
 	static const char *modes[ZERO_MODES] = {"none", "zero1", "zero2", "zero3"};
 	static run_result_t runs[ZERO_MODES], again;
@@ -531,7 +533,7 @@ static void s_zero(int W)
 	run_cfg_t cfg[ZERO_MODES];
 	for (int i = 0; i < ZERO_MODES; i++) {
 		cfg[i] = (run_cfg_t){.W = W, .B = B, .A = 1, .use_comm = true, .sharding = modes[i],
-				     .n_layer = ZERO_LAYERS};
+				     .n_layer = ZERO_LAYERS, .llama = llama};
 		s_run(&cfg[i], modes[i], &runs[i]);
 		s_check_clean(&cfg[i], &runs[i], modes[i]);
 		CHECK(runs[i].params != NULL);
@@ -561,9 +563,12 @@ static void s_zero(int W)
 	}
 
 	/* Memory from the trainer's accounting. A layer of the test model is
-	 * 12 C^2 + 13 C floats, the largest range the engine streams. */
+	 * 12 C^2 + 13 C floats (GPT-2), or for the Llama q, o (C^2 each), k, v
+	 * (C^2 / 2 each, one KV head of two), gate, up, down (64 C each) and two
+	 * norms: the largest range the engine streams. */
 	const step_rec_t *n = &none->steps[0][0];
-	const uint64_t C = 32, layer = (12 * C * C + 13 * C) * sizeof(float);
+	const uint64_t C = 32;
+	const uint64_t layer = (llama ? 3 * C * C + 3 * 64 * C + 2 * C : 12 * C * C + 13 * C) * sizeof(float);
 	const uint64_t S = n->n_params / (uint64_t)W + (n->n_params % (uint64_t)W != 0);
 	const uint64_t full = n->n_params * sizeof(float), shard = S * sizeof(float);
 	CHECK(n->optim_bytes == 2 * full);
@@ -593,12 +598,12 @@ static void s_zero(int W)
 		if (i == 3) /* zero3: the shard and two gather slots */
 			CHECK(z->params_bytes == shard + 2 * layer);
 	}
-	if (W == 3) /* the last shard is padded */
+	if (W == 3 && !llama) /* the last shard is padded */
 		CHECK(n->n_params % 3 != 0);
 	CHECK(s_file_has(runs[1].out_path[0], "parallel.sharding zero1: memory per rank: params "));
 	CHECK(s_file_has(runs[3].out_path[0], "parallel.sharding zero3: memory per rank: params "));
 
-	if (W == 2) {
+	if (W == 2 && !llama) { /* the system's, not the model's: GPT-2 only */
 		/* A rank dying: the other names the collective, long before the timeout. */
 		static run_result_t res;
 		static const struct {
@@ -760,11 +765,12 @@ static void s_profile(void)
 
 int main(int argc, char **argv)
 {
-	int zero_w = argc == 3 && strcmp(argv[1], "zero") == 0 ? atoi(argv[2]) : 0;
+	const bool zero_llama = argc == 3 && strcmp(argv[1], "zero-llama") == 0;
+	int zero_w = argc == 3 && (strcmp(argv[1], "zero") == 0 || zero_llama) ? atoi(argv[2]) : 0;
 	if (!(argc == 2 && (!strcmp(argv[1], "equivalence") || !strcmp(argv[1], "errors") ||
 			    !strcmp(argv[1], "profile"))) &&
 	    !(zero_w >= 2 && zero_w <= MAX_RANKS)) {
-		fprintf(stderr, "usage: test_ddp equivalence | errors | profile | zero 2|3|4\n");
+		fprintf(stderr, "usage: test_ddp equivalence | errors | profile | zero 2|3|4 | zero-llama 2|3|4\n");
 		return 2;
 	}
 	if (!mkdtemp(s_dir)) {
@@ -778,7 +784,7 @@ int main(int argc, char **argv)
 	s_write_text(path, 2, 8000);
 
 	if (zero_w)
-		s_zero(zero_w);
+		s_zero(zero_w, zero_llama);
 	else if (strcmp(argv[1], "equivalence") == 0)
 		s_equivalence();
 	else if (strcmp(argv[1], "profile") == 0)
