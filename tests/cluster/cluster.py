@@ -78,6 +78,15 @@ def arch_of(args):
     return p.parse_known_args(args)[0].arch
 
 
+def tensor_of(args):
+    """The tensor-parallel size a parametrised test runs its first job at:
+    --tensor T among the test's extra arguments (default 1)."""
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--tensor", type=int, default=1)
+    return p.parse_known_args(args)[0].tensor
+
+
 def model_section(arch, n_layer, n_head, n_embd, seq_len):
     """The model section of a test job: GPT-2, or a Llama of the same width
     and depth (grouped-query attention with half the heads as KV heads,
