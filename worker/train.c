@@ -558,6 +558,13 @@ static void s_print_step(const train_t *t, int64_t step, int64_t n_steps, float 
 	fflush(out);
 }
 
+/* The model's parameters (with TP: the logical count, not this rank's). */
+static size_t s_logical_params(const train_t *t)
+{
+	const tplayout_t *l = train_tp_layout(t);
+	return l ? l->n_logical : t->n_params;
+}
+
 static void s_print_header(const train_t *t, int64_t n_steps)
 {
 	const jobspec_t *s = t->spec;
@@ -573,7 +580,7 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		" | %.2fM params | batch %d x %d micro-steps%s | %" PRId64 " steps | %d threads\n",
 		s->name ? s->name : "job", t->opt->spec_name ? t->opt->spec_name : "spec",
 		s->model.arch, s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
-		(double)t->n_params / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
+		(double)s_logical_params(t) / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
 	t->dev->print_header(t, f);
 	fprintf(f, "data.train: %" PRIu64 " tokens in %zu file(s), %" PRIu64 " windows of %d",
 		data_source_num_tokens(t->train_src), data_source_num_files(t->train_src),
