@@ -71,7 +71,8 @@ static const char *const s_data_keys[] = {"train", "val", "format", NULL};
 static const char *const s_train_keys[] = {
 	"steps", "batch_size", "grad_accum", "lr", "warmup_steps", "lr_schedule", "min_lr",
 	"weight_decay", "grad_clip", "seed", "eval_every", "eval_batches", "precision", NULL};
-static const char *const s_parallel_keys[] = {"world_size", "device", "sharding", "ranks_per_node", NULL};
+static const char *const s_parallel_keys[] = {"world_size", "device", "sharding", "ranks_per_node", "tensor",
+					       NULL};
 static const char *const s_program_keys[] = {"argv", "cwd", "env", NULL};
 /* The built-in trainer's sections, refused in a program job. */
 static const char *const s_trainer_sections[] = {
@@ -160,6 +161,8 @@ static int s_read_rest(const json_t *doc, jobspec_t *s, jobspec_error_t *err)
 	s->parallel.sharding = (jobspec_sharding_t)e;
 	TRY(s_get_int(o, "parallel", "ranks_per_node", 1, JOBSPEC_MAX_WORLD_SIZE, 0, &v, err));
 	s->parallel.ranks_per_node = (int)v;
+	TRY(s_get_int(o, "parallel", "tensor", 1, JOBSPEC_MAX_TENSOR, 1, &v, err));
+	s->parallel.tensor = (int)v;
 
 	TRY(s_get_section(doc, "checkpoint", s_checkpoint_keys, &o, err));
 	TRY(s_get_int(o, "checkpoint", "every_steps", 0, MAX_STEPS, DEFAULT_EVERY_STEPS,
@@ -316,6 +319,53 @@ static int s_copy_program(const json_t *o, jobspec_t *s)
 	return 0;
 }
 
+/* parallel.tensor's rules (docs/jobspec.md "Tensor parallelism"): the world
+ * is tensor x data-parallel ranks, and each tensor-parallel rank holds
+ * n_head / t query heads, n_kv_head / t key/value heads, FFN / t hidden
+ * units and seq_len / t positions of the residual stream (sequence
+ * parallelism). The vocabulary is padded to a multiple of t by the engine
+ * (padded rows never reach snapshots), so it needs no rule. */
+static int s_check_tensor(const json_t *doc, const jobspec_t *s, jobspec_error_t *err)
+{
+	const int t = s->parallel.tensor;
+	if (t == 1)
+		return 0;
+	if (jobspec_is_program(s))
+		return s_fail(err, "/parallel/tensor",
+			      "parallel.tensor (%d) is for the built-in trainer: a program job splits its"
+			      " model itself; leave parallel.tensor out", t);
+	if (s->parallel.world_size % t != 0)
+		return s_fail(err, "/parallel/tensor",
+			      "parallel.world_size (%d%s) must be a multiple of parallel.tensor (%d):"
+			      " world_size is tensor x the data-parallel size; set world_size to a multiple"
+			      " of %d such as %d",
+			      s->parallel.world_size, s_has(doc, "parallel", "world_size") ? "" : ", the default",
+			      t, t, t * ((s->parallel.world_size + t - 1) / t));
+	const bool llama = strcmp(s->model.arch, "llama") == 0;
+	const int ffn = llama ? s->model.ffn_dim : 4 * s->model.n_embd;
+	if (s->model.n_head % t != 0)
+		return s_fail(err, "/parallel/tensor",
+			      "model.n_head (%d) must be divisible by parallel.tensor (%d): each"
+			      " tensor-parallel rank computes n_head / tensor attention heads",
+			      s->model.n_head, t);
+	if (llama && s->model.n_kv_head % t != 0)
+		return s_fail(err, "/parallel/tensor",
+			      "model.n_kv_head (%d) must be divisible by parallel.tensor (%d): each"
+			      " tensor-parallel rank holds n_kv_head / tensor key/value heads",
+			      s->model.n_kv_head, t);
+	if (ffn % t != 0)
+		return s_fail(err, "/parallel/tensor",
+			      "the MLP width (%s%d) must be divisible by parallel.tensor (%d): each"
+			      " tensor-parallel rank holds width / tensor hidden units",
+			      llama ? "model.ffn_dim " : "4 x model.n_embd = ", ffn, t);
+	if (s->model.seq_len % t != 0)
+		return s_fail(err, "/parallel/tensor",
+			      "model.seq_len (%d%s) must be divisible by parallel.tensor (%d): sequence"
+			      " parallelism gives each tensor-parallel rank seq_len / tensor positions",
+			      s->model.seq_len, s_has(doc, "model", "seq_len") ? "" : ", the default", t);
+	return 0;
+}
+
 /* Rules that tie fields together; every field is already in range. When one
  * side of a rule was left at its default, the pointer names the side the user
  * wrote and the message says which value is the default. */
@@ -413,7 +463,8 @@ int jobspec_from_json(const json_t *doc, jobspec_t *ret_spec, jobspec_error_t *e
 	/* precision's default depends on the device: bf16 on cuda */
 	if (s.parallel.device == JOBSPEC_DEVICE_CUDA && !s_has(doc, "train", "precision"))
 		s.train.precision = JOBSPEC_PRECISION_BF16;
-	if ((rc = jobspec_model_check(doc, &s, err)) < 0 || (rc = s_check_cross(doc, &s, err)) < 0)
+	if ((rc = jobspec_model_check(doc, &s, err)) < 0 || (rc = s_check_cross(doc, &s, err)) < 0 ||
+	    (rc = s_check_tensor(doc, &s, err)) < 0)
 		return rc;
 
 	/* Strings are copied last so that no failure above has anything to free. */
@@ -592,6 +643,8 @@ rest:
 	bad |= s_set(parallel, "sharding", json_string(jobspec_sharding_name(s->parallel.sharding)));
 	if (s->parallel.ranks_per_node > 0)
 		bad |= s_set(parallel, "ranks_per_node", json_integer(s->parallel.ranks_per_node));
+	if (s->parallel.tensor > 1) /* absent at 1, so specs without TP keep their JSON */
+		bad |= s_set(parallel, "tensor", json_integer(s->parallel.tensor));
 	bad |= s_set(doc, "parallel", parallel);
 
 	if (!checkpoint)

@@ -57,6 +57,7 @@ typedef enum {
 #define JOBSPEC_MAX_VOCAB 1048576
 #define JOBSPEC_MAX_SEQ_LEN 1048576
 #define JOBSPEC_MAX_WORLD_SIZE 65536
+#define JOBSPEC_MAX_TENSOR 64 /* parallel.tensor: a tensor-parallel group fits in a node */
 #define JOBSPEC_MAX_PRIORITY 1000
 #define JOBSPEC_MIN_PRIORITY (-1000)
 #define JOBSPEC_JOB_ID_MAX_BYTES 64 /* resume_from.job (coordinator ids are 22 bytes) */
@@ -121,7 +122,8 @@ typedef struct {
 	} train;
 
 	struct {
-		int world_size;               /* default 1 */
+		int world_size;               /* default 1; tensor x the data-parallel size */
+		int tensor;                   /* tensor-parallel group size t, 1..JOBSPEC_MAX_TENSOR; default 1 */
 		jobspec_device_t device;      /* default cpu */
 		jobspec_sharding_t sharding;  /* default none */
 		int ranks_per_node;           /* at most this many ranks on one node; 0 (absent): no limit */

@@ -33,10 +33,27 @@ void memfit_estimate(const jobspec_t *spec, memfit_t *ret)
 		layer = 2 * C * C + 2 * C * KVC + 3 * C * F + 2 * C;
 		P = V * C * (spec->model.tie_embeddings ? 1 : 2) + L * layer + C;
 	}
+	/* Tensor parallelism (parallel.tensor t > 1): a rank holds 1/t of the
+	 * split tensors (the vocabulary padded to a multiple of t) and all of
+	 * the replicated ones (norms; GPT-2's positions and row-parallel
+	 * biases); ZeRO shards that over the d = W / t data-parallel ranks, and
+	 * zero2/zero3 run as zero1 (the TP layers are dense). */
+	double t = spec->parallel.tensor > 1 ? spec->parallel.tensor : 1;
+	jobspec_sharding_t sharding = spec->parallel.sharding;
+	if (t > 1) {
+		bool llama = spec->model.arch[0] == 'l';
+		double R = llama ? L * 2 * C + C : T * C + L * 6 * C + 2 * C;
+		double n_vocab = llama && !spec->model.tie_embeddings ? 2 : 1;
+		double Vp = ceil(V / t) * t;
+		P = (P - R + (Vp - V) * C * n_vocab) / t + R;
+		W /= t;
+		if (sharding != JOBSPEC_SHARDING_NONE)
+			sharding = JOBSPEC_SHARDING_ZERO1;
+	}
 	double S = ceil(P / W);
 	bool bf16 = spec->train.precision == JOBSPEC_PRECISION_BF16;
 	memfit_t m = {.n_params = P};
-	switch (spec->parallel.sharding) {
+	switch (sharding) {
 	case JOBSPEC_SHARDING_NONE:
 		m.params_bytes = 4 * P, m.grads_bytes = 4 * P, m.optim_bytes = 8 * P;
 		break;
@@ -50,9 +67,11 @@ void memfit_estimate(const jobspec_t *spec, memfit_t *ret)
 		m.params_bytes = 4 * S + 4 * layer, m.grads_bytes = 4 * S + 4 * layer, m.optim_bytes = 8 * S;
 		break;
 	}
-	if (bf16 && spec->parallel.sharding != JOBSPEC_SHARDING_ZERO3)
+	if (bf16 && sharding != JOBSPEC_SHARDING_ZERO3)
 		m.params_bytes += 2 * P;
 	m.activations_bytes = s_arena_bytes(L, C, V, H, B, T, bf16);
+	if (t > 1) /* sequence parallelism: 1/t, plus the all-gathered (B, T, C) pair */
+		m.activations_bytes = m.activations_bytes / t + 8 * B * T * C;
 	m.total_bytes = m.params_bytes + m.grads_bytes + m.optim_bytes + m.activations_bytes;
 	*ret = m;
 }

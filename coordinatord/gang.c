@@ -48,3 +48,38 @@ int gang_pack(const int *n_free, int n_nodes, int world_size, int *ret_take)
 	free(order);
 	return used;
 }
+
+int gang_pack_groups(const int *n_free, int n_nodes, int world_size, int group, int *ret_take)
+{
+	if (group <= 1 || world_size < 1 || world_size % group != 0 || n_nodes < 0)
+		return gang_pack(n_free, n_nodes, world_size, ret_take);
+	int *groups = malloc((size_t)(n_nodes > 0 ? n_nodes : 1) * sizeof *groups);
+	if (!groups)
+		return -ENOMEM;
+	for (int i = 0; i < n_nodes; i++)
+		groups[i] = n_free[i] > 0 ? n_free[i] / group : 0;
+	int used = gang_pack(groups, n_nodes, world_size / group, ret_take);
+	free(groups);
+	if (used == -ENOSPC) /* whole groups do not fit: split one or more */
+		return gang_pack(n_free, n_nodes, world_size, ret_take);
+	if (used > 0)
+		for (int i = 0; i < n_nodes; i++)
+			ret_take[i] *= group;
+	return used;
+}
+
+int gang_group_split(const int *node_of, int world_size, int group, int *ret_n_split)
+{
+	int first = -1, n = 0;
+	if (group > 1)
+		for (int g = 0; g * group < world_size; g++)
+			for (int r = g * group + 1; r < (g + 1) * group && r < world_size; r++)
+				if (node_of[r] != node_of[g * group]) {
+					first = first < 0 ? g : first;
+					n++;
+					break;
+				}
+	if (ret_n_split)
+		*ret_n_split = n;
+	return first;
+}

@@ -21,4 +21,23 @@
  */
 int gang_pack(const int *n_free, int n_nodes, int world_size, int *ret_take);
 
+/*
+ * Gang packing for a job whose ranks form groups of `group` consecutive
+ * ranks (tensor parallelism, parallel.tensor): when whole groups fit, every
+ * node gets a multiple of `group` ranks (as gang_pack, counting each node's
+ * free devices in whole groups), so that numbering ranks node by node keeps
+ * each group on one node; otherwise as gang_pack (some group then spans
+ * nodes: gang_group_split says which). `group` <= 1, or a world_size that
+ * is not a multiple of it, is gang_pack. Returns as gang_pack.
+ */
+int gang_pack_groups(const int *n_free, int n_nodes, int world_size, int group, int *ret_take);
+
+/*
+ * Given node_of[r], the node of each of world_size ranks, return the first
+ * group of `group` consecutive ranks (ranks g*group .. g*group+group-1)
+ * whose ranks are on more than one node, or -1 when each group is on one
+ * node; *ret_n_split (may be NULL) gets the number of such groups.
+ */
+int gang_group_split(const int *node_of, int world_size, int group, int *ret_n_split);
+
 #endif

@@ -9,6 +9,7 @@
 
 #include "agents.h"
 #include "attempt.h"
+#include "gang.h"
 
 void placement_clear(placement_t *p)
 {
@@ -116,4 +117,25 @@ void placement_describe(const placement_t *p, char *buf, size_t *len)
 		                  p->ranks[r].device_index);
 	}
 	fabric_reason_add(buf, len, "]");
+}
+
+void placement_describe_groups(const placement_t *p, int group, char *buf, size_t *len)
+{
+	int *node_of = malloc((size_t)(p->world_size > 0 ? p->world_size : 1) * sizeof *node_of);
+	if (!node_of)
+		return;
+	for (int r = 0; r < p->world_size; r++) /* a node's number: its first rank */
+		node_of[r] = r > 0 && p->ranks[r].agent == p->ranks[r - 1].agent ? node_of[r - 1] : r;
+	int n_split = 0, g = gang_group_split(node_of, p->world_size, group, &n_split);
+	free(node_of);
+	if (g < 0) {
+		fabric_reason_add(buf, len, "; tensor-parallel groups of %d each on one node", group);
+		return;
+	}
+	fabric_reason_add(buf, len, "; tensor-parallel group %d (ranks %d-%d) spans nodes", g, g * group,
+	                  g * group + group - 1);
+	for (int r = g * group; r < (g + 1) * group; r++)
+		if (r == g * group || p->ranks[r].agent != p->ranks[r - 1].agent)
+			fabric_reason_add(buf, len, "%s %s", r == g * group ? "" : ",", p->ranks[r].agent->node);
+	fabric_reason_add(buf, len, " (%d of %d groups span nodes)", n_split, p->world_size / group);
 }

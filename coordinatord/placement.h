@@ -55,4 +55,10 @@ void placement_clear(placement_t *p);
  * to `buf` (REASON_BYTES, `*len` used so far). */
 void placement_describe(const placement_t *p, char *buf, size_t *len);
 
+/* Append whether the tensor-parallel groups (`group` consecutive ranks, >
+ * 1) each lie on one node ("; tensor-parallel groups of 2 each on one
+ * node") or which one spans nodes ("; tensor-parallel group 1 (ranks 2-3)
+ * spans nodes n1, n2 (1 of 4 groups span nodes)"), as placement_describe. */
+void placement_describe_groups(const placement_t *p, int group, char *buf, size_t *len);
+
 #endif

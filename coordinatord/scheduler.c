@@ -145,13 +145,15 @@ static void cap_per_node(agent_t **alive, int n_alive, int kind, int rpn, int *n
 }
 
 /* The job's state reason for the placement `pl` of `q` (REASON_BYTES). */
-static void placed_reason(const queued_t *q, const placement_t *pl, const attempt_t *prev, char *reason)
+static void placed_reason(const queued_t *q, const placement_t *pl, const attempt_t *prev, int tensor, char *reason)
 {
 	char where[REASON_BYTES];
 	size_t wlen = 0, rlen = 0;
 	where[0] = reason[0] = '\0';
 	placement_describe(pl, where, &wlen);
 	fabric_reason_add(reason, &rlen, "placed %d rank(s) on %d node(s):%s", q->world_size, pl->n_nodes, where);
+	if (tensor > 1)
+		placement_describe_groups(pl, tensor, reason, &rlen);
 	if (prev)
 		fabric_reason_add(reason, &rlen, "; restart %d of %d after %s; %d rank(s) rejoin in their process",
 		                         prev->restarts, prev->max_restarts, prev->cause ? prev->cause : "a failure", pl->n_kept);
@@ -206,7 +208,8 @@ static void send_spawns(fabric_t *f, attempt_t *at, const attempt_t *prev, const
  * parked survivors kept or stopped as `pl` says). Each rank's agent gets its
  * SPAWN. A queued job's spec moves from f->queued to the attempt.
  */
-static void apply_placement(fabric_t *f, const queued_t *q, const placement_t *pl, attempt_t *prev, int master_port)
+static void apply_placement(fabric_t *f, const queued_t *q, const placement_t *pl, attempt_t *prev, int master_port,
+                            int tensor)
 {
 	attempt_t *at = calloc(1, sizeof *at);
 	rank_rt_t *ranks = calloc((size_t)q->world_size, sizeof *ranks);
@@ -234,7 +237,7 @@ static void apply_placement(fabric_t *f, const queued_t *q, const placement_t *p
 		if (pl->stop[r])
 			attempt_stop_rank(f, prev, r, "not placed on its device again: replaced by a new process");
 	char reason[REASON_BYTES];
-	placed_reason(q, pl, prev, reason);
+	placed_reason(q, pl, prev, tensor, reason);
 	void *old_value = NULL;
 	if (smap_put(&f->attempts, at->job_id, at, &old_value) < 0) {
 		for (int r = 0; r < q->world_size; r++)
@@ -297,7 +300,7 @@ static bool place(fabric_t *f, const queued_t *q, int kind, agent_t **alive, int
 		placement_clear(&pl);
 		return false;
 	}
-	apply_placement(f, q, &pl, prev, port);
+	apply_placement(f, q, &pl, prev, port, spec->parallel.tensor);
 	placement_clear(&pl);
 	return true;
 }
@@ -384,7 +387,7 @@ static void restart_due(fabric_t *f, agent_t **alive, int n_alive, bool blocked[
 			long by_mem = cap_by_memory(alive, n_alive, at->kind, est.total_bytes, n_free);
 			total = by_mem < total ? by_mem : total; /* ranks_per_node counted too */
 		}
-		if (!blocked[at->kind] && gang_pack(n_free, n_alive, at->world_size, take) > 0) {
+		if (!blocked[at->kind] && gang_pack_groups(n_free, n_alive, at->world_size, at->spec.parallel.tensor, take) > 0) {
 			place(f, &q, at->kind, alive, n_alive, take, at);
 			continue;
 		}
@@ -572,7 +575,7 @@ void scheduler_run(fabric_t *f)
 			long by_mem = cap_by_memory(alive, n_alive, kind, est.total_bytes, n_free);
 			fit = by_mem < total ? by_mem : total; /* ranks_per_node counted too */
 		}
-		int used = gang_pack(n_free, n_alive, job->world_size, take);
+		int used = gang_pack_groups(n_free, n_alive, job->world_size, job->qs->spec.parallel.tensor, take);
 		if (used > 0 && place(f, job, kind, alive, n_alive, take, NULL))
 			continue;
 		bool mem_short = total >= job->world_size && fit < job->world_size;

@@ -15,6 +15,12 @@
  * applies retention and answers SNAPSHOT_COMMITTED. At the start every rank
  * resumes from the newest good committed snapshot of the job, if any.
  *
+ * Tensor parallelism (parallel.tensor t > 1): after the rendezvous the
+ * world's communicator is split (comm_split, through the same store) into
+ * this rank's tensor-parallel group (ranks r / t * t .. + t - 1, ranked by
+ * r % t) and its data-parallel group (the ranks with its r % t, ranked by
+ * r / t); the trainer gets both, the DP group as its `comm`.
+ *
  * The log flood benchmark knob is worker/logflood.h's.
  */
 #include "rank.h"
@@ -1032,6 +1038,26 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		s_send_failed(r, reason, RM_EXIT_COMM);
 		return RM_EXIT_COMM;
 	}
+	/* Tensor parallelism (docs/training.md "2D parallelism"): TP groups of
+	 * t consecutive ranks, DP groups of the ranks with one TP index. */
+	comm_t *tp_comm = NULL, *dp_comm = NULL;
+	const int tp = spec->parallel.tensor > 1 ? spec->parallel.tensor : 1;
+	if (tp > 1) {
+		tp_comm = comm_split(comm, &kv, o->rank / tp, o->rank % tp, err, sizeof err);
+		if (tp_comm)
+			dp_comm = comm_split(comm, &kv, o->rank % tp, o->rank / tp, err, sizeof err);
+		if (!dp_comm) {
+			char reason[700];
+			snprintf(reason, sizeof reason,
+			         "ringworker rank: error: rank %d: the tensor- and data-parallel groups did not"
+			         " form: %s", o->rank, err);
+			fprintf(stderr, "%s\n", reason);
+			comm_free(tp_comm);
+			comm_free(comm);
+			s_send_failed(r, reason, RM_EXIT_COMM);
+			return RM_EXIT_COMM;
+		}
+	}
 	double t1 = s_unix_now();
 	r->rendezvous_ms = (t1 - t0) * 1e3;
 	fprintf(stderr, "ringworker rank: communicator ready at %.6f (rank %d of %d, rendezvous %.1f ms)\n",
@@ -1041,6 +1067,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	cookie_io_functions_t io = {.write = s_log_write};
 	FILE *log = fopencookie(r, "w", io);
 	if (!log) {
+		comm_free(dp_comm);
+		comm_free(tp_comm);
 		comm_free(comm);
 		s_send_failed(r, "ringworker rank: error: out of memory", RM_EXIT_NOMEM);
 		return RM_EXIT_NOMEM;
@@ -1051,8 +1079,10 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		.out = stdout,
 		.log = log,
 		.spec_name = spec->name,
-		.comm = comm,
-		.rank = o->rank,
+		.comm = dp_comm ? dp_comm : comm,
+		.rank = dp_comm ? o->rank / tp : o->rank,
+		.tp_comm = tp_comm,
+		.world_rank = o->rank,
 		.quiet = o->rank != 0,
 		.on_step = s_on_step,
 		.on_step_ctx = r,
@@ -1112,8 +1142,11 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	r->comm = NULL;
 	bool asked = atomic_load(&r->rejoin_asked);
 	if (rc == RM_EXIT_COMM || (rc == RM_EXIT_ABORTED && asked)) {
-		/* Drop the communicator first: peers still blocked with this rank
+		/* Drop the communicators first: peers still blocked with this rank
 		 * fail at once and park too. */
+		comm_free(dp_comm);
+		comm_free(tp_comm);
+		dp_comm = tp_comm = NULL;
 		comm_free(comm);
 		comm = NULL;
 		if (rc == RM_EXIT_COMM && !asked) {
@@ -1143,6 +1176,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		s_pending_clear(&r->pending[i]);
 	for (size_t i = 0; i < METRICS_KEPT; i++)
 		json_decref(r->sent[i]);
+	comm_free(dp_comm);
+	comm_free(tp_comm);
 	comm_free(comm);
 	return rc;
 }

@@ -13,11 +13,14 @@
 #include <math.h>
 
 #include "train_dev.h"
+#include "train_tp.h"
 
 int strategy_clip_sharded(train_t *t, int64_t step, double *ret_norm)
 {
 	double clip = t->spec->train.grad_clip;
-	double part = t->dev->shard_sum_squares(t);
+	/* TP: replicated tensors count on TP rank 0 only (CPU: the shard is host memory) */
+	double part = t->tp_size > 1 ? train_tp_sum_squares(t, t->grad_shard, t->shard_lo, t->shard_count)
+				     : t->dev->shard_sum_squares(t);
 	float mine[2];
 	mine[0] = (float)part;
 	mine[1] = (float)(part - (double)mine[0]);
@@ -28,6 +31,8 @@ int strategy_clip_sharded(train_t *t, int64_t step, double *ret_norm)
 	double sum = 0;
 	for (size_t r = 0; r < (size_t)t->W; r++)
 		sum += (double)t->norm_parts[2 * r] + (double)t->norm_parts[2 * r + 1];
+	if (t->tp_size > 1 && train_tp_sum(t, sum, &sum) < 0)
+		return train_comm_error(t, "all-gather of the gradient norm over the tensor-parallel group", step);
 	double norm = sqrt(sum);
 	float factor = clip > 0 && isfinite(norm) && norm > clip ? (float)(clip / norm) : 1.0f;
 	t->dev->scale_shard(t, factor);

@@ -55,6 +55,7 @@
 #include "strategy.h"
 #include "train_dev.h"
 #include "train_impl.h"
+#include "train_tp.h"
 
 double train_now_s(void)
 {
@@ -213,18 +214,36 @@ static int s_setup(train_t *t)
 			       "internal error: parallel.device is %s but the communicator is %s's",
 			       jobspec_device_name(spec->parallel.device), cuda ? "Gloo" : "NCCL");
 	if (t->comm) {
-		if (spec->parallel.world_size != t->W)
+		if (spec->parallel.world_size != t->world_size)
 			return train_error(t, RM_EXIT_SPEC,
 				       "parallel.world_size is %d but this rank's group has %d ranks:"
 				       " start as many ranks as the spec asks for",
-				       spec->parallel.world_size, t->W);
+				       spec->parallel.world_size, t->world_size);
+		if (spec->parallel.tensor != t->tp_size)
+			return train_error(t, RM_EXIT_USAGE,
+				       "internal error: parallel.tensor is %d but the tensor-parallel group"
+				       " has %d ranks", spec->parallel.tensor, t->tp_size);
 		t->sharding = spec->parallel.sharding;
+		/* The TP layers are dense (no range streaming): ZeRO-2/3 over the DP
+		 * group run as ZeRO-1 there (docs/training.md "2D parallelism"). */
+		if (t->tp_size > 1 && t->sharding != JOBSPEC_SHARDING_NONE)
+			t->sharding = JOBSPEC_SHARDING_ZERO1;
 		t->sharded = t->sharding != JOBSPEC_SHARDING_NONE;
 		if (t->opt->rank != t->rank)
 			return train_error(t, RM_EXIT_USAGE,
 				       "internal error: rank %d was given but the communicator says %d",
 				       t->opt->rank, t->rank);
 	}
+	if (spec->parallel.tensor > 1 && spec->parallel.device == JOBSPEC_DEVICE_CUDA)
+		return train_error(t, RM_EXIT_SPEC,
+			       "parallel.tensor is %d but tensor parallelism runs on parallel.device \"cpu\""
+			       " only so far (the GPU engine has no tensor-parallel layers); use \"cpu\" or"
+			       " leave parallel.tensor out", spec->parallel.tensor);
+	if (!t->comm && spec->parallel.tensor > 1)
+		return train_error(t, RM_EXIT_SPEC,
+			       "parallel.tensor is %d but this is one process: tensor parallelism runs as a"
+			       " job's ranks (ringctl submit); leave parallel.tensor out to train here",
+			       spec->parallel.tensor);
 	t->strategy = strategy_for(t);
 	rc = s_open_data(t, "data.train", spec->data.train, spec->train.seed, &t->train_src,
 			 &t->loader.sampler);
@@ -258,10 +277,14 @@ static int s_setup(train_t *t)
 	};
 	/* a value per rank and validation batch, or the norm's pair per rank */
 	size_t n_vals = (size_t)t->W * (size_t)(spec->train.eval_batches > 2 ? spec->train.eval_batches : 2);
+	if ((rc = train_tp_begin(t)) != RM_EXIT_OK)
+		return rc;
 	rc = t->dev->create_model(t, &cfg);
 	if (rc != RM_EXIT_OK)
 		return rc;
 	t->n_params = model_num_params(t->model);
+	if ((rc = train_tp_setup(t)) != RM_EXIT_OK)
+		return rc;
 
 	t->shard_len = t->n_params;
 	t->shard_lo = 0;
@@ -299,6 +322,7 @@ static void s_teardown(train_t *t)
 	tsnap_free(t->snap);
 	shard_free(t->zero);
 	model_free(t->model);
+	train_tp_free(t);
 	if (t->dev)
 		t->dev->free(t);
 	data_source_free(t->val_src);
@@ -372,7 +396,21 @@ int train_comm_error(train_t *t, const char *what, int64_t step)
 	int rc = train_error(t, RM_EXIT_COMM,
 			 "%s failed at step %" PRId64 " (rank %d of %d): %s: a peer rank died, hung or"
 			 " timed out",
-			 what, step, t->rank, t->W, comm_last_error(t->comm));
+			 what, step, t->world_rank, t->world_size, comm_last_error(t->comm));
+	comm_abort(t->comm);
+	if (t->tp_comm)
+		comm_abort(t->tp_comm);
+	return rc;
+}
+
+/* A collective inside the model (tensor parallelism) that failed. */
+static int s_tp_error(train_t *t, const char *what, int64_t step)
+{
+	int rc = train_error(t, RM_EXIT_COMM,
+			 "%s failed at step %" PRId64 " (rank %d of %d): %s: a peer rank died, hung or"
+			 " timed out",
+			 what, step, t->world_rank, t->world_size, comm_last_error(t->tp_comm));
+	comm_abort(t->tp_comm);
 	comm_abort(t->comm);
 	return rc;
 }
@@ -385,6 +423,8 @@ int train_comm_error(train_t *t, const char *what, int64_t step)
  */
 static int train_reduce_grads(train_t *t, int64_t step, float *loss)
 {
+	if (train_tp_failed(t))
+		return s_tp_error(t, "a tensor-parallel collective of forward or backward", step);
 	if (!t->comm)
 		return RM_EXIT_OK;
 	double a = train_now_s();
@@ -467,6 +507,10 @@ static int train_eval(train_t *t, int64_t step, float *ret_loss)
 		data_val_batch(&t->val_sampler, n * t->W, t->B, k * t->W + t->rank, t->inputs, t->targets);
 		losses[k] = t->dev->forward(t);
 	}
+	if (train_tp_failed(t)) {
+		free(losses);
+		return s_tp_error(t, "a tensor-parallel collective of validation", step);
+	}
 	double a = train_now_s();
 	double mean;
 	int rc = t->zero ? shard_sync(t->zero) : 0;
@@ -514,19 +558,29 @@ static void s_print_step(const train_t *t, int64_t step, int64_t n_steps, float 
 	fflush(out);
 }
 
+/* The model's parameters (with TP: the logical count, not this rank's). */
+static size_t s_logical_params(const train_t *t)
+{
+	const tplayout_t *l = train_tp_layout(t);
+	return l ? l->n_logical : t->n_params;
+}
+
 static void s_print_header(const train_t *t, int64_t n_steps)
 {
 	const jobspec_t *s = t->spec;
 	FILE *f = t->opt->json ? t->opt->log : t->opt->out;
 	char ranks[64] = "";
-	if (t->comm)
+	if (t->tp_size > 1)
+		snprintf(ranks, sizeof ranks, " x %d ranks (tensor %d x data %d)", t->world_size, t->tp_size,
+			 t->W);
+	else if (t->comm)
 		snprintf(ranks, sizeof ranks, " x %d ranks", t->W);
 	fprintf(f,
 		"ringworker train: %s (%s) | %s %d layers, %d heads, %d channels, vocab %d, seq_len %d"
 		" | %.2fM params | batch %d x %d micro-steps%s | %" PRId64 " steps | %d threads\n",
 		s->name ? s->name : "job", t->opt->spec_name ? t->opt->spec_name : "spec",
 		s->model.arch, s->model.n_layer, s->model.n_head, s->model.n_embd, s->model.vocab_size, s->model.seq_len,
-		(double)t->n_params / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
+		(double)s_logical_params(t) / 1e6, t->B, t->A, ranks, n_steps, omp_get_max_threads());
 	t->dev->print_header(t, f);
 	fprintf(f, "data.train: %" PRIu64 " tokens in %zu file(s), %" PRIu64 " windows of %d",
 		data_source_num_tokens(t->train_src), data_source_num_files(t->train_src),
@@ -539,15 +593,39 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		size_t pb, gb, ob;
 		t->strategy->memory(t, &pb, &gb, &ob);
 		fprintf(f,
-			"parallel.sharding %s: memory per rank: params %.2f MiB, grads %.2f MiB,"
+			"parallel.sharding %s%s: memory per rank: params %.2f MiB, grads %.2f MiB,"
 			" optimizer %.2f MiB\n",
-			jobspec_sharding_name(s->parallel.sharding), (double)pb / 1048576.0,
+			jobspec_sharding_name(s->parallel.sharding),
+			t->sharding != s->parallel.sharding ? " (as zero1: the tensor-parallel layers are dense)" : "",
+			(double)pb / 1048576.0,
 			(double)gb / 1048576.0, (double)ob / 1048576.0);
 	}
 	fflush(f);
 }
 
 /* ---- snapshots (train_snap.c) ---- */
+
+/* With TP: this rank's range of the LOGICAL layout, assembled over both
+ * groups before anything that may differ between ranks (tsnap_begin's
+ * folder), then queued. RM_EXIT_* code (the assembly's collectives). */
+static int s_snapshot_take_tp(train_t *t, int64_t step)
+{
+	int64_t lo, count;
+	tsnap_range(t->snap, &lo, &count);
+	float *p, *m, *v;
+	int rc = train_tp_snapshot(t, lo, count, &p, &m, &v);
+	if (rc == -ENOMEM)
+		return train_error(t, RM_EXIT_NOMEM, "the snapshot of step %" PRId64 " does not fit in memory",
+			       step);
+	if (rc < 0)
+		return train_comm_error(t, "the snapshot's gather of the logical tensors", step);
+	if (tsnap_begin(t->snap, step))
+		tsnap_submit(t->snap, step, p, m, v, data_loader_cursor(&t->loader));
+	free(p);
+	free(m);
+	free(v);
+	return RM_EXIT_OK;
+}
 
 /* Copy this rank's state after `step` to the host and queue its write. */
 static void s_snapshot_take(train_t *t, int64_t step)
@@ -582,6 +660,7 @@ static int s_resume(train_t *t)
 		.adam_v = t->adam_v,
 		.lo = lo,
 		.count = count,
+		.layout = train_tp_layout(t),
 	};
 	uint64_t cursor = 0;
 	int rc = tsnap_resume(t->snap, &dest, &t->start_step, &cursor);
@@ -619,6 +698,8 @@ static int s_init_pretrained(train_t *t)
 				t->start_step - 1);
 		return RM_EXIT_OK;
 	}
+	if (t->tp_size > 1)
+		return train_tp_init_pretrained(t);
 	int n;
 	const model_tensor_t *tensors = model_tensors(t->model, &n);
 	const char *root = t->opt->data_root && t->opt->data_root[0] ? t->opt->data_root : NULL;
@@ -646,13 +727,18 @@ static int s_snapshot_setup(train_t *t)
 	tsnap_setup_t setup = {
 		.spec = t->spec,
 		.opt = t->opt,
-		.world_size = t->W,
-		.rank = t->rank,
+		.world_size = t->world_size,
+		.rank = t->world_rank,
 		.alone = !t->comm,
 		.global_batch = (int64_t)t->B * t->A * t->W,
 		.n_params = t->n_params,
 	};
 	setup.tensors = model_tensors(t->model, &setup.n_tensors);
+	const tplayout_t *l = train_tp_layout(t);
+	if (l) { /* snapshots hold the logical layout */
+		setup.n_params = l->n_logical;
+		setup.tensors = l->logical;
+	}
 	return tsnap_new(&setup, &t->snap);
 }
 
@@ -738,7 +824,12 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 		.comm = opt->comm,
 		.W = opt->comm ? comm_world_size(opt->comm) : 1,
 		.rank = opt->comm ? comm_rank(opt->comm) : 0,
+		.tp_comm = opt->tp_comm,
+		.tp_size = opt->tp_comm ? comm_world_size(opt->tp_comm) : 1,
+		.tp_rank = opt->tp_comm ? comm_rank(opt->tp_comm) : 0,
 	};
+	t.world_size = t.W * t.tp_size;
+	t.world_rank = t.rank * t.tp_size + t.tp_rank;
 	trace_init(&t.trace);
 	int rc = s_start(&t);
 	if (rc != RM_EXIT_OK) {
@@ -810,7 +901,12 @@ int train_run(const jobspec_t *spec, const train_options_t *opt)
 				     step_s * 1e3, has_val, val_loss);
 		if (tsnap_due(t.snap, step, n_steps, loss)) {
 			trace_begin(&t.trace, TRACE_SNAPSHOT);
-			s_snapshot_take(&t, step);
+			if (t.tp_size > 1)
+				rc = s_snapshot_take_tp(&t, step);
+			else
+				s_snapshot_take(&t, step);
+			if (rc != RM_EXIT_OK)
+				break;
 			trace_end(&t.trace, TRACE_SNAPSHOT);
 		}
 		trace_step_t traced;

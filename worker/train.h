@@ -111,6 +111,14 @@ typedef struct {
 	 * and returns RM_EXIT_COMM. */
 	comm_t *comm;
 	int rank;
+	/* Tensor parallelism (spec->parallel.tensor t > 1; docs/training.md "2D
+	 * parallelism"): tp_comm (borrowed) is this rank's tensor-parallel
+	 * group of t ranks, and comm/rank above are its DATA-parallel group
+	 * (d = world_size / t ranks; a group of one when d = 1) and its place
+	 * there; world_rank is its rank in the job (snapshot files are the
+	 * job's: rank-<world_rank>-of-<world_size>). NULL with t = 1. */
+	comm_t *tp_comm;
+	int world_rank;
 	/* No header, step lines or summary, on `out` or `log` (ranks other than
 	 * 0 in a group); errors still go to `log`. */
 	bool quiet;

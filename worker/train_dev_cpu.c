@@ -8,6 +8,8 @@
 
 #include <math.h>
 
+#include "train_tp.h"
+
 /* The model_stream_t of zero2/zero3: the shard_t behind the engine's calls. */
 static const float *s_stream_fetch(void *ctx, model_range_t r, model_range_t next)
 {
@@ -52,6 +54,7 @@ static int s_create_model(train_t *t, const model_config_t *cfg)
 										 : MODEL_PRECISION_FP32,
 		.streaming = train_streaming(t),
 		.stream = &stream,
+		.tp = train_tp_model(t),
 	};
 	return train_model_create(t, cfg, &mo);
 }

@@ -40,8 +40,13 @@ struct train {
 	const jobspec_t *spec; /* borrowed */
 	const train_options_t *opt;
 	int B, T, A;
-	comm_t *comm; /* borrowed; NULL on one rank */
-	int W, rank;
+	comm_t *comm; /* borrowed; NULL on one rank. With TP: the data-parallel group */
+	int W, rank;  /* with TP: the data-parallel size d and this rank's place in it */
+	/* Tensor parallelism (train_tp.c): tp_size 1 without it. */
+	comm_t *tp_comm;      /* borrowed; NULL with tp_size 1 */
+	int tp_size, tp_rank; /* the TP group (t) and this rank's place in it */
+	int world_size, world_rank; /* the job's: tp_size * W, and dp rank * tp_size + tp_rank */
+	struct train_tp *tpx; /* the model's TP adapter, layouts and scratch (train_tp.c) */
 	float *rank_vals; /* (max(W, W * eval_batches)): one slot per rank or validation batch */
 
 	const train_dev_t *dev;           /* the device's operations (train_dev.h) */

@@ -266,12 +266,35 @@ static void s_on_skip(int64_t step, const char *reason, void *ctx)
 }
 
 /* Reads [lo, lo + count) of one of the snapshot's flat buffers. */
-static int s_read(const tsnap_t *t, snap_t *s, const char *which, int64_t lo, int64_t count,
-		  float *out)
-{
+typedef struct {
+	snap_t *s;
+	const char *which;
+	float *out;
+	size_t lo;
 	char err[1024];
-	if (count > 0 && snap_read_range(s, which, lo, count, out, err, sizeof err) < 0)
-		return s_error(t, RM_EXIT_DATA, "cannot resume from %s: %s", snap_dir(s), err);
+} s_piece_t;
+
+/* One run of a TP rank's local range, read from the logical layout. */
+static int s_read_piece(void *ctx, size_t local_off, size_t logical_off, size_t n)
+{
+	s_piece_t *p = ctx;
+	return snap_read_range(p->s, p->which, (int64_t)logical_off, (int64_t)n, p->out + (local_off - p->lo),
+			       p->err, sizeof p->err);
+}
+
+/* [lo, lo + count) of `which` into out: of the snapshot's flat buffer, or
+ * with a TP layout of this rank's local buffer (tplayout.h). */
+static int s_read(const tsnap_t *t, snap_t *s, const char *which, int64_t lo, int64_t count,
+		  float *out, const tplayout_t *layout)
+{
+	s_piece_t p = {.s = s, .which = which, .out = out, .lo = (size_t)lo};
+	int rc = 0;
+	if (count > 0 && layout)
+		rc = tplayout_each_local(layout, (size_t)lo, (size_t)count, s_read_piece, &p);
+	else if (count > 0)
+		rc = snap_read_range(s, which, lo, count, out, p.err, sizeof p.err);
+	if (rc < 0)
+		return s_error(t, RM_EXIT_DATA, "cannot resume from %s: %s", snap_dir(s), p.err);
 	return RM_EXIT_OK;
 }
 
@@ -378,11 +401,11 @@ int tsnap_resume(tsnap_t *t, const tsnap_dest_t *dest, int64_t *ret_start_step,
 		rc = s_error(t, RM_EXIT_DATA, "cannot resume from %s: its manifest has no data cursor",
 			     dir);
 	} else {
-		rc = s_read(t, s, "params", dest->params_lo, dest->params_count, dest->params);
+		rc = s_read(t, s, "params", dest->params_lo, dest->params_count, dest->params, dest->layout);
 		if (rc == RM_EXIT_OK)
-			rc = s_read(t, s, "adam_m", dest->lo, dest->count, dest->adam_m);
+			rc = s_read(t, s, "adam_m", dest->lo, dest->count, dest->adam_m, dest->layout);
 		if (rc == RM_EXIT_OK)
-			rc = s_read(t, s, "adam_v", dest->lo, dest->count, dest->adam_v);
+			rc = s_read(t, s, "adam_v", dest->lo, dest->count, dest->adam_v, dest->layout);
 	}
 	if (rc == RM_EXIT_OK) {
 		*ret_cursor = (uint64_t)json_integer_value(c);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "tplayout.h"
 #include "train.h"
 
 typedef struct tsnap tsnap_t;
@@ -58,6 +59,11 @@ typedef struct {
 	int64_t params_lo, params_count;
 	float *adam_m, *adam_v;
 	int64_t lo, count;
+	/* Tensor parallelism: the ranges above are of this TP rank's LOCAL
+	 * buffer and the snapshot holds the logical one (tplayout.h); NULL
+	 * without TP (local = logical). Elements with no logical counterpart
+	 * (padded vocabulary rows) are left as they are. */
+	const tplayout_t *layout;
 } tsnap_dest_t;
 
 /*

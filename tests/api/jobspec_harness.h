@@ -128,6 +128,7 @@ static inline bool s_spec_equal(const jobspec_t *a, const jobspec_t *b)
 	       a->parallel.device == b->parallel.device &&
 	       a->parallel.sharding == b->parallel.sharding &&
 	       a->parallel.ranks_per_node == b->parallel.ranks_per_node &&
+	       a->parallel.tensor == b->parallel.tensor &&
 	       a->program.argc == b->program.argc && SAME_STR(a->program.cwd, b->program.cwd) &&
 	       a->checkpoint.every_steps == b->checkpoint.every_steps &&
 	       a->checkpoint.keep_last == b->checkpoint.keep_last &&

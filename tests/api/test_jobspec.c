@@ -469,6 +469,69 @@ static void test_cross_field_rules(void)
 	jobspec_free(&s);
 }
 
+/* parallel.tensor: world_size = tensor x data-parallel size, and every split
+ * dimension divides by it; the errors name both numbers. */
+static void test_tensor_parallel(void)
+{
+	jobspec_t s;
+	jobspec_error_t err;
+	char *text;
+
+	CHECK(s_parse("{\"data\": {\"train\": \"t\"}}", &s, &err) == 0);
+	CHECK(s.parallel.tensor == 1);
+	json_t *doc = jobspec_to_json(&s);
+	CHECK(json_object_get(json_object_get(doc, "parallel"), "tensor") == NULL); /* same JSON as before */
+	json_decref(doc);
+	jobspec_free(&s);
+
+	const char *ok = "{\"data\": {\"train\": \"t\"}, \"model\": {\"n_head\": 4, \"n_embd\": 64,"
+			 " \"seq_len\": 32}, \"parallel\": {\"world_size\": 4, \"tensor\": 2, \"sharding\": \"zero2\"}}";
+	CHECK(s_parse(ok, &s, &err) == 0);
+	CHECK(s.parallel.tensor == 2 && s.parallel.world_size == 4);
+	doc = jobspec_to_json(&s);
+	CHECK(json_integer_value(json_object_get(json_object_get(doc, "parallel"), "tensor")) == 2);
+	text = json_dumps(doc, JSON_COMPACT);
+	jobspec_t again;
+	CHECK(s_parse(text, &again, &err) == 0);
+	CHECK(s_spec_equal(&s, &again));
+	jobspec_free(&again);
+	free(text);
+	json_decref(doc);
+	jobspec_free(&s);
+	/* the vocabulary needs no rule: the engine pads it (257 at t=2) */
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"model\": {\"n_head\": 4, \"n_embd\": 64,"
+			  " \"seq_len\": 32, \"vocab_size\": 257}, \"parallel\": {\"world_size\": 2, \"tensor\": 2}}");
+	s_expect_accepted("{\"data\": {\"train\": \"t\"}, \"model\": {\"arch\": \"llama\", \"n_head\": 8,"
+			  " \"n_kv_head\": 4, \"n_embd\": 64, \"ffn_dim\": 128, \"seq_len\": 32},"
+			  " \"parallel\": {\"world_size\": 8, \"tensor\": 4}}");
+
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"tensor\": 2}}", "/parallel/tensor",
+			 "parallel.world_size (1, the default) must be a multiple of parallel.tensor (2)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"world_size\": 6, \"tensor\": 4}}",
+			 "/parallel/tensor", "parallel.world_size (6) must be a multiple of parallel.tensor (4):"
+			 " world_size is tensor x the data-parallel size; set world_size to a multiple of 4 such as 8");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"world_size\": 4, \"tensor\": 4}}",
+			 "/parallel/tensor", "model.n_head (6) must be divisible by parallel.tensor (4)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"arch\": \"llama\", \"n_head\": 8,"
+			 " \"n_kv_head\": 2, \"n_embd\": 64, \"ffn_dim\": 128, \"seq_len\": 32},"
+			 " \"parallel\": {\"world_size\": 4, \"tensor\": 4}}",
+			 "/parallel/tensor", "model.n_kv_head (2) must be divisible by parallel.tensor (4)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"arch\": \"llama\", \"n_head\": 8,"
+			 " \"n_kv_head\": 4, \"n_embd\": 64, \"ffn_dim\": 130, \"seq_len\": 32},"
+			 " \"parallel\": {\"world_size\": 4, \"tensor\": 4}}",
+			 "/parallel/tensor", "the MLP width (model.ffn_dim 130) must be divisible by parallel.tensor (4)");
+	/* GPT-2's width 4 x n_embd divides by t whenever n_head does */
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"model\": {\"n_head\": 4, \"n_embd\": 64,"
+			 " \"seq_len\": 30}, \"parallel\": {\"world_size\": 4, \"tensor\": 4}}",
+			 "/parallel/tensor", "model.seq_len (30) must be divisible by parallel.tensor (4)");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"tensor\": 65}}",
+			 "/parallel/tensor", "parallel.tensor");
+	s_expect_refused("{\"data\": {\"train\": \"t\"}, \"parallel\": {\"tensor\": 0}}",
+			 "/parallel/tensor", "parallel.tensor");
+	s_expect_refused("{\"program\": {\"argv\": [\"x\"]}, \"parallel\": {\"world_size\": 2, \"tensor\": 2}}",
+			 "/parallel/tensor", "parallel.tensor (2) is for the built-in trainer");
+}
+
 static void test_document_level_errors(void)
 {
 	s_expect_refused("[]", "", "the job spec must be a JSON object (got an array)");
@@ -1054,6 +1117,7 @@ int main(void)
 	s_run("missing_data_train", test_missing_data_train);
 	s_run("empty_sections_get_defaults", test_empty_sections_get_defaults);
 	s_run("cross_field_rules", test_cross_field_rules);
+	s_run("tensor_parallel", test_tensor_parallel);
 	s_run("document_level_errors", test_document_level_errors);
 	s_run("names_kept_exactly", test_names_kept_exactly);
 	s_run("name_lengths", test_name_lengths);

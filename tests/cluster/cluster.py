@@ -78,6 +78,15 @@ def arch_of(args):
     return p.parse_known_args(args)[0].arch
 
 
+def tensor_of(args):
+    """The tensor-parallel size a parametrised test runs its first job at:
+    --tensor T among the test's extra arguments (default 1)."""
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--tensor", type=int, default=1)
+    return p.parse_known_args(args)[0].tensor
+
+
 def model_section(arch, n_layer, n_head, n_embd, seq_len):
     """The model section of a test job: GPT-2, or a Llama of the same width
     and depth (grouped-query attention with half the heads as KV heads,
@@ -89,10 +98,12 @@ def model_section(arch, n_layer, n_head, n_embd, seq_len):
 
 
 def tiny_spec(name, world_size, batch_size, steps, seed=1337, eval_every=0, max_restarts=0,
-              arch="gpt2"):
+              arch="gpt2", tensor=1):
     """A tiny GPT-2 (or Llama, arch "llama") on the text made by
-    make_text_data (paths relative to the agents' --data-root)."""
-    return {
+    make_text_data (paths relative to the agents' --data-root); tensor > 1:
+    parallel.tensor (world_size is tensor x the data-parallel size,
+    batch_size per data-parallel replica)."""
+    s = {
         "name": name,
         "model": model_section(arch, 2, 2, 32, 32),
         "data": {"train": "tiny/train.txt", "val": "tiny/val.txt", "format": "text"},
@@ -102,6 +113,9 @@ def tiny_spec(name, world_size, batch_size, steps, seed=1337, eval_every=0, max_
         "checkpoint": {"every_steps": 0},
         "restart": {"max_restarts": max_restarts},
     }
+    if tensor > 1:
+        s["parallel"]["tensor"] = tensor
+    return s
 
 
 # request(token=...) default: the daemon's admin token

@@ -12,6 +12,10 @@ and the ranks it spawns.
                within REL_TOL. B's own snapshot goes to B's folder; A's are
                left as they were.
                With --arch llama (issue 23): the same with a tiny Llama.
+               With --tensor 2 (issue 24): A runs as 2 tensor-parallel
+               groups of 2 (parallel.tensor 2, 2 data-parallel replicas
+               of batch 4), so B resumes a t = 2 snapshot (the logical
+               layout) at t = 1.
   corrupt      resume_from naming a snapshot with a flipped byte: the job
                fails, its reason naming the folder and the shard; no step runs.
   refused      resume_from naming a step A has no committed snapshot of, or a
@@ -29,7 +33,7 @@ orders of magnitude of room.
 import json
 import os
 
-from cluster import arch_of, check, log, run, tiny_spec, wait_workers
+from cluster import arch_of, check, log, run, tensor_of, tiny_spec, wait_workers
 
 STEPS = 20
 EVERY = 10
@@ -40,8 +44,9 @@ REL_TOL = 1e-5
 ARCH = "gpt2"
 
 
-def spec(name, world_size):
-    s = tiny_spec(name, world_size, GLOBAL_BATCH // world_size, STEPS, seed=5, arch=ARCH)
+def spec(name, world_size, tensor=1):
+    s = tiny_spec(name, world_size, GLOBAL_BATCH // (world_size // tensor), STEPS, seed=5, arch=ARCH,
+                  tensor=tensor)
     s["parallel"]["sharding"] = "zero1"
     s["checkpoint"] = {"every_steps": EVERY, "keep_last": 5}
     return s
@@ -66,14 +71,15 @@ def refused(d, body, status, pointer, words):
 def main(c, args):
     global ARCH
     ARCH = arch_of(args)
-    log("model.arch %s" % ARCH)
+    tensor = tensor_of(args)
+    log("model.arch %s, job A at parallel.tensor %d" % (ARCH, tensor))
     d = c.start_daemon()
     ck = os.path.join(c.workdir, "checkpoints")
     agent = c.start_agent("n1", devices="cpu:4", extra_args=["--checkpoint-root", ck])
     wait_workers(d, ["n1"])
 
     # job A at 4 ranks
-    a = d.submit(spec("elastic-a", 4))["id"]
+    a = d.submit(spec("elastic-a", 4, tensor))["id"]
     d.wait_state(a, {"succeeded"}, timeout=300)
     want = dict(losses(d, a))
     check(sorted(want) == list(range(1, STEPS + 1)), "A's steps: %s" % sorted(want))
@@ -122,8 +128,9 @@ def main(c, args):
     check([n for n in os.listdir(os.path.join(ck, b)) if not n.endswith(".tmp")] == ["step-00000020"],
           "B's folder: %r" % os.listdir(os.path.join(ck, b)))
 
-    if ARCH != "gpt2":
-        log("--arch %s: elastic only (the refusals below are the system's, not the model's)" % ARCH)
+    if ARCH != "gpt2" or tensor > 1:
+        log("--arch %s --tensor %d: elastic only (the refusals below are the system's, not the"
+            " model's)" % (ARCH, tensor))
         return
 
     # a corrupt snapshot named by resume_from: the job fails naming it, it

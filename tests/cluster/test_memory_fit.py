@@ -10,8 +10,11 @@ docs/jobspec.md); agents say in REGISTER how much host memory they offer
     refused at submission with 422 naming the estimate and the largest node;
   - placement never puts a rank on a node with too little memory: a 2-rank
     job runs on the big node, not on the small one beside it;
+  - the same too-big job at parallel.tensor 2 is taken (each rank holds
+    about half) and waits with the TP estimate as its reason;
   - the estimate is within a factor of 2 of what the ranks report (METRICS
-    params/grads/optim/activations bytes), for sharding none and zero1."""
+    params/grads/optim/activations bytes), for sharding none and zero1, and
+    at parallel.tensor 2."""
 import re
 
 from cluster import check, log, model_section, run, tiny_spec, wait_until, wait_workers
@@ -58,6 +61,23 @@ def main(cluster, args):
           (est_big, memfit_estimate(big_spec("x"))))
     log("refused at submission: %s" % text)
 
+    # 2b. The same job split 2 ways (parallel.tensor 2, issue 24): each
+    # rank holds about half, so it is taken; two such ranks do not fit the
+    # small node together, so it waits with its estimate in the reason.
+    split = big_spec("too-big-split")
+    split["parallel"].update(world_size=2, tensor=2)
+    split_id = d.submit(split)["id"]
+
+    def split_reason():
+        r = d.job(split_id).get("state_reason") or ""
+        return r if "per rank" in r else None
+    r = wait_until("the split job's memory reason", split_reason, 30)
+    est_split = estimate_from(r)
+    check(abs(est_split - memfit_estimate(split)) <= 2 and est_split < GIB,
+          "the split job's estimate %d, the formula %d" % (est_split, memfit_estimate(split)))
+    d.json("POST", "/v1/jobs/%s/cancel" % split_id)
+    log("at parallel.tensor 2 the job is taken: %d bytes per rank (%d at t = 1)" % (est_split, est_big))
+
     # 3. A big node beside the small one: the waiting job runs there, and a
     # 2-rank job that fits only the big one goes there whole.
     cluster.start_agent("n2-big", "cpu:2", extra_args=["--memory-bytes", str(64 * GIB)])
@@ -79,9 +99,10 @@ def main(cluster, args):
 
     # 4. The estimate (the formula, checked against the daemon's above)
     # against what the ranks report they hold.
-    for sharding, arch in (("none", "gpt2"), ("zero1", "gpt2"), ("zero1", "llama")):
-        s = tiny_spec("fit-%s-%s" % (sharding, arch), 2, 64, 3)
-        s["model"] = model_section(arch, 2, 2, 64, 32)
+    for sharding, arch, tensor in (("none", "gpt2", 1), ("zero1", "gpt2", 1), ("zero1", "llama", 1),
+                                   ("zero1", "gpt2", 2), ("none", "llama", 2)):
+        s = tiny_spec("fit-%s-%s-t%d" % (sharding, arch, tensor), 2, 64, 3, tensor=tensor)
+        s["model"] = model_section(arch, 2, 2 * tensor, 64, 32)  # KV heads divide by t too
         s["parallel"]["sharding"] = sharding
         job_id = d.submit(s)["id"]
         d.wait_state(job_id, {"succeeded"}, timeout=300)
@@ -93,7 +114,8 @@ def main(cluster, args):
         for got in reported:
             check(est / 2 <= got <= est * 2, "sharding %s: estimate %d, a rank reported %d" %
                   (sharding, est, got))
-        log("%s, sharding %s: estimate %d bytes, ranks reported %s" % (arch, sharding, est, reported))
+        log("%s, sharding %s, tensor %d: estimate %d bytes, ranks reported %s" %
+            (arch, sharding, tensor, est, reported))
 
 
 def memfit_estimate(s):
@@ -107,8 +129,16 @@ def memfit_estimate(s):
         KVC, F = C // H * m["n_kv_head"], m["ffn_dim"]
         layer = 2 * C * C + 2 * C * KVC + 3 * C * F + 2 * C
         P = V * C * (1 if m.get("tie_embeddings") else 2) + L * layer + C
-    S = -(-P // W)
     sharding = p.get("sharding", "none")
+    t = p.get("tensor", 1)
+    if t > 1:  # a TP rank's part; zero2/3 run as zero1 under TP
+        R = 2 * L * C + C if m.get("arch") == "llama" else T * C + 6 * L * C + 2 * C
+        E = 2 if m.get("arch") == "llama" and not m.get("tie_embeddings") else 1
+        Vp = -(-V // t) * t
+        P = (P - R + (Vp - V) * C * E) / t + R
+        W //= t
+        sharding = "zero1" if sharding != "none" else "none"
+    S = -(-P // W)
     params, grads, optim = {
         "none": (4 * P, 4 * P, 8 * P),
         "zero1": (4 * P, 4 * P + 4 * S, 8 * S),
@@ -118,7 +148,9 @@ def memfit_estimate(s):
     N = B * T
     floats = N * (8 * C + V + 4) + B * C * (T + 16) + N * H * T + L * N * (12 * C + 4 + H * T)
     act = 4 * floats + 8 * N + 64 * 32
-    return params + grads + optim + act
+    if t > 1:  # sequence parallelism: 1/t plus the all-gathered (B, T, C) pair
+        act = act / t + 8 * B * T * C
+    return int(params + grads + optim + act)
 
 
 if __name__ == "__main__":

@@ -221,6 +221,14 @@ def case_error_heads(tmp):
                 "model.n_head")
 
 
+def case_error_tensor_alone(tmp):
+    """parallel.tensor > 1 needs a job's ranks (issue 24): one process says so."""
+    with_text_data(tmp)
+    spec = tiny_spec()
+    spec["parallel"] = {"world_size": 2, "tensor": 2}
+    expect_fail(tmp, spec, 2, "parallel.tensor is 2", "one process")
+
+
 def case_error_memory(tmp):
     write(os.path.join(tmp, "big.txt"), corpus(70000))
     spec = tiny_spec(model__seq_len=65536, train__batch_size=65536, data__train="big.txt",

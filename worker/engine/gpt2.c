@@ -37,6 +37,7 @@
  * tests/worker/engine/test_determinism.c.
  */
 #include "gpt2.h"
+#include "gpt2_priv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -50,6 +51,7 @@
 #include "initrand.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "tp.h"
 
 /*
  * DETERMINISM_NOTE. Guaranteed: same seed, same shapes, same thread count ->
@@ -68,75 +70,6 @@
  * at most 2e-8 relative in the grad norm. test_determinism reports it
  * without asserting it; train-determinism bounds it at 1e-5.
  */
-
-#define N_LAYER_TENSORS 12
-
-/* Tensor indices within a layer, in HF order. */
-enum {
-	T_LN1_W, T_LN1_B, T_QKV_W, T_QKV_B, T_PROJ_W, T_PROJ_B,
-	T_LN2_W, T_LN2_B, T_FC_W, T_FC_B, T_FCPROJ_W, T_FCPROJ_B,
-};
-
-typedef struct {
-	float *encoded;                       /* (B, T, C) */
-	float *ln1, *ln1_mean, *ln1_rstd;     /* (L, B, T, C), (L, B, T), (L, B, T) */
-	float *qkv;                           /* (L, B, T, 3C) */
-	float *att;                           /* (L, B, H, T, T) */
-	float *atty;                          /* (L, B, T, C) */
-	float *res2;                          /* (L, B, T, C) */
-	float *ln2, *ln2_mean, *ln2_rstd;     /* (L, B, T, C), (L, B, T), (L, B, T) */
-	float *fch;                           /* (L, B, T, 4C) before GELU */
-	float *res3;                          /* (L, B, T, C) */
-	float *lnf, *lnf_mean, *lnf_rstd;     /* (B, T, C), (B, T), (B, T) */
-	float *logits;                        /* (B, T, V); dlogits after backward */
-	float *lse;                           /* (B, T) */
-	float *losses;                        /* (B, T) */
-	float *dres;                          /* (B, T, C) gradient of the residual stream */
-	float *dbig;                          /* (B, T, 4C) GELU output / dfch / dqkv */
-	float *dsmall;                        /* (B, T, C) dln / datty */
-	float *att_scratch;                   /* kernel_attention_scratch_floats */
-	int32_t *inputs, *targets;            /* (B, T) copies for backward */
-	uint16_t *a16, *b16;                  /* bf16 GEMM operands: (B*T*max(V, 4C)), (B*T*4C) */
-} acts_t;
-
-struct gpt2 {
-	gpt2_config_t cfg;
-	int max_B, max_T;
-	gpt2_precision_t precision;
-
-	int n_tensors;
-	gpt2_tensor_t *tensors; /* (n_tensors) */
-	size_t n_params;
-	float *params;          /* (n_params); NULL under MODEL_STREAM_ALL */
-	float *grads;           /* (n_params); NULL unless MODEL_DENSE */
-	uint16_t *params16;     /* bf16 copy: of params (n_params), or of the fetched range
-	                         * (max_range) under MODEL_STREAM_ALL; NULL in fp32 */
-
-	/* Ranges (see gpt2.h): wte comes in blocks of wte_rows rows. */
-	model_streaming_t mode;
-	model_stream_t stream;
-	int wte_rows, n_chunks;
-	size_t max_range;
-	model_range_t r_wpe, r_lnf;
-	model_range_t *r_layers; /* (n_layer) */
-	/* The ranges fetched by a forward, then by a backward, in order: the
-	 * next one is the prefetch hint of each fetch. */
-	model_range_t *seq_fwd, *seq_bwd;
-	int n_seq_fwd, n_seq_bwd;
-	const model_range_t *seq;
-	int seq_n, seq_pos;
-	const float *held; /* the fetched range's parameters (MODEL_STREAM_ALL), else NULL */
-	size_t held_n;
-
-	void *arena;
-	size_t arena_bytes;
-	acts_t a;
-
-	matmul_cache_t *mm;
-
-	int B, T;             /* of the last forward */
-	bool have_targets;    /* last forward had targets, backward may run */
-};
 
 /* ---- allocation and layout ---- */
 
@@ -172,46 +105,57 @@ static void *s_carve(char *base, size_t *off, size_t n, size_t size)
 	return p;
 }
 
-/* Lay out the arena for (max_B, max_T); with base NULL, only measures it. */
+/* Lay out the arena for (max_B, max_T) on TP rank parts of tp ranks (1:
+ * none): residual-stream tensors hold n = N/tp rows (sequence parallel),
+ * the others all N rows of this rank's heads / features / vocabulary
+ * block. With base NULL, only measures it. */
 static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T,
-                       bool bf16)
+                       bool bf16, int tp)
 {
-	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
-	size_t H = (size_t)cfg->n_head;
-	size_t N = (size_t)max_B * (size_t)max_T;
+	size_t t = tp > 1 ? (size_t)tp : 1;
+	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = ((size_t)cfg->vocab_size + t - 1) / t;
+	size_t H = (size_t)cfg->n_head / t, Cf = (size_t)cfg->n_embd / t;
+	size_t N = (size_t)max_B * (size_t)max_T, n = (N + t - 1) / t;
 	size_t f = sizeof(float);
 	size_t off = 0;
-	a->encoded = s_carve(base, &off, N * C, f);
-	a->ln1 = s_carve(base, &off, L * N * C, f);
-	a->ln1_mean = s_carve(base, &off, L * N, f);
-	a->ln1_rstd = s_carve(base, &off, L * N, f);
-	a->qkv = s_carve(base, &off, L * N * 3 * C, f);
+	a->encoded = s_carve(base, &off, n * C, f);
+	a->ln1 = s_carve(base, &off, L * n * C, f);
+	a->ln1_mean = s_carve(base, &off, L * n, f);
+	a->ln1_rstd = s_carve(base, &off, L * n, f);
+	a->qkv = s_carve(base, &off, L * N * 3 * Cf, f);
 	a->att = s_carve(base, &off, L * N * H * (size_t)max_T, f);
-	a->atty = s_carve(base, &off, L * N * C, f);
-	a->res2 = s_carve(base, &off, L * N * C, f);
-	a->ln2 = s_carve(base, &off, L * N * C, f);
-	a->ln2_mean = s_carve(base, &off, L * N, f);
-	a->ln2_rstd = s_carve(base, &off, L * N, f);
-	a->fch = s_carve(base, &off, L * N * 4 * C, f);
-	a->res3 = s_carve(base, &off, L * N * C, f);
-	a->lnf = s_carve(base, &off, N * C, f);
-	a->lnf_mean = s_carve(base, &off, N, f);
-	a->lnf_rstd = s_carve(base, &off, N, f);
+	a->atty = s_carve(base, &off, L * N * Cf, f);
+	a->res2 = s_carve(base, &off, L * n * C, f);
+	a->ln2 = s_carve(base, &off, L * n * C, f);
+	a->ln2_mean = s_carve(base, &off, L * n, f);
+	a->ln2_rstd = s_carve(base, &off, L * n, f);
+	a->fch = s_carve(base, &off, L * N * 4 * Cf, f);
+	a->res3 = s_carve(base, &off, L * n * C, f);
+	a->lnf = s_carve(base, &off, n * C, f);
+	a->lnf_mean = s_carve(base, &off, n, f);
+	a->lnf_rstd = s_carve(base, &off, n, f);
 	a->logits = s_carve(base, &off, N * V, f);
 	a->lse = s_carve(base, &off, N, f);
 	a->losses = s_carve(base, &off, N, f);
-	a->dres = s_carve(base, &off, N * C, f);
-	a->dbig = s_carve(base, &off, N * 4 * C, f);
+	a->dres = s_carve(base, &off, n * C, f);
+	a->dbig = s_carve(base, &off, N * 4 * Cf, f);
 	a->dsmall = s_carve(base, &off, N * C, f);
 	a->att_scratch = s_carve(base, &off,
-				 kernel_attention_scratch_floats(max_B, max_T, (int)C, (int)H), f);
+				 kernel_attention_scratch_floats(max_B, max_T, (int)Cf, (int)H), f);
 	a->inputs = s_carve(base, &off, N, sizeof(int32_t));
 	a->targets = s_carve(base, &off, N, sizeof(int32_t));
+	a->full = a->dloc = a->ce_scratch = NULL;
+	if (t > 1) {
+		a->full = s_carve(base, &off, N * C, f);
+		a->dloc = s_carve(base, &off, n * C, f);
+		a->ce_scratch = s_carve(base, &off, tp_ce_scratch_floats((int)t, (int)N), f);
+	}
 	a->a16 = NULL;
 	a->b16 = NULL;
 	if (bf16) {
-		a->a16 = s_carve(base, &off, N * (V > 4 * C ? V : 4 * C), sizeof(uint16_t));
-		a->b16 = s_carve(base, &off, N * 4 * C, sizeof(uint16_t));
+		size_t wide = V > 4 * Cf ? V : 4 * Cf;
+		a->a16 = s_carve(base, &off, N * (wide > C ? wide : C), sizeof(uint16_t));
+		a->b16 = s_carve(base, &off, N * (4 * Cf > C ? 4 * Cf : C), sizeof(uint16_t));
 	}
 	return off;
 }
@@ -249,14 +193,22 @@ static double s_available_bytes(void)
 	return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
 }
 
-static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int64_t d1, bool decay)
+/* A tensor of logical shape (d0, d1), cut along `split` (-1: replicated)
+ * across the model's tp_size ranks; dim 0 of wte is padded to a multiple
+ * of tp_size (model.h). */
+static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int64_t d1, bool decay,
+                         int split)
 {
 	gpt2_tensor_t *t = &m->tensors[m->n_tensors++];
+	int64_t tp = m->tp_size > 1 ? m->tp_size : 1;
 	snprintf(t->name, sizeof t->name, "%s", name);
 	t->ndim = ndim;
-	t->shape[0] = d0;
-	t->shape[1] = ndim == 2 ? d1 : 0;
-	t->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+	t->full_shape[0] = d0;
+	t->full_shape[1] = ndim == 2 ? d1 : 0;
+	t->tp_split = split;
+	t->shape[0] = split == 0 ? (d0 + tp - 1) / tp : d0;
+	t->shape[1] = ndim == 2 ? (split == 1 ? d1 / tp : d1) : 0;
+	t->numel = (size_t)t->shape[0] * (size_t)(ndim == 2 ? t->shape[1] : 1);
 	t->offset = m->n_params;
 	t->decay = decay;
 	m->n_params += t->numel;
@@ -267,30 +219,31 @@ static void s_build_tensor_table(gpt2_t *m)
 	const gpt2_config_t *c = &m->cfg;
 	int64_t C = c->n_embd;
 	char name[MODEL_TENSOR_NAME_MAX];
-	s_add_tensor(m, "wte.weight", 2, c->vocab_size, C, true);
-	s_add_tensor(m, "wpe.weight", 2, c->seq_len, C, true);
+	const int R = MODEL_TP_REPLICATED;
+	s_add_tensor(m, "wte.weight", 2, c->vocab_size, C, true, 0);
+	s_add_tensor(m, "wpe.weight", 2, c->seq_len, C, true, R);
 	for (int l = 0; l < c->n_layer; l++) {
-#define LAYER_TENSOR(suffix, ndim, d0, d1, decay)                         \
+#define LAYER_TENSOR(suffix, ndim, d0, d1, decay, split)                  \
 	do {                                                              \
 		snprintf(name, sizeof name, "h.%d." suffix, l);           \
-		s_add_tensor(m, name, ndim, d0, d1, decay);               \
+		s_add_tensor(m, name, ndim, d0, d1, decay, split);        \
 	} while (0)
-		LAYER_TENSOR("ln_1.weight", 1, C, 0, false);
-		LAYER_TENSOR("ln_1.bias", 1, C, 0, false);
-		LAYER_TENSOR("attn.c_attn.weight", 2, C, 3 * C, true);
-		LAYER_TENSOR("attn.c_attn.bias", 1, 3 * C, 0, false);
-		LAYER_TENSOR("attn.c_proj.weight", 2, C, C, true);
-		LAYER_TENSOR("attn.c_proj.bias", 1, C, 0, false);
-		LAYER_TENSOR("ln_2.weight", 1, C, 0, false);
-		LAYER_TENSOR("ln_2.bias", 1, C, 0, false);
-		LAYER_TENSOR("mlp.c_fc.weight", 2, C, 4 * C, true);
-		LAYER_TENSOR("mlp.c_fc.bias", 1, 4 * C, 0, false);
-		LAYER_TENSOR("mlp.c_proj.weight", 2, 4 * C, C, true);
-		LAYER_TENSOR("mlp.c_proj.bias", 1, C, 0, false);
+		LAYER_TENSOR("ln_1.weight", 1, C, 0, false, R);
+		LAYER_TENSOR("ln_1.bias", 1, C, 0, false, R);
+		LAYER_TENSOR("attn.c_attn.weight", 2, C, 3 * C, true, 1);  /* the "qkv" rule */
+		LAYER_TENSOR("attn.c_attn.bias", 1, 3 * C, 0, false, 0);   /* the "qkv" rule */
+		LAYER_TENSOR("attn.c_proj.weight", 2, C, C, true, 0);
+		LAYER_TENSOR("attn.c_proj.bias", 1, C, 0, false, R);
+		LAYER_TENSOR("ln_2.weight", 1, C, 0, false, R);
+		LAYER_TENSOR("ln_2.bias", 1, C, 0, false, R);
+		LAYER_TENSOR("mlp.c_fc.weight", 2, C, 4 * C, true, 1);
+		LAYER_TENSOR("mlp.c_fc.bias", 1, 4 * C, 0, false, 0);
+		LAYER_TENSOR("mlp.c_proj.weight", 2, 4 * C, C, true, 0);
+		LAYER_TENSOR("mlp.c_proj.bias", 1, C, 0, false, R);
 #undef LAYER_TENSOR
 	}
-	s_add_tensor(m, "ln_f.weight", 1, C, 0, false);
-	s_add_tensor(m, "ln_f.bias", 1, C, 0, false);
+	s_add_tensor(m, "ln_f.weight", 1, C, 0, false, R);
+	s_add_tensor(m, "ln_f.bias", 1, C, 0, false, R);
 }
 
 static int s_check_positive(const char *field, int v, char *err, size_t errlen)
@@ -335,9 +288,9 @@ static model_range_t s_range(const gpt2_tensor_t *first, const gpt2_tensor_t *la
 }
 
 /* The wte block k: rows [k * wte_rows, min(V, (k + 1) * wte_rows)). */
-static model_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
+model_range_t gpt2_p_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
 {
-	int V = m->cfg.vocab_size, C = m->cfg.n_embd;
+	int V = (int)m->tensors[0].shape[0], C = m->cfg.n_embd;
 	int v0 = k * m->wte_rows, v1 = v0 + m->wte_rows < V ? v0 + m->wte_rows : V;
 	*ret_v0 = v0;
 	*ret_v1 = v1;
@@ -347,7 +300,7 @@ static model_range_t s_chunk(const gpt2_t *m, int k, int *ret_v0, int *ret_v1)
 /* The ranges and the order a step fetches them in. */
 static bool s_build_ranges(gpt2_t *m)
 {
-	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = (int)m->tensors[0].shape[0];
 	size_t layer = 12 * (size_t)C * C + 13 * (size_t)C;
 	/* Streamed, a wte block is at most a layer, so that one buffer fits any range. */
 	m->wte_rows = m->mode == MODEL_DENSE ? V : (int)(layer / (size_t)C < (size_t)V ? layer / (size_t)C : (size_t)V);
@@ -376,13 +329,13 @@ static bool s_build_ranges(gpt2_t *m)
 	int f = 0, b = 0;
 	m->seq_fwd[f++] = m->r_wpe;
 	for (int k = 0; k < m->n_chunks; k++)
-		m->seq_fwd[f++] = s_chunk(m, k, &v0, &v1);
+		m->seq_fwd[f++] = gpt2_p_chunk(m, k, &v0, &v1);
 	for (int l = 0; l < L; l++)
 		m->seq_fwd[f++] = m->r_layers[l];
 	m->seq_fwd[f++] = m->r_lnf;
 	for (int k = 0; k < m->n_chunks; k++) {
-		m->seq_fwd[f++] = s_chunk(m, k, &v0, &v1);
-		m->seq_bwd[b++] = s_chunk(m, k, &v0, &v1);
+		m->seq_fwd[f++] = gpt2_p_chunk(m, k, &v0, &v1);
+		m->seq_bwd[b++] = gpt2_p_chunk(m, k, &v0, &v1);
 	}
 	m->seq_bwd[b++] = m->r_lnf;
 	for (int l = L - 1; l >= 0; l--)
@@ -403,12 +356,29 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
              model_streaming_t mode, const model_stream_t *stream, gpt2_t **ret_model, char *err,
              size_t errlen)
 {
+	return gpt2_new_tp(cfg, max_B, max_T, precision, mode, stream, NULL, ret_model, err, errlen);
+}
+
+/* The TP group's rules for GPT-2: heads and the sequence divide by t. */
+static int s_tp_check(const gpt2_config_t *cfg, int max_T, const model_tp_t *tp, char *err,
+                      size_t errlen)
+{
+	static const char *const names[] = {"model.n_head", "the sequence length (sequence parallelism)"};
+	int dims[] = {cfg->n_head, max_T};
+	return tp_check(tp, names, dims, tp && tp->size > 1 ? 2 : 0, err, errlen);
+}
+
+int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
+                model_streaming_t mode, const model_stream_t *stream, const model_tp_t *tp,
+                gpt2_t **ret_model, char *err, size_t errlen)
+{
 	if (mode != MODEL_DENSE && (!stream || !stream->grad_begin || !stream->grad_end ||
 				   (mode == MODEL_STREAM_ALL && (!stream->fetch || !stream->release)))) {
 		snprintf(err, errlen, "internal error: a streamed model needs its stream functions");
 		return -EINVAL;
 	}
-	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
+	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0 ||
+	    s_tp_check(cfg, max_T, tp, err, errlen) < 0)
 		return -EINVAL;
 	bool bf16 = precision == GPT2_PRECISION_BF16;
 	double C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
@@ -445,6 +415,7 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
 	m->max_B = max_B;
 	m->max_T = max_T;
 	m->precision = precision;
+	m->tp_size = tp && tp->size > 1 ? tp->size : 1;
 	m->mode = mode;
 	if (stream)
 		m->stream = *stream;
@@ -472,11 +443,13 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
 		if (!m->params16)
 			goto fail_nomem;
 	}
-	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, bf16);
+	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, bf16, m->tp_size);
 	m->arena = s_aligned_alloc(m->arena_bytes);
 	if (!m->arena)
 		goto fail_nomem;
-	s_layout(&m->a, m->arena, cfg, max_B, max_T, bf16);
+	s_layout(&m->a, m->arena, cfg, max_B, max_T, bf16, m->tp_size);
+	if (tp_init(&m->tp, tp, m->tensors, m->n_tensors) < 0)
+		goto fail_nomem;
 	m->mm = matmul_cache_create(bf16, err, errlen);
 	if (!m->mm)
 		goto fail;
@@ -522,6 +495,7 @@ void gpt2_free(gpt2_t *m)
 	if (!m)
 		return;
 	matmul_cache_free(m->mm);
+	tp_free(&m->tp);
 	free(m->arena);
 	free(m->params16);
 	free(m->grads);
@@ -599,32 +573,59 @@ size_t gpt2_max_range(const gpt2_t *m)
 
 double gpt2_flops_per_token(const gpt2_t *m, int T)
 {
-	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
+	int t = m->tp_size > 1 ? m->tp_size : 1;
+	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd / t * (double)T;
+}
+
+void gpt2_tp_comm(const gpt2_t *m, model_tp_comm_t *ret)
+{
+	*ret = m->tp.vol;
 }
 
 /* ---- initialisation ---- */
 
+/* The logical elements [from, from + n) of tensor i into p. */
+typedef struct {
+	const gpt2_t *m;
+	int i;
+	uint64_t seed;
+	float *out;  /* where local element `skip` of the tensor goes */
+	size_t skip;
+} init_ctx_t;
+
+static void s_init_segment(void *vctx, size_t local, size_t logical, size_t n)
+{
+	const init_ctx_t *c = vctx;
+	const gpt2_tensor_t *t = &c->m->tensors[c->i];
+	float *p = c->out + (local - c->skip);
+	if (t->ndim == 2) {
+		bool resid = strstr(t->name, "c_proj.weight") != NULL;
+		double resid_std = 0.02 / sqrt(2.0 * c->m->cfg.n_layer);
+		initrand_normal(p, logical, logical + n, c->seed, (uint64_t)c->i,
+			      resid ? resid_std : 0.02);
+	} else {
+		const char *dot = strrchr(t->name, '.');
+		bool is_ln = strstr(t->name, "ln_") != NULL;
+		float v = is_ln && strcmp(dot, ".weight") == 0 ? 1.0f : 0.0f;
+		for (size_t k = 0; k < n; k++)
+			p[k] = v;
+	}
+}
+
+/* Under TP a local element gets its logical element's value (tp_segments)
+ * and padded vocabulary rows 0; with t = 1 the one segment is the tensor. */
 void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float *out)
 {
-	double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
 	for (int i = 0; i < m->n_tensors; i++) {
 		const gpt2_tensor_t *t = &m->tensors[i];
 		size_t a = t->offset > lo ? t->offset : lo;
 		size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
 		if (a >= b)
 			continue;
-		float *p = out + (a - lo);
-		const char *dot = strrchr(t->name, '.');
-		bool is_ln = strstr(t->name, "ln_") != NULL;
-		if (t->ndim == 2) {
-			bool resid = strstr(t->name, "c_proj.weight") != NULL;
-			initrand_normal(p, a - t->offset, b - t->offset, seed, (uint64_t)i,
-				      resid ? resid_std : 0.02);
-		} else {
-			float v = is_ln && strcmp(dot, ".weight") == 0 ? 1.0f : 0.0f;
-			for (size_t k = 0; k < b - a; k++)
-				p[k] = v;
-		}
+		init_ctx_t c = {m, i, seed, out + (a - lo), a - t->offset};
+		if (m->tp_size > 1)
+			memset(out + (a - lo), 0, (b - a) * sizeof(float));
+		tp_segments(t, m->tp.g.rank, m->tp_size, a - t->offset, b - t->offset, s_init_segment, &c);
 	}
 }
 
@@ -643,7 +644,7 @@ static void s_fatal(const char *what)
 }
 
 /* Start walking a fetch order (the forward's or the backward's). */
-static void s_seq_start(gpt2_t *m, const model_range_t *seq, int n)
+void gpt2_p_seq_start(gpt2_t *m, const model_range_t *seq, int n)
 {
 	m->seq = seq;
 	m->seq_n = n;
@@ -654,9 +655,9 @@ static void s_seq_start(gpt2_t *m, const model_range_t *seq, int n)
  * The parameters of range r: the model's own buffer, or (MODEL_STREAM_ALL)
  * fetched through the stream with the next range of the order as the
  * prefetch hint, and converted to bf16 in bf16 mode. One range is held at a
- * time; s_release gives it back.
+ * time; gpt2_p_release gives it back.
  */
-static const float *s_fetch(gpt2_t *m, model_range_t r)
+const float *gpt2_p_fetch(gpt2_t *m, model_range_t r)
 {
 	if (m->mode != MODEL_STREAM_ALL)
 		return m->params + r.lo;
@@ -673,7 +674,7 @@ static const float *s_fetch(gpt2_t *m, model_range_t r)
 	return p;
 }
 
-static void s_release(gpt2_t *m, const float *p)
+void gpt2_p_release(gpt2_t *m, const float *p)
 {
 	if (m->mode != MODEL_STREAM_ALL)
 		return;
@@ -682,25 +683,19 @@ static void s_release(gpt2_t *m, const float *p)
 }
 
 /* Where the gradients of r go: the model's own buffer (accumulating), or a
- * zeroed buffer from the stream; s_grad_end hands it back once they are
+ * zeroed buffer from the stream; gpt2_p_grad_end hands it back once they are
  * final for this backward. */
-static float *s_grad_begin(gpt2_t *m, model_range_t r)
+float *gpt2_p_grad_begin(gpt2_t *m, model_range_t r)
 {
 	if (m->mode == MODEL_DENSE)
 		return m->grads + r.lo;
 	return m->stream.grad_begin(m->stream.ctx, r);
 }
 
-static void s_grad_end(gpt2_t *m, float *g, model_range_t r)
+void gpt2_p_grad_end(gpt2_t *m, float *g, model_range_t r)
 {
 	if (m->mode != MODEL_DENSE)
 		m->stream.grad_end(m->stream.ctx, g, r);
-}
-
-/* A tensor of layer l inside a fetched or gradient range starting at lo. */
-static inline float *s_at(const gpt2_t *m, const float *base, size_t lo, int l, int which)
-{
-	return (float *)(uintptr_t)base + (m->tensors[2 + l * N_LAYER_TENSORS + which].offset - lo);
 }
 
 /* The bf16 copy of B when B points into parameters that have one. */
@@ -720,7 +715,7 @@ static const uint16_t *s_bf16_param(const gpt2_t *m, const float *B)
  * copy when it points into the parameters, else converted like A into a
  * scratch buffer.
  */
-static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
+void gpt2_p_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
                    const float *B, bool trans_b, const float *bias, float *C, int64_t ldc,
                    bool accumulate)
 {
@@ -744,8 +739,6 @@ static void s_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, 
 	matmul_run_ld(m->mm, M, N, K, m->a.a16, 0, false, b16, trans_b, bias, C, ldc, accumulate);
 }
 
-/* Per-layer slices of the activations (max-sized strides). */
-#define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
 
 float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
@@ -771,17 +764,25 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 	m->have_targets = false;
 	if (m->params16 && m->mode != MODEL_STREAM_ALL)
 		kernel_to_bf16(m->params16, m->params, m->n_params);
-	s_seq_start(m, m->seq_fwd, m->n_seq_fwd);
+	if (m->tp_size > 1) {
+		if (T % m->tp_size != 0) {
+			fprintf(stderr, "ringworker: fatal: gpt2_forward: T %d is not divisible by the"
+				" %d tensor-parallel ranks\n", T, m->tp_size);
+			exit(EX_SOFTWARE);
+		}
+		return gpt2_tp_forward(m, inputs, targets, B, T);
+	}
+	gpt2_p_seq_start(m, m->seq_fwd, m->n_seq_fwd);
 
 	/* encoded = wpe[t] + wte[token], wte by blocks of rows */
-	const float *wpe = s_fetch(m, m->r_wpe);
+	const float *wpe = gpt2_p_fetch(m, m->r_wpe);
 	kernel_embed_positions(a->encoded, wpe, B, T, C);
-	s_release(m, wpe);
+	gpt2_p_release(m, wpe);
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		const float *w = s_fetch(m, s_chunk(m, k, &v0, &v1));
+		const float *w = gpt2_p_fetch(m, gpt2_p_chunk(m, k, &v0, &v1));
 		kernel_embed_tokens(a->encoded, inputs, w, v0, v1, N, C);
-		s_release(m, w);
+		gpt2_p_release(m, w);
 	}
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
@@ -791,36 +792,36 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 		float *res2 = LAYER_SLICE(a->res2, l, C), *res3 = LAYER_SLICE(a->res3, l, C);
 		float *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		const model_range_t r = m->r_layers[l];
-		const float *P = s_fetch(m, r);
-#define LP(which) s_at(m, P, r.lo, l, (which))
+		const float *P = gpt2_p_fetch(m, r);
+#define LP(which) gpt2_p_at(m, P, r.lo, l, (which))
 
 		kernel_layernorm_forward(ln1, LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
 					 x, LP(T_LN1_W), LP(T_LN1_B), N, C);
-		s_gemm(m, N, 3 * C, C, ln1, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
+		gpt2_p_gemm(m, N, 3 * C, C, ln1, 0, false, LP(T_QKV_W), false, LP(T_QKV_B), qkv, 0, false);
 		kernel_attention_forward(atty, att, qkv, a->att_scratch, B, T, C, H);
 		memcpy(res2, x, (size_t)N * C * sizeof(float));
-		s_gemm(m, N, C, C, atty, 0, false, LP(T_PROJ_W), false, LP(T_PROJ_B), res2, 0, true);
+		gpt2_p_gemm(m, N, C, C, atty, 0, false, LP(T_PROJ_W), false, LP(T_PROJ_B), res2, 0, true);
 		kernel_layernorm_forward(ln2, LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
 					 res2, LP(T_LN2_W), LP(T_LN2_B), N, C);
-		s_gemm(m, N, 4 * C, C, ln2, 0, false, LP(T_FC_W), false, LP(T_FC_B), fch, 0, false);
+		gpt2_p_gemm(m, N, 4 * C, C, ln2, 0, false, LP(T_FC_W), false, LP(T_FC_B), fch, 0, false);
 		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
 		memcpy(res3, res2, (size_t)N * C * sizeof(float));
-		s_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FCPROJ_W), false, LP(T_FCPROJ_B), res3, 0,
+		gpt2_p_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FCPROJ_W), false, LP(T_FCPROJ_B), res3, 0,
 		       true);
 #undef LP
-		s_release(m, P);
+		gpt2_p_release(m, P);
 		x = res3;
 	}
-	const float *lnf_p = s_fetch(m, m->r_lnf);
+	const float *lnf_p = gpt2_p_fetch(m, m->r_lnf);
 	kernel_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_p, lnf_p + C, N, C);
-	s_release(m, lnf_p);
+	gpt2_p_release(m, lnf_p);
 	/* logits (N, V) = lnf (N, C) @ wte^T, by blocks of wte's (V, C) rows:
 	 * logits[:, v0:v1] = lnf @ wte[v0:v1]^T */
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		const float *w = s_fetch(m, s_chunk(m, k, &v0, &v1));
-		s_gemm(m, N, v1 - v0, C, a->lnf, 0, false, w, true, NULL, a->logits + v0, V, false);
-		s_release(m, w);
+		const float *w = gpt2_p_fetch(m, gpt2_p_chunk(m, k, &v0, &v1));
+		gpt2_p_gemm(m, N, v1 - v0, C, a->lnf, 0, false, w, true, NULL, a->logits + v0, V, false);
+		gpt2_p_release(m, w);
 	}
 	if (!targets)
 		return 0.0f;
@@ -857,7 +858,11 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	const int B = m->B, T = m->T, N = B * T;
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
-	s_seq_start(m, m->seq_bwd, m->n_seq_bwd);
+	if (m->tp_size > 1) {
+		gpt2_tp_backward(m, loss_scale);
+		return;
+	}
+	gpt2_p_seq_start(m, m->seq_bwd, m->n_seq_bwd);
 
 	kernel_crossentropy_backward_inplace(a->logits, a->lse, a->targets, N, V, loss_scale / (float)N);
 	float *dlogits = a->logits;
@@ -865,22 +870,22 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 	 * dlnf (N, C) (+)= dlogits[:, v0:v1] @ wte[v0:v1] */
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		model_range_t r = s_chunk(m, k, &v0, &v1);
-		const float *w = s_fetch(m, r);
-		float *g = s_grad_begin(m, r);
-		s_gemm(m, v1 - v0, C, N, dlogits + v0, V, true, a->lnf, false, NULL, g, 0, true);
-		s_gemm(m, N, C, v1 - v0, dlogits + v0, V, false, w, false, NULL, a->dsmall, 0, k > 0);
-		s_grad_end(m, g, r);
-		s_release(m, w);
+		model_range_t r = gpt2_p_chunk(m, k, &v0, &v1);
+		const float *w = gpt2_p_fetch(m, r);
+		float *g = gpt2_p_grad_begin(m, r);
+		gpt2_p_gemm(m, v1 - v0, C, N, dlogits + v0, V, true, a->lnf, false, NULL, g, 0, true);
+		gpt2_p_gemm(m, N, C, v1 - v0, dlogits + v0, V, false, w, false, NULL, a->dsmall, 0, k > 0);
+		gpt2_p_grad_end(m, g, r);
+		gpt2_p_release(m, w);
 	}
 	{
-		const float *P = s_fetch(m, m->r_lnf);
-		float *G = s_grad_begin(m, m->r_lnf);
+		const float *P = gpt2_p_fetch(m, m->r_lnf);
+		float *G = gpt2_p_grad_begin(m, m->r_lnf);
 		memset(a->dres, 0, (size_t)N * C * sizeof(float));
 		kernel_layernorm_backward(a->dres, G, G + C, a->dsmall, LAYER_SLICE(a->res3, L - 1, C),
 					  a->lnf_mean, a->lnf_rstd, P, N, C);
-		s_grad_end(m, G, m->r_lnf);
-		s_release(m, P);
+		gpt2_p_grad_end(m, G, m->r_lnf);
+		gpt2_p_release(m, P);
 	}
 
 	for (int l = L - 1; l >= 0; l--) {
@@ -890,49 +895,49 @@ void gpt2_backward(gpt2_t *m, float loss_scale)
 		float *att = LAYER_SLICE(a->att, l, (size_t)H * m->max_T);
 		float *res2 = LAYER_SLICE(a->res2, l, C), *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		const model_range_t r = m->r_layers[l];
-		const float *P = s_fetch(m, r);
-		float *G = s_grad_begin(m, r);
-#define LP(which) s_at(m, P, r.lo, l, (which))
-#define LG(which) s_at(m, G, r.lo, l, (which))
+		const float *P = gpt2_p_fetch(m, r);
+		float *G = gpt2_p_grad_begin(m, r);
+#define LP(which) gpt2_p_at(m, P, r.lo, l, (which))
+#define LG(which) gpt2_p_at(m, G, r.lo, l, (which))
 
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
 		kernel_gelu_forward(a->dbig, fch, (size_t)N * 4 * C);
-		s_gemm(m, 4 * C, C, N, a->dbig, 0, true, a->dres, false, NULL, LG(T_FCPROJ_W), 0, true);
+		gpt2_p_gemm(m, 4 * C, C, N, a->dbig, 0, true, a->dres, false, NULL, LG(T_FCPROJ_W), 0, true);
 		kernel_bias_backward(LG(T_FCPROJ_B), a->dres, N, C);
-		s_gemm(m, N, 4 * C, C, a->dres, 0, false, LP(T_FCPROJ_W), true, NULL, a->dbig, 0, false);
+		gpt2_p_gemm(m, N, 4 * C, C, a->dres, 0, false, LP(T_FCPROJ_W), true, NULL, a->dbig, 0, false);
 		kernel_gelu_backward_inplace(a->dbig, fch, (size_t)N * 4 * C);
-		s_gemm(m, C, 4 * C, N, ln2, 0, true, a->dbig, false, NULL, LG(T_FC_W), 0, true);
+		gpt2_p_gemm(m, C, 4 * C, N, ln2, 0, true, a->dbig, false, NULL, LG(T_FC_W), 0, true);
 		kernel_bias_backward(LG(T_FC_B), a->dbig, N, 4 * C);
-		s_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FC_W), true, NULL, a->dsmall, 0, false);
+		gpt2_p_gemm(m, N, C, 4 * C, a->dbig, 0, false, LP(T_FC_W), true, NULL, a->dsmall, 0, false);
 		kernel_layernorm_backward(a->dres, LG(T_LN2_W), LG(T_LN2_B), a->dsmall, res2,
 					  LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
 					  LP(T_LN2_W), N, C);
 
 		/* attention: res2 = x + attn(ln1 @ Wqkv + bqkv) @ Wproj + bproj; dres holds d res2 */
-		s_gemm(m, C, C, N, atty, 0, true, a->dres, false, NULL, LG(T_PROJ_W), 0, true);
+		gpt2_p_gemm(m, C, C, N, atty, 0, true, a->dres, false, NULL, LG(T_PROJ_W), 0, true);
 		kernel_bias_backward(LG(T_PROJ_B), a->dres, N, C);
-		s_gemm(m, N, C, C, a->dres, 0, false, LP(T_PROJ_W), true, NULL, a->dsmall, 0, false);
+		gpt2_p_gemm(m, N, C, C, a->dres, 0, false, LP(T_PROJ_W), true, NULL, a->dsmall, 0, false);
 		kernel_attention_backward(a->dbig, a->dsmall, qkv, att, a->att_scratch, B, T, C, H);
-		s_gemm(m, C, 3 * C, N, ln1, 0, true, a->dbig, false, NULL, LG(T_QKV_W), 0, true);
+		gpt2_p_gemm(m, C, 3 * C, N, ln1, 0, true, a->dbig, false, NULL, LG(T_QKV_W), 0, true);
 		kernel_bias_backward(LG(T_QKV_B), a->dbig, N, 3 * C);
-		s_gemm(m, N, C, 3 * C, a->dbig, 0, false, LP(T_QKV_W), true, NULL, a->dsmall, 0, false);
+		gpt2_p_gemm(m, N, C, 3 * C, a->dbig, 0, false, LP(T_QKV_W), true, NULL, a->dsmall, 0, false);
 		kernel_layernorm_backward(a->dres, LG(T_LN1_W), LG(T_LN1_B), a->dsmall, x,
 					  LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
 					  LP(T_LN1_W), N, C);
 #undef LP
 #undef LG
-		s_grad_end(m, G, r);
-		s_release(m, P);
+		gpt2_p_grad_end(m, G, r);
+		gpt2_p_release(m, P);
 	}
 	/* The embedding needs no parameters, only somewhere for its gradients. */
-	float *g = s_grad_begin(m, m->r_wpe);
+	float *g = gpt2_p_grad_begin(m, m->r_wpe);
 	kernel_embed_positions_backward(g, a->dres, B, T, C);
-	s_grad_end(m, g, m->r_wpe);
+	gpt2_p_grad_end(m, g, m->r_wpe);
 	for (int k = 0; k < m->n_chunks; k++) {
 		int v0, v1;
-		model_range_t r = s_chunk(m, k, &v0, &v1);
-		g = s_grad_begin(m, r);
+		model_range_t r = gpt2_p_chunk(m, k, &v0, &v1);
+		g = gpt2_p_grad_begin(m, r);
 		kernel_embed_tokens_backward(g, v0, v1, a->dres, a->inputs, N, C);
-		s_grad_end(m, g, r);
+		gpt2_p_grad_end(m, g, r);
 	}
 }

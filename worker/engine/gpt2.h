@@ -98,6 +98,21 @@ int gpt2_new(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t pr
              size_t errlen);
 
 /*
+ * gpt2_new as TP rank tp->rank of a group of tp->size (NULL or size 1:
+ * none; model.h's model_tp_t, copied, ctx borrowed): this rank's parts of
+ * the tensors (model.h's tp_split and "qkv" rule), sequence parallel. Also
+ * -EINVAL when model.n_head or max_T does not divide by tp->size, the
+ * number named in err. Streaming works on this rank's flat buffer, in the
+ * same ranges and orders (the wte blocks are of local rows).
+ */
+int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t precision,
+                model_streaming_t mode, const model_stream_t *stream, const model_tp_t *tp,
+                gpt2_t **ret_model, char *err, size_t errlen);
+
+/* The TP communication so far (model.h's model_tp_comm_t). */
+void gpt2_tp_comm(const gpt2_t *m, model_tp_comm_t *ret);
+
+/*
  * The layout of a model of cfg without creating one: its tensor table
  * (malloc'ed, *ret_n entries, flat-buffer order) and gpt2_max_range of a
  * streamed model (the GPU engine's streaming uses the same ranges).
@@ -152,7 +167,9 @@ void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float
  */
 float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
 
-/* The logits (B, T, V) of the last forward pass (borrowed). Valid until the
+/* The logits (B, T, V) of the last forward pass (borrowed); under TP
+ * (B, T, V/t padded) of this rank's vocabulary block, its valid columns
+ * first. Valid until the
  * next gpt2_backward, which overwrites them in place with their gradient. */
 const float *gpt2_logits(const gpt2_t *m);
 

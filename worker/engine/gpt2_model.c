@@ -12,8 +12,8 @@ static int s_create(const model_config_t *cfg, const model_options_t *opt, void 
 	gpt2_precision_t precision = opt->precision == MODEL_PRECISION_BF16 ? GPT2_PRECISION_BF16
 									   : GPT2_PRECISION_FP32;
 	gpt2_t *m = NULL;
-	int rc = gpt2_new(cfg, opt->max_B, opt->max_T, precision, opt->streaming, opt->stream, &m, err,
-			  errlen);
+	int rc = gpt2_new_tp(cfg, opt->max_B, opt->max_T, precision, opt->streaming, opt->stream,
+			     opt->tp, &m, err, errlen);
 	if (rc == 0)
 		*ret_impl = m;
 	return rc;
@@ -95,6 +95,11 @@ static size_t s_activation_bytes(const void *impl)
 	return gpt2_activation_bytes(impl);
 }
 
+static void s_tp_comm(const void *impl, model_tp_comm_t *ret)
+{
+	gpt2_tp_comm(impl, ret);
+}
+
 const model_ops_t gpt2_model_cpu = {
 	.arch = "gpt2",
 	.device = MODEL_DEVICE_CPU,
@@ -115,4 +120,5 @@ const model_ops_t gpt2_model_cpu = {
 	.grad_bytes = s_grad_bytes,
 	.activation_bytes = s_activation_bytes,
 	.dev = NULL,
+	.tp_comm = s_tp_comm,
 };

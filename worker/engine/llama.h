@@ -52,6 +52,21 @@ int llama_new(const model_config_t *cfg, int max_B, int max_T, model_precision_t
               model_streaming_t mode, const model_stream_t *stream, llama_t **ret_model, char *err,
               size_t errlen);
 
+/*
+ * llama_new as TP rank tp->rank of a group of tp->size (NULL or size 1:
+ * none; model.h's model_tp_t, copied, ctx borrowed): this rank's parts of
+ * the tensors (llama_layout_tp), sequence parallel. Also -EINVAL when
+ * model.n_head, model.n_kv_head, model.ffn_dim or max_T does not divide by
+ * tp->size, the number named in err. Streaming works on this rank's flat
+ * buffer in the same ranges and orders (blocks of local vocabulary rows).
+ */
+int llama_new_tp(const model_config_t *cfg, int max_B, int max_T, model_precision_t precision,
+                 model_streaming_t mode, const model_stream_t *stream, const model_tp_t *tp,
+                 llama_t **ret_model, char *err, size_t errlen);
+
+/* The TP communication so far (model.h's model_tp_comm_t). */
+void llama_tp_comm(const llama_t *m, model_tp_comm_t *ret);
+
 /* Free everything; accepts NULL. */
 void llama_free(llama_t *m);
 
@@ -80,7 +95,8 @@ void llama_init_range_of(const llama_t *m, uint64_t seed, size_t lo, size_t hi, 
  */
 float llama_forward(llama_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
 
-/* The logits (B, T, V) of the last forward (borrowed); llama_backward
+/* The logits (B, T, V) of the last forward (borrowed; under TP (B, T,
+ * V/t padded) of this rank's vocabulary block, valid columns first); llama_backward
  * overwrites them with their gradient. */
 const float *llama_logits(const llama_t *m);
 

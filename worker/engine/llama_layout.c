@@ -100,15 +100,20 @@ int llama_stream_rows(const model_config_t *cfg)
 	return rows < 1 ? 1 : (int)rows;
 }
 
+/* A tensor of logical shape (d0, d1) cut along `split` (-1: replicated)
+ * across tp ranks, dim 0 padded to a multiple of tp (model.h). */
 static void s_add(model_tensor_t *tab, int *n, size_t *off, const char *name, int ndim, int64_t d0,
-                  int64_t d1, bool decay)
+                  int64_t d1, bool decay, int split, int64_t tp)
 {
 	model_tensor_t *t = &tab[(*n)++];
 	snprintf(t->name, sizeof t->name, "%s", name);
 	t->ndim = ndim;
-	t->shape[0] = d0;
-	t->shape[1] = ndim == 2 ? d1 : 0;
-	t->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+	t->full_shape[0] = d0;
+	t->full_shape[1] = ndim == 2 ? d1 : 0;
+	t->tp_split = split;
+	t->shape[0] = split == 0 ? (d0 + tp - 1) / tp : d0;
+	t->shape[1] = ndim == 2 ? (split == 1 ? d1 / tp : d1) : 0;
+	t->numel = (size_t)t->shape[0] * (size_t)(ndim == 2 ? t->shape[1] : 1);
 	t->offset = *off;
 	t->decay = decay;
 	*off += t->numel;
@@ -117,6 +122,13 @@ static void s_add(model_tensor_t *tab, int *n, size_t *off, const char *name, in
 int llama_layout(const model_config_t *cfg, model_tensor_t **ret_tensors, int *ret_n,
                  size_t *ret_num_params, size_t *ret_max_range)
 {
+	return llama_layout_tp(cfg, 1, ret_tensors, ret_n, ret_num_params, ret_max_range);
+}
+
+int llama_layout_tp(const model_config_t *cfg, int tp, model_tensor_t **ret_tensors, int *ret_n,
+                    size_t *ret_num_params, size_t *ret_max_range)
+{
+	const int R = MODEL_TP_REPLICATED;
 	int L = cfg->n_layer;
 	int64_t C = cfg->n_embd, V = cfg->vocab_size, F = cfg->ffn_dim;
 	int64_t q = C, kv = (int64_t)cfg->n_kv_head * (C / cfg->n_head);
@@ -126,27 +138,27 @@ int llama_layout(const model_config_t *cfg, model_tensor_t **ret_tensors, int *r
 	int n = 0;
 	size_t off = 0;
 	char name[MODEL_TENSOR_NAME_MAX];
-	s_add(tab, &n, &off, "model.embed_tokens.weight", 2, V, C, true);
+	s_add(tab, &n, &off, "model.embed_tokens.weight", 2, V, C, true, 0, tp);
 	for (int l = 0; l < L; l++) {
-#define LAYER(suffix, ndim, d0, d1, decay)                                          \
+#define LAYER(suffix, ndim, d0, d1, decay, split)                                   \
 	do {                                                                        \
 		snprintf(name, sizeof name, "model.layers.%d." suffix, l);          \
-		s_add(tab, &n, &off, name, ndim, d0, d1, decay);                    \
+		s_add(tab, &n, &off, name, ndim, d0, d1, decay, split, tp);         \
 	} while (0)
-		LAYER("input_layernorm.weight", 1, C, 0, false);
-		LAYER("self_attn.q_proj.weight", 2, q, C, true);
-		LAYER("self_attn.k_proj.weight", 2, kv, C, true);
-		LAYER("self_attn.v_proj.weight", 2, kv, C, true);
-		LAYER("self_attn.o_proj.weight", 2, C, q, true);
-		LAYER("post_attention_layernorm.weight", 1, C, 0, false);
-		LAYER("mlp.gate_proj.weight", 2, F, C, true);
-		LAYER("mlp.up_proj.weight", 2, F, C, true);
-		LAYER("mlp.down_proj.weight", 2, C, F, true);
+		LAYER("input_layernorm.weight", 1, C, 0, false, R);
+		LAYER("self_attn.q_proj.weight", 2, q, C, true, 0);
+		LAYER("self_attn.k_proj.weight", 2, kv, C, true, 0);
+		LAYER("self_attn.v_proj.weight", 2, kv, C, true, 0);
+		LAYER("self_attn.o_proj.weight", 2, C, q, true, 1);
+		LAYER("post_attention_layernorm.weight", 1, C, 0, false, R);
+		LAYER("mlp.gate_proj.weight", 2, F, C, true, 0);
+		LAYER("mlp.up_proj.weight", 2, F, C, true, 0);
+		LAYER("mlp.down_proj.weight", 2, C, F, true, 1);
 #undef LAYER
 	}
-	s_add(tab, &n, &off, "model.norm.weight", 1, C, 0, false);
+	s_add(tab, &n, &off, "model.norm.weight", 1, C, 0, false, R, tp);
 	if (!cfg->tie_embeddings)
-		s_add(tab, &n, &off, "lm_head.weight", 2, V, C, true);
+		s_add(tab, &n, &off, "lm_head.weight", 2, V, C, true, 0, tp);
 	size_t block = (size_t)llama_stream_rows(cfg) * (size_t)C;
 	size_t layer = llama_layer_floats(cfg);
 	*ret_tensors = tab;

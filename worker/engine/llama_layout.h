@@ -66,6 +66,17 @@ int llama_config_check(const model_config_t *cfg, int max_B, int max_T, char *er
 int llama_layout(const model_config_t *cfg, model_tensor_t **ret_tensors, int *ret_n,
                  size_t *ret_num_params, size_t *ret_max_range);
 
+/*
+ * llama_layout for TP rank parts of a group of tp ranks (model.h's
+ * tp_split and full_shape: q/k/v, gate/up and the vocabulary rows split on
+ * dim 0, o_proj and down_proj on dim 1, the vocabulary padded to a
+ * multiple of tp; norms replicated). cfg's n_head, n_kv_head and ffn_dim
+ * must divide by tp (llama_tp_check). *ret_max_range is the t = 1 one (no
+ * streaming under TP). llama_layout is this with tp 1.
+ */
+int llama_layout_tp(const model_config_t *cfg, int tp, model_tensor_t **ret_tensors, int *ret_n,
+                    size_t *ret_num_params, size_t *ret_max_range);
+
 /* Floats in one layer's range. */
 size_t llama_layer_floats(const model_config_t *cfg);
 

@@ -10,8 +10,8 @@ static int s_create(const model_config_t *cfg, const model_options_t *opt, void 
 		    char *err, size_t errlen)
 {
 	llama_t *m = NULL;
-	int rc = llama_new(cfg, opt->max_B, opt->max_T, opt->precision, opt->streaming, opt->stream, &m,
-			   err, errlen);
+	int rc = llama_new_tp(cfg, opt->max_B, opt->max_T, opt->precision, opt->streaming, opt->stream,
+			      opt->tp, &m, err, errlen);
 	if (rc == 0)
 		*ret_impl = m;
 	return rc;
@@ -92,6 +92,11 @@ static size_t s_activation_bytes(const void *impl)
 	return llama_activation_bytes(impl);
 }
 
+static void s_tp_comm(const void *impl, model_tp_comm_t *ret)
+{
+	llama_tp_comm(impl, ret);
+}
+
 const model_ops_t llama_model_cpu = {
 	.arch = "llama",
 	.device = MODEL_DEVICE_CPU,
@@ -112,4 +117,5 @@ const model_ops_t llama_model_cpu = {
 	.grad_bytes = s_grad_bytes,
 	.activation_bytes = s_activation_bytes,
 	.dev = NULL,
+	.tp_comm = s_tp_comm,
 };

@@ -45,6 +45,13 @@ const model_ops_t *model_find(const char *arch, model_device_t device)
 int model_create(const char *arch, model_device_t device, const model_config_t *cfg,
                  const model_options_t *opt, model_t **ret_model, char *err, size_t errlen)
 {
+	if (opt->tp && opt->tp->size > 1 && device != MODEL_DEVICE_CPU) {
+		snprintf(err, errlen,
+			 "parallel.tensor (%d) > 1 is not implemented on parallel.device %s: tensor"
+			 " parallelism runs on parallel.device cpu only",
+			 opt->tp->size, s_device_name(device));
+		return -EINVAL;
+	}
 	const model_ops_t *ops = model_find(arch, device);
 	if (!ops) {
 		snprintf(err, errlen, "model.arch '%s' has no implementation for parallel.device %s",
@@ -152,6 +159,13 @@ size_t model_grad_bytes(const model_t *m)
 size_t model_activation_bytes(const model_t *m)
 {
 	return m->ops->activation_bytes(m->impl);
+}
+
+void model_tp_comm(const model_t *m, model_tp_comm_t *ret)
+{
+	*ret = (model_tp_comm_t){0};
+	if (m->ops->tp_comm)
+		m->ops->tp_comm(m->impl, ret);
 }
 
 const model_device_ops_t *model_dev(const model_t *m)

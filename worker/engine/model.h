@@ -78,15 +78,89 @@ typedef enum {
 
 #define MODEL_TENSOR_NAME_MAX 64
 
+/*
+ * Tensor parallelism (Megatron-style, with sequence parallelism; issue 24).
+ * A model created with a model_tp_t of size t > 1 holds only this TP rank's
+ * part of each split tensor: the flat buffers and the tensor table (offset,
+ * numel, shape) are LOCAL; full_shape is the logical (HF, unpadded) shape
+ * and tp_split says how the logical tensor is cut:
+ *   -1  replicated: every TP rank holds all of it (norms, GPT-2's
+ *       row-parallel biases and wpe); its gradient is all-reduced over the
+ *       TP group inside backward, so the TP ranks stay equal.
+ *    0  dim 0 cut in t equal blocks, rank k holding rows
+ *       [k * shape[0], (k + 1) * shape[0]) of the logical tensor (Llama's
+ *       q/k/v_proj (heads), gate/up_proj, the vocabulary-parallel
+ *       embeddings and LM head; GPT-2's mlp.c_proj.weight (4C, C) and
+ *       attn.c_proj.weight (C, C): row-parallel = input features = dim 0 in
+ *       HF's Conv1D (in, out) layout).
+ *       A 1-D split tensor has tp_split 0: GPT-2's mlp.c_fc.bias (4C)
+ *       and attn.c_attn.bias (3C, "qkv" rule below).
+ *    1  dim 1 cut likewise (Llama's o_proj and down_proj (out, in): input
+ *       features; GPT-2's mlp.c_fc.weight (C, 4C): output features),
+ *       EXCEPT GPT-2's attn.c_attn.weight (C, 3C), which follows the "qkv"
+ *       rule:
+ * GPT-2 "qkv" rule: the logical c_attn columns are [q | k | v], C each,
+ * head h owning columns h*hd .. (h+1)*hd - 1 of each third. TP rank k of t
+ * holds heads [k H/t, (k+1) H/t), so its local c_attn is (C, 3C/t) =
+ * [q_k | k_k | v_k] with local column j of part p (p = 0 q, 1 k, 2 v;
+ * 0 <= j < C/t) = logical column p*C + k*C/t + j. The bias likewise.
+ * (A tensor is "qkv"-ruled iff its name ends in "attn.c_attn.weight" or
+ * "attn.c_attn.bias"; engine/tp.h's tp_segments maps local to logical.)
+ * Vocabulary: the embedding / LM head rows are padded to Vp, the next
+ * multiple of t (shape[0] = Vp / t; full_shape[0] = V). Padded rows are
+ * zero, their logits are -inf to the loss, their gradients stay zero, and
+ * they are never in a snapshot (the logical tensor has V rows).
+ * With t = 1 (or no tp) full_shape = shape and tp_split says what would be
+ * cut.
+ */
+#define MODEL_TP_REPLICATED (-1)
+
 /* One named view into the flat parameter buffer. */
 typedef struct {
 	char name[MODEL_TENSOR_NAME_MAX]; /* the architecture's HF name, e.g. "h.3.attn.c_attn.weight" */
 	int ndim;
-	int64_t shape[2];                 /* HF shape */
+	int64_t shape[2];                 /* HF shape of this TP rank's part (the whole when t = 1) */
 	size_t offset;                    /* in floats, into the flat buffer */
-	size_t numel;
+	size_t numel;                     /* of the local part */
 	bool decay;                       /* AdamW weight decay applies (matrices and embeddings, not biases or norms) */
+	int tp_split;                     /* -1 replicated on every TP rank, 0 or 1: the dim split across TP ranks */
+	int64_t full_shape[2];            /* the logical (HF, unpadded) shape; shape[] is this rank's part */
 } model_tensor_t;
+
+/*
+ * The TP group a model computes in (model_options_t.tp). The collectives
+ * work on host float buffers, block, and are called in the same order on
+ * every TP rank. They must not fail: on a comm error they fill anything
+ * and the trainer reports the comm's error after the step (results are
+ * garbage). worker/tpcomm.h makes one from a comm_t.
+ *   allgather:      out (size * n_each) = the ranks' in (n_each) in rank order
+ *   reduce_scatter: out (n_each) = rank's block of the sum of the ranks'
+ *                   in (size * n_each)
+ *   allreduce:      buf (n) = the sum over the ranks, the same bits on each
+ */
+typedef struct {
+	void *ctx;
+	int rank, size;            /* this rank in the TP group; size 1: no TP */
+	bool sequence_parallel;    /* true (the only mode implemented) */
+	void (*allgather)(void *ctx, const float *in, float *out, size_t n_each);
+	void (*reduce_scatter)(void *ctx, const float *in, float *out, size_t n_each);
+	void (*allreduce)(void *ctx, float *buf, size_t n);
+} model_tp_t;
+
+/*
+ * TP communication a model has done since it was created (model_tp_comm),
+ * in floats of the collectives' LOGICAL size: an all-gather or a
+ * reduce-scatter of a (B, T, C) tensor counts B*T*C (each rank sends
+ * (t-1)/t of it on a ring), an all-reduce of n floats counts n (each rank
+ * sends 2(t-1)/t n on a ring). sent_floats is what this rank sends on a
+ * ring algorithm, all kinds together. All zero without TP.
+ */
+typedef struct {
+	uint64_t allgather_floats, allgather_calls;
+	uint64_t reduce_scatter_floats, reduce_scatter_calls;
+	uint64_t allreduce_floats, allreduce_calls;
+	double sent_floats;
+} model_tp_comm_t;
 
 /* A contiguous range [lo, hi) of the flat buffer, in floats. */
 typedef struct {
@@ -139,6 +213,9 @@ typedef struct {
 	const model_stream_t *stream; /* copied (ctx borrowed); NULL with MODEL_DENSE */
 	bool no_moments;              /* device rows: no AdamW state (the trainer keeps a shard's) */
 	bool fused_attention;         /* CUDA: fused attention where the head size allows */
+	/* Tensor parallelism (copied; ctx borrowed): NULL or size 1 for none.
+	 * CPU rows only; with size > 1 the batch's T must divide by size. */
+	const model_tp_t *tp;
 } model_options_t;
 
 /* Gradients of [r.lo, r.hi) are final for this backward, behind `ready` (a
@@ -203,6 +280,8 @@ typedef struct {
 	size_t (*grad_bytes)(const void *impl);
 	size_t (*activation_bytes)(const void *impl);
 	const model_device_ops_t *dev; /* NULL on the CPU */
+	/* The TP communication so far (NULL: the row has no TP; zeros). */
+	void (*tp_comm)(const void *impl, model_tp_comm_t *ret);
 } model_ops_t;
 
 typedef struct model model_t;
@@ -263,6 +342,10 @@ double model_flops_per_token(const model_t *m, int T);
 size_t model_param_bytes(const model_t *m);
 size_t model_grad_bytes(const model_t *m);
 size_t model_activation_bytes(const model_t *m);
+
+/* The TP communication m has done since it was created (all zero
+ * without TP); see model_tp_comm_t. */
+void model_tp_comm(const model_t *m, model_tp_comm_t *ret);
 
 /* The device operations of m's row (borrowed), or NULL on the CPU. */
 const model_device_ops_t *model_dev(const model_t *m);

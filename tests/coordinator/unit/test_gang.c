@@ -34,6 +34,37 @@ static void test_pack(void)
 	CHECK(gang_pack(d, 3, 2, take) == 1 && take[2] == 2 && take[0] == 0 && take[1] == 0, "zero and negative free");
 }
 
+/* tensor-parallel groups: whole groups per node when they fit, else plain packing */
+static void test_pack_groups(void)
+{
+	int take[8];
+	/* plain packing would give 3 + 1 (group 1 across nodes); whole groups give 2 + 2 */
+	int a[] = {3, 3};
+	CHECK(gang_pack_groups(a, 2, 4, 2, take) == 2 && take[0] == 2 && take[1] == 2,
+	      "whole groups: %d %d", take[0], take[1]);
+	CHECK(gang_pack(a, 2, 4, take) == 2 && take[0] == 3 && take[1] == 1, "plain: %d %d", take[0], take[1]);
+	/* 8 ranks in groups of 4 on {6, 4, 2}: 4 + 4, never 6 + 2 */
+	int b[] = {6, 4, 2};
+	CHECK(gang_pack_groups(b, 3, 8, 4, take) == 2 && take[0] == 4 && take[1] == 4 && take[2] == 0,
+	      "groups of 4: %d %d %d", take[0], take[1], take[2]);
+	/* groups of 4 cannot stay whole on {3, 3, 2}: plain packing, 3 + 3 + 2 */
+	int c[] = {3, 3, 2};
+	CHECK(gang_pack_groups(c, 3, 8, 4, take) == 3 && take[0] == 3 && take[1] == 3 && take[2] == 2,
+	      "split: %d %d %d", take[0], take[1], take[2]);
+	CHECK(gang_pack_groups(c, 3, 9, 4, take) == -ENOSPC, "does not fit at all");
+	/* group 1, or a world that is not a multiple: gang_pack */
+	CHECK(gang_pack_groups(a, 2, 4, 1, take) == 2 && take[0] == 3 && take[1] == 1, "group 1");
+	CHECK(gang_pack_groups(a, 2, 3, 2, take) == 1 && take[0] == 3, "3 ranks in groups of 2");
+
+	int n = -1;
+	int whole[] = {0, 0, 1, 1, 1, 1, 2, 2};
+	CHECK(gang_group_split(whole, 8, 2, &n) == -1 && n == 0, "pairs each on one node");
+	CHECK(gang_group_split(whole, 8, 4, &n) == 0 && n == 2, "groups of 4: 0 and 1 span (%d)", n);
+	int one_off[] = {0, 0, 0, 1, 1, 1};
+	CHECK(gang_group_split(one_off, 6, 2, &n) == 1 && n == 1, "group 1 (ranks 2-3) spans");
+	CHECK(gang_group_split(one_off, 6, 1, &n) == -1 && n == 0, "no groups");
+}
+
 static void test_smap(void)
 {
 	smap_t m = SMAP_INIT;
@@ -77,6 +108,7 @@ static void test_smap(void)
 int main(void)
 {
 	test_pack();
+	test_pack_groups();
 	test_smap();
 	if (failures) {
 		fprintf(stderr, "%d check(s) failed\n", failures);

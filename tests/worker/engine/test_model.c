@@ -6,6 +6,9 @@
  * a step through the interface (forward, backward, AdamW with the table's
  * decay ranges) gives the bits the direct gpt2_* calls give. gpt2_layout
  * gives the table and streamed max range of a model of the same config.
+ * Tensor parallelism's refusals (model_options_t.tp): sizes that do not
+ * divide, a GPU row, a rank out of range, each naming the number; and a
+ * t = 2 part's table (local shape, full_shape, tp_split, the padding).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,11 +34,89 @@ static model_config_t base(void)
 	return (model_config_t){.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 64, .seq_len = 16};
 }
 
+static void s_never(void *ctx, const float *in, float *out, size_t n)
+{
+	(void)ctx, (void)in, (void)out, (void)n;
+	fprintf(stderr, "FAIL: a collective during create\n");
+	exit(1);
+}
+
+static void s_never_ar(void *ctx, float *buf, size_t n)
+{
+	(void)ctx, (void)buf, (void)n;
+	fprintf(stderr, "FAIL: a collective during create\n");
+	exit(1);
+}
+
+/* model_create with a TP group of `size` (rank `rank`): rc, err filled */
+static int s_tp_create(const char *arch, model_device_t dev, const model_config_t *cfg, int max_T,
+                       int rank, int size, model_t **ret, char *err, size_t errlen)
+{
+	model_tp_t tp = {.rank = rank, .size = size, .sequence_parallel = true,
+			 .allgather = s_never, .reduce_scatter = s_never, .allreduce = s_never_ar};
+	model_options_t opt = {.max_B = 2, .max_T = max_T, .tp = &tp};
+	*ret = NULL;
+	return model_create(arch, dev, cfg, &opt, ret, err, errlen);
+}
+
+static void s_check_tp(void)
+{
+	char err[512] = "";
+	model_t *m = NULL;
+	model_config_t cfg = base();
+	int rc = s_tp_create("gpt2", MODEL_DEVICE_CPU, &cfg, 16, 0, 4, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "model.n_head (2) must be divisible by parallel.tensor (4)"),
+	      "tp: gpt2 n_head not divisible, named");
+	rc = s_tp_create("gpt2", MODEL_DEVICE_CPU, &cfg, 15, 0, 2, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "sequence length") && strstr(err, "(15)"),
+	      "tp: a sequence length not divisible, named");
+	rc = s_tp_create("gpt2", MODEL_DEVICE_CPU, &cfg, 16, 2, 2, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "parallel.tensor"), "tp: rank out of range");
+	rc = s_tp_create("gpt2", MODEL_DEVICE_CUDA, &cfg, 16, 0, 2, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "parallel.tensor (2)") && strstr(err, "parallel.device cuda"),
+	      "tp: a GPU row refuses, naming parallel.tensor and parallel.device");
+	model_config_t ll = base();
+	ll.n_head = 4;
+	ll.n_kv_head = 2;
+	ll.ffn_dim = 32;
+	ll.rope_theta = 10000;
+	ll.norm_eps = 1e-5;
+	rc = s_tp_create("llama", MODEL_DEVICE_CPU, &ll, 16, 0, 4, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "model.n_kv_head (2) must be divisible by parallel.tensor (4)"),
+	      "tp: llama n_kv_head not divisible, named");
+	ll.n_kv_head = 4;
+	ll.ffn_dim = 30;
+	rc = s_tp_create("llama", MODEL_DEVICE_CPU, &ll, 16, 0, 4, &m, err, sizeof err);
+	check(rc == -EINVAL && strstr(err, "model.ffn_dim (30) must be divisible by parallel.tensor (4)"),
+	      "tp: llama ffn_dim not divisible, named");
+
+	/* a valid t = 2 part: V 63 pads to 64, 32 rows each */
+	cfg.vocab_size = 63;
+	rc = s_tp_create("gpt2", MODEL_DEVICE_CPU, &cfg, 16, 1, 2, &m, err, sizeof err);
+	check(rc == 0, "tp: a valid t=2 GPT-2 part is created");
+	if (rc != 0)
+		return;
+	int n;
+	const model_tensor_t *t = model_tensors(m, &n);
+	check(t[0].shape[0] == 32 && t[0].full_shape[0] == 63 && t[0].tp_split == 0,
+	      "tp: wte is 32 of 63 (padded) rows, split on dim 0");
+	check(t[1].tp_split == MODEL_TP_REPLICATED && t[1].shape[0] == 16, "tp: wpe replicated");
+	check(t[4].shape[0] == 16 && t[4].shape[1] == 24 && t[4].full_shape[1] == 48 &&
+	      t[4].tp_split == 1, "tp: c_attn.weight is (C, 3C/t), qkv-ruled on dim 1");
+	check(t[6].shape[0] == 8 && t[6].full_shape[0] == 16 && t[6].tp_split == 0,
+	      "tp: attn.c_proj.weight row-parallel on dim 0");
+	model_tp_comm_t v;
+	model_tp_comm(m, &v);
+	check(v.allgather_calls == 0 && v.sent_floats == 0, "tp: no communication before a step");
+	model_free(m);
+}
+
 int main(void)
 {
 	char err[512] = "";
 	check(model_find("gpt2", MODEL_DEVICE_CPU) != NULL, "gpt2 has a CPU row");
 	check(model_find("llama", MODEL_DEVICE_CPU) != NULL, "llama has a CPU row");
+	s_check_tp();
 
 	model_config_t cfg = base();
 	model_options_t opt = {.max_B = 2, .max_T = 16, .precision = MODEL_PRECISION_FP32};
