@@ -335,8 +335,10 @@ KERNEL_CLONES void kernel_gqa_attention_forward(float *out, float *att, const fl
 }
 
 /* One query head's part of the attention backward: ds (T, T) and dq; dk and
- * dv of its KV head added to (add) or written (first head of the group). */
-static inline void s_gqa_head_backward(float *dqb, float *dkb, float *dvb, const float *qb,
+ * dv of its KV head added to (add) or written (first head of the group).
+ * Always inlined, so that it is compiled into each of the caller's
+ * target_clones (FMA and AVX-512 where the CPU has them). */
+static inline __attribute__((always_inline)) void s_gqa_head_backward(float *dqb, float *dkb, float *dvb, const float *qb,
                                        const float *kb, const float *dy, size_t ldy, const float *p,
                                        const float *vt, float *ds, size_t ld, int T, int hd,
                                        float scale, int add)

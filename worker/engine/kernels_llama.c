@@ -58,22 +58,22 @@ KERNEL_CLONES void kernel_rmsnorm_backward(float *dx, float *dw, const float *do
 	}
 }
 
-/* Rotate the heads of every row by +angle (sign 1) or -angle (sign -1). */
-static void s_rope(float *x, size_t ld, int n_heads, int hd, const float *cos, const float *sin,
-                   int B, int T, float sign)
+/* Rotate the heads of row n by +angle (sign 1) or -angle (sign -1);
+ * inlined into each target clone of its callers (the OpenMP loop is in
+ * the callers, so that its outlined body is cloned too). */
+static inline __attribute__((always_inline)) void s_rope_row(float *x, size_t ld, int n_heads, int hd,
+                                                             const float *cos, const float *sin,
+                                                             int n, int T, float sign)
 {
-	int half = hd / 2, N = B * T;
-#pragma omp parallel for schedule(static)
-	for (int n = 0; n < N; n++) {
-		const float *cr = cos + (size_t)(n % T) * half, *sr = sin + (size_t)(n % T) * half;
-		for (int h = 0; h < n_heads; h++) {
-			float *a = x + (size_t)n * ld + (size_t)h * hd, *b = a + half;
-			for (int j = 0; j < half; j++) {
-				float c = cr[j], s = sign * sr[j];
-				float x0 = a[j], x1 = b[j];
-				a[j] = x0 * c - x1 * s;
-				b[j] = x1 * c + x0 * s;
-			}
+	int half = hd / 2;
+	const float *cr = cos + (size_t)(n % T) * half, *sr = sin + (size_t)(n % T) * half;
+	for (int h = 0; h < n_heads; h++) {
+		float *a = x + (size_t)n * ld + (size_t)h * hd, *b = a + half;
+		for (int j = 0; j < half; j++) {
+			float c = cr[j], s = sign * sr[j];
+			float x0 = a[j], x1 = b[j];
+			a[j] = x0 * c - x1 * s;
+			b[j] = x1 * c + x0 * s;
 		}
 	}
 }
@@ -81,13 +81,17 @@ static void s_rope(float *x, size_t ld, int n_heads, int hd, const float *cos, c
 KERNEL_CLONES void kernel_rope_forward(float *x, size_t ld, int n_heads, int hd, const float *cos,
                                        const float *sin, int B, int T)
 {
-	s_rope(x, ld, n_heads, hd, cos, sin, B, T, 1.0f);
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < B * T; n++)
+		s_rope_row(x, ld, n_heads, hd, cos, sin, n, T, 1.0f);
 }
 
 KERNEL_CLONES void kernel_rope_backward(float *dx, size_t ld, int n_heads, int hd, const float *cos,
                                         const float *sin, int B, int T)
 {
-	s_rope(dx, ld, n_heads, hd, cos, sin, B, T, -1.0f);
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < B * T; n++)
+		s_rope_row(dx, ld, n_heads, hd, cos, sin, n, T, -1.0f);
 }
 
 /* 1 / (1 + exp(-g)), vectorizable */

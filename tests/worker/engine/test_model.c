@@ -144,6 +144,11 @@ int main(void)
 	      "llama: a valid config is created through the registry");
 	model_free(m);
 	m = NULL;
+	cfg.n_embd = 32768; /* 2 layers of 32768^2 x (2 + 2/2 + 3) floats: ~200 GiB with AdamW */
+	cfg.ffn_dim = 32768;
+	cfg.vocab_size = 1 << 20;
+	rc = model_create("llama", MODEL_DEVICE_CPU, &cfg, &opt, &m, err, sizeof err);
+	check(rc == -ENOMEM && strstr(err, "does not fit in memory"), "llama: a model that does not fit: -ENOMEM");
 
 	cfg = base();
 	cfg.n_embd = 32768;
