@@ -8,7 +8,7 @@ parameters, gradients, optimizer state, activations) and the last loss.
 
 Prints one JSON line per job and a Markdown table (the largest rank's
 bytes) at the end.
-  bench/tp/zero_memory.py --build build [--steps 3] [--arch gpt2|llama]
+  bench/tp/zero_memory.py --build build [--steps 3] [--arch gpt2|llama] [--n-layer 4]
 """
 import argparse
 import json
@@ -31,6 +31,7 @@ def main():
     p.add_argument("--build", default="build")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--arch", default="gpt2", choices=("gpt2", "llama"))
+    p.add_argument("--n-layer", type=int, default=MODEL["n_layer"])
     a = p.parse_args()
     b = os.path.abspath(a.build)
     bins = {"ringmasterd": os.path.join(b, "coordinatord", "ringmasterd"),
@@ -45,9 +46,7 @@ def main():
         wait_workers(d, ["b1"])
         for sharding in ("none", "zero1", "zero2", "zero3"):
             s = spec("bench-tp-%s" % sharding, 4, 2, a.steps)
-            if a.arch == "llama":
-                s["model"] = model_section("llama", MODEL["n_layer"], MODEL["n_head"], MODEL["n_embd"],
-                                           MODEL["seq_len"])
+            s["model"] = model_section(a.arch, a.n_layer, MODEL["n_head"], MODEL["n_embd"], MODEL["seq_len"])
             s["parallel"]["sharding"] = sharding
             jid = d.submit(s)["id"]
             d.wait_state(jid, {"succeeded"}, timeout=1800)

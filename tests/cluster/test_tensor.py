@@ -20,7 +20,9 @@ test_elastic, run with parallel.tensor.
   elastic      the t = 2 job's snapshot of step 10 (logical layout) resumed
                by a t = 1 job (one rank) and a t = 4 job (four ranks, zero1): both
                start at step 11 and match the t = 2 run's losses within
-               REL_TOL up to step 20.
+               REL_TOL up to step 20; its export (ringctl export) as
+               init.safetensors at t = 1 and at t = 2 x dp = 2 zero3: the
+               same losses within REL_TOL.
 
 Why a tolerance across t: under TP each rank computes a slice of every
 matrix product and the row-parallel outputs are summed over the group
@@ -32,6 +34,7 @@ for Llama (the test prints it), so REL_TOL = 1e-5 leaves two orders of
 magnitude of room, as the data-parallel tests do.
 """
 import os
+import subprocess
 
 from cluster import check, log, model_section, run, tiny_spec, wait_until, wait_workers
 from test_elastic import losses
@@ -124,7 +127,7 @@ def equivalence(d, arch, model):
     check(got["t1"][STEPS] < got["t1"][1], "the loss did not fall: %r" % got["t1"])
 
 
-def recovery_and_elastic(d):
+def recovery_and_elastic(c, d):
     # zero3 (d = 1: the master shard is the whole local buffer): the
     # snapshot is assembled from the master shards and resumed into them
     ref = d.submit(spec("tp-ref", GPT2, 2, 2, "zero3", every=5, max_restarts=2))["id"]
@@ -153,6 +156,27 @@ def recovery_and_elastic(d):
         check(rel <= REL_TOL, "resume at %s: relative loss difference %.3e > %.0e" % (name, rel, REL_TOL))
         log("t=2 snapshot of step 10 resumed at %s: steps 11..%d within %.3e of t=2" % (name, STEPS, rel))
 
+    # init.safetensors under TP: the t = 2 job's export, read by t = 1 and by
+    # t = 2 x dp = 2 zero3 (each rank its DP shard of its TP part, into the
+    # master shard)
+    out = os.path.join(c.data_root, "tp", "ref.safetensors")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    r = subprocess.run([c.bins["ringctl"], "export", ref, "-o", out], env=d.ctl_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    check(r.returncode == 0, "ringctl export: %s" % r.stdout)
+    init = {}
+    for name, w, t, sh in (("t1", 1, 1, "none"), ("t2dp2-zero3", 4, 2, "zero3")):
+        s = spec("tp-init-" + name, GPT2, w, t, sh, steps=3)
+        s["init"] = {"safetensors": "tp/ref.safetensors"}
+        jid = d.submit(s)["id"]
+        d.wait_state(jid, {"succeeded"}, timeout=300)
+        init[name] = dict(losses(d, jid))
+    check(init["t1"][1] < (want[1] + want[STEPS]) / 2, "init: step 1's loss %r is not the trained model's (%r)" %
+          (init["t1"][1], want[STEPS]))
+    rel = worst_rel(init["t2dp2-zero3"], init["t1"], range(1, 4))
+    check(rel <= REL_TOL, "init at t=2 x dp=2 zero3: relative loss difference %.3e > %.0e" % (rel, REL_TOL))
+    log("the t=2 export as init.safetensors at t=2 x dp=2 zero3: steps 1..3 within %.3e of t=1's" % rel)
+
 
 def main(c, args):
     d = c.start_daemon(["--heartbeat-ms", "200", "--restart-backoff-ms", "100"])
@@ -168,7 +192,7 @@ def main(c, args):
     if only in ("all", "llama"):
         equivalence(d, "llama", LLAMA)
     if only in ("all", "recovery"):
-        recovery_and_elastic(d)
+        recovery_and_elastic(c, d)
 
 
 if __name__ == "__main__":
