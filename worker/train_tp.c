@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "stinit.h"
+#include "train_dev.h"
 #include "tpcomm.h"
 
 struct train_tp {
@@ -146,7 +147,7 @@ int train_tp_sum(train_t *t, double part, double *ret_sum)
 /* zero3: the parameters are the shard_t's master shard (the model has none). */
 static bool s_zero3(const train_t *t)
 {
-	return t->sharding == JOBSPEC_SHARDING_ZERO3 && t->zero;
+	return t->sharding == JOBSPEC_SHARDING_ZERO3 && t->zero && !t->dev->mirror;
 }
 
 /* The whole local buffer of a DP-sharded `shard` into full (n_local). */
