@@ -37,7 +37,7 @@ void memfit_estimate(const jobspec_t *spec, memfit_t *ret)
 	 * split tensors (the vocabulary padded to a multiple of t) and all of
 	 * the replicated ones (norms; GPT-2's positions and row-parallel
 	 * biases); ZeRO shards that over the d = W / t data-parallel ranks, and
-	 * zero2/zero3 run as zero1 (the TP layers are dense). */
+	 * zero2/zero3 count as zero1 (an upper bound of what they hold). */
 	double t = spec->parallel.tensor > 1 ? spec->parallel.tensor : 1;
 	jobspec_sharding_t sharding = spec->parallel.sharding;
 	if (t > 1) {

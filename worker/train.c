@@ -223,11 +223,9 @@ static int s_setup(train_t *t)
 			return train_error(t, RM_EXIT_USAGE,
 				       "internal error: parallel.tensor is %d but the tensor-parallel group"
 				       " has %d ranks", spec->parallel.tensor, t->tp_size);
+		/* With TP every mode shards the LOCAL flat buffer over the DP comm
+		 * (zero2/zero3 stream the TP layers' local ranges, engine/tp.h). */
 		t->sharding = spec->parallel.sharding;
-		/* The TP layers are dense (no range streaming): ZeRO-2/3 over the DP
-		 * group run as ZeRO-1 there (docs/training.md "2D parallelism"). */
-		if (t->tp_size > 1 && t->sharding != JOBSPEC_SHARDING_NONE)
-			t->sharding = JOBSPEC_SHARDING_ZERO1;
 		t->sharded = t->sharding != JOBSPEC_SHARDING_NONE;
 		if (t->opt->rank != t->rank)
 			return train_error(t, RM_EXIT_USAGE,
@@ -593,10 +591,9 @@ static void s_print_header(const train_t *t, int64_t n_steps)
 		size_t pb, gb, ob;
 		t->strategy->memory(t, &pb, &gb, &ob);
 		fprintf(f,
-			"parallel.sharding %s%s: memory per rank: params %.2f MiB, grads %.2f MiB,"
+			"parallel.sharding %s: memory per rank: params %.2f MiB, grads %.2f MiB,"
 			" optimizer %.2f MiB\n",
 			jobspec_sharding_name(s->parallel.sharding),
-			t->sharding != s->parallel.sharding ? " (as zero1: the tensor-parallel layers are dense)" : "",
 			(double)pb / 1048576.0,
 			(double)gb / 1048576.0, (double)ob / 1048576.0);
 	}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "stinit.h"
+#include "train_dev.h"
 #include "tpcomm.h"
 
 struct train_tp {
@@ -143,6 +144,12 @@ int train_tp_sum(train_t *t, double part, double *ret_sum)
 
 /* ---- the logical layout: snapshots and initialisation ---- */
 
+/* zero3: the parameters are the shard_t's master shard (the model has none). */
+static bool s_zero3(const train_t *t)
+{
+	return t->sharding == JOBSPEC_SHARDING_ZERO3 && t->zero && !t->dev->mirror;
+}
+
 /* The whole local buffer of a DP-sharded `shard` into full (n_local). */
 static int s_dp_whole(train_t *t, const float *shard, float *full)
 {
@@ -164,10 +171,12 @@ int train_tp_snapshot(train_t *t, int64_t lo, int64_t count, float **ret_p, floa
 	for (int i = 0; i < 3 && rc == 0 && count > 0; i++)
 		if (!(out[i] = malloc((size_t)count * sizeof(float))))
 			rc = -ENOMEM;
-	/* params are whole on every rank (zero1's gather ran); m and v are DP shards */
-	const float *src[3] = {model_params(t->model), t->adam_m, t->adam_v};
+	/* params are whole on every rank (zero1/zero2's gather ran) or, zero3,
+	 * the DP shards of the master; m and v are DP shards */
+	const bool zero3 = s_zero3(t);
+	const float *src[3] = {zero3 ? shard_params(t->zero) : model_params(t->model), t->adam_m, t->adam_v};
 	for (int i = 0; i < 3 && rc == 0; i++) {
-		if (i == 0)
+		if (i == 0 && !zero3)
 			memcpy(whole, src[0], n * sizeof(float));
 		else
 			rc = s_dp_whole(t, src[i], whole);
@@ -192,13 +201,14 @@ int train_tp_snapshot(train_t *t, int64_t lo, int64_t count, float **ret_p, floa
 
 typedef struct {
 	const stinit_t *st;
-	float *out;
+	float *out; /* local element lo */
+	size_t lo;
 } s_st_t;
 
 static int s_st_piece(void *ctx, size_t local_off, size_t logical_off, size_t n)
 {
 	s_st_t *c = ctx;
-	stinit_read_range(c->st, logical_off, logical_off + n, c->out + local_off);
+	stinit_read_range(c->st, logical_off, logical_off + n, c->out + (local_off - c->lo));
 	return 0;
 }
 
@@ -213,8 +223,15 @@ int train_tp_init_pretrained(train_t *t)
 			     err, sizeof err);
 	if (rc < 0)
 		return train_error(t, rc == -ENOMEM ? RM_EXIT_NOMEM : RM_EXIT_DATA, "%s", err);
-	s_st_t c = {.st = st, .out = model_params(t->model)};
-	tplayout_each_local(l, 0, l->n_local, s_st_piece, &c);
+	/* zero3: only this rank's DP shard of the local buffer, into the master */
+	s_st_t c = {.st = st, .out = model_params(t->model), .lo = 0};
+	size_t count = l->n_local;
+	if (s_zero3(t)) {
+		c = (s_st_t){.st = st, .out = shard_params(t->zero), .lo = t->shard_lo};
+		count = t->shard_count;
+	}
+	if (count > 0)
+		tplayout_each_local(l, c.lo, count, s_st_piece, &c);
 	if (t->world_rank == 0)
 		fprintf(t->opt->json ? t->opt->log : t->opt->out, "init: %d tensors from %s (%d file%s)\n",
 			stinit_num_tensors(st), path, stinit_num_files(st), stinit_num_files(st) == 1 ? "" : "s");

@@ -2,18 +2,19 @@
  * train_tp: tensor parallelism in the training loop (issue 24; 2D with the
  * data-parallel strategies). The model computes in a TP group of t ranks
  * (model_options_t.tp: this module's adapter over the TP comm) and holds
- * only its TP rank's parts; everything data-parallel (DDP, ZeRO-1, the
- * data loader, the loss) runs unchanged over the DP comm on that LOCAL flat
- * buffer. What this module adds:
+ * only its TP rank's parts; everything data-parallel (DDP, ZeRO-1/2/3
+ * with zero2/zero3 streaming the TP layers' local ranges through the
+ * shard_t, the data loader, the loss) runs unchanged over the DP comm on
+ * that LOCAL flat buffer. What this module adds:
  *   - the gradient norm's TP part: replicated tensors counted on TP rank 0
  *     only, the DP-summed partial sums all-gathered over the TP group and
  *     added in rank order (every rank the same bits);
  *   - the LOGICAL layout (worker/tplayout.h) for snapshots (this rank's
  *     logical range of params, m and v assembled from the DP shards and the
- *     TP parts), for resume (tsnap reads logical ranges into local ones)
- *     and for init.safetensors (the file's logical tensors cut into this
- *     rank's parts), so a job resumes at
- *     any t and d and its losses are t = 1's up to reduction order.
+ *     TP parts; zero3's params from the master shards), for resume (tsnap
+ *     reads logical ranges into local ones) and for init.safetensors (the
+ *     file's logical tensors cut into this rank's parts), so a job resumes
+ *     at any t and d and its losses are t = 1's up to reduction order.
  * Private to worker/train*.c (train_impl.h).
  */
 #ifndef RINGMASTER_WORKER_TRAIN_TP_H
@@ -57,9 +58,10 @@ int train_tp_sum(train_t *t, double part, double *ret_sum);
 int train_tp_snapshot(train_t *t, int64_t lo, int64_t count, float **ret_p, float **ret_m, float **ret_v);
 
 /* init.safetensors (the logical tensors of the file) into this rank's
- * parts of the model's buffer. RM_EXIT_* code. (train.seed's values need
- * nothing here: the engine initialises a TP rank's parts as the slices of
- * the t = 1 model's, engine/tp.h.) */
+ * parts of the model's buffer (zero3: the parts in its DP shard, into the
+ * master shard). RM_EXIT_* code. (train.seed's values need nothing here:
+ * the engine initialises a TP rank's parts as the slices of the t = 1
+ * model's, engine/tp.h.) */
 int train_tp_init_pretrained(train_t *t);
 
 #endif

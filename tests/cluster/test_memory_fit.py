@@ -131,7 +131,7 @@ def memfit_estimate(s):
         P = V * C * (1 if m.get("tie_embeddings") else 2) + L * layer + C
     sharding = p.get("sharding", "none")
     t = p.get("tensor", 1)
-    if t > 1:  # a TP rank's part; zero2/3 run as zero1 under TP
+    if t > 1:  # a TP rank's part; zero2/3 count as zero1 under TP (an upper bound)
         R = 2 * L * C + C if m.get("arch") == "llama" else T * C + 6 * L * C + 2 * C
         E = 2 if m.get("arch") == "llama" and not m.get("tie_embeddings") else 1
         Vp = -(-V // t) * t
