@@ -79,4 +79,45 @@ void modelcpu_gemm(const modelcpu_params_t *p, matmul_cache_t *mm, uint16_t *a16
                    bool trans_b, const float *bias, float *C, int64_t ldc, bool accumulate);
 
 
+/*
+ * A CPU row of the model registry (model.h) whose operations are the
+ * model's functions prefix_free, prefix_num_params, ... taking the model
+ * (impl). MODELCPU_ROW_OPS(prefix) defines them as static s_free,
+ * s_num_params, ...; the row writes s_create, s_tensors, s_init_range and
+ * s_flops_per_token itself (their signatures differ between the models),
+ * then MODELCPU_ROW(arch) is the row's model_ops_t initializer.
+ */
+#define MODELCPU_ROW_OPS(prefix)                                                                   \
+	static void s_free(void *impl) { prefix##_free(impl); }                                    \
+	static size_t s_num_params(const void *impl) { return prefix##_num_params(impl); }        \
+	static float *s_params(void *impl) { return prefix##_params(impl); }                      \
+	static float *s_grads(void *impl) { return prefix##_grads(impl); }                        \
+	static size_t s_max_range(const void *impl) { return prefix##_max_range(impl); }          \
+	static void s_init_params(void *impl, uint64_t seed) { prefix##_init_params(impl, seed); } \
+	static void s_zero_grad(void *impl) { prefix##_zero_grad(impl); }                         \
+	static float s_forward(void *impl, const int32_t *inputs, const int32_t *targets, int B,   \
+	                       int T)                                                              \
+	{                                                                                          \
+		return prefix##_forward(impl, inputs, targets, B, T);                              \
+	}                                                                                          \
+	static void s_backward(void *impl, float scale) { prefix##_backward(impl, scale); }       \
+	static size_t s_param_bytes(const void *impl) { return prefix##_param_bytes(impl); }      \
+	static size_t s_grad_bytes(const void *impl) { return prefix##_grad_bytes(impl); }        \
+	static size_t s_activation_bytes(const void *impl)                                         \
+	{                                                                                          \
+		return prefix##_activation_bytes(impl);                                            \
+	}                                                                                          \
+	static void s_tp_comm(const void *impl, model_tp_comm_t *ret) { prefix##_tp_comm(impl, ret); }
+
+#define MODELCPU_ROW(arch_name)                                                                    \
+	{                                                                                          \
+		.arch = (arch_name), .device = MODEL_DEVICE_CPU, .create = s_create,               \
+		.free = s_free, .num_params = s_num_params, .params = s_params, .grads = s_grads,  \
+		.tensors = s_tensors, .max_range = s_max_range, .init_params = s_init_params,      \
+		.init_range = s_init_range, .zero_grad = s_zero_grad, .forward = s_forward,        \
+		.backward = s_backward, .flops_per_token = s_flops_per_token,                      \
+		.param_bytes = s_param_bytes, .grad_bytes = s_grad_bytes,                          \
+		.activation_bytes = s_activation_bytes, .dev = NULL, .tp_comm = s_tp_comm,        \
+	}
+
 #endif
