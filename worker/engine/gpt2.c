@@ -51,6 +51,7 @@
 #include "initrand.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "modeltab.h"
 #include "tp.h"
 
 /*
@@ -156,19 +157,8 @@ static double s_arena_bytes_estimate(const gpt2_config_t *cfg, double B, double 
 static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int64_t d1, bool decay,
                          int split)
 {
-	gpt2_tensor_t *t = &m->tensors[m->n_tensors++];
 	int64_t tp = m->tp_size > 1 ? m->tp_size : 1;
-	snprintf(t->name, sizeof t->name, "%s", name);
-	t->ndim = ndim;
-	t->full_shape[0] = d0;
-	t->full_shape[1] = ndim == 2 ? d1 : 0;
-	t->tp_split = split;
-	t->shape[0] = split == 0 ? (d0 + tp - 1) / tp : d0;
-	t->shape[1] = ndim == 2 ? (split == 1 ? d1 / tp : d1) : 0;
-	t->numel = (size_t)t->shape[0] * (size_t)(ndim == 2 ? t->shape[1] : 1);
-	t->offset = m->w.n_params;
-	t->decay = decay;
-	m->w.n_params += t->numel;
+	modeltab_add(m->tensors, &m->n_tensors, &m->w.n_params, name, ndim, d0, d1, decay, split, tp);
 }
 
 static void s_build_tensor_table(gpt2_t *m)
@@ -203,22 +193,14 @@ static void s_build_tensor_table(gpt2_t *m)
 	s_add_tensor(m, "ln_f.bias", 1, C, 0, false, R);
 }
 
-static int s_check_positive(const char *field, int v, char *err, size_t errlen)
-{
-	if (v > 0)
-		return 0;
-	snprintf(err, errlen, "%s (%d) must be positive", field, v);
-	return -1;
-}
-
 int gpt2_config_check(const gpt2_config_t *cfg, int max_B, int max_T, char *err, size_t errlen)
 {
-	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
-	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
-	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
-	    s_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
-	    s_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
-	    s_check_positive("train.batch_size", max_B, err, errlen))
+	if (modeltab_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
+	    modeltab_check_positive("model.n_head", cfg->n_head, err, errlen) ||
+	    modeltab_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
+	    modeltab_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
+	    modeltab_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
+	    modeltab_check_positive("train.batch_size", max_B, err, errlen))
 		return -1;
 	if (cfg->n_embd % cfg->n_head != 0) {
 		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
