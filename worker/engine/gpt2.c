@@ -44,9 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sysexits.h>
-#include <unistd.h>
 
 #include "initrand.h"
 #include "kernels.h"
@@ -158,7 +156,8 @@ static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int6
                          int split)
 {
 	int64_t tp = m->tp_size > 1 ? m->tp_size : 1;
-	modeltab_add(m->tensors, &m->n_tensors, &m->w.n_params, name, ndim, d0, d1, decay, split, tp);
+	modeltab_add(m->tensors, &m->n_tensors, &m->w.n_params, name, ndim, d0, d1, decay, split,
+	             tp);
 }
 
 static void s_build_tensor_table(gpt2_t *m)
@@ -377,8 +376,8 @@ int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t
 		memset(m->w.grads, 0, m->w.n_params * sizeof(float));
 	}
 	if (bf16) {
-		m->w.params16 = modelcpu_alloc((mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params) *
-					      sizeof(uint16_t));
+		size_t n16 = mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params;
+		m->w.params16 = modelcpu_alloc(n16 * sizeof(uint16_t));
 		if (!m->w.params16)
 			goto fail_nomem;
 	}
@@ -496,13 +495,12 @@ size_t gpt2_activation_bytes(const gpt2_t *m)
 
 size_t gpt2_param_bytes(const gpt2_t *m)
 {
-	size_t n16 = m->w.mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params;
-	return (m->w.params ? m->w.n_params * sizeof(float) : 0) + (m->w.params16 ? n16 * sizeof(uint16_t) : 0);
+	return modelcpu_param_bytes(&m->w, m->max_range);
 }
 
 size_t gpt2_grad_bytes(const gpt2_t *m)
 {
-	return m->w.grads ? m->w.n_params * sizeof(float) : 0;
+	return modelcpu_grad_bytes(&m->w);
 }
 
 size_t gpt2_max_range(const gpt2_t *m)
@@ -706,13 +704,7 @@ const float *gpt2_logits(const gpt2_t *m)
 
 void gpt2_zero_grad(gpt2_t *m)
 {
-	float *g = m->w.grads;
-	if (!g)
-		return;
-	size_t n = m->w.n_params;
-#pragma omp parallel for schedule(static)
-	for (size_t i = 0; i < n; i++)
-		g[i] = 0.0f;
+	modelcpu_zero_grad(&m->w);
 }
 
 void gpt2_backward(gpt2_t *m, float loss_scale)

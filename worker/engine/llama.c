@@ -27,9 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sysexits.h>
-#include <unistd.h>
 
 #include "kernels.h"
 #include "kernels_llama.h"
@@ -162,7 +160,8 @@ static int s_check_memory(const model_config_t *cfg, int max_B, int max_T, bool 
 	double state = mode == MODEL_DENSE ? n_params * (16.0 + (bf16 ? 2.0 : 0.0))
 		: mode == MODEL_STREAM_GRADS ? n_params * (4.0 + (bf16 ? 2.0 : 0.0)) : 0.0;
 	acts_t a;
-	double act = s_layout(&a, NULL, cfg, max_B, max_T, bf16, 1), avail = modelcpu_available_bytes();
+	double act = s_layout(&a, NULL, cfg, max_B, max_T, bf16, 1);
+	double avail = modelcpu_available_bytes();
 	if (state > avail) {
 		snprintf(err, errlen,
 			 "model does not fit in memory: needs %.1f GiB for %.0f parameters, their gradients"
@@ -245,8 +244,8 @@ static int s_alloc_buffers(llama_t *m, bool bf16)
 			return -ENOMEM;
 		memset(m->w.grads, 0, m->w.n_params * sizeof(float));
 	}
-	if (bf16 && !(m->w.params16 = modelcpu_alloc((m->w.mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params) *
-					      sizeof(uint16_t))))
+	size_t n16 = m->w.mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params;
+	if (bf16 && !(m->w.params16 = modelcpu_alloc(n16 * sizeof(uint16_t))))
 		return -ENOMEM;
 	m->arena_bytes = (size_t)s_layout(&m->a, NULL, &m->cfg, m->max_B, m->max_T, bf16, m->tp_size);
 	if (!(m->arena = modelcpu_alloc(m->arena_bytes)))
@@ -369,13 +368,12 @@ size_t llama_max_range(const llama_t *m)
 
 size_t llama_param_bytes(const llama_t *m)
 {
-	size_t n16 = m->w.mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params;
-	return (m->w.params ? m->w.n_params * sizeof(float) : 0) + (m->w.params16 ? n16 * sizeof(uint16_t) : 0);
+	return modelcpu_param_bytes(&m->w, m->max_range);
 }
 
 size_t llama_grad_bytes(const llama_t *m)
 {
-	return m->w.grads ? m->w.n_params * sizeof(float) : 0;
+	return modelcpu_grad_bytes(&m->w);
 }
 
 size_t llama_activation_bytes(const llama_t *m)
@@ -456,13 +454,7 @@ const float *llama_logits(const llama_t *m)
 
 void llama_zero_grad(llama_t *m)
 {
-	float *g = m->w.grads;
-	if (!g)
-		return;
-	size_t n = m->w.n_params;
-#pragma omp parallel for schedule(static)
-	for (size_t i = 0; i < n; i++)
-		g[i] = 0.0f;
+	modelcpu_zero_grad(&m->w);
 }
 
 /* ---- parameters in and gradients out ---- */
@@ -502,8 +494,8 @@ static inline float *s_at(const llama_t *m, const float *base, size_t lo, int l,
 static void s_gemm(llama_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
                    const float *B, bool trans_b, float *C, int64_t ldc, bool accumulate)
 {
-	modelcpu_gemm(&m->w, m->mm, m->a.a16, m->a.b16, M, N, K, A, lda, trans_a, B, trans_b, NULL, C,
-	              ldc, accumulate);
+	modelcpu_gemm(&m->w, m->mm, m->a.a16, m->a.b16, M, N, K, A, lda, trans_a, B, trans_b, NULL,
+	              C, ldc, accumulate);
 }
 
 #define SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (size_t)(per_row))

@@ -30,8 +30,8 @@ static int s_check_scaling(const model_rope_scaling_t *s, char *err, size_t errl
 			 s->low_freq_factor, s->high_freq_factor);
 		return -1;
 	}
-	return modeltab_check_positive("model.rope_scaling.original_max_position", s->original_max_position, err,
-			  errlen);
+	return modeltab_check_positive("model.rope_scaling.original_max_position",
+	                               s->original_max_position, err, errlen);
 }
 
 int llama_config_check(const model_config_t *cfg, int max_B, int max_T, char *err, size_t errlen)

@@ -54,6 +54,28 @@ _Noreturn void modelcpu_fatal(const char *what)
 	exit(EX_SOFTWARE);
 }
 
+size_t modelcpu_param_bytes(const modelcpu_params_t *p, size_t max_range)
+{
+	size_t n16 = p->mode == MODEL_STREAM_ALL ? max_range : p->n_params;
+	return (p->params ? p->n_params * sizeof(float) : 0) + (p->params16 ? n16 * sizeof(uint16_t) : 0);
+}
+
+size_t modelcpu_grad_bytes(const modelcpu_params_t *p)
+{
+	return p->grads ? p->n_params * sizeof(float) : 0;
+}
+
+void modelcpu_zero_grad(modelcpu_params_t *p)
+{
+	float *g = p->grads;
+	if (!g)
+		return;
+	size_t n = p->n_params;
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < n; i++)
+		g[i] = 0.0f;
+}
+
 void modelcpu_seq_start(modelcpu_params_t *p, const model_range_t *seq, int n)
 {
 	p->seq = seq;

@@ -31,6 +31,15 @@ typedef struct {
 	size_t held_n;
 } modelcpu_params_t;
 
+/* Bytes held for the parameters (fp32 and the bf16 copy; under
+ * MODEL_STREAM_ALL the copy is of one range of at most max_range) and for
+ * the gradients. */
+size_t modelcpu_param_bytes(const modelcpu_params_t *p, size_t max_range);
+size_t modelcpu_grad_bytes(const modelcpu_params_t *p);
+
+/* Zero the model's own gradient buffer (MODEL_DENSE; else nothing). */
+void modelcpu_zero_grad(modelcpu_params_t *p);
+
 /*
  * 64-byte aligned memory (free() it); a buffer of a huge page or more is
  * aligned to 2 MiB and asked for transparent huge pages (madvise: Debian's
