@@ -4,46 +4,15 @@
 #include "jobspec_ext.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fsutil.h"
+#include "jobspec_internal.h"
 
 #define DEFAULT_TB_DIR "tensorboard"
-
-__attribute__((format(printf, 3, 4)))
-static int s_fail(jobspec_error_t *err, const char *pointer, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		snprintf(err->pointer, sizeof err->pointer, "%s", pointer);
-		va_start(ap, fmt);
-		vsnprintf(err->message, sizeof err->message, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
-/* At most `max` bytes of `s` for a message, control bytes as '?', "..."
- * when cut (never inside a UTF-8 sequence). */
-static void s_shown(const char *s, char *buf, size_t size, size_t max)
-{
-	size_t n = strlen(s);
-	bool cut = n > max;
-	if (cut) {
-		n = max;
-		while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-			n--;
-	}
-	if (n + 4 > size)
-		n = size - 4;
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
-	snprintf(buf + n, size - n, "%s", cut ? "..." : "");
-}
 
 /* What a value is, for "(got ...)". */
 static const char *s_kind(const json_t *v)
@@ -105,7 +74,7 @@ int jobspec_ext_check_env(const json_t *env, const char *field, const char *poin
 	const json_t *val;
 	json_object_foreach((json_t *)env, name, val) {
 		char at[sizeof err->pointer], shown[80];
-		s_shown(name, shown, sizeof shown, 64);
+		s_excerpt(name, strlen(name), shown, sizeof shown, 64);
 		if (!jobspec_ext_env_name_ok(name)) /* keys hold no NUL: jobspec_parse refuses \u0000 */
 			return s_fail(err, pointer,
 			              "%s name \"%s\" is not a variable name: letters, digits and '_', not starting"
@@ -152,7 +121,7 @@ static int s_read_tensorboard(const json_t *doc, jobspec_error_t *err)
 	json_object_foreach((json_t *)tb, key, v) {
 		if (strcmp(key, "dir") != 0) {
 			char shown[80], at[sizeof err->pointer];
-			s_shown(key, shown, sizeof shown, 64);
+			s_excerpt(key, strlen(key), shown, sizeof shown, 64);
 			snprintf(at, sizeof at, "/tensorboard/%.200s", key);
 			return s_fail(err, at, "unknown field tensorboard.%s: tensorboard has only dir", shown);
 		}
@@ -166,7 +135,7 @@ static int s_read_tensorboard(const json_t *doc, jobspec_error_t *err)
 		              JOBSPEC_PATH_MAX_BYTES, dir ? "another length or a NUL byte" : s_kind(jdir));
 	if (!fs_path_beneath(dir)) {
 		char shown[96];
-		s_shown(dir, shown, sizeof shown, 80);
+		s_excerpt(dir, strlen(dir), shown, sizeof shown, 80);
 		return s_fail(err, "/tensorboard/dir",
 		              "tensorboard.dir must be a path relative to the agent's --tensorboard-root (else its"
 		              " --checkpoint-root), without '..' components (got '%s')",

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "benchutil.h"
 
 #define DNNL_CHECK(call)                                                                           \
 	do {                                                                                       \
@@ -44,19 +45,6 @@ typedef struct {
 	double gflops;
 	char impl[64];
 } result_t;
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
 
 static uint16_t f32_to_bf16(float f)
 {
@@ -113,13 +101,13 @@ static result_t bench_matmul(dnnl_engine_t eng, dnnl_stream_t st, shape_t s, dnn
 	};
 	double times[MAX_REPEATS];
 	for (int i = 0; i < warmup + repeats; i++) {
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		DNNL_CHECK(dnnl_primitive_execute(prim, st, 3, args));
 		DNNL_CHECK(dnnl_stream_wait(st));
 		if (i >= warmup)
-			times[i - warmup] = now_ms() - t0;
+			times[i - warmup] = bench_now_ms() - t0;
 	}
-	qsort(times, (size_t)repeats, sizeof times[0], cmp_double);
+	qsort(times, (size_t)repeats, sizeof times[0], bench_cmp_double);
 	r.median_ms = repeats % 2 ? times[repeats / 2] : 0.5 * (times[repeats / 2 - 1] + times[repeats / 2]);
 	r.gflops = 2.0 * (double)s.m * (double)s.n * (double)s.k / (r.median_ms * 1e-3) / 1e9;
 

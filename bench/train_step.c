@@ -25,6 +25,9 @@
 #include "gpt2_model.h"
 #include "llama_model.h"
 #include "optim.h"
+#include "benchutil.h"
+
+#define PROG "bench_train_step"
 
 #define MAX_STEPS 10000
 
@@ -39,19 +42,6 @@ typedef struct {
 	const char *precision_name;
 	uint64_t seed;
 } options_t;
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
 
 static uint64_t s_rng_state;
 
@@ -78,17 +68,6 @@ static void usage(void)
 	exit(2);
 }
 
-static int parse_int(const char *flag, const char *s, int min)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < min || v > 1000000000) {
-		fprintf(stderr, "bench_train_step: %s must be an integer >= %d (got '%s')\n", flag, min, s);
-		exit(2);
-	}
-	return (int)v;
-}
-
 static options_t parse_options(int argc, char **argv)
 {
 	options_t o = {
@@ -106,31 +85,31 @@ static options_t parse_options(int argc, char **argv)
 		if (!strcmp(flag, "--arch"))
 			o.arch = val;
 		else if (!strcmp(flag, "--kv-heads"))
-			o.cfg.n_kv_head = parse_int(flag, val, 1);
+			o.cfg.n_kv_head = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--ffn"))
-			o.cfg.ffn_dim = parse_int(flag, val, 1);
+			o.cfg.ffn_dim = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--rope-theta"))
-			o.cfg.rope_theta = (double)parse_int(flag, val, 1);
+			o.cfg.rope_theta = (double)bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--tied"))
-			o.cfg.tie_embeddings = parse_int(flag, val, 0) != 0;
+			o.cfg.tie_embeddings = bench_parse_int(PROG, flag, val, 0) != 0;
 		else if (!strcmp(flag, "--layers"))
-			o.cfg.n_layer = parse_int(flag, val, 1);
+			o.cfg.n_layer = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--heads"))
-			o.cfg.n_head = parse_int(flag, val, 1);
+			o.cfg.n_head = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--embd"))
-			o.cfg.n_embd = parse_int(flag, val, 1);
+			o.cfg.n_embd = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--vocab"))
-			o.cfg.vocab_size = parse_int(flag, val, 2);
+			o.cfg.vocab_size = bench_parse_int(PROG, flag, val, 2);
 		else if (!strcmp(flag, "--batch"))
-			o.batch = parse_int(flag, val, 1);
+			o.batch = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--seq"))
-			o.seq = parse_int(flag, val, 1);
+			o.seq = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--steps"))
-			o.steps = parse_int(flag, val, 1);
+			o.steps = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--warmup"))
-			o.warmup = parse_int(flag, val, 0);
+			o.warmup = bench_parse_int(PROG, flag, val, 0);
 		else if (!strcmp(flag, "--seed"))
-			o.seed = (uint64_t)parse_int(flag, val, 0);
+			o.seed = (uint64_t)bench_parse_int(PROG, flag, val, 0);
 		else if (!strcmp(flag, "--precision")) {
 			o.precision_name = val;
 			if (!strcmp(val, "fp32"))
@@ -200,7 +179,7 @@ int main(int argc, char **argv)
 			inputs[i] = (int32_t)(rng_next() % (uint32_t)o.cfg.vocab_size);
 			targets[i] = (int32_t)(rng_next() % (uint32_t)o.cfg.vocab_size);
 		}
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		ops->zero_grad(model);
 		loss = ops->forward(model, inputs, targets, o.batch, o.seq);
 		ops->backward(model, 1.0f);
@@ -212,13 +191,13 @@ int main(int argc, char **argv)
 			.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .t = step + 1,
 		};
 		optim_adamw_update(tensors, n_tensors, params, grads, m, v, 0, n, &hp);
-		double dt = now_ms() - t0;
+		double dt = bench_now_ms() - t0;
 		if (step >= o.warmup)
 			times_ms[step - o.warmup] = dt;
 		fprintf(stderr, "step %d: %.1f ms, loss %.4f\n", step, dt, (double)loss);
 	}
 
-	qsort(times_ms, (size_t)o.steps, sizeof times_ms[0], cmp_double);
+	qsort(times_ms, (size_t)o.steps, sizeof times_ms[0], bench_cmp_double);
 	double median_ms = o.steps % 2 ? times_ms[o.steps / 2]
 	                               : 0.5 * (times_ms[o.steps / 2 - 1] + times_ms[o.steps / 2]);
 	double tok_s = (double)n_tokens / (median_ms * 1e-3);

@@ -37,6 +37,9 @@
 #include "gpt2.h"
 #include "gpt2_cuda.h"
 #include "optim.h"
+#include "../benchutil.h"
+
+#define PROG "bench_gpu_step"
 
 #define MAX_STEPS 10000
 #define MAX_AUTO_BATCH 512
@@ -51,25 +54,6 @@ typedef struct {
 	uint64_t seed;
 	unsigned flags; /* GPT2_CUDA_FUSED_ATTENTION or 0 */
 } options_t;
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *x, int n)
-{
-	qsort(x, (size_t)n, sizeof *x, cmp_double);
-	return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 static uint64_t s_rng_state;
 
@@ -95,17 +79,6 @@ static void usage(void)
 	exit(2);
 }
 
-static int parse_int(const char *flag, const char *s, int min)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < min || v > 1000000000) {
-		fprintf(stderr, "bench_gpu_step: %s must be an integer >= %d (got '%s')\n", flag, min, s);
-		exit(2);
-	}
-	return (int)v;
-}
-
 static options_t parse_options(int argc, char **argv)
 {
 	options_t o = {
@@ -119,23 +92,23 @@ static options_t parse_options(int argc, char **argv)
 			usage();
 		const char *val = argv[++i];
 		if (!strcmp(flag, "--layers"))
-			o.cfg.n_layer = parse_int(flag, val, 1);
+			o.cfg.n_layer = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--heads"))
-			o.cfg.n_head = parse_int(flag, val, 1);
+			o.cfg.n_head = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--embd"))
-			o.cfg.n_embd = parse_int(flag, val, 1);
+			o.cfg.n_embd = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--vocab"))
-			o.cfg.vocab_size = parse_int(flag, val, 2);
+			o.cfg.vocab_size = bench_parse_int(PROG, flag, val, 2);
 		else if (!strcmp(flag, "--seq"))
-			o.seq = parse_int(flag, val, 1);
+			o.seq = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--batch"))
-			o.batch = parse_int(flag, val, 1);
+			o.batch = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--steps"))
-			o.steps = parse_int(flag, val, 1);
+			o.steps = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--warmup"))
-			o.warmup = parse_int(flag, val, 0);
+			o.warmup = bench_parse_int(PROG, flag, val, 0);
 		else if (!strcmp(flag, "--seed"))
-			o.seed = (uint64_t)parse_int(flag, val, 0);
+			o.seed = (uint64_t)bench_parse_int(PROG, flag, val, 0);
 		else if (!strcmp(flag, "--attention")) {
 			if (strcmp(val, "gemm") != 0 && strcmp(val, "fused") != 0) {
 				fprintf(stderr, "bench_gpu_step: --attention must be gemm or fused (got '%s')\n",
@@ -261,7 +234,7 @@ int main(int argc, char **argv)
 		}
 		optim_adamw_t hp = {.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
 				    .weight_decay = 0.1, .t = it + 1};
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		cudaEventRecord(ev[0], s);
 		nvtxRangePushA("forward");
 		gpt2_cuda_zero_grad(m);
@@ -278,7 +251,7 @@ int main(int argc, char **argv)
 		cudaEventRecord(ev[3], s);
 		loss = gpt2_cuda_loss(m);
 		cudaEventSynchronize(ev[3]);
-		double t1 = now_ms();
+		double t1 = bench_now_ms();
 		if (it >= o.warmup) {
 			int k = it - o.warmup;
 			float f, b, p;
@@ -300,7 +273,7 @@ int main(int argc, char **argv)
 	double best = step_ms[0];
 	for (int k = 1; k < o.steps; k++)
 		best = step_ms[k] < best ? step_ms[k] : best;
-	double med = median(step_ms, o.steps);
+	double med = bench_median(step_ms, o.steps);
 	double tok_s = (double)N / (med / 1e3);
 	double fpt = gpt2_cuda_flops_per_token(m, T);
 	double mfu = tok_s * fpt / (o.peak_tflops * 1e12);
@@ -314,7 +287,7 @@ int main(int argc, char **argv)
 	       "\"model_gib\": %.2f, \"gpu_used_gib\": %.2f, \"gpu_total_gib\": %.2f, \"last_loss\": %.4f}\n",
 	       prop.name, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd, o.cfg.vocab_size,
 	       gpt2_cuda_fused_attention(m) ? "fused" : "gemm", gpt2_cuda_num_params(m), B, T, N, o.steps, o.warmup, med, best, tok_s, fpt, o.peak_tflops,
-	       mfu, median(fwd_ms, o.steps), median(bwd_ms, o.steps), median(opt_ms, o.steps),
+	       mfu, bench_median(fwd_ms, o.steps), bench_median(bwd_ms, o.steps), bench_median(opt_ms, o.steps),
 	       (double)(gpt2_cuda_state_bytes(m) + gpt2_cuda_activation_bytes(m)) / 1073741824.0,
 	       (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0, loss);
 	for (int i = 0; i < 4; i++)

@@ -32,6 +32,9 @@
 #include "llama_cuda.h"
 #include "llama_layout.h"
 #include "optim.h"
+#include "../benchutil.h"
+
+#define PROG "bench_gpu_llama_step"
 
 #define MAX_STEPS 10000
 #define MAX_AUTO_BATCH 64
@@ -44,25 +47,6 @@ typedef struct {
 	uint64_t seed;
 } options_t;
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *x, int n)
-{
-	qsort(x, (size_t)n, sizeof *x, cmp_double);
-	return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 static void usage(void)
 {
 	fprintf(stderr,
@@ -73,17 +57,6 @@ static void usage(void)
 		"            vocab 128256, tied), seq 2048, the largest batch that fits, 20 steps\n"
 		"            after 3 warmup steps, peak 989 TFLOP/s\n");
 	exit(2);
-}
-
-static int parse_int(const char *flag, const char *s, int min)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v < min || v > 1000000000) {
-		fprintf(stderr, "bench_gpu_llama_step: %s must be an integer >= %d (got '%s')\n", flag, min, s);
-		exit(2);
-	}
-	return (int)v;
 }
 
 static options_t parse_options(int argc, char **argv)
@@ -106,29 +79,29 @@ static options_t parse_options(int argc, char **argv)
 			usage();
 		const char *val = argv[++i];
 		if (!strcmp(flag, "--layers"))
-			c->n_layer = parse_int(flag, val, 1);
+			c->n_layer = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--heads"))
-			c->n_head = parse_int(flag, val, 1);
+			c->n_head = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--kv-heads"))
-			c->n_kv_head = parse_int(flag, val, 1);
+			c->n_kv_head = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--embd"))
-			c->n_embd = parse_int(flag, val, 1);
+			c->n_embd = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--ffn"))
-			c->ffn_dim = parse_int(flag, val, 1);
+			c->ffn_dim = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--vocab"))
-			c->vocab_size = parse_int(flag, val, 2);
+			c->vocab_size = bench_parse_int(PROG, flag, val, 2);
 		else if (!strcmp(flag, "--tied"))
-			c->tie_embeddings = parse_int(flag, val, 0) != 0;
+			c->tie_embeddings = bench_parse_int(PROG, flag, val, 0) != 0;
 		else if (!strcmp(flag, "--seq"))
-			o.seq = parse_int(flag, val, 1);
+			o.seq = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--batch"))
-			o.batch = parse_int(flag, val, 1);
+			o.batch = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--steps"))
-			o.steps = parse_int(flag, val, 1);
+			o.steps = bench_parse_int(PROG, flag, val, 1);
 		else if (!strcmp(flag, "--warmup"))
-			o.warmup = parse_int(flag, val, 0);
+			o.warmup = bench_parse_int(PROG, flag, val, 0);
 		else if (!strcmp(flag, "--seed"))
-			o.seed = (uint64_t)parse_int(flag, val, 0);
+			o.seed = (uint64_t)bench_parse_int(PROG, flag, val, 0);
 		else if (!strcmp(flag, "--peak-tflops")) {
 			char *end;
 			o.peak_tflops = strtod(val, &end);
@@ -240,7 +213,7 @@ int main(int argc, char **argv)
 		}
 		optim_adamw_t hp = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
 				    .t = it + 1};
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		cudaEventRecord(ev[0], s);
 		llama_cuda_zero_grad(m);
 		loss = llama_cuda_forward(m, in, tg, B, T);
@@ -251,7 +224,7 @@ int main(int argc, char **argv)
 		llama_cuda_adamw(m, &hp, isfinite(norm) && norm > 1.0 ? (float)(1.0 / norm) : 1.0f);
 		cudaEventRecord(ev[3], s);
 		cudaEventSynchronize(ev[3]);
-		const double t1 = now_ms();
+		const double t1 = bench_now_ms();
 		if (it >= o.warmup) {
 			const int k = it - o.warmup;
 			float f, b, p;
@@ -268,7 +241,7 @@ int main(int argc, char **argv)
 	double best = step_ms[0];
 	for (int k = 1; k < o.steps; k++)
 		best = step_ms[k] < best ? step_ms[k] : best;
-	const double med = median(step_ms, o.steps), tok_s = (double)N / (med / 1e3);
+	const double med = bench_median(step_ms, o.steps), tok_s = (double)N / (med / 1e3);
 	const double fpt = llama_cuda_flops_per_token(m, T);
 	const double n_all = (double)llama_cuda_num_params(m);
 	const double fpt_6n = 6.0 * n_all + 6.0 * o.cfg.n_layer * o.cfg.n_embd * (double)T;
@@ -285,8 +258,8 @@ int main(int argc, char **argv)
 	       prop.name, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_kv_head, o.cfg.n_embd, o.cfg.ffn_dim,
 	       o.cfg.vocab_size, o.cfg.tie_embeddings ? "true" : "false", n_all, B, T, o.steps, o.warmup, med,
 	       best, tok_s, fpt, fpt_6n, o.peak_tflops, tok_s * fpt / (o.peak_tflops * 1e12),
-	       tok_s * fpt_6n / (o.peak_tflops * 1e12), median(fwd_ms, o.steps), median(bwd_ms, o.steps),
-	       median(opt_ms, o.steps),
+	       tok_s * fpt_6n / (o.peak_tflops * 1e12), bench_median(fwd_ms, o.steps), bench_median(bwd_ms, o.steps),
+	       bench_median(opt_ms, o.steps),
 	       (double)(llama_cuda_state_bytes(m) + llama_cuda_activation_bytes(m)) / 1073741824.0,
 	       (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0, loss);
 	for (int i = 0; i < 4; i++)

@@ -11,37 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../api/jobspec_equal.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static bool s_same_str(const char *a, const char *b)
-{
-	return (!a && !b) || (a && b && strcmp(a, b) == 0);
-}
-
-static bool s_spec_equal(const jobspec_t *a, const jobspec_t *b)
-{
-	return s_same_str(a->name, b->name) && strcmp(a->model.arch, b->model.arch) == 0 &&
-	       a->model.n_layer == b->model.n_layer && a->model.n_head == b->model.n_head &&
-	       a->model.n_embd == b->model.n_embd && a->model.vocab_size == b->model.vocab_size &&
-	       a->model.seq_len == b->model.seq_len && s_same_str(a->data.train, b->data.train) &&
-	       s_same_str(a->data.val, b->data.val) && a->data.format == b->data.format &&
-	       a->train.steps == b->train.steps && a->train.batch_size == b->train.batch_size &&
-	       a->train.grad_accum == b->train.grad_accum && a->train.lr == b->train.lr &&
-	       a->train.warmup_steps == b->train.warmup_steps &&
-	       a->train.lr_schedule == b->train.lr_schedule && a->train.min_lr == b->train.min_lr &&
-	       a->train.weight_decay == b->train.weight_decay &&
-	       a->train.grad_clip == b->train.grad_clip && a->train.seed == b->train.seed &&
-	       a->train.eval_every == b->train.eval_every &&
-	       a->train.eval_batches == b->train.eval_batches &&
-	       a->train.precision == b->train.precision &&
-	       a->parallel.world_size == b->parallel.world_size &&
-	       a->parallel.device == b->parallel.device &&
-	       a->parallel.sharding == b->parallel.sharding &&
-	       a->checkpoint.every_steps == b->checkpoint.every_steps &&
-	       a->checkpoint.keep_last == b->checkpoint.keep_last &&
-	       a->checkpoint.keep_every == b->checkpoint.keep_every &&
-	       a->restart.max_restarts == b->restart.max_restarts && a->priority == b->priority;
-}
 
 static void s_die(const char *what)
 {

@@ -44,13 +44,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sysexits.h>
-#include <unistd.h>
 
 #include "initrand.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "modeltab.h"
 #include "tp.h"
 
 /*
@@ -72,30 +71,6 @@
  */
 
 /* ---- allocation and layout ---- */
-
-#define HUGE_PAGE (2u << 20)
-
-/*
- * 64-byte aligned memory; a buffer of a huge page or more is aligned to
- * 2 MiB and asked for transparent huge pages (madvise: Debian's default THP
- * mode only gives them on request), which cuts the first-touch page faults
- * of the parameters, gradients and activations by 512x (a resumed rank's
- * first step pays them) and the TLB misses of every step.
- */
-static void *s_aligned_alloc(size_t bytes)
-{
-	if (bytes < HUGE_PAGE) {
-		size_t rounded = (bytes + 63) / 64 * 64;
-		return aligned_alloc(64, rounded ? rounded : 64);
-	}
-	size_t rounded = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-	void *p = aligned_alloc(HUGE_PAGE, rounded);
-#ifdef MADV_HUGEPAGE
-	if (p)
-		(void)madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-	return p;
-}
 
 /* Carve `n` elements of `size` bytes from the arena at *off (64-byte aligned). */
 static void *s_carve(char *base, size_t *off, size_t n, size_t size)
@@ -174,44 +149,15 @@ static double s_arena_bytes_estimate(const gpt2_config_t *cfg, double B, double 
 	return bytes + 64.0 * 32;
 }
 
-/* Memory this machine can give us: MemAvailable, else the physical size. */
-static double s_available_bytes(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	if (f) {
-		char line[256];
-		while (fgets(line, sizeof line, f)) {
-			unsigned long long kib;
-			if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-				fclose(f);
-				return (double)kib * 1024.0;
-			}
-		}
-		fclose(f);
-	}
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
-}
-
 /* A tensor of logical shape (d0, d1), cut along `split` (-1: replicated)
  * across the model's tp_size ranks; dim 0 of wte is padded to a multiple
  * of tp_size (model.h). */
 static void s_add_tensor(gpt2_t *m, const char *name, int ndim, int64_t d0, int64_t d1, bool decay,
                          int split)
 {
-	gpt2_tensor_t *t = &m->tensors[m->n_tensors++];
 	int64_t tp = m->tp_size > 1 ? m->tp_size : 1;
-	snprintf(t->name, sizeof t->name, "%s", name);
-	t->ndim = ndim;
-	t->full_shape[0] = d0;
-	t->full_shape[1] = ndim == 2 ? d1 : 0;
-	t->tp_split = split;
-	t->shape[0] = split == 0 ? (d0 + tp - 1) / tp : d0;
-	t->shape[1] = ndim == 2 ? (split == 1 ? d1 / tp : d1) : 0;
-	t->numel = (size_t)t->shape[0] * (size_t)(ndim == 2 ? t->shape[1] : 1);
-	t->offset = m->n_params;
-	t->decay = decay;
-	m->n_params += t->numel;
+	modeltab_add(m->tensors, &m->n_tensors, &m->w.n_params, name, ndim, d0, d1, decay, split,
+	             tp);
 }
 
 static void s_build_tensor_table(gpt2_t *m)
@@ -246,22 +192,14 @@ static void s_build_tensor_table(gpt2_t *m)
 	s_add_tensor(m, "ln_f.bias", 1, C, 0, false, R);
 }
 
-static int s_check_positive(const char *field, int v, char *err, size_t errlen)
-{
-	if (v > 0)
-		return 0;
-	snprintf(err, errlen, "%s (%d) must be positive", field, v);
-	return -1;
-}
-
 int gpt2_config_check(const gpt2_config_t *cfg, int max_B, int max_T, char *err, size_t errlen)
 {
-	if (s_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
-	    s_check_positive("model.n_head", cfg->n_head, err, errlen) ||
-	    s_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
-	    s_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
-	    s_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
-	    s_check_positive("train.batch_size", max_B, err, errlen))
+	if (modeltab_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
+	    modeltab_check_positive("model.n_head", cfg->n_head, err, errlen) ||
+	    modeltab_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
+	    modeltab_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
+	    modeltab_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
+	    modeltab_check_positive("train.batch_size", max_B, err, errlen))
 		return -1;
 	if (cfg->n_embd % cfg->n_head != 0) {
 		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
@@ -303,7 +241,7 @@ static bool s_build_ranges(gpt2_t *m)
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = (int)m->tensors[0].shape[0];
 	size_t layer = 12 * (size_t)C * C + 13 * (size_t)C;
 	/* Streamed, a wte block is at most a layer, so that one buffer fits any range. */
-	m->wte_rows = m->mode == MODEL_DENSE ? V : (int)(layer / (size_t)C < (size_t)V ? layer / (size_t)C : (size_t)V);
+	m->wte_rows = m->w.mode == MODEL_DENSE ? V : (int)(layer / (size_t)C < (size_t)V ? layer / (size_t)C : (size_t)V);
 	if (m->wte_rows < 1)
 		m->wte_rows = 1;
 	m->n_chunks = (V + m->wte_rows - 1) / m->wte_rows;
@@ -389,7 +327,7 @@ int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t
 	double state_bytes = mode == MODEL_DENSE ? n_params * (16.0 + (bf16 ? 2.0 : 0.0))
 		: mode == MODEL_STREAM_GRADS ? n_params * (4.0 + (bf16 ? 2.0 : 0.0)) : 0.0;
 	double act_bytes = s_arena_bytes_estimate(cfg, max_B, max_T, bf16);
-	double avail = s_available_bytes();
+	double avail = modelcpu_available_bytes();
 	if (state_bytes > avail) {
 		snprintf(err, errlen,
 			 "model does not fit in memory: needs %.1f GiB for %.0f parameters, their gradients"
@@ -416,9 +354,9 @@ int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t
 	m->max_T = max_T;
 	m->precision = precision;
 	m->tp_size = tp && tp->size > 1 ? tp->size : 1;
-	m->mode = mode;
+	m->w.mode = mode;
 	if (stream)
-		m->stream = *stream;
+		m->w.stream = *stream;
 	m->tensors = calloc((size_t)(2 + N_LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
 	if (!m->tensors)
 		goto fail_nomem;
@@ -426,25 +364,25 @@ int gpt2_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, gpt2_precision_t
 	if (!s_build_ranges(m))
 		goto fail_nomem;
 	if (mode != MODEL_STREAM_ALL) {
-		m->params = s_aligned_alloc(m->n_params * sizeof(float));
-		if (!m->params)
+		m->w.params = modelcpu_alloc(m->w.n_params * sizeof(float));
+		if (!m->w.params)
 			goto fail_nomem;
-		memset(m->params, 0, m->n_params * sizeof(float));
+		memset(m->w.params, 0, m->w.n_params * sizeof(float));
 	}
 	if (mode == MODEL_DENSE) {
-		m->grads = s_aligned_alloc(m->n_params * sizeof(float));
-		if (!m->grads)
+		m->w.grads = modelcpu_alloc(m->w.n_params * sizeof(float));
+		if (!m->w.grads)
 			goto fail_nomem;
-		memset(m->grads, 0, m->n_params * sizeof(float));
+		memset(m->w.grads, 0, m->w.n_params * sizeof(float));
 	}
 	if (bf16) {
-		m->params16 = s_aligned_alloc((mode == MODEL_STREAM_ALL ? m->max_range : m->n_params) *
-					      sizeof(uint16_t));
-		if (!m->params16)
+		size_t n16 = mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params;
+		m->w.params16 = modelcpu_alloc(n16 * sizeof(uint16_t));
+		if (!m->w.params16)
 			goto fail_nomem;
 	}
 	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, bf16, m->tp_size);
-	m->arena = s_aligned_alloc(m->arena_bytes);
+	m->arena = modelcpu_alloc(m->arena_bytes);
 	if (!m->arena)
 		goto fail_nomem;
 	s_layout(&m->a, m->arena, cfg, max_B, max_T, bf16, m->tp_size);
@@ -476,7 +414,7 @@ int gpt2_layout(const gpt2_config_t *cfg, gpt2_tensor_t **ret_tensors, int *ret_
 	if (!m)
 		return -ENOMEM;
 	m->cfg = *cfg;
-	m->mode = MODEL_STREAM_GRADS;
+	m->w.mode = MODEL_STREAM_GRADS;
 	m->tensors = calloc((size_t)(2 + N_LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
 	if (!m->tensors || (s_build_tensor_table(m), !s_build_ranges(m))) {
 		gpt2_free(m);
@@ -497,9 +435,9 @@ void gpt2_free(gpt2_t *m)
 	matmul_cache_free(m->mm);
 	tp_free(&m->tp);
 	free(m->arena);
-	free(m->params16);
-	free(m->grads);
-	free(m->params);
+	free(m->w.params16);
+	free(m->w.grads);
+	free(m->w.params);
 	free(m->r_layers);
 	free(m->seq_fwd);
 	free(m->seq_bwd);
@@ -514,17 +452,17 @@ const gpt2_config_t *gpt2_config(const gpt2_t *m)
 
 size_t gpt2_num_params(const gpt2_t *m)
 {
-	return m->n_params;
+	return m->w.n_params;
 }
 
 float *gpt2_params(gpt2_t *m)
 {
-	return m->params;
+	return m->w.params;
 }
 
 float *gpt2_grads(gpt2_t *m)
 {
-	return m->grads;
+	return m->w.grads;
 }
 
 int gpt2_num_tensors(const gpt2_t *m)
@@ -557,13 +495,12 @@ size_t gpt2_activation_bytes(const gpt2_t *m)
 
 size_t gpt2_param_bytes(const gpt2_t *m)
 {
-	size_t n16 = m->mode == MODEL_STREAM_ALL ? m->max_range : m->n_params;
-	return (m->params ? m->n_params * sizeof(float) : 0) + (m->params16 ? n16 * sizeof(uint16_t) : 0);
+	return modelcpu_param_bytes(&m->w, m->max_range);
 }
 
 size_t gpt2_grad_bytes(const gpt2_t *m)
 {
-	return m->grads ? m->n_params * sizeof(float) : 0;
+	return modelcpu_grad_bytes(&m->w);
 }
 
 size_t gpt2_max_range(const gpt2_t *m)
@@ -574,7 +511,7 @@ size_t gpt2_max_range(const gpt2_t *m)
 double gpt2_flops_per_token(const gpt2_t *m, int T)
 {
 	int t = m->tp_size > 1 ? m->tp_size : 1;
-	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd / t * (double)T;
+	return 6.0 * (double)m->w.n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd / t * (double)T;
 }
 
 void gpt2_tp_comm(const gpt2_t *m, model_tp_comm_t *ret)
@@ -631,114 +568,44 @@ void gpt2_init_range(const gpt2_t *m, uint64_t seed, size_t lo, size_t hi, float
 
 void gpt2_init_params(gpt2_t *m, uint64_t seed)
 {
-	if (m->params)
-		gpt2_init_range(m, seed, 0, m->n_params, m->params);
+	if (m->w.params)
+		gpt2_init_range(m, seed, 0, m->w.n_params, m->w.params);
 }
 
 /* ---- forward and backward ---- */
 
-static void s_fatal(const char *what)
-{
-	fprintf(stderr, "ringworker: fatal: %s\n", what);
-	exit(EX_SOFTWARE);
-}
-
-/* Start walking a fetch order (the forward's or the backward's). */
 void gpt2_p_seq_start(gpt2_t *m, const model_range_t *seq, int n)
 {
-	m->seq = seq;
-	m->seq_n = n;
-	m->seq_pos = 0;
+	modelcpu_seq_start(&m->w, seq, n);
 }
 
-/*
- * The parameters of range r: the model's own buffer, or (MODEL_STREAM_ALL)
- * fetched through the stream with the next range of the order as the
- * prefetch hint, and converted to bf16 in bf16 mode. One range is held at a
- * time; gpt2_p_release gives it back.
- */
 const float *gpt2_p_fetch(gpt2_t *m, model_range_t r)
 {
-	if (m->mode != MODEL_STREAM_ALL)
-		return m->params + r.lo;
-	if (m->held || m->seq_pos >= m->seq_n || m->seq[m->seq_pos].lo != r.lo ||
-	    m->seq[m->seq_pos].hi != r.hi)
-		s_fatal("gpt2: parameters fetched out of order");
-	m->seq_pos++;
-	model_range_t next = m->seq_pos < m->seq_n ? m->seq[m->seq_pos] : (model_range_t){0, 0};
-	const float *p = m->stream.fetch(m->stream.ctx, r, next);
-	m->held = p;
-	m->held_n = r.hi - r.lo;
-	if (m->params16)
-		kernel_to_bf16(m->params16, p, m->held_n);
-	return p;
+	return modelcpu_fetch(&m->w, r, "gpt2");
 }
 
 void gpt2_p_release(gpt2_t *m, const float *p)
 {
-	if (m->mode != MODEL_STREAM_ALL)
-		return;
-	m->stream.release(m->stream.ctx, p);
-	m->held = NULL;
+	modelcpu_release(&m->w, p);
 }
 
-/* Where the gradients of r go: the model's own buffer (accumulating), or a
- * zeroed buffer from the stream; gpt2_p_grad_end hands it back once they are
- * final for this backward. */
 float *gpt2_p_grad_begin(gpt2_t *m, model_range_t r)
 {
-	if (m->mode == MODEL_DENSE)
-		return m->grads + r.lo;
-	return m->stream.grad_begin(m->stream.ctx, r);
+	return modelcpu_grad_begin(&m->w, r);
 }
 
 void gpt2_p_grad_end(gpt2_t *m, float *g, model_range_t r)
 {
-	if (m->mode != MODEL_DENSE)
-		m->stream.grad_end(m->stream.ctx, g, r);
+	modelcpu_grad_end(&m->w, g, r);
 }
 
-/* The bf16 copy of B when B points into parameters that have one. */
-static const uint16_t *s_bf16_param(const gpt2_t *m, const float *B)
-{
-	uintptr_t b = (uintptr_t)B;
-	uintptr_t lo = (uintptr_t)(m->mode == MODEL_STREAM_ALL ? m->held : m->params);
-	size_t n = m->mode == MODEL_STREAM_ALL ? m->held_n : m->n_params;
-	if (lo && b >= lo && b < lo + n * sizeof(float))
-		return m->params16 + (b - lo) / sizeof(float);
-	return NULL;
-}
-
-/*
- * C (M, N) (+)= op(A) @ op(B) (+ bias), see matmul_run_ld (lda, ldc: row
- * strides, 0 for dense). In bf16 mode, B is taken from the bf16 parameter
- * copy when it points into the parameters, else converted like A into a
- * scratch buffer.
- */
 void gpt2_p_gemm(gpt2_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
-                   const float *B, bool trans_b, const float *bias, float *C, int64_t ldc,
-                   bool accumulate)
+                 const float *B, bool trans_b, const float *bias, float *C, int64_t ldc,
+                 bool accumulate)
 {
-	if (!m->params16) {
-		matmul_run_ld(m->mm, M, N, K, A, lda, trans_a, B, trans_b, bias, C, ldc, accumulate);
-		return;
-	}
-	/* A transposed is written row-major: oneDNN's bf16 kernels are much
-	 * slower on a transposed A (the weight-gradient GEMMs) */
-	if (trans_a)
-		kernel_to_bf16_transposed(m->a.a16, A, (size_t)K, (size_t)M, lda ? (size_t)lda : (size_t)M);
-	else if (lda && lda != K)
-		kernel_to_bf16_rows(m->a.a16, A, (size_t)M, (size_t)K, (size_t)lda);
-	else
-		kernel_to_bf16(m->a.a16, A, (size_t)M * K);
-	const uint16_t *b16 = s_bf16_param(m, B);
-	if (!b16) {
-		kernel_to_bf16(m->a.b16, B, (size_t)K * N);
-		b16 = m->a.b16;
-	}
-	matmul_run_ld(m->mm, M, N, K, m->a.a16, 0, false, b16, trans_b, bias, C, ldc, accumulate);
+	modelcpu_gemm(&m->w, m->mm, m->a.a16, m->a.b16, M, N, K, A, lda, trans_a, B, trans_b, bias,
+	              C, ldc, accumulate);
 }
-
 
 float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
@@ -762,8 +629,8 @@ float gpt2_forward(gpt2_t *m, const int32_t *inputs, const int32_t *targets, int
 	m->B = B;
 	m->T = T;
 	m->have_targets = false;
-	if (m->params16 && m->mode != MODEL_STREAM_ALL)
-		kernel_to_bf16(m->params16, m->params, m->n_params);
+	if (m->w.params16 && m->w.mode != MODEL_STREAM_ALL)
+		kernel_to_bf16(m->w.params16, m->w.params, m->w.n_params);
 	if (m->tp_size > 1) {
 		if (T % m->tp_size != 0) {
 			fprintf(stderr, "ringworker: fatal: gpt2_forward: T %d is not divisible by the"
@@ -837,13 +704,7 @@ const float *gpt2_logits(const gpt2_t *m)
 
 void gpt2_zero_grad(gpt2_t *m)
 {
-	float *g = m->grads;
-	if (!g)
-		return;
-	size_t n = m->n_params;
-#pragma omp parallel for schedule(static)
-	for (size_t i = 0; i < n; i++)
-		g[i] = 0.0f;
+	modelcpu_zero_grad(&m->w);
 }
 
 void gpt2_backward(gpt2_t *m, float loss_scale)

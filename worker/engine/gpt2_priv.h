@@ -14,6 +14,7 @@
 
 #include "gpt2.h"
 #include "matmul.h"
+#include "modelcpu.h"
 #include "tp.h"
 
 #define N_LAYER_TENSORS 12
@@ -56,15 +57,9 @@ struct gpt2 {
 
 	int n_tensors;
 	gpt2_tensor_t *tensors; /* (n_tensors) */
-	size_t n_params;
-	float *params;          /* (n_params); NULL under MODEL_STREAM_ALL */
-	float *grads;           /* (n_params); NULL unless MODEL_DENSE */
-	uint16_t *params16;     /* bf16 copy: of params (n_params), or of the fetched range
-	                         * (max_range) under MODEL_STREAM_ALL; NULL in fp32 */
+	modelcpu_params_t w;    /* parameters, gradients, streaming (modelcpu.h) */
 
 	/* Ranges (see gpt2.h): wte comes in blocks of wte_rows rows. */
-	model_streaming_t mode;
-	model_stream_t stream;
 	int wte_rows, n_chunks;
 	size_t max_range;
 	model_range_t r_wpe, r_lnf;
@@ -73,10 +68,6 @@ struct gpt2 {
 	 * next one is the prefetch hint of each fetch. */
 	model_range_t *seq_fwd, *seq_bwd;
 	int n_seq_fwd, n_seq_bwd;
-	const model_range_t *seq;
-	int seq_n, seq_pos;
-	const float *held; /* the fetched range's parameters (MODEL_STREAM_ALL), else NULL */
-	size_t held_n;
 
 	void *arena;
 	size_t arena_bytes;

@@ -30,7 +30,7 @@
  * over the group before the range is handed out; dense: at the end. */
 static void s_rep_range(gpt2_t *m, float *g, model_range_t r)
 {
-	if (m->mode != MODEL_DENSE)
+	if (m->w.mode != MODEL_DENSE)
 		tp_rep_range(&m->tp, m->tensors, m->n_tensors, r, g);
 }
 
@@ -186,8 +186,8 @@ void gpt2_tp_backward(gpt2_t *m, float loss_scale)
 	int v0, nv = s_tp_vocab(m, &v0), c0, cn;
 	const size_t ld = (size_t)m->tensors[0].shape[0];
 	gpt2_p_seq_start(m, m->seq_bwd, m->n_seq_bwd);
-	if (m->mode == MODEL_DENSE)
-		tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->grads);
+	if (m->w.mode == MODEL_DENSE)
+		tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->w.grads);
 
 	tp_crossentropy_backward(a->logits, ld, a->lse, a->targets, N, nv, v0, loss_scale / (float)N);
 	tp_allgather(&m->tp, a->lnf, a->full, (size_t)n * C);
@@ -239,6 +239,6 @@ void gpt2_tp_backward(gpt2_t *m, float loss_scale)
 			kernel_embed_tokens_backward(g, v0 + c0, v0 + c0 + cn, a->full, a->inputs, N, C);
 		gpt2_p_grad_end(m, g, r);
 	}
-	if (m->mode == MODEL_DENSE)
-		tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->grads);
+	if (m->w.mode == MODEL_DENSE)
+		tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->w.grads);
 }

@@ -27,15 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sysexits.h>
-#include <unistd.h>
 
 #include "kernels.h"
 #include "kernels_llama.h"
 #include "llama_layout.h"
 #include "initrand.h"
 #include "matmul.h"
+#include "modelcpu.h"
 #include "tp.h"
 
 typedef struct {
@@ -72,13 +71,8 @@ struct llama {
 
 	int n_tensors;
 	model_tensor_t *tensors;
-	size_t n_params;
-	float *params;      /* NULL under MODEL_STREAM_ALL */
-	float *grads;       /* NULL unless MODEL_DENSE */
-	uint16_t *params16; /* bf16 copy (of params, or of the fetched range); NULL in fp32 */
+	modelcpu_params_t w; /* parameters, gradients, streaming (modelcpu.h) */
 
-	model_streaming_t mode;
-	model_stream_t stream;
 	int rows, n_chunks;  /* embed_tokens / lm_head blocks of `rows` rows */
 	size_t head_off;     /* offset of the LM head's matrix (0 when tied) */
 	size_t max_range;
@@ -86,10 +80,6 @@ struct llama {
 	model_range_t *r_layers;
 	model_range_t *seq_fwd, *seq_bwd;
 	int n_seq_fwd, n_seq_bwd;
-	const model_range_t *seq;
-	int seq_n, seq_pos;
-	const float *held;
-	size_t held_n;
 
 	void *arena;
 	size_t arena_bytes;
@@ -98,27 +88,6 @@ struct llama {
 	int B, T;
 	bool have_targets;
 };
-
-/* ---- allocation ---- */
-
-#define HUGE_PAGE (2u << 20)
-
-/* 64-byte aligned; a huge page or more is 2 MiB aligned and asked for
- * transparent huge pages (gpt2.c says why). */
-static void *s_alloc(size_t bytes)
-{
-	if (bytes < HUGE_PAGE) {
-		size_t rounded = (bytes + 63) / 64 * 64;
-		return aligned_alloc(64, rounded ? rounded : 64);
-	}
-	size_t rounded = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-	void *p = aligned_alloc(HUGE_PAGE, rounded);
-#ifdef MADV_HUGEPAGE
-	if (p)
-		(void)madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-	return p;
-}
 
 static void *s_carve(char *base, double *off, double n, size_t size)
 {
@@ -180,25 +149,6 @@ static double s_layout(acts_t *a, char *base, const model_config_t *cfg, int max
 	return off;
 }
 
-/* Memory this machine can give us: MemAvailable, else the physical size. */
-static double s_available_bytes(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	if (f) {
-		char line[256];
-		unsigned long long kib;
-		while (fgets(line, sizeof line, f)) {
-			if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-				fclose(f);
-				return (double)kib * 1024.0;
-			}
-		}
-		fclose(f);
-	}
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
-}
-
 /* -ENOMEM with the line gpt2.c writes when the model or batch cannot fit. */
 static int s_check_memory(const model_config_t *cfg, int max_B, int max_T, bool bf16,
                           model_streaming_t mode, char *err, size_t errlen)
@@ -210,7 +160,8 @@ static int s_check_memory(const model_config_t *cfg, int max_B, int max_T, bool 
 	double state = mode == MODEL_DENSE ? n_params * (16.0 + (bf16 ? 2.0 : 0.0))
 		: mode == MODEL_STREAM_GRADS ? n_params * (4.0 + (bf16 ? 2.0 : 0.0)) : 0.0;
 	acts_t a;
-	double act = s_layout(&a, NULL, cfg, max_B, max_T, bf16, 1), avail = s_available_bytes();
+	double act = s_layout(&a, NULL, cfg, max_B, max_T, bf16, 1);
+	double avail = modelcpu_available_bytes();
 	if (state > avail) {
 		snprintf(err, errlen,
 			 "model does not fit in memory: needs %.1f GiB for %.0f parameters, their gradients"
@@ -246,7 +197,7 @@ static model_range_t s_chunk(const llama_t *m, size_t off, int k, int *ret_v0, i
 static bool s_build_ranges(llama_t *m)
 {
 	const int L = m->cfg.n_layer;
-	m->rows = m->mode == MODEL_DENSE ? m->vl : llama_stream_rows(&m->cfg);
+	m->rows = m->w.mode == MODEL_DENSE ? m->vl : llama_stream_rows(&m->cfg);
 	m->n_chunks = (m->vl + m->rows - 1) / m->rows;
 	const model_tensor_t *norm = &m->tensors[1 + LLAMA_LAYER_TENSORS * L];
 	m->r_norm = (model_range_t){norm->offset, norm->offset + norm->numel};
@@ -283,21 +234,21 @@ static bool s_build_ranges(llama_t *m)
 
 static int s_alloc_buffers(llama_t *m, bool bf16)
 {
-	if (m->mode != MODEL_STREAM_ALL) {
-		if (!(m->params = s_alloc(m->n_params * sizeof(float))))
+	if (m->w.mode != MODEL_STREAM_ALL) {
+		if (!(m->w.params = modelcpu_alloc(m->w.n_params * sizeof(float))))
 			return -ENOMEM;
-		memset(m->params, 0, m->n_params * sizeof(float));
+		memset(m->w.params, 0, m->w.n_params * sizeof(float));
 	}
-	if (m->mode == MODEL_DENSE) {
-		if (!(m->grads = s_alloc(m->n_params * sizeof(float))))
+	if (m->w.mode == MODEL_DENSE) {
+		if (!(m->w.grads = modelcpu_alloc(m->w.n_params * sizeof(float))))
 			return -ENOMEM;
-		memset(m->grads, 0, m->n_params * sizeof(float));
+		memset(m->w.grads, 0, m->w.n_params * sizeof(float));
 	}
-	if (bf16 && !(m->params16 = s_alloc((m->mode == MODEL_STREAM_ALL ? m->max_range : m->n_params) *
-					      sizeof(uint16_t))))
+	size_t n16 = m->w.mode == MODEL_STREAM_ALL ? m->max_range : m->w.n_params;
+	if (bf16 && !(m->w.params16 = modelcpu_alloc(n16 * sizeof(uint16_t))))
 		return -ENOMEM;
 	m->arena_bytes = (size_t)s_layout(&m->a, NULL, &m->cfg, m->max_B, m->max_T, bf16, m->tp_size);
-	if (!(m->arena = s_alloc(m->arena_bytes)))
+	if (!(m->arena = modelcpu_alloc(m->arena_bytes)))
 		return -ENOMEM;
 	s_layout(&m->a, m->arena, &m->cfg, m->max_B, m->max_T, bf16, m->tp_size);
 	llama_rope_tables(&m->cfg, m->max_T, m->a.rope_cos, m->a.rope_sin);
@@ -348,10 +299,10 @@ int llama_new_tp(const model_config_t *cfg, int max_B, int max_T, model_precisio
 	m->hd = cfg->n_embd / cfg->n_head;
 	m->qkv_w = (cfg->n_head + 2 * cfg->n_kv_head) / m->tp_size * m->hd;
 	m->vl = (cfg->vocab_size + m->tp_size - 1) / m->tp_size;
-	m->mode = mode;
+	m->w.mode = mode;
 	if (stream)
-		m->stream = *stream;
-	if (llama_layout_tp(cfg, m->tp_size, &m->tensors, &m->n_tensors, &m->n_params,
+		m->w.stream = *stream;
+	if (llama_layout_tp(cfg, m->tp_size, &m->tensors, &m->n_tensors, &m->w.n_params,
 			    &m->max_range) < 0 ||
 	    !s_build_ranges(m) || s_alloc_buffers(m, bf16) < 0 ||
 	    tp_init(&m->tp, tp, m->tensors, m->n_tensors) < 0)
@@ -379,9 +330,9 @@ void llama_free(llama_t *m)
 	matmul_cache_free(m->mm);
 	tp_free(&m->tp);
 	free(m->arena);
-	free(m->params16);
-	free(m->grads);
-	free(m->params);
+	free(m->w.params16);
+	free(m->w.grads);
+	free(m->w.params);
 	free(m->r_layers);
 	free(m->seq_fwd);
 	free(m->seq_bwd);
@@ -391,17 +342,17 @@ void llama_free(llama_t *m)
 
 size_t llama_num_params(const llama_t *m)
 {
-	return m->n_params;
+	return m->w.n_params;
 }
 
 float *llama_params(llama_t *m)
 {
-	return m->params;
+	return m->w.params;
 }
 
 float *llama_grads(llama_t *m)
 {
-	return m->grads;
+	return m->w.grads;
 }
 
 const model_tensor_t *llama_tensors(const llama_t *m, int *ret_n)
@@ -417,13 +368,12 @@ size_t llama_max_range(const llama_t *m)
 
 size_t llama_param_bytes(const llama_t *m)
 {
-	size_t n16 = m->mode == MODEL_STREAM_ALL ? m->max_range : m->n_params;
-	return (m->params ? m->n_params * sizeof(float) : 0) + (m->params16 ? n16 * sizeof(uint16_t) : 0);
+	return modelcpu_param_bytes(&m->w, m->max_range);
 }
 
 size_t llama_grad_bytes(const llama_t *m)
 {
-	return m->grads ? m->n_params * sizeof(float) : 0;
+	return modelcpu_grad_bytes(&m->w);
 }
 
 size_t llama_activation_bytes(const llama_t *m)
@@ -476,17 +426,17 @@ void llama_init_range_of(const llama_t *m, uint64_t seed, size_t lo, size_t hi, 
 
 void llama_init_params(llama_t *m, uint64_t seed)
 {
-	if (m->params)
-		llama_init_range_of(m, seed, 0, m->n_params, m->params);
+	if (m->w.params)
+		llama_init_range_of(m, seed, 0, m->w.n_params, m->w.params);
 }
 
 double llama_model_flops(const llama_t *m, int T)
 {
 	if (m->tp_size <= 1)
-		return llama_flops_per_token(&m->cfg, m->n_params, T);
+		return llama_flops_per_token(&m->cfg, m->w.n_params, T);
 	/* this rank's share: its parameters (less its embedding block when
 	 * untied) and 1/t of the attention */
-	double n = (double)m->n_params;
+	double n = (double)m->w.n_params;
 	if (!m->cfg.tie_embeddings)
 		n -= (double)m->vl * m->cfg.n_embd;
 	return 6.0 * n + 12.0 * m->cfg.n_layer * m->cfg.n_embd / m->tp_size * (double)T;
@@ -504,66 +454,34 @@ const float *llama_logits(const llama_t *m)
 
 void llama_zero_grad(llama_t *m)
 {
-	float *g = m->grads;
-	if (!g)
-		return;
-	size_t n = m->n_params;
-#pragma omp parallel for schedule(static)
-	for (size_t i = 0; i < n; i++)
-		g[i] = 0.0f;
+	modelcpu_zero_grad(&m->w);
 }
 
 /* ---- parameters in and gradients out ---- */
 
-static void s_fatal(const char *what)
-{
-	fprintf(stderr, "ringworker: fatal: %s\n", what);
-	exit(EX_SOFTWARE);
-}
-
 static void s_seq_start(llama_t *m, const model_range_t *seq, int n)
 {
-	m->seq = seq;
-	m->seq_n = n;
-	m->seq_pos = 0;
+	modelcpu_seq_start(&m->w, seq, n);
 }
 
-/* The parameters of r: the model's buffer, or fetched in order through the
- * stream (MODEL_STREAM_ALL, converted to bf16 in bf16 mode). */
 static const float *s_fetch(llama_t *m, model_range_t r)
 {
-	if (m->mode != MODEL_STREAM_ALL)
-		return m->params + r.lo;
-	if (m->held || m->seq_pos >= m->seq_n || m->seq[m->seq_pos].lo != r.lo ||
-	    m->seq[m->seq_pos].hi != r.hi)
-		s_fatal("llama: parameters fetched out of order");
-	m->seq_pos++;
-	model_range_t next = m->seq_pos < m->seq_n ? m->seq[m->seq_pos] : (model_range_t){0, 0};
-	const float *p = m->stream.fetch(m->stream.ctx, r, next);
-	m->held = p;
-	m->held_n = r.hi - r.lo;
-	if (m->params16)
-		kernel_to_bf16(m->params16, p, m->held_n);
-	return p;
+	return modelcpu_fetch(&m->w, r, "llama");
 }
 
 static void s_release(llama_t *m, const float *p)
 {
-	if (m->mode != MODEL_STREAM_ALL)
-		return;
-	m->stream.release(m->stream.ctx, p);
-	m->held = NULL;
+	modelcpu_release(&m->w, p);
 }
 
 static float *s_grad_begin(llama_t *m, model_range_t r)
 {
-	return m->mode == MODEL_DENSE ? m->grads + r.lo : m->stream.grad_begin(m->stream.ctx, r);
+	return modelcpu_grad_begin(&m->w, r);
 }
 
 static void s_grad_end(llama_t *m, float *g, model_range_t r)
 {
-	if (m->mode != MODEL_DENSE)
-		m->stream.grad_end(m->stream.ctx, g, r);
+	modelcpu_grad_end(&m->w, g, r);
 }
 
 /* Tensor `which` of layer l inside a range starting at lo. */
@@ -572,37 +490,12 @@ static inline float *s_at(const llama_t *m, const float *base, size_t lo, int l,
 	return (float *)(uintptr_t)base + (m->tensors[1 + l * LLAMA_LAYER_TENSORS + which].offset - lo);
 }
 
-static const uint16_t *s_bf16_param(const llama_t *m, const float *B)
-{
-	uintptr_t b = (uintptr_t)B;
-	uintptr_t lo = (uintptr_t)(m->mode == MODEL_STREAM_ALL ? m->held : m->params);
-	size_t n = m->mode == MODEL_STREAM_ALL ? m->held_n : m->n_params;
-	if (lo && b >= lo && b < lo + n * sizeof(float))
-		return m->params16 + (b - lo) / sizeof(float);
-	return NULL;
-}
-
-/* C (M, N) (+)= op(A) @ op(B), as gpt2.c's s_gemm (bf16: B from the
- * parameters' bf16 copy when it is a parameter, A converted, row-major). */
+/* C (M, N) (+)= op(A) @ op(B) (modelcpu_gemm without a bias). */
 static void s_gemm(llama_t *m, int M, int N, int K, const float *A, int64_t lda, bool trans_a,
                    const float *B, bool trans_b, float *C, int64_t ldc, bool accumulate)
 {
-	if (!m->params16) {
-		matmul_run_ld(m->mm, M, N, K, A, lda, trans_a, B, trans_b, NULL, C, ldc, accumulate);
-		return;
-	}
-	if (trans_a)
-		kernel_to_bf16_transposed(m->a.a16, A, (size_t)K, (size_t)M, lda ? (size_t)lda : (size_t)M);
-	else if (lda && lda != K)
-		kernel_to_bf16_rows(m->a.a16, A, (size_t)M, (size_t)K, (size_t)lda);
-	else
-		kernel_to_bf16(m->a.a16, A, (size_t)M * K);
-	const uint16_t *b16 = s_bf16_param(m, B);
-	if (!b16) {
-		kernel_to_bf16(m->a.b16, B, (size_t)K * N);
-		b16 = m->a.b16;
-	}
-	matmul_run_ld(m->mm, M, N, K, m->a.a16, 0, false, b16, trans_b, NULL, C, ldc, accumulate);
+	modelcpu_gemm(&m->w, m->mm, m->a.a16, m->a.b16, M, N, K, A, lda, trans_a, B, trans_b, NULL,
+	              C, ldc, accumulate);
 }
 
 #define SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (size_t)(per_row))
@@ -718,7 +611,7 @@ static model_range_t s_block(const llama_t *m, size_t off, int k, int nv, int *c
  * the group before the range is handed out; dense: at the end. */
 static void s_rep_range(llama_t *m, float *g, model_range_t r)
 {
-	if (m->mode != MODEL_DENSE)
+	if (m->w.mode != MODEL_DENSE)
 		tp_rep_range(&m->tp, m->tensors, m->n_tensors, r, g);
 }
 
@@ -810,8 +703,8 @@ static void s_tp_backward(llama_t *m, float loss_scale)
 	acts_t *a = &m->a;
 	int v0, nv = s_tp_vocab(m, &v0), c0, cn;
 	s_seq_start(m, m->seq_bwd, m->n_seq_bwd);
-	if (m->mode == MODEL_DENSE)
-		tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->grads);
+	if (m->w.mode == MODEL_DENSE)
+		tp_rep_begin(&m->tp, m->tensors, m->n_tensors, m->w.grads);
 	tp_crossentropy_backward(a->logits, (size_t)m->vl, a->lse, a->targets, N, nv, v0,
 				 loss_scale / (float)N);
 	tp_allgather(&m->tp, a->rmsf, a->full, (size_t)n * C);
@@ -856,8 +749,8 @@ static void s_tp_backward(llama_t *m, float loss_scale)
 			kernel_embed_tokens_backward(g, v0 + c0, v0 + c0 + cn, a->full, a->inputs, N, C);
 		s_grad_end(m, g, r);
 	}
-	if (m->mode == MODEL_DENSE)
-		tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->grads);
+	if (m->w.mode == MODEL_DENSE)
+		tp_rep_end(&m->tp, m->tensors, m->n_tensors, m->w.grads);
 }
 
 float llama_forward(llama_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
@@ -871,11 +764,11 @@ float llama_forward(llama_t *m, const int32_t *inputs, const int32_t *targets, i
 	m->B = B;
 	m->T = T;
 	m->have_targets = false;
-	if (m->params16 && m->mode != MODEL_STREAM_ALL)
-		kernel_to_bf16(m->params16, m->params, m->n_params);
+	if (m->w.params16 && m->w.mode != MODEL_STREAM_ALL)
+		kernel_to_bf16(m->w.params16, m->w.params, m->w.n_params);
 	if (m->tp_size > 1) {
 		if (T % m->tp_size != 0)
-			s_fatal("llama_forward: T is not divisible by the tensor-parallel ranks");
+			modelcpu_fatal("llama_forward: T is not divisible by the tensor-parallel ranks");
 		return s_tp_forward(m, inputs, targets, B, T);
 	}
 	s_seq_start(m, m->seq_fwd, m->n_seq_fwd);
@@ -951,7 +844,7 @@ static void s_layer_backward(llama_t *m, int l, const float *x)
 void llama_backward(llama_t *m, float loss_scale)
 {
 	if (!m->have_targets)
-		s_fatal("llama_backward without a forward with targets");
+		modelcpu_fatal("llama_backward without a forward with targets");
 	m->have_targets = false; /* the logits become their gradient */
 	kernel_flush_denormals();
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size;

@@ -12,14 +12,7 @@
 #include <string.h>
 
 #include "initrand.h"
-
-static int s_positive(const char *field, int v, char *err, size_t errlen)
-{
-	if (v > 0)
-		return 0;
-	snprintf(err, errlen, "%s (%d) must be positive", field, v);
-	return -1;
-}
+#include "modeltab.h"
 
 static int s_check_scaling(const model_rope_scaling_t *s, char *err, size_t errlen)
 {
@@ -37,20 +30,20 @@ static int s_check_scaling(const model_rope_scaling_t *s, char *err, size_t errl
 			 s->low_freq_factor, s->high_freq_factor);
 		return -1;
 	}
-	return s_positive("model.rope_scaling.original_max_position", s->original_max_position, err,
-			  errlen);
+	return modeltab_check_positive("model.rope_scaling.original_max_position",
+	                               s->original_max_position, err, errlen);
 }
 
 int llama_config_check(const model_config_t *cfg, int max_B, int max_T, char *err, size_t errlen)
 {
-	if (s_positive("model.n_layer", cfg->n_layer, err, errlen) ||
-	    s_positive("model.n_head", cfg->n_head, err, errlen) ||
-	    s_positive("model.n_kv_head", cfg->n_kv_head, err, errlen) ||
-	    s_positive("model.n_embd", cfg->n_embd, err, errlen) ||
-	    s_positive("model.ffn_dim", cfg->ffn_dim, err, errlen) ||
-	    s_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
-	    s_positive("model.seq_len", cfg->seq_len, err, errlen) ||
-	    s_positive("train.batch_size", max_B, err, errlen))
+	if (modeltab_check_positive("model.n_layer", cfg->n_layer, err, errlen) ||
+	    modeltab_check_positive("model.n_head", cfg->n_head, err, errlen) ||
+	    modeltab_check_positive("model.n_kv_head", cfg->n_kv_head, err, errlen) ||
+	    modeltab_check_positive("model.n_embd", cfg->n_embd, err, errlen) ||
+	    modeltab_check_positive("model.ffn_dim", cfg->ffn_dim, err, errlen) ||
+	    modeltab_check_positive("model.vocab_size", cfg->vocab_size, err, errlen) ||
+	    modeltab_check_positive("model.seq_len", cfg->seq_len, err, errlen) ||
+	    modeltab_check_positive("train.batch_size", max_B, err, errlen))
 		return -1;
 	if (cfg->n_embd % cfg->n_head != 0) {
 		snprintf(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)",
@@ -100,25 +93,6 @@ int llama_stream_rows(const model_config_t *cfg)
 	return rows < 1 ? 1 : (int)rows;
 }
 
-/* A tensor of logical shape (d0, d1) cut along `split` (-1: replicated)
- * across tp ranks, dim 0 padded to a multiple of tp (model.h). */
-static void s_add(model_tensor_t *tab, int *n, size_t *off, const char *name, int ndim, int64_t d0,
-                  int64_t d1, bool decay, int split, int64_t tp)
-{
-	model_tensor_t *t = &tab[(*n)++];
-	snprintf(t->name, sizeof t->name, "%s", name);
-	t->ndim = ndim;
-	t->full_shape[0] = d0;
-	t->full_shape[1] = ndim == 2 ? d1 : 0;
-	t->tp_split = split;
-	t->shape[0] = split == 0 ? (d0 + tp - 1) / tp : d0;
-	t->shape[1] = ndim == 2 ? (split == 1 ? d1 / tp : d1) : 0;
-	t->numel = (size_t)t->shape[0] * (size_t)(ndim == 2 ? t->shape[1] : 1);
-	t->offset = *off;
-	t->decay = decay;
-	*off += t->numel;
-}
-
 int llama_layout(const model_config_t *cfg, model_tensor_t **ret_tensors, int *ret_n,
                  size_t *ret_num_params, size_t *ret_max_range)
 {
@@ -138,12 +112,12 @@ int llama_layout_tp(const model_config_t *cfg, int tp, model_tensor_t **ret_tens
 	int n = 0;
 	size_t off = 0;
 	char name[MODEL_TENSOR_NAME_MAX];
-	s_add(tab, &n, &off, "model.embed_tokens.weight", 2, V, C, true, 0, tp);
+	modeltab_add(tab, &n, &off, "model.embed_tokens.weight", 2, V, C, true, 0, tp);
 	for (int l = 0; l < L; l++) {
 #define LAYER(suffix, ndim, d0, d1, decay, split)                                   \
 	do {                                                                        \
 		snprintf(name, sizeof name, "model.layers.%d." suffix, l);          \
-		s_add(tab, &n, &off, name, ndim, d0, d1, decay, split, tp);         \
+		modeltab_add(tab, &n, &off, name, ndim, d0, d1, decay, split, tp);         \
 	} while (0)
 		LAYER("input_layernorm.weight", 1, C, 0, false, R);
 		LAYER("self_attn.q_proj.weight", 2, q, C, true, 0);
@@ -156,9 +130,9 @@ int llama_layout_tp(const model_config_t *cfg, int tp, model_tensor_t **ret_tens
 		LAYER("mlp.down_proj.weight", 2, C, F, true, 1);
 #undef LAYER
 	}
-	s_add(tab, &n, &off, "model.norm.weight", 1, C, 0, false, R, tp);
+	modeltab_add(tab, &n, &off, "model.norm.weight", 1, C, 0, false, R, tp);
 	if (!cfg->tie_embeddings)
-		s_add(tab, &n, &off, "lm_head.weight", 2, V, C, true, 0, tp);
+		modeltab_add(tab, &n, &off, "lm_head.weight", 2, V, C, true, 0, tp);
 	size_t block = (size_t)llama_stream_rows(cfg) * (size_t)C;
 	size_t layer = llama_layer_floats(cfg);
 	*ret_tensors = tab;
