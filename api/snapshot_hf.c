@@ -49,8 +49,10 @@ int snap_hf_llama_config(const json_t *model, bool bf16, json_t **ret_config, ch
 {
 	if (!snap_model_is_llama(model))
 		return fail(err, err_len, -EINVAL, "the snapshot's model is not a Llama (model.arch \"llama\")");
-	json_int_t L, H, KV, C, F, V, T;
-	double theta, eps;
+	/* set by model_int/model_real before use; initialised for -O3's
+	 * maybe-uninitialized, which cannot see that fail() always fails */
+	json_int_t L = 0, H = 1, KV = 0, C = 0, F = 0, V = 0, T = 0;
+	double theta = 0, eps = 0;
 	int rc;
 	if ((rc = model_int(model, "n_layer", &L, err, err_len)) < 0 ||
 	    (rc = model_int(model, "n_head", &H, err, err_len)) < 0 ||
@@ -68,8 +70,8 @@ int snap_hf_llama_config(const json_t *model, bool bf16, json_t **ret_config, ch
 	const json_t *rs = json_object_get(model, "rope_scaling");
 	json_t *scaling = json_null();
 	if (json_is_object(rs)) {
-		double factor, lo, hi;
-		json_int_t orig;
+		double factor = 0, lo = 0, hi = 0;
+		json_int_t orig = 0;
 		if ((rc = model_real(rs, "factor", &factor, err, err_len)) < 0 ||
 		    (rc = model_real(rs, "low_freq_factor", &lo, err, err_len)) < 0 ||
 		    (rc = model_real(rs, "high_freq_factor", &hi, err, err_len)) < 0 ||

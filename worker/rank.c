@@ -1006,58 +1006,74 @@ static int s_park(rank_t *r)
 	}
 }
 
-static int s_train(rank_t *r, const jobspec_t *spec)
+/* A failed set-up: the line on stderr and in FAILED; returns code. */
+static int s_setup_failed(rank_t *r, int code, const char *what, const char *err)
+{
+	char reason[700];
+	snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: %s%s", r->opt->rank, what, err);
+	fprintf(stderr, "%s\n", reason);
+	s_send_failed(r, reason, code);
+	return code;
+}
+
+/*
+ * The attempt's communicators, met through the coordinator's store: the
+ * world (Gloo, or NCCL on a cuda rank), and with tensor parallelism
+ * (docs/training.md "2D parallelism") its TP groups of t consecutive
+ * ranks and DP groups of the ranks with one TP index. RM_EXIT_OK with all
+ * three set (*ret_tp and *ret_dp NULL without TP), or the failure's code,
+ * reported, with nothing left open.
+ */
+static int s_comms_join(rank_t *r, const jobspec_t *spec, comm_kv_t *kv, comm_t **ret_world,
+                        comm_t **ret_tp, comm_t **ret_dp)
 {
 	const rank_options_t *o = r->opt;
 	const char *host = o->host ? o->host : "127.0.0.1";
 	int timeout_ms = o->comm_timeout_ms > 0 ? o->comm_timeout_ms : RANK_COMM_TIMEOUT_MS;
+	char err[512];
+	comm_t *comm;
+#ifdef RINGMASTER_HAVE_NCCL
+	if (spec->parallel.device == JOBSPEC_DEVICE_CUDA) /* device 0: the agent's CUDA_VISIBLE_DEVICES */
+		comm = comm_nccl_new(kv, o->rank, o->world_size, 0, timeout_ms, err, sizeof err);
+	else
+#endif
+		comm = comm_gloo_new(kv, o->rank, o->world_size, host, timeout_ms, err, sizeof err);
+	if (!comm)
+		return s_setup_failed(r, RM_EXIT_COMM, "rendezvous failed: ", err);
+	comm_t *tp_comm = NULL, *dp_comm = NULL;
+	const int tp = spec->parallel.tensor > 1 ? spec->parallel.tensor : 1;
+	if (tp > 1) {
+		tp_comm = comm_split(comm, kv, o->rank / tp, o->rank % tp, err, sizeof err);
+		if (tp_comm)
+			dp_comm = comm_split(comm, kv, o->rank % tp, o->rank / tp, err, sizeof err);
+		if (!dp_comm) {
+			comm_free(tp_comm);
+			comm_free(comm);
+			return s_setup_failed(r, RM_EXIT_COMM,
+			                      "the tensor- and data-parallel groups did not form: ", err);
+		}
+	}
+	*ret_world = comm;
+	*ret_tp = tp_comm;
+	*ret_dp = dp_comm;
+	return RM_EXIT_OK;
+}
+
+static int s_train(rank_t *r, const jobspec_t *spec)
+{
+	const rank_options_t *o = r->opt;
 	comm_kv_t kv = {.ctx = r, .set = s_kv_set, .get = s_kv_get};
 	char err[512];
 	/* A cuda rank on a node without a usable GPU fails before the rendezvous. */
 	int usable = train_check_device(spec, err, sizeof err);
-	if (usable != RM_EXIT_OK) {
-		char reason[700];
-		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: %s", o->rank, err);
-		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason, usable);
-		return usable;
-	}
+	if (usable != RM_EXIT_OK)
+		return s_setup_failed(r, usable, "", err);
 	double t0 = s_unix_now();
-	comm_t *comm;
-#ifdef RINGMASTER_HAVE_NCCL
-	if (spec->parallel.device == JOBSPEC_DEVICE_CUDA) /* device 0: the agent's CUDA_VISIBLE_DEVICES */
-		comm = comm_nccl_new(&kv, o->rank, o->world_size, 0, timeout_ms, err, sizeof err);
-	else
-#endif
-		comm = comm_gloo_new(&kv, o->rank, o->world_size, host, timeout_ms, err, sizeof err);
-	if (!comm) {
-		char reason[700];
-		snprintf(reason, sizeof reason, "ringworker rank: error: rank %d: rendezvous failed: %s",
-		         o->rank, err);
-		fprintf(stderr, "%s\n", reason);
-		s_send_failed(r, reason, RM_EXIT_COMM);
-		return RM_EXIT_COMM;
-	}
-	/* Tensor parallelism (docs/training.md "2D parallelism"): TP groups of
-	 * t consecutive ranks, DP groups of the ranks with one TP index. */
-	comm_t *tp_comm = NULL, *dp_comm = NULL;
+	comm_t *comm = NULL, *tp_comm = NULL, *dp_comm = NULL;
+	int joined = s_comms_join(r, spec, &kv, &comm, &tp_comm, &dp_comm);
+	if (joined != RM_EXIT_OK)
+		return joined;
 	const int tp = spec->parallel.tensor > 1 ? spec->parallel.tensor : 1;
-	if (tp > 1) {
-		tp_comm = comm_split(comm, &kv, o->rank / tp, o->rank % tp, err, sizeof err);
-		if (tp_comm)
-			dp_comm = comm_split(comm, &kv, o->rank % tp, o->rank / tp, err, sizeof err);
-		if (!dp_comm) {
-			char reason[700];
-			snprintf(reason, sizeof reason,
-			         "ringworker rank: error: rank %d: the tensor- and data-parallel groups did not"
-			         " form: %s", o->rank, err);
-			fprintf(stderr, "%s\n", reason);
-			comm_free(tp_comm);
-			comm_free(comm);
-			s_send_failed(r, reason, RM_EXIT_COMM);
-			return RM_EXIT_COMM;
-		}
-	}
 	double t1 = s_unix_now();
 	r->rendezvous_ms = (t1 - t0) * 1e3;
 	fprintf(stderr, "ringworker rank: communicator ready at %.6f (rank %d of %d, rendezvous %.1f ms)\n",
