@@ -45,18 +45,19 @@ const model_ops_t *model_find(const char *arch, model_device_t device)
 int model_create(const char *arch, model_device_t device, const model_config_t *cfg,
                  const model_options_t *opt, model_t **ret_model, char *err, size_t errlen)
 {
-	if (opt->tp && opt->tp->size > 1 && device != MODEL_DEVICE_CPU) {
-		snprintf(err, errlen,
-			 "parallel.tensor (%d) > 1 is not implemented on parallel.device %s: tensor"
-			 " parallelism runs on parallel.device cpu only",
-			 opt->tp->size, s_device_name(device));
-		return -EINVAL;
-	}
 	const model_ops_t *ops = model_find(arch, device);
 	if (!ops) {
 		snprintf(err, errlen, "model.arch '%s' has no implementation for parallel.device %s",
 			 arch, s_device_name(device));
 		return -ENOENT;
+	}
+	/* a row that reports TP communication runs tensor parallelism */
+	if (opt->tp && opt->tp->size > 1 && !ops->tp_comm) {
+		snprintf(err, errlen,
+			 "parallel.tensor (%d) > 1 is not implemented for model.arch '%s' on"
+			 " parallel.device %s",
+			 opt->tp->size, arch, s_device_name(device));
+		return -EINVAL;
 	}
 	model_t *m = calloc(1, sizeof *m);
 	if (!m) {

@@ -129,7 +129,8 @@ typedef struct {
 
 /*
  * The TP group a model computes in (model_options_t.tp). The collectives
- * work on host float buffers, block, and are called in the same order on
+ * work on float buffers in the model's memory (host for the CPU rows,
+ * device for the CUDA rows: an NCCL comm's), block, and are called in the same order on
  * every TP rank. They must not fail: on a comm error they fill anything
  * and the trainer reports the comm's error after the step (results are
  * garbage). worker/tpcomm.h makes one from a comm_t.
@@ -214,7 +215,9 @@ typedef struct {
 	bool no_moments;              /* device rows: no AdamW state (the trainer keeps a shard's) */
 	bool fused_attention;         /* CUDA: fused attention where the head size allows */
 	/* Tensor parallelism (copied; ctx borrowed): NULL or size 1 for none.
-	 * CPU rows only; with size > 1 the batch's T must divide by size. */
+	 * Rows whose table has tp_comm take it (model_create refuses the
+	 * others); with size > 1 the batch's T must divide by size. A device
+	 * row calls the collectives on device buffers (an NCCL comm's). */
 	const model_tp_t *tp;
 } model_options_t;
 
