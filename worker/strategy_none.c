@@ -18,19 +18,17 @@ static int s_reduce(train_t *t)
 	return t->dev->reduce_all(t);
 }
 
-/* With TP (CPU only): this rank's share (replicated tensors on TP rank 0
- * only) summed over the TP group; the DP replicas hold the same gradients. */
+/* With TP: this rank's share (replicated tensors on TP rank 0 only)
+ * summed over the TP group; the DP replicas hold the same gradients. */
 static int s_clip_tp(train_t *t, int64_t step, double *ret_norm)
 {
-	float *g = model_grads(t->model);
 	double sum, clip = t->spec->train.grad_clip;
 	double a = train_now_s();
-	if (train_tp_sum(t, train_tp_sum_squares(t, g, 0, t->n_params), &sum) < 0)
+	if (train_tp_sum(t, train_tp_sum_squares(t, false), &sum) < 0)
 		return train_comm_error(t, "all-gather of the gradient norm over the tensor-parallel group", step);
 	t->times.comm_s += train_now_s() - a;
 	double norm = sqrt(sum);
-	if (clip > 0 && isfinite(norm) && norm > clip)
-		optim_scale(g, t->n_params, (float)(clip / norm));
+	t->dev->scale_all(t, clip > 0 && isfinite(norm) && norm > clip ? (float)(clip / norm) : 1.0f);
 	*ret_norm = norm;
 	return RM_EXIT_OK;
 }

@@ -18,14 +18,13 @@
 int strategy_clip_sharded(train_t *t, int64_t step, double *ret_norm)
 {
 	double clip = t->spec->train.grad_clip;
-	/* TP: replicated tensors count on TP rank 0 only (CPU: the shard is host memory) */
-	double part = t->tp_size > 1 ? train_tp_sum_squares(t, t->grad_shard, t->shard_lo, t->shard_count)
-				     : t->dev->shard_sum_squares(t);
+	/* TP: replicated tensors count on TP rank 0 only */
+	double part = t->tp_size > 1 ? train_tp_sum_squares(t, true) : t->dev->shard_sum_squares(t);
 	float mine[2];
 	mine[0] = (float)part;
 	mine[1] = (float)(part - (double)mine[0]);
 	double a = train_now_s();
-	if (t->dev->allgather_host(t, mine, t->norm_parts, t->norm_counts) < 0)
+	if (t->dev->allgather_host(t, t->comm, mine, t->norm_parts, t->norm_counts) < 0)
 		return train_comm_error(t, "all-gather of the gradient norm", step);
 	t->times.comm_s += train_now_s() - a;
 	double sum = 0;

@@ -232,11 +232,6 @@ static int s_setup(train_t *t)
 				       "internal error: rank %d was given but the communicator says %d",
 				       t->opt->rank, t->rank);
 	}
-	if (spec->parallel.tensor > 1 && spec->parallel.device == JOBSPEC_DEVICE_CUDA)
-		return train_error(t, RM_EXIT_SPEC,
-			       "parallel.tensor is %d but tensor parallelism runs on parallel.device \"cpu\""
-			       " only so far (the GPU engine has no tensor-parallel layers); use \"cpu\" or"
-			       " leave parallel.tensor out", spec->parallel.tensor);
 	if (!t->comm && spec->parallel.tensor > 1)
 		return train_error(t, RM_EXIT_SPEC,
 			       "parallel.tensor is %d but this is one process: tensor parallelism runs as a"
@@ -610,6 +605,7 @@ static int s_snapshot_take_tp(train_t *t, int64_t step)
 	int64_t lo, count;
 	tsnap_range(t->snap, &lo, &count);
 	float *p, *m, *v;
+	t->dev->to_host(t);
 	int rc = train_tp_snapshot(t, lo, count, &p, &m, &v);
 	if (rc == -ENOMEM)
 		return train_error(t, RM_EXIT_NOMEM, "the snapshot of step %" PRId64 " does not fit in memory",

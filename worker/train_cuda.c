@@ -118,7 +118,8 @@ static void s_release(void *ctx, const float *p)
 /* The GPU model of the spec's architecture (model.h's CUDA row), with the
  * shard_t behind its streaming under zero2 and zero3. RM_EXIT_* code. */
 static int s_create_model(train_cuda_t *g, const char *arch, const model_config_t *cfg, int B,
-			  int T, const train_cuda_shard_t *shard, char *err, size_t errlen)
+			  int T, const train_cuda_shard_t *shard, const model_tp_t *tp, char *err,
+			  size_t errlen)
 {
 	/* attention: fused on tensor cores (the default; head sizes 16, 32
 	 * and 64, others fall back to GEMMs) or batched GEMMs over the T x T
@@ -139,6 +140,7 @@ static int s_create_model(train_cuda_t *g, const char *arch, const model_config_
 		.stream = &stream,
 		.no_moments = shard != NULL,
 		.fused_attention = !attention || strcmp(attention, "gemm") != 0,
+		.tp = tp,
 	};
 	char why[512] = "";
 	int rc = model_create(arch, MODEL_DEVICE_CUDA, cfg, &opt, &g->model, why, sizeof why);
@@ -156,8 +158,8 @@ static int s_create_model(train_cuda_t *g, const char *arch, const model_config_
 }
 
 train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B, int T,
-                             size_t n_vals, const train_cuda_shard_t *shard, int *ret_exit,
-                             char *err, size_t errlen)
+                             size_t n_vals, const train_cuda_shard_t *shard, const model_tp_t *tp,
+                             int *ret_exit, char *err, size_t errlen)
 {
 	int rc = train_cuda_probe(err, errlen);
 	if (rc != RM_EXIT_OK) {
@@ -179,7 +181,7 @@ train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B,
 
 	if (shard)
 		g->shard = *shard; /* the model's stream reads g->shard.zero */
-	rc = s_create_model(g, arch, cfg, B, T, shard, err, errlen);
+	rc = s_create_model(g, arch, cfg, B, T, shard, tp, err, errlen);
 	if (rc != RM_EXIT_OK) {
 		*ret_exit = rc;
 		goto fail;
@@ -453,13 +455,34 @@ int train_cuda_allgather_host(train_cuda_t *g, comm_t *comm, const float *in, fl
 			at = total;
 		total += counts[r];
 	}
-	s_room("train_cuda_allgather_host", total, g->n_vals);
+	/* the values buffer, or one as large as this gather (snapshots under
+	 * tensor parallelism gather whole buffers) */
+	float *dev = g->vals;
+	if (total > g->n_vals)
+		s_check(cudaMalloc((void **)&dev, total * sizeof(float)), "allocating a gather's buffer");
 	/* in place: this rank's values already at their place in the output */
-	s_copy(g, g->vals + at, in, counts[rank], cudaMemcpyHostToDevice,
+	s_copy(g, dev + at, in, counts[rank], cudaMemcpyHostToDevice,
 	       "copying the per-rank values to the GPU");
-	int rc = comm_allgather_f32(comm, g->vals + at, g->vals, counts);
-	if (rc < 0)
-		return rc;
-	s_copy(g, out, g->vals, total, cudaMemcpyDeviceToHost, "copying the gathered values back");
-	return 0;
+	int rc = comm_allgather_f32(comm, dev + at, dev, counts);
+	if (rc == 0)
+		s_copy(g, out, dev, total, cudaMemcpyDeviceToHost, "copying the gathered values back");
+	if (dev != g->vals)
+		cudaFree(dev);
+	return rc;
+}
+
+int train_cuda_allreduce_grads(train_cuda_t *g, comm_t *comm)
+{
+	g->dev->sync(g->impl); /* backward has written the gradients */
+	return comm_allreduce_sum_f32(comm, model_grads(g->model), model_num_params(g->model));
+}
+
+const float *train_cuda_grads(train_cuda_t *g, bool shard)
+{
+	return shard ? g->shard_grads : model_grads(g->model);
+}
+
+double train_cuda_sum_squares(train_cuda_t *g, const float *x, size_t n)
+{
+	return n ? g->dev->sum_squares(g->impl, x, n) : 0.0;
 }

@@ -82,10 +82,12 @@ typedef struct {
  * train_cuda_probe), RM_EXIT_NOMEM (out of GPU memory, naming the
  * sizes), RM_EXIT_SPEC (a model the GPU engine refuses, or an
  * architecture without a CUDA row), as the model's error code says.
+ * `tp` (NULL: none) is the tensor-parallel group the model computes in
+ * (copied; its collectives take device buffers: an NCCL comm's).
  */
 train_cuda_t *train_cuda_new(const char *arch, const model_config_t *cfg, int B, int T,
-                             size_t n_vals, const train_cuda_shard_t *shard, int *ret_exit,
-                             char *err, size_t errlen);
+                             size_t n_vals, const train_cuda_shard_t *shard, const model_tp_t *tp,
+                             int *ret_exit, char *err, size_t errlen);
 
 /* Free everything; accepts NULL. */
 void train_cuda_free(train_cuda_t *g);
@@ -185,8 +187,21 @@ int train_cuda_gather_replica(train_cuda_t *g, comm_t *comm, float *ret_params);
 int train_cuda_allreduce_host(train_cuda_t *g, comm_t *comm, float *buf, size_t n);
 
 /* comm_allgather_f32 of host floats the same way: this rank's
- * counts[rank] floats `in` into `out` (the sum of counts, at most n_vals). */
+ * counts[rank] floats `in` into `out` (the sum of counts; above n_vals
+ * through a device buffer allocated for the call). */
 int train_cuda_allgather_host(train_cuda_t *g, comm_t *comm, const float *in, float *out,
                               const size_t *counts);
+
+/* The all-reduce (sum) of the model's whole gradient buffer over comm,
+ * after backward's kernels (tensor parallelism's unsharded reduce, which
+ * cannot overlap backward). 0 or the comm's error. */
+int train_cuda_allreduce_grads(train_cuda_t *g, comm_t *comm);
+
+/* The gradients on the device: the shard's reduced ones (`shard`) or the
+ * model's whole buffer (borrowed). */
+const float *train_cuda_grads(train_cuda_t *g, bool shard);
+
+/* The sum of squares of n device floats x (0 when n is 0). Waits. */
+double train_cuda_sum_squares(train_cuda_t *g, const float *x, size_t n);
 
 #endif

@@ -46,10 +46,13 @@ struct train_dev {
 	float (*forward)(train_t *t);
 	void (*backward)(train_t *t, float loss_scale, bool last);
 
-	/* In place: n host floats summed over ranks; an all-gather of host
-	 * floats. 0 or the comm's error. */
+	/* In place: n host floats summed over t->comm's ranks; an all-gather
+	 * of host floats over `comm` (t->comm, or the TP group's t->tp_comm),
+	 * of any size (the GPU stages them through device memory). 0 or the
+	 * comm's error. */
 	int (*allreduce_host)(train_t *t, float *buf, size_t n);
-	int (*allgather_host)(train_t *t, const float *in, float *out, const size_t *counts);
+	int (*allgather_host)(train_t *t, comm_t *comm, const float *in, float *out,
+	                      const size_t *counts);
 
 	/* The whole state from / into the host buffers (model params, adam_m,
 	 * adam_v) after initialisation or resume / for a snapshot. */
@@ -80,6 +83,15 @@ struct train_dev {
 	void (*update_shard)(train_t *t, const optim_adamw_t *hp);
 	int (*gather_params)(train_t *t);
 	int (*gather_replica)(train_t *t);
+
+	/* Tensor parallelism's gradient norm (train_tp.c), in the device's
+	 * memory: the gradients after the strategy's reduction (`shard`: the
+	 * rank's reduced shard, else the whole flat buffer), the sum of squares
+	 * of n floats of them, and the whole buffer scaled by the clipping
+	 * factor (unsharded; the GPU folds it into AdamW). */
+	const float *(*grads)(train_t *t, bool shard);
+	double (*sum_squares)(train_t *t, const float *x, size_t n);
+	void (*scale_all)(train_t *t, float factor);
 };
 
 /* The row for `device`, or NULL when this build has none (cuda without

@@ -101,9 +101,11 @@ static int s_allreduce_host(train_t *t, float *buf, size_t n)
 	return comm_allreduce_sum_f32(t->comm, buf, n);
 }
 
-static int s_allgather_host(train_t *t, const float *in, float *out, const size_t *counts)
+static int s_allgather_host(train_t *t, comm_t *comm, const float *in, float *out,
+			    const size_t *counts)
 {
-	return comm_allgather_f32(t->comm, in, out, counts);
+	(void)t;
+	return comm_allgather_f32(comm, in, out, counts);
 }
 
 static void s_state_noop(train_t *t)
@@ -166,6 +168,23 @@ static void s_scale_shard(train_t *t, float factor)
 		optim_scale(t->grad_shard, t->shard_count, factor);
 }
 
+static const float *s_grads(train_t *t, bool shard)
+{
+	return shard ? t->grad_shard : model_grads(t->model);
+}
+
+static double s_sum_squares(train_t *t, const float *x, size_t n)
+{
+	(void)t;
+	return optim_sum_squares(x, n);
+}
+
+static void s_scale_all(train_t *t, float factor)
+{
+	if (factor != 1.0f)
+		optim_scale(model_grads(t->model), t->n_params, factor);
+}
+
 static void s_update_shard(train_t *t, const optim_adamw_t *hp)
 {
 	if (t->shard_count == 0)
@@ -217,4 +236,7 @@ const train_dev_t train_dev_cpu = {
 	.update_shard = s_update_shard,
 	.gather_params = s_gather_params,
 	.gather_replica = s_gather_replica,
+	.grads = s_grads,
+	.sum_squares = s_sum_squares,
+	.scale_all = s_scale_all,
 };

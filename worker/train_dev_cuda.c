@@ -32,6 +32,7 @@
 #include "shard_mem_cuda.h"
 #include "strategy.h"
 #include "train_cuda.h"
+#include "train_tp.h"
 
 /* The gradient hooks of the host mirror, which never runs backward:
  * reaching them is a programming error. */
@@ -49,13 +50,16 @@ static void s_mirror_grad_end(void *ctx, float *g, model_range_t r)
 	s_mirror_grad_begin(ctx, r);
 }
 
-/* Before the GPU model: the host mirror, made for 1 x 1 tokens without a
- * gradient buffer (MODEL_STREAM_GRADS) and never run. */
+/* Before the GPU model: the host mirror, made for 1 x 1 tokens (1 x t
+ * with tensor parallelism: the TP rank's local table and buffer, whose T
+ * divides by t) without a gradient buffer (MODEL_STREAM_GRADS) and never
+ * run. */
 static int s_create_model(train_t *t, const model_config_t *cfg)
 {
 	model_stream_t never = {t, NULL, NULL, s_mirror_grad_begin, s_mirror_grad_end};
-	model_options_t mo = {.max_B = 1, .max_T = 1, .precision = MODEL_PRECISION_FP32,
-			      .streaming = MODEL_STREAM_GRADS, .stream = &never};
+	model_options_t mo = {.max_B = 1, .max_T = t->tp_size, .precision = MODEL_PRECISION_FP32,
+			      .streaming = MODEL_STREAM_GRADS, .stream = &never,
+			      .tp = train_tp_model(t)};
 	return train_model_create(t, cfg, &mo);
 }
 
@@ -68,7 +72,7 @@ static int s_create(train_t *t, const model_config_t *cfg, size_t n_vals)
 	train_cuda_shard_t shard = {t->shard_lo, t->shard_len, t->shard_count, t->shard_counts,
 				    t->zero};
 	t->gpu = train_cuda_new(t->spec->model.arch, cfg, t->B, t->T, n_vals,
-				t->sharded ? &shard : NULL, &code, err, sizeof err);
+				t->sharded ? &shard : NULL, train_tp_model(t), &code, err, sizeof err);
 	if (!t->gpu)
 		return train_error(t, code, "%s", err);
 	return RM_EXIT_OK;
@@ -104,10 +108,13 @@ static float s_forward(train_t *t)
 
 /* With a comm, unsharded or zero1, the last micro-step's backward also
  * starts the gradient all-reduce or reduce-scatter layer by layer (the
- * strategy's reduce waits for it). */
+ * strategy's reduce waits for it). Not with tensor parallelism: the
+ * replicated tensors' gradients are final only at the end of backward, so
+ * the strategy's reduce runs the whole collective then. */
 static void s_backward(train_t *t, float loss_scale, bool last)
 {
-	train_cuda_backward(t->gpu, loss_scale, last && !t->zero ? t->comm : NULL);
+	bool overlap = last && !t->zero && t->tp_size <= 1;
+	train_cuda_backward(t->gpu, loss_scale, overlap ? t->comm : NULL);
 }
 
 static int s_allreduce_host(train_t *t, float *buf, size_t n)
@@ -115,9 +122,10 @@ static int s_allreduce_host(train_t *t, float *buf, size_t n)
 	return train_cuda_allreduce_host(t->gpu, t->comm, buf, n);
 }
 
-static int s_allgather_host(train_t *t, const float *in, float *out, const size_t *counts)
+static int s_allgather_host(train_t *t, comm_t *comm, const float *in, float *out,
+			    const size_t *counts)
 {
-	return train_cuda_allgather_host(t->gpu, t->comm, in, out, counts);
+	return train_cuda_allgather_host(t->gpu, comm, in, out, counts);
 }
 
 static void s_to_device(train_t *t)
@@ -148,9 +156,12 @@ static void s_model_bytes(const train_t *t, size_t *ret_params, size_t *ret_grad
 	train_cuda_model_bytes(t->gpu, ret_params, ret_grads, ret_activations);
 }
 
-/* Waiting for the all-reduce the last backward started range by range. */
+/* Waiting for the all-reduce the last backward started range by range
+ * (with TP: the whole all-reduce, over the data-parallel group). */
 static int s_reduce_all(train_t *t)
 {
+	if (t->tp_size > 1)
+		return t->comm ? train_cuda_allreduce_grads(t->gpu, t->comm) : 0;
 	return train_cuda_reduce_wait(t->gpu);
 }
 
@@ -190,6 +201,21 @@ static int s_gather_replica(train_t *t)
 	return train_cuda_gather_replica(t->gpu, t->comm, t->params_full);
 }
 
+static const float *s_grads(train_t *t, bool shard)
+{
+	return train_cuda_grads(t->gpu, shard);
+}
+
+static double s_sum_squares(train_t *t, const float *x, size_t n)
+{
+	return train_cuda_sum_squares(t->gpu, x, n);
+}
+
+static void s_scale_all(train_t *t, float factor)
+{
+	train_cuda_set_clip(t->gpu, factor); /* folded into AdamW */
+}
+
 const train_dev_t train_dev_cuda = {
 	.name = "cuda",
 	.mirror = true,
@@ -217,4 +243,7 @@ const train_dev_t train_dev_cuda = {
 	.update_shard = s_update,
 	.gather_params = s_gather_params,
 	.gather_replica = s_gather_replica,
+	.grads = s_grads,
+	.sum_squares = s_sum_squares,
+	.scale_all = s_scale_all,
 };

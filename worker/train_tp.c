@@ -104,11 +104,13 @@ bool train_tp_failed(train_t *t)
 
 /* ---- the gradient norm ---- */
 
-double train_tp_sum_squares(const train_t *t, const float *g, size_t lo, size_t count)
+double train_tp_sum_squares(train_t *t, bool shard)
 {
 	const struct train_tp *x = t->tpx;
+	const float *g = t->dev->grads(t, shard);
+	size_t lo = shard ? t->shard_lo : 0, count = shard ? t->shard_count : t->n_params;
 	if (!x || t->tp_rank == 0)
-		return optim_sum_squares(g, count);
+		return t->dev->sum_squares(t, g, count);
 	double sum = 0;
 	size_t at = lo, hi = lo + count;
 	for (int i = 0; i < x->n_repl && at < hi; i++) { /* the pieces between replicated tensors */
@@ -117,11 +119,11 @@ double train_tp_sum_squares(const train_t *t, const float *g, size_t lo, size_t 
 			continue;
 		size_t end = a < hi ? a : hi;
 		if (end > at)
-			sum += optim_sum_squares(g + (at - lo), end - at);
+			sum += t->dev->sum_squares(t, g + (at - lo), end - at);
 		at = b > at ? b : at;
 	}
 	if (at < hi)
-		sum += optim_sum_squares(g + (at - lo), hi - at);
+		sum += t->dev->sum_squares(t, g + (at - lo), hi - at);
 	return sum;
 }
 
@@ -132,7 +134,7 @@ int train_tp_sum(train_t *t, double part, double *ret_sum)
 	float *all = malloc(2 * (size_t)t->tp_size * sizeof(float));
 	if (!all)
 		return -ENOMEM;
-	int rc = comm_allgather_f32(t->tp_comm, mine, all, s_counts(t->tpx, 2));
+	int rc = t->dev->allgather_host(t, t->tp_comm, mine, all, s_counts(t->tpx, 2));
 	double sum = 0;
 	for (int k = 0; rc == 0 && k < t->tp_size; k++)
 		sum += (double)all[2 * k] + (double)all[2 * k + 1];
@@ -150,7 +152,15 @@ static bool s_zero3(const train_t *t)
 	return t->sharding == JOBSPEC_SHARDING_ZERO3 && t->zero && !t->dev->mirror;
 }
 
-/* The whole local buffer of a DP-sharded `shard` into full (n_local). */
+/* zero3 with a host mirror (the GPU): the mirror's buffer holds the master
+ * shard's range only (train_dev_cuda.c), the rest is stale. */
+static bool s_zero3_mirror(const train_t *t)
+{
+	return t->sharding == JOBSPEC_SHARDING_ZERO3 && t->zero && t->dev->mirror;
+}
+
+/* The whole local buffer of a DP-sharded `shard` into full (n_local), on
+ * host memory (the device row stages a collective through its own). */
 static int s_dp_whole(train_t *t, const float *shard, float *full)
 {
 	if (!t->sharded) {
@@ -158,7 +168,7 @@ static int s_dp_whole(train_t *t, const float *shard, float *full)
 		return 0;
 	}
 	const float *mine = t->shard_count ? shard : full; /* an empty shard sends nothing */
-	return comm_allgather_f32(t->comm, mine, full, t->shard_counts);
+	return t->dev->allgather_host(t, t->comm, mine, full, t->shard_counts);
 }
 
 int train_tp_snapshot(train_t *t, int64_t lo, int64_t count, float **ret_p, float **ret_m, float **ret_v)
@@ -173,15 +183,17 @@ int train_tp_snapshot(train_t *t, int64_t lo, int64_t count, float **ret_p, floa
 			rc = -ENOMEM;
 	/* params are whole on every rank (zero1/zero2's gather ran) or, zero3,
 	 * the DP shards of the master; m and v are DP shards */
-	const bool zero3 = s_zero3(t);
-	const float *src[3] = {zero3 ? shard_params(t->zero) : model_params(t->model), t->adam_m, t->adam_v};
+	const bool zero3 = s_zero3(t) || s_zero3_mirror(t);
+	const float *p0 = s_zero3(t) ? shard_params(t->zero)
+		: s_zero3_mirror(t) ? model_params(t->model) + t->shard_lo : model_params(t->model);
+	const float *src[3] = {p0, t->adam_m, t->adam_v};
 	for (int i = 0; i < 3 && rc == 0; i++) {
 		if (i == 0 && !zero3)
 			memcpy(whole, src[0], n * sizeof(float));
 		else
 			rc = s_dp_whole(t, src[i], whole);
 		if (rc == 0)
-			rc = comm_allgather_f32(t->tp_comm, whole, all, s_counts(x, n));
+			rc = t->dev->allgather_host(t, t->tp_comm, whole, all, s_counts(x, n));
 		for (int k = 0; rc == 0 && count > 0 && k < t->tp_size; k++)
 			tplayout_to_logical(&x->layouts[k], all + (size_t)k * n, (size_t)lo, (size_t)count, k == 0,
 					    out[i]);

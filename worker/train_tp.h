@@ -41,9 +41,10 @@ const tplayout_t *train_tp_layout(const train_t *t);
  * (its comm's error is then the TP comm's last error); clears it. */
 bool train_tp_failed(train_t *t);
 
-/* The sum of squares of g[0 .. count) = local elements [lo, lo + count),
- * replicated tensors left out on TP ranks other than 0. */
-double train_tp_sum_squares(const train_t *t, const float *g, size_t lo, size_t count);
+/* The sum of squares of the reduced gradients (t->dev->grads: the rank's
+ * shard, local elements [shard_lo, shard_lo + shard_count), or the whole
+ * local buffer), replicated tensors left out on TP ranks other than 0. */
+double train_tp_sum_squares(train_t *t, bool shard);
 
 /* The sum over the TP group of each rank's `part`, in rank order (a hi/lo
  * float pair per rank, as strategy_clip_sharded): the same bits everywhere.

@@ -445,7 +445,7 @@ static int s_overlap_main(const char *kv_dir)
 	const size_t counts[1] = {n};
 	const train_cuda_shard_t shard = {.lo = 0, .len = n, .count = n, .counts = counts};
 	int code = 0;
-	train_cuda_t *g = train_cuda_new("gpt2", &cfg, B, T, 1, &shard, &code, err, sizeof err);
+	train_cuda_t *g = train_cuda_new("gpt2", &cfg, B, T, 1, &shard, NULL, &code, err, sizeof err);
 	float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
 	if (!g || !m || !v) {
 		fprintf(stderr, "overlap: %s\n", g ? "out of memory" : err);
