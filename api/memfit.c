@@ -37,7 +37,8 @@ void memfit_estimate(const jobspec_t *spec, memfit_t *ret)
 	 * split tensors (the vocabulary padded to a multiple of t) and all of
 	 * the replicated ones (norms; GPT-2's positions and row-parallel
 	 * biases); ZeRO shards that over the d = W / t data-parallel ranks, and
-	 * zero2/zero3 count as zero1 (an upper bound of what they hold). */
+	 * zero2/zero3's streamed unit is a layer's local part (its split
+	 * matrices / t, its replicated norms and biases whole). */
 	double t = spec->parallel.tensor > 1 ? spec->parallel.tensor : 1;
 	jobspec_sharding_t sharding = spec->parallel.sharding;
 	if (t > 1) {
@@ -45,10 +46,10 @@ void memfit_estimate(const jobspec_t *spec, memfit_t *ret)
 		double R = llama ? L * 2 * C + C : T * C + L * 6 * C + 2 * C;
 		double n_vocab = llama && !spec->model.tie_embeddings ? 2 : 1;
 		double Vp = ceil(V / t) * t;
+		double r = llama ? 2 * C : 6 * C; /* a layer's replicated floats */
 		P = (P - R + (Vp - V) * C * n_vocab) / t + R;
+		layer = (layer - r) / t + r;
 		W /= t;
-		if (sharding != JOBSPEC_SHARDING_NONE)
-			sharding = JOBSPEC_SHARDING_ZERO1;
 	}
 	double S = ceil(P / W);
 	bool bf16 = spec->train.precision == JOBSPEC_PRECISION_BF16;

@@ -18,7 +18,8 @@
  * (bf16 adds a 2P copy of the parameters where they are whole.) With
  * parallel.tensor t > 1, P is a TP rank's part ((P - R + padded vocabulary
  * rows) / t + R, R the replicated tensors), W the data-parallel size W / t,
- * zero2/zero3 count as zero1 (an upper bound), and the activations are
+ * "one layer" is a layer's local part (split matrices / t, replicated
+ * norms and biases whole), and the activations are
  * the arena / t plus 8 B T C bytes (docs/jobspec.md "Memory"). Activations
  * are the engine's arena for train.batch_size x model.seq_len tokens, the
  * same formula as gpt2.c's. These are the figures ranks report in METRICS

@@ -100,7 +100,8 @@ def main(cluster, args):
     # 4. The estimate (the formula, checked against the daemon's above)
     # against what the ranks report they hold.
     for sharding, arch, tensor in (("none", "gpt2", 1), ("zero1", "gpt2", 1), ("zero1", "llama", 1),
-                                   ("zero1", "gpt2", 2), ("none", "llama", 2)):
+                                   ("zero1", "gpt2", 2), ("none", "llama", 2),
+                                   ("zero3", "llama", 2)):
         s = tiny_spec("fit-%s-%s-t%d" % (sharding, arch, tensor), 2, 64, 3, tensor=tensor)
         s["model"] = model_section(arch, 2, 2 * tensor, 64, 32)  # KV heads divide by t too
         s["parallel"]["sharding"] = sharding
@@ -131,13 +132,15 @@ def memfit_estimate(s):
         P = V * C * (1 if m.get("tie_embeddings") else 2) + L * layer + C
     sharding = p.get("sharding", "none")
     t = p.get("tensor", 1)
-    if t > 1:  # a TP rank's part; zero2/3 count as zero1 under TP (an upper bound)
-        R = 2 * L * C + C if m.get("arch") == "llama" else T * C + 6 * L * C + 2 * C
-        E = 2 if m.get("arch") == "llama" and not m.get("tie_embeddings") else 1
+    if t > 1:  # a TP rank's part; zero2/3 stream a layer's local part
+        llama = m.get("arch") == "llama"
+        R = 2 * L * C + C if llama else T * C + 6 * L * C + 2 * C
+        E = 2 if llama and not m.get("tie_embeddings") else 1
         Vp = -(-V // t) * t
         P = (P - R + (Vp - V) * C * E) / t + R
+        r = 2 * C if llama else 6 * C  # a layer's replicated floats
+        layer = (layer - r) / t + r
         W //= t
-        sharding = "zero1" if sharding != "none" else "none"
     S = -(-P // W)
     params, grads, optim = {
         "none": (4 * P, 4 * P, 8 * P),
