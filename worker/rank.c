@@ -24,6 +24,7 @@
  * The log flood benchmark knob is worker/logflood.h's.
  */
 #include "rank.h"
+#include "rank_priv.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -57,67 +58,6 @@
 
 extern char **environ;
 
-#define WATCH_INTERVAL_MS 20
-#define KV_SET_TIMEOUT_MS 30000
-#define KV_GET_SLACK_MS 5000 /* beyond the KV_GET's own timeout, for the reply to come */
-#define ERROR_MAX_BYTES 512
-#define SNAP_PENDING 4              /* rank 0: snapshots reported and not yet committed */
-#define SNAP_FINAL_COMMIT_MS 60000  /* rank 0 waits this long for the last commit */
-#define METRICS_KEPT 8192           /* rank 0: rows kept for a METRICS_RESEND */
-#define PARK_ASK_MS 10000           /* after a failed collective: wait this long to be asked to rejoin */
-#define PARK_TIMEOUT_MS 120000      /* parked: wait this long for REJOIN, then exit */
-
-/* A snapshot rank 0 reported and may be asked to commit. */
-typedef struct {
-	int64_t step; /* 0: a free slot */
-	bool committed;
-	char tmp_dir[4200], final_dir[4200];
-	snap_manifest_t m; /* files unset; data_cursor, rng, model and tensors owned here */
-} pending_snap_t;
-
-typedef struct {
-	const rank_options_t *opt;
-	void *zctx;
-	fabric_t *fab;
-	pthread_mutex_t lock; /* the socket, once the watcher runs */
-	pthread_t watcher;
-	bool watching;
-	atomic_bool stop_watch;
-	int metrics_every;
-	int64_t last_step; /* train.steps */
-	_Atomic int64_t done_step; /* the latest step reported (the watcher reads it too), */
-	double done_loss;          /* and its loss (for DONE) */
-	char last_error[ERROR_MAX_BYTES]; /* last line on the trainer's log saying "error" */
-	char line[1024];                  /* the trainer's log line being written */
-	size_t line_len;
-
-	const jobspec_t *spec;
-	char job_dir[4096]; /* <checkpoint root>/<job>; "" without snapshots */
-	double rendezvous_ms;
-	pthread_mutex_t snap_lock; /* pending and last_committed: training thread vs watcher */
-	pthread_mutex_t sent_lock; /* sent: its own, so that a step's METRICS never waits
-	                            * for a commit's fsync under snap_lock */
-	json_t *sent[METRICS_KEPT]; /* rank 0: the last rows sent, a ring by n_sent */
-	size_t n_sent;
-	int64_t prev_row_step;      /* the step of the last row sent (0: none) */
-	pending_snap_t pending[SNAP_PENDING];
-	int64_t resume_upto;    /* JOINED's resume step (the latest recorded checkpoint); 0: none */
-	char resume_dir[4096];  /* JOINED's resume folder when it is another job's (resume_from); "" if not */
-	int64_t last_reported;  /* the newest snapshot step this rank reported */
-	int64_t last_committed; /* rank 0: the newest it committed */
-	/* rejoin: set by the watcher on ABORT {rejoin: true}; the next step's
-	 * report then stops training, and the rank parks for REJOIN */
-	atomic_bool rejoin_asked;
-	comm_t *comm; /* while the watcher runs: cancelled when asked to rejoin */
-	atomic_bool parked_sent;    /* PARKED went out (the watcher answers the ask at once) */
-	_Atomic int rejoin_attempt; /* REJOIN's attempt, heard by the watcher or s_park; 0: none */
-	int next_attempt;       /* the attempt to rejoin once training stopped; 0: exit */
-	/* the watchdog (watcher thread): when the last step ended (0: not
-	 * armed: before the first step, after the last) and the longest step */
-	_Atomic int64_t step_end_us;
-	_Atomic int64_t longest_step_us;
-	tboard_t *tb; /* rank 0's TensorBoard writer (tboard.h); NULL: none */
-} rank_t;
 
 static void s_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -139,7 +79,7 @@ static double s_unix_now(void)
 	return (double)tv.tv_sec + tv.tv_usec / 1e6;
 }
 
-static void s_send(rank_t *r, wire_type_t type, json_t *payload)
+void rank_send(rank_t *r, wire_type_t type, json_t *payload)
 {
 	if (!payload)
 		return;
@@ -174,8 +114,8 @@ static bool s_abort_rejoins(const json_t *p)
 
 static void s_send_final(rank_t *r, wire_type_t type, json_t *payload)
 {
-	s_send(r, type, payload);
-	s_send(r, WIRE_KV_GET, json_pack("{s:s, s:i}", "key", "ringworker/flush", "timeout_ms", 0));
+	rank_send(r, type, payload);
+	rank_send(r, WIRE_KV_GET, json_pack("{s:s, s:i}", "key", "ringworker/flush", "timeout_ms", 0));
 	int64_t deadline = fabric_now_us() + (int64_t)FLUSH_TIMEOUT_MS * 1000;
 	for (;;) {
 		int64_t left_us = deadline - fabric_now_us();
@@ -294,7 +234,7 @@ static int s_kv_set(void *ctx, const char *key, const void *value, size_t n)
 	free(b64);
 	if (!p)
 		return -ENOMEM;
-	s_send(r, WIRE_KV_SET, p);
+	rank_send(r, WIRE_KV_SET, p);
 	char err[512];
 	json_t *ok = NULL;
 	int rc = s_wait_for(r, WIRE_KV_OK, key, KV_SET_TIMEOUT_MS, &ok, err, sizeof err);
@@ -309,7 +249,7 @@ static int s_kv_set(void *ctx, const char *key, const void *value, size_t n)
 static int s_kv_get(void *ctx, const char *key, int timeout_ms, void **ret_value, size_t *ret_n)
 {
 	rank_t *r = ctx;
-	s_send(r, WIRE_KV_GET, json_pack("{s:s, s:i}", "key", key, "timeout_ms", timeout_ms));
+	rank_send(r, WIRE_KV_GET, json_pack("{s:s, s:i}", "key", key, "timeout_ms", timeout_ms));
 	char err[512];
 	json_t *p = NULL;
 	int rc = s_wait_for(r, WIRE_KV_VALUE, key, timeout_ms + KV_GET_SLACK_MS, &p, err, sizeof err);
@@ -370,158 +310,6 @@ static ssize_t s_log_write(void *cookie, const char *buf, size_t size)
 /* ---- while training ---- */
 
 static void s_resend(rank_t *r, int64_t from_step, int64_t to_step);
-
-/* ---- snapshots ---- */
-
-static void s_pending_clear(pending_snap_t *ps)
-{
-	json_decref(ps->m.data_cursor);
-	json_decref(ps->m.rng);
-	json_decref(ps->m.model);
-	free(ps->m.tensors);
-	memset(ps, 0, sizeof *ps);
-}
-
-/* Rank 0: keep what the commit of this snapshot needs, in the oldest slot. */
-static void s_pending_add(rank_t *r, const train_snapshot_t *snap)
-{
-	pthread_mutex_lock(&r->snap_lock);
-	pending_snap_t *ps = &r->pending[0];
-	for (int i = 0; i < SNAP_PENDING; i++)
-		if (r->pending[i].step < ps->step)
-			ps = &r->pending[i];
-	s_pending_clear(ps);
-	ps->step = snap->step;
-	snprintf(ps->tmp_dir, sizeof ps->tmp_dir, "%s", snap->tmp_dir);
-	snprintf(ps->final_dir, sizeof ps->final_dir, "%s", snap->final_dir);
-	ps->m = *snap->manifest;
-	ps->m.data_cursor = json_deep_copy(snap->manifest->data_cursor);
-	ps->m.rng = json_deep_copy(snap->manifest->rng);
-	ps->m.model = json_deep_copy(snap->manifest->model);
-	ps->m.tensors = malloc((size_t)snap->manifest->n_tensors * sizeof(snap_tensor_t));
-	if (ps->m.tensors)
-		memcpy(ps->m.tensors, snap->manifest->tensors,
-		       (size_t)snap->manifest->n_tensors * sizeof(snap_tensor_t));
-	else
-		ps->m.n_tensors = 0; /* committed without a tensor table: no export */
-	ps->m.files = NULL;
-	ps->m.n_files = 0;
-	pthread_mutex_unlock(&r->snap_lock);
-}
-
-/* Training thread: this rank's shard is on disk; tell the coordinator. */
-static int s_on_snapshot(void *ctx, const train_snapshot_t *snap)
-{
-	rank_t *r = ctx;
-	if (r->opt->rank == 0)
-		s_pending_add(r, snap);
-	pthread_mutex_lock(&r->snap_lock);
-	r->last_reported = snap->step;
-	pthread_mutex_unlock(&r->snap_lock);
-	s_send(r, WIRE_SNAPSHOT_WRITTEN,
-	       json_pack("{s:I, s:s, s:I, s:s}", "step", (json_int_t)snap->step, "file",
-	                 snap->shard->name, "bytes", (json_int_t)snap->shard->bytes, "xxh3",
-	                 snap->shard->xxh3));
-	fprintf(stderr, "ringworker rank: snapshot of step %lld written: %s (%lld bytes, %.0f ms)\n",
-	        (long long)snap->step, snap->shard->name, (long long)snap->shard->bytes, snap->write_ms);
-	return 0;
-}
-
-/* Watcher, rank 0: every shard of a snapshot is in (SNAPSHOT_COMMIT):
- * write its manifest, rename the folder, apply retention, answer
- * SNAPSHOT_COMMITTED. A repeated COMMIT is answered again. */
-/* This rank could not write its shard of `step`: the coordinator records
- * an event, and that snapshot never commits. */
-static void s_on_snapshot_failed(void *ctx, int64_t step, const char *error)
-{
-	rank_t *r = ctx;
-	s_send(r, WIRE_SNAPSHOT_FAILED, json_pack("{s:I, s:s, s:i}", "step", (json_int_t)step, "error", error,
-	                                          "failure", (int)RM_FAILURE_IO));
-}
-
-static void s_commit(rank_t *r, const json_t *p)
-{
-	int64_t step = json_integer_value(json_object_get(p, "step"));
-	const json_t *files = json_object_get(p, "files");
-	pthread_mutex_lock(&r->snap_lock);
-	pending_snap_t *ps = NULL;
-	for (int i = 0; i < SNAP_PENDING; i++)
-		if (r->pending[i].step == step)
-			ps = &r->pending[i];
-	if (!ps || r->opt->rank != 0) {
-		pthread_mutex_unlock(&r->snap_lock);
-		fprintf(stderr, "ringworker rank: SNAPSHOT_COMMIT for step %lld, which this rank does not"
-		                " hold; ignored\n", (long long)step);
-		return;
-	}
-	size_t n = json_array_size(files);
-	snap_file_t *f = calloc(n ? n : 1, sizeof *f);
-	int64_t total = 0;
-	char err[1024] = "";
-	int rc = f ? 0 : -ENOMEM;
-	for (size_t i = 0; f && i < n; i++) {
-		const json_t *x = json_array_get(files, i);
-		f[i].rank = (int)json_integer_value(json_object_get(x, "rank"));
-		snprintf(f[i].name, sizeof f[i].name, "%s", json_string_value(json_object_get(x, "file")));
-		snap_shard_range(ps->m.n_params, ps->m.world_size, f[i].rank, &f[i].lo, &f[i].count);
-		f[i].bytes = json_integer_value(json_object_get(x, "bytes"));
-		snprintf(f[i].xxh3, sizeof f[i].xxh3, "%s", json_string_value(json_object_get(x, "xxh3")));
-		total += f[i].bytes;
-	}
-	snap_manifest_t m = ps->m;
-	m.files = f;
-	m.n_files = (int)n;
-	if (rc == 0)
-		rc = snap_commit(ps->tmp_dir, ps->final_dir, &m, err, sizeof err);
-	char final_dir[sizeof ps->final_dir];
-	snprintf(final_dir, sizeof final_dir, "%s", ps->final_dir);
-	if (rc == 0) {
-		ps->committed = true;
-		if (step > r->last_committed)
-			r->last_committed = step;
-	}
-	pthread_mutex_unlock(&r->snap_lock);
-	free(f);
-	if (rc < 0) {
-		fprintf(stderr, "ringworker rank: error: snapshot of step %lld not committed: %s\n",
-		        (long long)step, err);
-		return;
-	}
-	int64_t deleted[64];
-	int n_deleted = snap_prune(r->job_dir, r->spec->checkpoint.keep_last, r->spec->checkpoint.keep_every,
-	                           deleted, 64, err, sizeof err);
-	if (n_deleted < 0) {
-		fprintf(stderr, "ringworker rank: error: snapshot retention: %s\n", err);
-		n_deleted = 0;
-	}
-	json_t *del = json_array();
-	for (int i = 0; i < n_deleted; i++)
-		json_array_append_new(del, json_integer((json_int_t)deleted[i]));
-	s_send(r, WIRE_SNAPSHOT_COMMITTED,
-	       json_pack("{s:I, s:I, s:s, s:o}", "step", (json_int_t)step, "bytes", (json_int_t)total,
-	                 "path", final_dir, "deleted", del));
-	fprintf(stderr, "ringworker rank: snapshot of step %lld committed: %s (%lld bytes)\n",
-	        (long long)step, final_dir, (long long)total);
-}
-
-/* Rank 0 at the end: wait (the watcher commits) until the last snapshot
- * reported is committed, so that the final state is never left behind. */
-static void s_wait_last_commit(rank_t *r)
-{
-	if (r->opt->rank != 0 || !r->job_dir[0])
-		return;
-	for (int waited = 0; waited < SNAP_FINAL_COMMIT_MS; waited += WATCH_INTERVAL_MS) {
-		pthread_mutex_lock(&r->snap_lock);
-		bool done = r->last_committed >= r->last_reported;
-		pthread_mutex_unlock(&r->snap_lock);
-		if (done)
-			return;
-		struct timespec ts = {0, WATCH_INTERVAL_MS * 1000000L};
-		nanosleep(&ts, NULL);
-	}
-	fprintf(stderr, "ringworker rank: error: the snapshot of step %lld was not committed within %d s\n",
-	        (long long)r->last_reported, SNAP_FINAL_COMMIT_MS / 1000);
-}
 
 /* *ts = now + ms on CLOCK_REALTIME (pthread_mutex_timedlock's clock). */
 static void s_deadline(struct timespec *ts, long ms)
@@ -600,7 +388,7 @@ static void s_send_parked(rank_t *r)
 	if (!atomic_load(&r->rejoin_asked) || atomic_exchange(&r->parked_sent, true))
 		return;
 	int64_t step = atomic_load(&r->done_step);
-	s_send(r, WIRE_PARKED, json_pack("{s:I}", "step", (json_int_t)step));
+	rank_send(r, WIRE_PARKED, json_pack("{s:I}", "step", (json_int_t)step));
 	fprintf(stderr, "ringworker rank: parking after step %lld, to rejoin the next attempt\n", (long long)step);
 	fflush(stderr);
 }
@@ -660,7 +448,7 @@ static void *s_watch(void *arg)
 		if (resend_from >= 0)
 			s_resend(r, resend_from, resend_to); /* sends, so outside the socket's lock */
 		if (commit) {
-			s_commit(r, commit); /* sends, so outside the socket's lock */
+			rank_snap_commit(r, commit); /* sends, so outside the socket's lock */
 			json_decref(commit);
 			continue;
 		}
@@ -722,7 +510,7 @@ static void s_resend(rank_t *r, int64_t from_step, int64_t to_step)
 	fprintf(stderr, "ringworker rank: the coordinator lost metrics of steps %lld to %lld; sending %zu"
 	        " row(s) again\n", (long long)from_step, (long long)to_step, n);
 	for (size_t i = 0; i < n; i++)
-		s_send(r, WIRE_METRICS, again[i]);
+		rank_send(r, WIRE_METRICS, again[i]);
 }
 
 /* The first METRICS of an attempt says where it started: the snapshot step
@@ -784,7 +572,7 @@ static int s_on_step(void *ctx, const train_report_t *t)
 		s_put_memory(p, t);
 		s_put_resume(r, p, t, first);
 		s_keep_row(r, p, t->step);
-		s_send(r, WIRE_METRICS, p);
+		rank_send(r, WIRE_METRICS, p);
 	} else if (first) {
 		/* rank 0's first report, memory-only or not, also says where the
 		 * attempt started (the coordinator's `recovered` event) */
@@ -792,7 +580,7 @@ static int s_on_step(void *ctx, const train_report_t *t)
 		s_put_memory(p, t);
 		if (r->opt->rank == 0)
 			s_put_resume(r, p, t, true);
-		s_send(r, WIRE_METRICS, p);
+		rank_send(r, WIRE_METRICS, p);
 	}
 	return 0;
 }
@@ -866,14 +654,14 @@ static void s_on_trace(void *ctx, const trace_step_t *t)
 	                   : NULL;
 	if (!p)
 		s_err("the trace of step %lld is not sent: out of memory", (long long)t->step);
-	s_send(r, WIRE_TRACE, p);
+	rank_send(r, WIRE_TRACE, p);
 }
 
 /* JOIN and wait for JOINED; the spec goes to *ret_spec. 0 or an exit code. */
 static int s_join(rank_t *r, jobspec_t *ret_spec)
 {
 	const rank_options_t *o = r->opt;
-	s_send(r, WIRE_JOIN,
+	rank_send(r, WIRE_JOIN,
 	       json_pack("{s:s, s:i, s:i}", "job", o->job, "attempt", o->attempt, "rank", o->rank));
 	char err[512];
 	json_t *p = NULL;
@@ -1116,8 +904,8 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	}
 	if (r->job_dir[0] && spec->checkpoint.every_steps > 0) {
 		topt.checkpoint_dir = r->job_dir;
-		topt.on_snapshot = s_on_snapshot;
-		topt.on_snapshot_failed = s_on_snapshot_failed;
+		topt.on_snapshot = rank_snap_written;
+		topt.on_snapshot_failed = rank_snap_failed;
 		topt.on_snapshot_ctx = r;
 		topt.resume = true;
 		topt.resume_upto = r->resume_upto;
@@ -1148,7 +936,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	fflush(stdout);
 	fclose(log);
 	if (rc == RM_EXIT_OK && r->watching)
-		s_wait_last_commit(r);
+		rank_snap_wait_last(r);
 
 	if (r->watching) {
 		atomic_store(&r->stop_watch, true);
@@ -1189,7 +977,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	pthread_mutex_destroy(&r->snap_lock);
 	pthread_mutex_destroy(&r->sent_lock);
 	for (int i = 0; i < SNAP_PENDING; i++)
-		s_pending_clear(&r->pending[i]);
+		rank_snap_clear(&r->pending[i]);
 	for (size_t i = 0; i < METRICS_KEPT; i++)
 		json_decref(r->sent[i]);
 	comm_free(dp_comm);
