@@ -41,7 +41,11 @@
  *     tensors bitwise equal on both ranks at the end;
  *   - the TP traffic counted (model_tp_comm: all-gathers, reduce-scatters
  *     and the all-reduces of the loss and the norms), no collective failed;
- *   - dense: the grads-ready ranges cover every parameter once;
+ *   - dense: the grads-ready ranges cover every parameter once; a second
+ *     backward of the same batch without zero_grad gives exactly twice the
+ *     gradient (the same bits added to themselves: micro-batches
+ *     accumulate, the norms' included; tied embed_tokens left out, whose
+ *     two parts are added in two roundings);
  *   - streamed (V 2001 instead, so that each rank's 1001 rows, one of
  *     them padding, come in two blocks of llama_stream_rows, 578): one
  *     step; every range at most max_range, each float's gradient handed
@@ -147,6 +151,7 @@ typedef struct {
 	double sent;            /* model_tp_comm's sent_floats */
 	uint64_t ag_calls, rs_calls, ar_calls;
 	size_t ready_bad;       /* dense: parameters not covered once */
+	size_t accum_bad;       /* dense: gradients of two backwards not 2x one's */
 	size_t stream_bad, too_big; /* streamed */
 } rank_out_t;
 
@@ -297,6 +302,26 @@ static void s_steps(const case_t *k, model_t *g, streamer_t *st, ready_t *rd, fl
 		optim_adamw_t hp = s_hp(s);
 		dev->adamw(impl, &hp, 1.0f);
 	}
+	if (k->mode != MODEL_DENSE)
+		return;
+	/* micro-batches: a second backward of the same batch adds exactly the
+	 * same gradient (the norms' saved and added back around their
+	 * all-reduce), so the sum is 2x one's, bit for bit */
+	float *g1 = malloc(n * sizeof(float)), *g2 = malloc(n * sizeof(float));
+	model_zero_grad(g);
+	(void)model_forward(g, in, tg, BB, TT);
+	model_backward(g, 1.0f);
+	gpu_get(g1, model_grads(g), n * sizeof(float));
+	(void)model_forward(g, in, tg, BB, TT);
+	model_backward(g, 1.0f);
+	gpu_get(g2, model_grads(g), n * sizeof(float));
+	int nt = 0;
+	const model_tensor_t *t = model_tensors(g, &nt);
+	/* tied: embed_tokens adds the LM head's and the embedding's parts, in
+	 * two roundings, so twice is not exact there */
+	for (size_t i = k->cfg.tie_embeddings ? t[0].numel : 0; i < n; i++)
+		o->accum_bad += g2[i] != 2.0f * g1[i];
+	free(g1), free(g2);
 }
 
 static int s_rank_main(const case_t *k, int rank)
@@ -556,6 +581,9 @@ static void s_case(bool tied, model_streaming_t mode)
 		expect(lerr <= LOSS_REL, "every step's loss: max rel err %.3g (bound %.3g)", lerr, LOSS_REL);
 		expect(!memcmp(sh->r[0].losses, sh->r[1].losses, sizeof sh->r[0].losses),
 		       "every step's loss the same bits on both ranks (%g of %g steps)", (double)STEPS, (double)STEPS);
+		expect(sh->r[0].accum_bad + sh->r[1].accum_bad == 0,
+		       "two backwards accumulate: exactly twice one's gradient (%g + %g floats differ)",
+		       (double)sh->r[0].accum_bad, (double)sh->r[1].accum_bad);
 		expect(sh->r[0].ready_bad + sh->r[1].ready_bad == 0,
 		       "grads-ready ranges cover every parameter once (%g + %g wrong)", (double)sh->r[0].ready_bad,
 		       (double)sh->r[1].ready_bad);
