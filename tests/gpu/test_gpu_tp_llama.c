@@ -39,6 +39,9 @@
  *     parameter by ~lr a step; a wrong update or decay moves the loss by
  *     1e-2 within a few steps), and the parameters of the replicated
  *     tensors bitwise equal on both ranks at the end;
+ *   - FLOPs a token the CPU row's at t = 2 (exactly: the same formula on
+ *     the same local table); a rank's activation arena and parameter bytes
+ *     below the same row's at t = 1 (streamed parameters: none at either);
  *   - the TP traffic counted (model_tp_comm: all-gathers, reduce-scatters
  *     and the all-reduces of the loss and the norms), no collective failed;
  *   - dense: the grads-ready ranges cover every parameter once; a second
@@ -153,6 +156,8 @@ typedef struct {
 	size_t ready_bad;       /* dense: parameters not covered once */
 	size_t accum_bad;       /* dense: gradients of two backwards not 2x one's */
 	size_t stream_bad, too_big; /* streamed */
+	double flops;           /* model_flops_per_token(TT) at t = 2 */
+	size_t act[2], param_bytes[2]; /* activation and parameter bytes at t = 2, 1 */
 } rank_out_t;
 
 typedef struct {
@@ -362,6 +367,19 @@ static int s_rank_main(const case_t *k, int rank)
 		o->table_same = !strcmp(gt[i].name, lt[i].name) && gt[i].offset == lt[i].offset &&
 				gt[i].numel == lt[i].numel && gt[i].tp_split == lt[i].tp_split;
 	o->n_local = n;
+	o->flops = model_flops_per_token(g, TT);
+	o->act[0] = model_activation_bytes(g);
+	o->param_bytes[0] = model_param_bytes(g);
+	{
+		model_options_t m1 = mo;
+		m1.tp = NULL;
+		model_t *g1 = NULL;
+		if (model_create("llama", MODEL_DEVICE_CUDA, &k->cfg, &m1, &g1, err, sizeof err) < 0)
+			RFAIL("model_create at t = 1: %s", err);
+		o->act[1] = model_activation_bytes(g1);
+		o->param_bytes[1] = model_param_bytes(g1);
+		model_free(g1);
+	}
 	if (k->mode != MODEL_STREAM_ALL)
 		model_dev(g)->set_params(model_impl(g), lp);
 	ready_t rd = {n, calloc(n, sizeof(int))};
@@ -456,6 +474,27 @@ static model_t *s_cpu(const model_config_t *cfg, float *losses, float **ret_p0, 
 	}
 	free(m), free(v);
 	return c;
+}
+
+static void s_noop_ag(void *ctx, const float *in, float *out, size_t n) { (void)ctx, (void)in, (void)out, (void)n; }
+static void s_noop_ar(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
+
+/* the CPU row's FLOPs a token at t = 2, rank 0 (created only: its
+ * collectives are never called) */
+static double s_cpu_flops_t2(const model_config_t *cfg)
+{
+	char err[256];
+	model_tp_t tp = {.rank = 0, .size = TPN, .sequence_parallel = true, .allgather = s_noop_ag,
+			 .reduce_scatter = s_noop_ag, .allreduce = s_noop_ar};
+	model_options_t co = {.max_B = BB, .max_T = TT, .precision = MODEL_PRECISION_FP32, .tp = &tp};
+	model_t *c = NULL;
+	if (model_create("llama", MODEL_DEVICE_CPU, cfg, &co, &c, err, sizeof err) < 0) {
+		fprintf(stderr, "FAIL create the CPU llama at t = 2: %s\n", err);
+		exit(1);
+	}
+	double f = model_flops_per_token(c, TT);
+	model_free(c);
+	return f;
 }
 
 /* step 0's gradient: both ranks' parts to logical, per tensor and whole;
@@ -571,6 +610,17 @@ static void s_case(bool tied, model_streaming_t mode)
 	expect(!memcmp(&sh->r[0].losses[0], &sh->r[1].losses[0], sizeof(float)),
 	       "step 0 loss the same bits on both ranks (%.7g, %.7g)", sh->r[0].losses[0], sh->r[1].losses[0]);
 	s_check_grads(sh, ft, nt, gc, n, &cfg);
+	const double fc = s_cpu_flops_t2(&cfg);
+	expect(sh->r[0].flops == fc, "FLOPs a token the CPU row's at t = 2 (%g, %g)", sh->r[0].flops, fc);
+	printf("     rank 0 at t = 2 / t = 1: activations %zu / %zu bytes, parameters %zu / %zu bytes\n",
+	       sh->r[0].act[0], sh->r[0].act[1], sh->r[0].param_bytes[0], sh->r[0].param_bytes[1]);
+	/* MODEL_STREAM_ALL: no parameter buffer at either t */
+	const bool pb = mode == MODEL_STREAM_ALL ? sh->r[0].param_bytes[0] == sh->r[0].param_bytes[1]
+						 : sh->r[0].param_bytes[0] < sh->r[0].param_bytes[1];
+	expect(sh->r[0].act[0] < sh->r[0].act[1] && pb,
+	       "a rank's activations and parameters below t = 1's (%.3g, %.3g of them)",
+	       (double)sh->r[0].act[0] / (double)sh->r[0].act[1],
+	       (double)sh->r[0].param_bytes[0] / (double)sh->r[0].param_bytes[1]);
 	if (mode == MODEL_DENSE) {
 		double lerr = 0;
 		for (int s = 0; s < STEPS; s++) {

@@ -492,6 +492,11 @@ extern "C" void llama_cuda_tp_comm(const llama_cuda_t *m, model_tp_comm_t *ret)
 	*ret = m->tp.vol;
 }
 
+extern "C" size_t llama_cuda_tp_bytes(const llama_cuda_t *m)
+{
+	return cuda_tprow_bytes(&m->tp);
+}
+
 void lc_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
 {
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));

@@ -150,6 +150,9 @@ void llama_cuda_adamw_range(llama_cuda_t *m, size_t lo, size_t n, float *params,
 double llama_cuda_flops_per_token(const llama_cuda_t *m, int T);
 /* The TP group's traffic so far (model_tp_comm; zero without TP). */
 void llama_cuda_tp_comm(const llama_cuda_t *m, model_tp_comm_t *ret);
+/* Device bytes of the TP scratch (the replicated gradients'; 0 without
+ * TP), part of llama_cuda_state_bytes. */
+size_t llama_cuda_tp_bytes(const llama_cuda_t *m);
 
 #ifdef __cplusplus
 }

@@ -95,7 +95,7 @@ static size_t s_param_bytes(const void *impl)
 {
 	const row_t *r = impl;
 	size_t n = llama_cuda_num_params(r->m) * sizeof(float);
-	return s_state_bytes(impl) - s_grad_bytes(impl) - (r->moments ? 2 * n : 0);
+	return s_state_bytes(impl) - llama_cuda_tp_bytes(r->m) - s_grad_bytes(impl) - (r->moments ? 2 * n : 0);
 }
 
 /* ---- model_device_ops_t ---- */
