@@ -12,8 +12,7 @@
  *   4. cuda_tp_ce_finish: lse = max + log(sum), loss = lse - target logit
  *   5. cuda_tp_ce_backward: scale * (softmax - onehot) on this rank's ids
  * The collectives between the steps are the caller's (model_tp_t on device
- * buffers). Only the kernels exist so far: the CUDA rows do not run tensor
- * parallelism yet (model_create refuses it; docs/gpu.md).
+ * buffers, through cuda_tprow.h; Llama's row: llama_cuda_tp.cu).
  *
  * Conventions as cuda_kernels.h: device pointers, logits as fp32 (logits)
  * or bf16 bit patterns (logits16, the other NULL), launchers enqueue on

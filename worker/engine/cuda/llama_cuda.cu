@@ -26,10 +26,10 @@
  * The residual additions are GEMMs that read the stream they leave as
  * their C_in (gpt2_cuda.cu's residual GEMM), so x is never copied.
  *
- * Streaming (llama_cuda.h): every kernel gets its parameters from s_pget
- * and its gradient destination from s_gbegin, which are the model's own
+ * Streaming (llama_cuda.h): every kernel gets its parameters from lc_pget
+ * and its gradient destination from lc_gbegin, which are the model's own
  * buffers or a range fetched from the caller and a zeroed bucket handed
- * back by s_pput / s_gend; a layer's tensors are addressed from the
+ * back by lc_pput / lc_gend; a layer's tensors are addressed from the
  * layer's first float, so one code path serves all three modes. The
  * embedding and the LM head run per block of rows (one block of all V
  * rows when nothing is streamed): the embedding adds each block's tokens,
@@ -50,82 +50,11 @@
 #include "cuda_kernels.h"
 #include "cuda_llama_kernels.h"
 #include "llama_layout.h"
+#include "llama_cuda_int.h"
 
-typedef cuda_segment_t segment_t;
-
-typedef struct {
-	float *encoded;
-	uint16_t *rms1;
-	float *rstd1;
-	uint16_t *qkv16;
-	float *lse;
-	uint16_t *atty;
-	float *res_attn;
-	uint16_t *rms2;
-	float *rstd2;
-	uint16_t *gu16, *hsw;
-	float *res_mlp;
-	uint16_t *rmsf;
-	float *rstdf;
-	uint16_t *logits, *dlogits;
-	float *losses, *loss;
-	float *qkv32;
-	uint16_t *dqkv16;
-	float *dres;
-	uint16_t *dres16;
-	float *dsmall;
-	uint16_t *dsmall16;
-	uint16_t *dgu16, *dh16;
-	float *colsum;
-	double *sumsq, *sumsq_scratch;
-	void *att_scratch;
-	int32_t *ids; /* inputs (N), targets (N), uniq (N), starts (N + 1), rows (N) */
-	float *rope_cos, *rope_sin;
-} acts_t;
-
-struct llama_cuda {
-	model_config_t cfg;
-	int max_B, max_T, hd, D, Fd;
-	size_t n_params;
-	model_tensor_t *tensors;
-	int n_tensors;
-	size_t max_range;
-	size_t layer0, layer_floats, off_norm, off_head; /* off_head 0 when tied */
-	size_t rel[LLAMA_LAYER_TENSORS]; /* a layer's tensors from its first float */
-	segment_t *segs;
-	int n_segs;
-
-	model_streaming_t streaming;
-	model_stream_t st;   /* streamed: the caller's functions */
-	int rows;            /* rows of embed_tokens / lm_head a block (V when dense) */
-	uint16_t *fetched16; /* MODEL_STREAM_ALL: (max_range) bf16 of the range fetched */
-	size_t *order;       /* MODEL_STREAM_ALL: forward's then backward's fetches, */
-	int n_fwd, n_bwd;    /*   as [lo, hi) pairs */
-	int pos, end;        /* the pass's next fetch and its last */
-
-	cudaStream_t stream;
-	cuda_gemm_t *gemm;
-	cudaEvent_t staged;
-	cudaEvent_t *ready; /* n_layer + 2 */
-	model_grads_ready_fn ready_fn;
-	void *ready_ctx;
-
-	void *state;
-	float *params, *grads, *mom1, *mom2;
-	uint16_t *params16;
-	size_t state_bytes;
-
-	void *arena;
-	size_t arena_bytes;
-	acts_t a;
-	cuda_attention_scratch_t att_s;
-
-	int32_t *host_ids;
-	int32_t *host_counts;
-	int n_unique;
-	int B, T;
-	bool have_targets;
-};
+extern "C" {
+#include "tp.h"
+}
 
 static const double GIB = 1073741824.0;
 
@@ -142,35 +71,39 @@ static void *s_carve(char *base, size_t *off, size_t n, size_t size)
 	return p;
 }
 
-static size_t s_layout(acts_t *a, char *base, const model_config_t *cfg, int max_B, int max_T)
+/* the arena for TP rank parts of t ranks (1: none): the residual stream
+ * and norms at n = N/t rows, the rest N rows of this rank's heads,
+ * features and vocabulary rows; t = 1 is the layout without TP */
+static size_t s_layout(acts_t *a, char *base, const model_config_t *cfg, int max_B, int max_T, int t)
 {
-	const size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
-	const size_t H = (size_t)cfg->n_head, hd = C / H, D = C + 2 * (size_t)cfg->n_kv_head * hd;
-	const size_t Fd = (size_t)cfg->ffn_dim, N = (size_t)max_B * (size_t)max_T;
+	const size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = ((size_t)cfg->vocab_size + t - 1) / t;
+	const size_t H = (size_t)(cfg->n_head / t), hd = C / (size_t)cfg->n_head, Cf = H * hd;
+	const size_t D = Cf + 2 * (size_t)(cfg->n_kv_head / t) * hd;
+	const size_t Fd = (size_t)(cfg->ffn_dim / t), N = (size_t)max_B * (size_t)max_T, n = N / t;
 	const size_t f = sizeof(float), h = sizeof(uint16_t);
 	size_t off = 0;
-	a->encoded = (float *)s_carve(base, &off, N * C, f);
-	a->rms1 = (uint16_t *)s_carve(base, &off, L * N * C, h);
-	a->rstd1 = (float *)s_carve(base, &off, L * N, f);
+	a->encoded = (float *)s_carve(base, &off, n * C, f);
+	a->rms1 = (uint16_t *)s_carve(base, &off, L * n * C, h);
+	a->rstd1 = (float *)s_carve(base, &off, L * n, f);
 	a->qkv16 = (uint16_t *)s_carve(base, &off, L * N * D, h);
 	a->lse = (float *)s_carve(base, &off, L * N * H, f);
-	a->atty = (uint16_t *)s_carve(base, &off, L * N * C, h);
-	a->res_attn = (float *)s_carve(base, &off, L * N * C, f);
-	a->rms2 = (uint16_t *)s_carve(base, &off, L * N * C, h);
-	a->rstd2 = (float *)s_carve(base, &off, L * N, f);
+	a->atty = (uint16_t *)s_carve(base, &off, L * N * Cf, h);
+	a->res_attn = (float *)s_carve(base, &off, L * n * C, f);
+	a->rms2 = (uint16_t *)s_carve(base, &off, L * n * C, h);
+	a->rstd2 = (float *)s_carve(base, &off, L * n, f);
 	a->gu16 = (uint16_t *)s_carve(base, &off, L * N * 2 * Fd, h);
 	a->hsw = (uint16_t *)s_carve(base, &off, L * N * Fd, h);
-	a->res_mlp = (float *)s_carve(base, &off, L * N * C, f);
-	a->rmsf = (uint16_t *)s_carve(base, &off, N * C, h);
-	a->rstdf = (float *)s_carve(base, &off, N, f);
+	a->res_mlp = (float *)s_carve(base, &off, L * n * C, f);
+	a->rmsf = (uint16_t *)s_carve(base, &off, n * C, h);
+	a->rstdf = (float *)s_carve(base, &off, n, f);
 	a->logits = (uint16_t *)s_carve(base, &off, N * V, h);
 	a->dlogits = (uint16_t *)s_carve(base, &off, N * V, h);
 	a->losses = (float *)s_carve(base, &off, N, f);
 	a->loss = (float *)s_carve(base, &off, 1, f);
 	a->qkv32 = (float *)s_carve(base, &off, N * D, f);
 	a->dqkv16 = (uint16_t *)s_carve(base, &off, N * D, h);
-	a->dres = (float *)s_carve(base, &off, N * C, f);
-	a->dres16 = (uint16_t *)s_carve(base, &off, N * C, h);
+	a->dres = (float *)s_carve(base, &off, n * C, f);
+	a->dres16 = (uint16_t *)s_carve(base, &off, n * C, h);
 	a->dsmall = (float *)s_carve(base, &off, N * C, f);
 	a->dsmall16 = (uint16_t *)s_carve(base, &off, N * C, h);
 	a->dgu16 = (uint16_t *)s_carve(base, &off, N * 2 * Fd, h);
@@ -178,10 +111,20 @@ static size_t s_layout(acts_t *a, char *base, const model_config_t *cfg, int max
 	a->colsum = (float *)s_carve(base, &off, cuda_colsum_scratch_floats((int)N, (int)C), f);
 	a->sumsq = (double *)s_carve(base, &off, 1, sizeof(double));
 	a->sumsq_scratch = (double *)s_carve(base, &off, cuda_sum_squares_scratch(), sizeof(double));
-	a->att_scratch = s_carve(base, &off, cuda_attention_scratch_bytes(max_B, max_T, (int)C, (int)H, true), 1);
+	a->att_scratch = s_carve(base, &off, cuda_attention_scratch_bytes(max_B, max_T, (int)Cf, (int)H, true), 1);
 	a->ids = (int32_t *)s_carve(base, &off, 5 * N + 1, sizeof(int32_t));
 	a->rope_cos = (float *)s_carve(base, &off, (size_t)max_T * (hd / 2), f);
 	a->rope_sin = (float *)s_carve(base, &off, (size_t)max_T * (hd / 2), f);
+	a->full16 = NULL;
+	a->dloc = a->ce_mx = a->ce_all = a->ce_red = a->ce_lse = NULL;
+	if (t > 1) {
+		a->full16 = (uint16_t *)s_carve(base, &off, N * C, h);
+		a->dloc = (float *)s_carve(base, &off, n * C, f);
+		a->ce_mx = (float *)s_carve(base, &off, N, f);
+		a->ce_all = (float *)s_carve(base, &off, (size_t)t * N, f);
+		a->ce_red = (float *)s_carve(base, &off, 2 * N, f);
+		a->ce_lse = (float *)s_carve(base, &off, N, f);
+	}
 	return off;
 }
 
@@ -207,13 +150,16 @@ static bool s_build_table(llama_cuda_t *m)
 			m->segs[m->n_segs++] = (segment_t){t->offset, t->offset + t->numel, t->decay};
 	}
 	const model_config_t *c = &m->cfg;
-	m->layer_floats = llama_layer_floats(c);
 	m->layer0 = m->tensors[1].offset;
+	m->layer_floats = 0; /* this TP rank's part: from the table */
+	for (int i = 0; i < LLAMA_LAYER_TENSORS; i++)
+		m->layer_floats += m->tensors[1 + i].numel;
 	for (int i = 0; i < LLAMA_LAYER_TENSORS; i++)
 		m->rel[i] = m->tensors[1 + i].offset - m->layer0;
 	m->off_norm = m->layer0 + (size_t)c->n_layer * m->layer_floats;
 	m->off_head = c->tie_embeddings ? 0 : m->off_norm + (size_t)c->n_embd;
-	return m->rel[LLAMA_T_K] == m->rel[LLAMA_T_Q] + (size_t)c->n_embd * (size_t)c->n_embd &&
+	const size_t Cf = (size_t)(c->n_head / m->tp_size) * (size_t)m->hd;
+	return m->rel[LLAMA_T_K] == m->rel[LLAMA_T_Q] + Cf * (size_t)c->n_embd &&
 	       m->rel[LLAMA_T_UP] == m->rel[LLAMA_T_GATE] + (size_t)m->Fd * (size_t)c->n_embd;
 }
 
@@ -287,7 +233,7 @@ static int s_alloc_state(llama_cuda_t *m, bool moments, char *err, size_t errlen
  * head's blocks, model.norm, layers L-1..0 */
 static bool s_build_order(llama_cuda_t *m)
 {
-	const int L = m->cfg.n_layer, V = m->cfg.vocab_size;
+	const int L = m->cfg.n_layer, V = m->vl;
 	const size_t C = (size_t)m->cfg.n_embd;
 	const int blocks = (V + m->rows - 1) / m->rows;
 	m->n_fwd = 2 * blocks + L + 1;
@@ -321,7 +267,7 @@ static int s_alloc_rest(llama_cuda_t *m, char *err, size_t errlen)
 {
 	const model_config_t *cfg = &m->cfg;
 	const size_t N = (size_t)m->max_B * (size_t)m->max_T, half = (size_t)m->hd / 2;
-	m->arena_bytes = s_layout(&m->a, NULL, cfg, m->max_B, m->max_T);
+	m->arena_bytes = s_layout(&m->a, NULL, cfg, m->max_B, m->max_T, m->tp_size);
 	cudaError_t rc = cudaMalloc(&m->arena, m->arena_bytes);
 	if (rc != cudaSuccess) {
 		m->arena = NULL;
@@ -331,9 +277,9 @@ static int s_alloc_rest(llama_cuda_t *m, char *err, size_t errlen)
 			 (double)m->arena_bytes / GIB, m->max_B, m->max_T, cudaGetErrorString(rc));
 		return -ENOMEM;
 	}
-	s_layout(&m->a, (char *)m->arena, cfg, m->max_B, m->max_T);
-	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, m->max_B, m->max_T, cfg->n_embd,
-				     cfg->n_head, true);
+	s_layout(&m->a, (char *)m->arena, cfg, m->max_B, m->max_T, m->tp_size);
+	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, m->max_B, m->max_T,
+				     cfg->n_embd / m->tp_size, cfg->n_head / m->tp_size, true);
 	float *tab = (float *)malloc(2 * (size_t)m->max_T * half * sizeof(float));
 	if (!tab) {
 		snprintf(err, errlen, "out of host memory");
@@ -380,6 +326,23 @@ extern "C" int llama_cuda_new_streamed(const model_config_t *cfg, int max_B, int
                                        model_streaming_t streaming, const model_stream_t *stream,
                                        llama_cuda_t **ret_model, char *err, size_t errlen)
 {
+	return llama_cuda_new_tp(cfg, max_B, max_T, moments, streaming, stream, NULL, ret_model, err, errlen);
+}
+
+/* llama.c's rules for a TP group: heads, KV heads, the FFN width and the
+ * sequence divide by t */
+static int s_tp_check(const model_config_t *cfg, int max_T, const model_tp_t *tp, char *err, size_t errlen)
+{
+	static const char *const names[] = {"model.n_head", "model.n_kv_head", "model.ffn_dim",
+					    "the sequence length (sequence parallelism)"};
+	int dims[] = {cfg->n_head, cfg->n_kv_head, cfg->ffn_dim, max_T};
+	return tp_check(tp, names, dims, tp && tp->size > 1 ? 4 : 0, err, errlen) < 0 ? -EINVAL : 0;
+}
+
+extern "C" int llama_cuda_new_tp(const model_config_t *cfg, int max_B, int max_T, bool moments,
+                                 model_streaming_t streaming, const model_stream_t *stream,
+                                 const model_tp_t *tp, llama_cuda_t **ret_model, char *err, size_t errlen)
+{
 	if (streaming != MODEL_DENSE &&
 	    (!stream || !stream->grad_begin || !stream->grad_end ||
 	     (streaming == MODEL_STREAM_ALL && (!stream->fetch || !stream->release)))) {
@@ -387,7 +350,7 @@ extern "C" int llama_cuda_new_streamed(const model_config_t *cfg, int max_B, int
 		return -EINVAL;
 	}
 	int code = s_check(cfg, max_B, max_T, err, errlen);
-	if (code < 0)
+	if (code < 0 || (code = s_tp_check(cfg, max_T, tp, err, errlen)) < 0)
 		return code;
 	int n_dev = 0;
 	cudaError_t rc = cudaGetDeviceCount(&n_dev);
@@ -405,22 +368,24 @@ extern "C" int llama_cuda_new_streamed(const model_config_t *cfg, int max_B, int
 	m->cfg = *cfg;
 	m->max_B = max_B;
 	m->max_T = max_T;
+	m->tp_size = tp && tp->size > 1 ? tp->size : 1;
 	m->hd = cfg->n_embd / cfg->n_head;
-	m->D = cfg->n_embd + 2 * cfg->n_kv_head * m->hd;
-	m->Fd = cfg->ffn_dim;
+	m->D = (cfg->n_head + 2 * cfg->n_kv_head) / m->tp_size * m->hd;
+	m->Fd = cfg->ffn_dim / m->tp_size;
+	m->vl = (cfg->vocab_size + m->tp_size - 1) / m->tp_size;
 	m->streaming = streaming;
 	if (stream)
 		m->st = *stream;
-	m->rows = streaming == MODEL_DENSE ? cfg->vocab_size : llama_stream_rows(cfg);
+	m->rows = streaming == MODEL_DENSE ? m->vl : llama_stream_rows(cfg);
 	code = -ENOMEM;
-	if (llama_layout(cfg, &m->tensors, &m->n_tensors, &m->n_params, &m->max_range) < 0 ||
+	if (llama_layout_tp(cfg, m->tp_size, &m->tensors, &m->n_tensors, &m->n_params, &m->max_range) < 0 ||
 	    !s_build_table(m) || (streaming == MODEL_STREAM_ALL && !s_build_order(m))) {
 		snprintf(err, errlen, "out of host memory");
 		goto fail;
 	}
 	{
 		acts_t probe;
-		double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T) + (32 << 20);
+		double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T, m->tp_size) + (32 << 20);
 		const double per = (streaming != MODEL_STREAM_ALL ? 6.0 : 0.0) +
 				   (streaming == MODEL_DENSE ? 4.0 : 0.0) + (moments ? 8.0 : 0.0);
 		double state = (double)m->n_params * per;
@@ -446,7 +411,7 @@ extern "C" int llama_cuda_new_streamed(const model_config_t *cfg, int max_B, int
 		goto fail_cuda;
 	}
 	m->gemm = cuda_gemm_create(m->stream, err, errlen);
-	if (!m->gemm)
+	if (!m->gemm || (code = cuda_tprow_init(&m->tp, tp, m->stream, m->tensors, m->n_tensors, err, errlen)) < 0)
 		goto fail;
 	if ((code = s_alloc_state(m, moments, err, errlen)) < 0 || (code = s_alloc_rest(m, err, errlen)) < 0)
 		goto fail_cuda;
@@ -466,6 +431,7 @@ extern "C" void llama_cuda_free(llama_cuda_t *m)
 	if (m->stream)
 		cudaStreamSynchronize(m->stream);
 	cuda_gemm_free(m->gemm);
+	cuda_tprow_free(&m->tp);
 	if (m->arena)
 		cudaFree(m->arena);
 	if (m->state)
@@ -494,7 +460,10 @@ extern "C" void llama_cuda_free(llama_cuda_t *m)
 
 extern "C" size_t llama_cuda_num_params(const llama_cuda_t *m) { return m->n_params; }
 extern "C" size_t llama_cuda_max_range(const llama_cuda_t *m) { return m->max_range; }
-extern "C" size_t llama_cuda_state_bytes(const llama_cuda_t *m) { return m->state_bytes; }
+extern "C" size_t llama_cuda_state_bytes(const llama_cuda_t *m)
+{
+	return m->state_bytes + cuda_tprow_bytes(&m->tp);
+}
 extern "C" size_t llama_cuda_activation_bytes(const llama_cuda_t *m) { return m->arena_bytes; }
 extern "C" cudaStream_t llama_cuda_stream(const llama_cuda_t *m) { return m->stream; }
 extern "C" float *llama_cuda_params(llama_cuda_t *m) { return m->params; }
@@ -508,10 +477,27 @@ extern "C" const model_tensor_t *llama_cuda_tensors(const llama_cuda_t *m, int *
 
 extern "C" double llama_cuda_flops_per_token(const llama_cuda_t *m, int T)
 {
-	return llama_flops_per_token(&m->cfg, m->n_params, T);
+	if (m->tp_size <= 1)
+		return llama_flops_per_token(&m->cfg, m->n_params, T);
+	/* llama.c's share of a TP rank: its parameters (less its embedding
+	 * block when untied) and 1/t of the attention */
+	double n = (double)m->n_params;
+	if (!m->cfg.tie_embeddings)
+		n -= (double)m->vl * m->cfg.n_embd;
+	return 6.0 * n + 12.0 * m->cfg.n_layer * m->cfg.n_embd / m->tp_size * (double)T;
 }
 
-static void s_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
+extern "C" void llama_cuda_tp_comm(const llama_cuda_t *m, model_tp_comm_t *ret)
+{
+	*ret = m->tp.vol;
+}
+
+extern "C" size_t llama_cuda_tp_bytes(const llama_cuda_t *m)
+{
+	return cuda_tprow_bytes(&m->tp);
+}
+
+void lc_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
 {
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
 	CUDA_CHECK(cudaStreamSynchronize(s));
@@ -521,7 +507,7 @@ extern "C" void llama_cuda_set_params(llama_cuda_t *m, const float *params)
 {
 	if (!m->params)
 		s_misuse("llama_cuda_set_params on a model created without parameters");
-	s_copy(m->params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
+	lc_copy(m->params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 	llama_cuda_params_written(m);
 	CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
@@ -530,30 +516,30 @@ extern "C" void llama_cuda_get_params(llama_cuda_t *m, float *ret_params)
 {
 	if (!m->params)
 		s_misuse("llama_cuda_get_params on a model created without parameters");
-	s_copy(ret_params, m->params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+	lc_copy(ret_params, m->params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
 extern "C" void llama_cuda_get_grads(llama_cuda_t *m, float *ret_grads)
 {
 	if (!m->grads)
 		s_misuse("llama_cuda_get_grads on a model created without a gradient buffer");
-	s_copy(ret_grads, m->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+	lc_copy(ret_grads, m->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
 extern "C" void llama_cuda_set_moments(llama_cuda_t *m, const float *mom1, const float *mom2)
 {
 	if (!m->mom1)
 		s_misuse("llama_cuda_set_moments on a model created without AdamW moments");
-	s_copy(m->mom1, mom1, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
-	s_copy(m->mom2, mom2, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
+	lc_copy(m->mom1, mom1, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
+	lc_copy(m->mom2, mom2, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 }
 
 extern "C" void llama_cuda_get_moments(llama_cuda_t *m, float *ret_mom1, float *ret_mom2)
 {
 	if (!m->mom1)
 		s_misuse("llama_cuda_get_moments on a model created without AdamW moments");
-	s_copy(ret_mom1, m->mom1, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
-	s_copy(ret_mom2, m->mom2, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+	lc_copy(ret_mom1, m->mom1, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
+	lc_copy(ret_mom2, m->mom2, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
 extern "C" void llama_cuda_params_written(llama_cuda_t *m)
@@ -569,9 +555,9 @@ extern "C" void llama_cuda_sync(llama_cuda_t *m)
 
 extern "C" void llama_cuda_get_logits(llama_cuda_t *m, float *ret_logits)
 {
-	const size_t n = (size_t)m->B * m->T * (size_t)m->cfg.vocab_size;
+	const size_t n = (size_t)m->B * m->T * (size_t)m->vl;
 	uint16_t *h16 = (uint16_t *)ret_logits + n; /* the back half, widened from the front */
-	s_copy(h16, m->a.logits, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, m->stream);
+	lc_copy(h16, m->a.logits, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, m->stream);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t bits = (uint32_t)h16[i] << 16;
 		memcpy(&ret_logits[i], &bits, sizeof bits);
@@ -586,7 +572,7 @@ extern "C" void llama_cuda_set_grads_ready(llama_cuda_t *m, model_grads_ready_fn
 	m->ready_ctx = ctx;
 }
 
-static void s_grads_ready(llama_cuda_t *m, int k, size_t lo, size_t hi)
+void lc_grads_ready(llama_cuda_t *m, int k, size_t lo, size_t hi)
 {
 	if (!m->ready_fn)
 		return;
@@ -597,20 +583,14 @@ static void s_grads_ready(llama_cuda_t *m, int k, size_t lo, size_t hi)
 /* ---- streaming ---- */
 
 /* A pass (forward or backward) starts: its fetches are order[pos .. end). */
-static void s_pass(llama_cuda_t *m, bool backward)
+void lc_pass(llama_cuda_t *m, bool backward)
 {
 	m->pos = backward ? m->n_fwd : 0;
 	m->end = backward ? m->n_fwd + m->n_bwd : m->n_fwd;
 }
 
-/* parameters [lo, hi) for the kernels about to be enqueued, fp32 and (need16)
- * bf16, indexed from lo: the model's buffers, or a fetched range */
-typedef struct {
-	const float *p;
-	const uint16_t *p16;
-} view_t;
 
-static view_t s_pget(llama_cuda_t *m, size_t lo, size_t hi, bool need16)
+view_t lc_pget(llama_cuda_t *m, size_t lo, size_t hi, bool need16)
 {
 	view_t v;
 	if (m->streaming != MODEL_STREAM_ALL) {
@@ -634,7 +614,7 @@ static view_t s_pget(llama_cuda_t *m, size_t lo, size_t hi, bool need16)
 }
 
 /* the kernels that read a fetched range are enqueued: wait, hand it back */
-static void s_pput(llama_cuda_t *m, view_t v)
+void lc_pput(llama_cuda_t *m, view_t v)
 {
 	if (m->streaming != MODEL_STREAM_ALL)
 		return;
@@ -643,7 +623,7 @@ static void s_pput(llama_cuda_t *m, view_t v)
 }
 
 /* where backward adds the gradients [lo, hi): the buffer, or a zeroed bucket */
-static float *s_gbegin(llama_cuda_t *m, size_t lo, size_t hi)
+float *lc_gbegin(llama_cuda_t *m, size_t lo, size_t hi)
 {
 	if (m->streaming == MODEL_DENSE)
 		return m->grads + lo;
@@ -651,7 +631,7 @@ static float *s_gbegin(llama_cuda_t *m, size_t lo, size_t hi)
 }
 
 /* the kernels adding into g are enqueued: a bucket goes back once they are done */
-static void s_gend(llama_cuda_t *m, float *g, size_t lo, size_t hi)
+void lc_gend(llama_cuda_t *m, float *g, size_t lo, size_t hi)
 {
 	if (m->streaming == MODEL_DENSE)
 		return;
@@ -663,7 +643,7 @@ static void s_gend(llama_cuda_t *m, float *g, size_t lo, size_t hi)
 
 /* C or C16 (M, N) = alpha op(A) @ op(B) [+ C or C_in], A's rows lda apart
  * and C's ldc apart (0: dense) */
-static void s_gemm_ld(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda, bool trans_a,
+void lc_gemm_ld(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda, bool trans_a,
                       const uint16_t *B, bool trans_b, float *C, uint16_t *C16, int64_t ldc, bool accumulate,
                       const float *C_in, float alpha)
 {
@@ -686,31 +666,31 @@ static void s_gemm_ld(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, i
 	cuda_gemm_run(m->gemm, &a);
 }
 
-static void s_gemm(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a, const uint16_t *B,
+void lc_gemm(llama_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a, const uint16_t *B,
                    bool trans_b, float *C, uint16_t *C16, bool accumulate, const float *C_in, float alpha)
 {
-	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, C, C16, 0, accumulate, C_in, alpha);
+	lc_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, C, C16, 0, accumulate, C_in, alpha);
 }
 
 /* y (rows, out) = x (rows, in) @ W^T, W (out, in) bf16: fp32 y, or bf16 y16 */
-static void s_linear(llama_cuda_t *m, int rows, int out, int in, const uint16_t *x, const uint16_t *W,
+void lc_linear(llama_cuda_t *m, int rows, int out, int in, const uint16_t *x, const uint16_t *W,
                      float *y, uint16_t *y16)
 {
-	s_gemm(m, rows, out, in, x, false, W, true, y, y16, false, NULL, 1.0f);
+	lc_gemm(m, rows, out, in, x, false, W, true, y, y16, false, NULL, 1.0f);
 }
 
 /* dx16 (rows, in) = dy (rows, out) @ W, W (out, in) */
-static void s_linear_dx(llama_cuda_t *m, int rows, int out, int in, const uint16_t *dy, const uint16_t *W,
+void lc_linear_dx(llama_cuda_t *m, int rows, int out, int in, const uint16_t *dy, const uint16_t *W,
                         float *dx, uint16_t *dx16, float alpha)
 {
-	s_gemm(m, rows, in, out, dy, false, W, false, dx, dx16, false, NULL, alpha);
+	lc_gemm(m, rows, in, out, dy, false, W, false, dx, dx16, false, NULL, alpha);
 }
 
 /* dW (out, in) += alpha dy^T (out, rows) @ x (rows, in) */
-static void s_linear_dw(llama_cuda_t *m, int rows, int out, int in, const uint16_t *dy, const uint16_t *x,
+void lc_linear_dw(llama_cuda_t *m, int rows, int out, int in, const uint16_t *dy, const uint16_t *x,
                         float *dW, float alpha)
 {
-	s_gemm(m, out, in, rows, dy, true, x, false, dW, NULL, true, NULL, alpha);
+	lc_gemm(m, out, in, rows, dy, true, x, false, dW, NULL, true, NULL, alpha);
 }
 
 #define LAYER_SLICE(ptr, l, per_row) ((ptr) + (size_t)(l) * maxN * (per_row))
@@ -755,24 +735,31 @@ extern "C" float llama_cuda_forward(llama_cuda_t *m, const int32_t *inputs, cons
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
+	if (T % m->tp_size != 0) {
+		fprintf(stderr, "ringworker: fatal: llama_cuda_forward: T %d is not divisible by the tensor-parallel size %d\n",
+			T, m->tp_size);
+		exit(CUDA_EXIT_MISUSE);
+	}
 	s_upload_ids(m, inputs, targets, N);
 	m->B = B;
 	m->T = T;
 	m->have_targets = false;
-	s_pass(m, false);
+	if (m->tp_size > 1)
+		return lc_tp_forward(m, targets != NULL, B, T);
+	lc_pass(m, false);
 	const int rows = m->rows;
 	/* the embedding: zeros plus each token's row (one exact add), per block */
 	CUDA_CHECK(cudaMemsetAsync(a->encoded, 0, (size_t)N * C * sizeof(float), s));
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int v1 = rows < V - v0 ? v0 + rows : V;
-		view_t v = s_pget(m, (size_t)v0 * C, (size_t)v1 * C, false);
+		view_t v = lc_pget(m, (size_t)v0 * C, (size_t)v1 * C, false);
 		cuda_embed_tokens_add(a->encoded, a->ids, v.p, v0, v1, N, C, s);
-		s_pput(m, v);
+		lc_pput(m, v);
 	}
 	const float *x = a->encoded;
 	for (int l = 0; l < L; l++) {
 		const size_t lo = m->layer0 + (size_t)l * m->layer_floats;
-		view_t lp = s_pget(m, lo, lo + m->layer_floats, true);
+		view_t lp = lc_pget(m, lo, lo + m->layer_floats, true);
 		const float *P = lp.p;
 		const uint16_t *P16 = lp.p16;
 		uint16_t *rms1 = LAYER_SLICE(a->rms1, l, C), *qkv16 = LAYER_SLICE(a->qkv16, l, D);
@@ -782,30 +769,30 @@ extern "C" float llama_cuda_forward(llama_cuda_t *m, const int32_t *inputs, cons
 		cuda_rmsnorm_forward(NULL, rms1, LAYER_SLICE(a->rstd1, l, 1), x, P + m->rel[LLAMA_T_ATTN_NORM], N,
 				     C, eps, s);
 		/* q, k, v in one GEMM (fp32), rotated into bf16 for the attention */
-		s_linear(m, N, D, C, rms1, P16 + m->rel[LLAMA_T_Q], a->qkv32, NULL);
+		lc_linear(m, N, D, C, rms1, P16 + m->rel[LLAMA_T_Q], a->qkv32, NULL);
 		cuda_rope_forward(NULL, qkv16, a->qkv32, a->rope_cos, a->rope_sin, N, T, H, KV, hd, s);
 		cuda_flash_forward(NULL, atty, LAYER_SLICE(a->lse, l, H), qkv16, B, T, C, H, KV, s);
 		/* res_attn = x + atty @ Wo^T */
-		s_gemm(m, N, C, C, atty, false, P16 + m->rel[LLAMA_T_O], true, res_attn, NULL, true, x, 1.0f);
+		lc_gemm(m, N, C, C, atty, false, P16 + m->rel[LLAMA_T_O], true, res_attn, NULL, true, x, 1.0f);
 		cuda_rmsnorm_forward(NULL, rms2, LAYER_SLICE(a->rstd2, l, 1), res_attn,
 				     P + m->rel[LLAMA_T_MLP_NORM], N, C, eps, s);
-		s_linear(m, N, 2 * Fd, C, rms2, P16 + m->rel[LLAMA_T_GATE], NULL, gu16);
+		lc_linear(m, N, 2 * Fd, C, rms2, P16 + m->rel[LLAMA_T_GATE], NULL, gu16);
 		cuda_swiglu_forward(hsw, gu16, N, Fd, s);
-		s_gemm(m, N, C, Fd, hsw, false, P16 + m->rel[LLAMA_T_DOWN], true, res_mlp, NULL, true, res_attn,
+		lc_gemm(m, N, C, Fd, hsw, false, P16 + m->rel[LLAMA_T_DOWN], true, res_mlp, NULL, true, res_attn,
 		       1.0f);
-		s_pput(m, lp);
+		lc_pput(m, lp);
 		x = res_mlp;
 	}
-	view_t np = s_pget(m, m->off_norm, m->off_norm + (size_t)C, false);
+	view_t np = lc_pget(m, m->off_norm, m->off_norm + (size_t)C, false);
 	cuda_rmsnorm_forward(NULL, a->rmsf, a->rstdf, x, np.p, N, C, eps, s);
-	s_pput(m, np);
+	lc_pput(m, np);
 	/* logits (N, V) = rmsf @ W^T, per block of W's rows: the block's columns */
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : V - v0;
 		const size_t hlo = m->off_head + (size_t)v0 * C;
-		view_t v = s_pget(m, hlo, hlo + (size_t)nv * C, true);
-		s_gemm_ld(m, N, nv, C, a->rmsf, 0, false, v.p16, true, NULL, a->logits + v0, V, false, NULL, 1.0f);
-		s_pput(m, v);
+		view_t v = lc_pget(m, hlo, hlo + (size_t)nv * C, true);
+		lc_gemm_ld(m, N, nv, C, a->rmsf, 0, false, v.p16, true, NULL, a->logits + v0, V, false, NULL, 1.0f);
+		lc_pput(m, v);
 	}
 	if (!targets)
 		return 0.0f;
@@ -816,7 +803,7 @@ extern "C" float llama_cuda_forward(llama_cuda_t *m, const int32_t *inputs, cons
 	cuda_mean(a->loss, a->losses, N, s);
 	m->have_targets = true;
 	float loss = 0.0f;
-	s_copy(&loss, a->loss, sizeof loss, cudaMemcpyDeviceToHost, s);
+	lc_copy(&loss, a->loss, sizeof loss, cudaMemcpyDeviceToHost, s);
 	return loss;
 }
 
@@ -839,48 +826,52 @@ static void s_layer_backward(llama_cuda_t *m, int l)
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
 	const size_t lo = m->layer0 + (size_t)l * m->layer_floats, hi = lo + m->layer_floats;
-	view_t lp = s_pget(m, lo, hi, true);
+	view_t lp = lc_pget(m, lo, hi, true);
 	const float *P = lp.p;
 	const uint16_t *P16 = lp.p16;
-	float *G = s_gbegin(m, lo, hi);
+	float *G = lc_gbegin(m, lo, hi);
 	const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res_mlp, l - 1, C);
 	const uint16_t *rms1 = LAYER_SLICE(a->rms1, l, C), *qkv16 = LAYER_SLICE(a->qkv16, l, D);
 	const uint16_t *atty = LAYER_SLICE(a->atty, l, C), *rms2 = LAYER_SLICE(a->rms2, l, C);
 	const uint16_t *gu16 = LAYER_SLICE(a->gu16, l, 2 * Fd), *hsw = LAYER_SLICE(a->hsw, l, Fd);
 	const float *res_attn = LAYER_SLICE(a->res_attn, l, C);
 	/* MLP: res_mlp = res_attn + down(swiglu(gate_up(rms2(res_attn)))) */
-	s_linear_dw(m, N, C, Fd, a->dres16, hsw, G + m->rel[LLAMA_T_DOWN], 1.0f);
-	s_linear_dx(m, N, C, Fd, a->dres16, P16 + m->rel[LLAMA_T_DOWN], NULL, a->dh16, 1.0f);
+	lc_linear_dw(m, N, C, Fd, a->dres16, hsw, G + m->rel[LLAMA_T_DOWN], 1.0f);
+	lc_linear_dx(m, N, C, Fd, a->dres16, P16 + m->rel[LLAMA_T_DOWN], NULL, a->dh16, 1.0f);
 	cuda_swiglu_backward(a->dgu16, a->dh16, gu16, N, Fd, s);
-	s_linear_dw(m, N, 2 * Fd, C, a->dgu16, rms2, G + m->rel[LLAMA_T_GATE], 1.0f);
-	s_linear_dx(m, N, 2 * Fd, C, a->dgu16, P16 + m->rel[LLAMA_T_GATE], NULL, a->dsmall16, 1.0f);
+	lc_linear_dw(m, N, 2 * Fd, C, a->dgu16, rms2, G + m->rel[LLAMA_T_GATE], 1.0f);
+	lc_linear_dx(m, N, 2 * Fd, C, a->dgu16, P16 + m->rel[LLAMA_T_GATE], NULL, a->dsmall16, 1.0f);
 	cuda_rmsnorm_backward(a->dres, a->dres16, G + m->rel[LLAMA_T_MLP_NORM], NULL, a->dsmall16, res_attn,
 			      LAYER_SLICE(a->rstd2, l, 1), P + m->rel[LLAMA_T_MLP_NORM], N, C, a->colsum, s);
 	/* attention: res_attn = x + o(attn(rope(qkv(rms1(x))))) */
-	s_linear_dw(m, N, C, C, a->dres16, atty, G + m->rel[LLAMA_T_O], 1.0f);
-	s_linear_dx(m, N, C, C, a->dres16, P16 + m->rel[LLAMA_T_O], NULL, a->dsmall16, 1.0f);
+	lc_linear_dw(m, N, C, C, a->dres16, atty, G + m->rel[LLAMA_T_O], 1.0f);
+	lc_linear_dx(m, N, C, C, a->dres16, P16 + m->rel[LLAMA_T_O], NULL, a->dsmall16, 1.0f);
 	cuda_flash_backward(a->qkv32, NULL, NULL, NULL, a->dsmall16, qkv16, atty, LAYER_SLICE(a->lse, l, H),
 			    &m->att_s, B, T, C, H, KV, s);
 	cuda_rope_backward(NULL, a->dqkv16, a->qkv32, a->rope_cos, a->rope_sin, N, T, H, KV, hd, s);
-	s_linear_dw(m, N, D, C, a->dqkv16, rms1, G + m->rel[LLAMA_T_Q], 1.0f);
-	s_linear_dx(m, N, D, C, a->dqkv16, P16 + m->rel[LLAMA_T_Q], NULL, a->dsmall16, 1.0f);
+	lc_linear_dw(m, N, D, C, a->dqkv16, rms1, G + m->rel[LLAMA_T_Q], 1.0f);
+	lc_linear_dx(m, N, D, C, a->dqkv16, P16 + m->rel[LLAMA_T_Q], NULL, a->dsmall16, 1.0f);
 	cuda_rmsnorm_backward(a->dres, a->dres16, G + m->rel[LLAMA_T_ATTN_NORM], NULL, a->dsmall16, x,
 			      LAYER_SLICE(a->rstd1, l, 1), P + m->rel[LLAMA_T_ATTN_NORM], N, C, a->colsum, s);
-	s_gend(m, G, lo, hi);
-	s_pput(m, lp);
+	lc_gend(m, G, lo, hi);
+	lc_pput(m, lp);
 }
 
 extern "C" void llama_cuda_backward(llama_cuda_t *m, float loss_scale)
 {
 	if (!m->have_targets)
 		s_misuse("llama_cuda_backward without a forward with targets");
+	if (m->tp_size > 1) {
+		lc_tp_backward(m, loss_scale);
+		return;
+	}
 	const model_config_t *c = &m->cfg;
 	const int L = c->n_layer, C = c->n_embd, V = c->vocab_size;
 	const int N = m->B * m->T;
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
-	s_pass(m, true);
+	lc_pass(m, true);
 	const int rows = m->rows;
 	/* the LM head (embed_tokens when tied), per block of W's rows (the
 	 * block's columns of dlogits, rows V apart): dW += dlogits^T @ rmsf,
@@ -888,28 +879,28 @@ extern "C" void llama_cuda_backward(llama_cuda_t *m, float loss_scale)
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : V - v0;
 		const size_t hlo = m->off_head + (size_t)v0 * C, hhi = hlo + (size_t)nv * C;
-		float *g = s_gbegin(m, hlo, hhi);
-		s_gemm_ld(m, nv, C, N, a->dlogits + v0, V, true, a->rmsf, false, g, NULL, 0, true, NULL, loss_scale);
-		s_gend(m, g, hlo, hhi);
-		view_t v = s_pget(m, hlo, hhi, true);
-		s_gemm_ld(m, N, C, nv, a->dlogits + v0, V, false, v.p16, false, a->dsmall, NULL, 0, v0 > 0, NULL,
+		float *g = lc_gbegin(m, hlo, hhi);
+		lc_gemm_ld(m, nv, C, N, a->dlogits + v0, V, true, a->rmsf, false, g, NULL, 0, true, NULL, loss_scale);
+		lc_gend(m, g, hlo, hhi);
+		view_t v = lc_pget(m, hlo, hhi, true);
+		lc_gemm_ld(m, N, C, nv, a->dlogits + v0, V, false, v.p16, false, a->dsmall, NULL, 0, v0 > 0, NULL,
 			  loss_scale);
-		s_pput(m, v);
+		lc_pput(m, v);
 	}
 	{
-		view_t w = s_pget(m, m->off_norm, m->off_norm + (size_t)C, false);
-		float *g = s_gbegin(m, m->off_norm, m->off_norm + (size_t)C);
+		view_t w = lc_pget(m, m->off_norm, m->off_norm + (size_t)C, false);
+		float *g = lc_gbegin(m, m->off_norm, m->off_norm + (size_t)C);
 		CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
 		cuda_rmsnorm_backward(a->dres, a->dres16, g, a->dsmall, NULL, LAYER_SLICE(a->res_mlp, L - 1, C),
 				      a->rstdf, w.p, N, C, a->colsum, s);
-		s_gend(m, g, m->off_norm, m->off_norm + (size_t)C);
-		s_pput(m, w);
+		lc_gend(m, g, m->off_norm, m->off_norm + (size_t)C);
+		lc_pput(m, w);
 	}
-	s_grads_ready(m, 0, m->off_norm, m->n_params); /* model.norm and an untied lm_head */
+	lc_grads_ready(m, 0, m->off_norm, m->n_params); /* model.norm and an untied lm_head */
 	for (int l = L - 1; l >= 0; l--) {
 		s_layer_backward(m, l);
 		const size_t lo = m->layer0 + (size_t)l * m->layer_floats;
-		s_grads_ready(m, L - l, lo, lo + m->layer_floats);
+		lc_grads_ready(m, L - l, lo, lo + m->layer_floats);
 	}
 	/* embed_tokens per block of rows: the run of the (sorted) distinct
 	 * tokens inside each */
@@ -921,12 +912,12 @@ extern "C" void llama_cuda_backward(llama_cuda_t *m, float loss_scale)
 		int k1 = k0;
 		while (k1 < m->n_unique && h_uniq[k1] < v1)
 			k1++;
-		float *g = s_gbegin(m, (size_t)v0 * C, (size_t)v1 * C);
+		float *g = lc_gbegin(m, (size_t)v0 * C, (size_t)v1 * C);
 		cuda_embed_tokens_backward(g, v0, a->dres, d_uniq + k0, d_starts + k0, d_rows, k1 - k0, C, s);
-		s_gend(m, g, (size_t)v0 * C, (size_t)v1 * C);
+		lc_gend(m, g, (size_t)v0 * C, (size_t)v1 * C);
 		k0 = k1;
 	}
-	s_grads_ready(m, L + 1, 0, m->layer0);
+	lc_grads_ready(m, L + 1, 0, m->layer0);
 }
 
 /* ---- the optimizer ---- */
@@ -935,7 +926,7 @@ extern "C" double llama_cuda_sum_squares(llama_cuda_t *m, const float *x, size_t
 {
 	cuda_sum_squares(m->a.sumsq, x, n, m->a.sumsq_scratch, m->stream);
 	double ss = 0.0;
-	s_copy(&ss, m->a.sumsq, sizeof ss, cudaMemcpyDeviceToHost, m->stream);
+	lc_copy(&ss, m->a.sumsq, sizeof ss, cudaMemcpyDeviceToHost, m->stream);
 	return ss;
 }
 

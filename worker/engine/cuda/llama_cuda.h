@@ -34,6 +34,19 @@
  * (tied: each of those blocks twice). A block is llama_stream_rows rows.
  * Every range is handed out in every backward, whatever the batch holds.
  *
+ * Tensor parallelism (llama_cuda_new_tp; model.h, docs/training.md):
+ * Megatron with sequence parallelism as the CPU row (llama.c): rank k of
+ * t holds heads H/t and KV heads KV/t, F/t gate and up features, the
+ * matching o_proj and down_proj columns, V padded / t rows of embed_tokens
+ * and lm_head, and the residual stream and the norms at B T / t rows. The
+ * normed input is all-gathered (bf16) before q/k/v and gate/up, the
+ * row-parallel outputs reduce-scattered with the residual added
+ * (cuda_tprow.h), the embedding reduce-scattered from each rank's
+ * vocabulary rows, the cross-entropy vocabulary-parallel (cuda_tp.h), the
+ * norms' gradients all-reduced (dense: once at the end of backward, whose
+ * grads-ready callbacks then come all at once; streamed: per range before
+ * it is handed out). Streaming as above with this rank's ranges.
+ *
  * Threads, streams and errors as gpt2_cuda.h: one thread at a time, all
  * work on the model's stream, functions returning host values wait;
  * create fails with a negative errno and one line; later CUDA failures
@@ -73,6 +86,15 @@ int llama_cuda_new(const model_config_t *cfg, int max_B, int max_T, bool moments
 int llama_cuda_new_streamed(const model_config_t *cfg, int max_B, int max_T, bool moments,
                             model_streaming_t streaming, const model_stream_t *stream,
                             llama_cuda_t **ret_model, char *err, size_t errlen);
+/* llama_cuda_new_streamed in TP group tp (model.h's model_tp_t on device
+ * buffers; NULL or size 1: none): this rank's part of every tensor
+ * (llama_layout_tp's table, the CPU row's at the same t and rank), the
+ * residual stream at B T / t rows, llama.c's steps (see "Tensor
+ * parallelism" at the top). -EINVAL also when a dimension does not
+ * divide by t (tp_check's line). */
+int llama_cuda_new_tp(const model_config_t *cfg, int max_B, int max_T, bool moments,
+                      model_streaming_t streaming, const model_stream_t *stream,
+                      const model_tp_t *tp, llama_cuda_t **ret_model, char *err, size_t errlen);
 /* Free everything; accepts NULL. */
 void llama_cuda_free(llama_cuda_t *m);
 
@@ -102,7 +124,8 @@ void llama_cuda_sync(llama_cuda_t *m);
 /* Forward of host token ids (B, T) in [0, V); with targets the mean
  * cross-entropy, returned (waits), else 0 without waiting. */
 float llama_cuda_forward(llama_cuda_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
-/* The logits (B, T, V) of the last forward, widened from bf16 (waits). */
+/* The logits (B, T, V) of the last forward, widened from bf16 (waits);
+ * with TP this rank's (B, T, V padded / t) vocabulary columns. */
 void llama_cuda_get_logits(llama_cuda_t *m, float *ret_logits);
 void llama_cuda_zero_grad(llama_cuda_t *m);
 /* ADDS d(loss_scale * loss)/d(params) of the last forward with targets. */
@@ -122,8 +145,14 @@ void llama_cuda_adamw(llama_cuda_t *m, const optim_adamw_t *hp, float grad_scale
 void llama_cuda_adamw_range(llama_cuda_t *m, size_t lo, size_t n, float *params, const float *grads,
                             float *mom1, float *mom2, const optim_adamw_t *hp, float grad_scale);
 
-/* llama_flops_per_token of the model's config. */
+/* llama_flops_per_token of the model's config; with TP this rank's share
+ * (llama_model_flops's). */
 double llama_cuda_flops_per_token(const llama_cuda_t *m, int T);
+/* The TP group's traffic so far (model_tp_comm; zero without TP). */
+void llama_cuda_tp_comm(const llama_cuda_t *m, model_tp_comm_t *ret);
+/* Device bytes of the TP scratch (the replicated gradients'; 0 without
+ * TP), part of llama_cuda_state_bytes. */
+size_t llama_cuda_tp_bytes(const llama_cuda_t *m);
 
 #ifdef __cplusplus
 }

@@ -43,8 +43,8 @@ static int s_create(const model_config_t *cfg, const model_options_t *opt, void 
 	}
 	r->moments = !opt->no_moments;
 	r->grads = opt->streaming == MODEL_DENSE;
-	int rc = llama_cuda_new_streamed(cfg, opt->max_B, opt->max_T, r->moments, opt->streaming,
-					 opt->stream, &r->m, err, errlen);
+	int rc = llama_cuda_new_tp(cfg, opt->max_B, opt->max_T, r->moments, opt->streaming, opt->stream,
+				   opt->tp, &r->m, err, errlen);
 	if (rc < 0) {
 		free(r);
 		return rc;
@@ -80,6 +80,11 @@ static double s_flops_per_token(const void *impl, int T)
 	return llama_cuda_flops_per_token(CM(impl), T);
 }
 
+static void s_tp_comm(const void *impl, model_tp_comm_t *ret)
+{
+	llama_cuda_tp_comm(CM(impl), ret);
+}
+
 static size_t s_grad_bytes(const void *impl)
 {
 	const row_t *r = impl;
@@ -90,7 +95,7 @@ static size_t s_param_bytes(const void *impl)
 {
 	const row_t *r = impl;
 	size_t n = llama_cuda_num_params(r->m) * sizeof(float);
-	return s_state_bytes(impl) - s_grad_bytes(impl) - (r->moments ? 2 * n : 0);
+	return s_state_bytes(impl) - llama_cuda_tp_bytes(r->m) - s_grad_bytes(impl) - (r->moments ? 2 * n : 0);
 }
 
 /* ---- model_device_ops_t ---- */
@@ -167,5 +172,6 @@ const model_ops_t llama_model_cuda = {
 	.param_bytes = s_param_bytes,
 	.grad_bytes = s_grad_bytes,
 	.activation_bytes = s_activation_bytes,
+	.tp_comm = s_tp_comm,
 	.dev = &s_dev,
 };
