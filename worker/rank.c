@@ -162,6 +162,8 @@ static void s_check_abort(rank_t *r, wire_type_t type, const json_t *p)
 			/* A collective with the failed peer may never end on its own
 			 * (NCCL): end it now; the step is lost either way. */
 			comm_cancel(r->comm);
+			comm_cancel(r->tp_comm);
+			comm_cancel(r->dp_comm);
 		}
 		return;
 	}
@@ -917,7 +919,10 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 	pthread_mutex_init(&r->snap_lock, NULL);
 	pthread_mutex_init(&r->sent_lock, NULL);
 	atomic_store(&r->stop_watch, false);
-	r->comm = comm; /* the watcher may cancel it; cleared once it is joined */
+	/* the watcher may cancel them; cleared once it is joined */
+	r->comm = comm;
+	r->tp_comm = tp_comm;
+	r->dp_comm = dp_comm;
 	if (pthread_create(&r->watcher, NULL, s_watch, r) == 0)
 		r->watching = true;
 	else
@@ -943,7 +948,7 @@ static int s_train(rank_t *r, const jobspec_t *spec)
 		pthread_join(r->watcher, NULL);
 		r->watching = false;
 	}
-	r->comm = NULL;
+	r->comm = r->tp_comm = r->dp_comm = NULL;
 	bool asked = atomic_load(&r->rejoin_asked);
 	if (rc == RM_EXIT_COMM || (rc == RM_EXIT_ABORTED && asked)) {
 		/* Drop the communicators first: peers still blocked with this rank

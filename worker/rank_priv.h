@@ -74,7 +74,11 @@ typedef struct {
 	/* rejoin: set by the watcher on ABORT {rejoin: true}; the next step's
 	 * report then stops training, and the rank parks for REJOIN */
 	atomic_bool rejoin_asked;
-	comm_t *comm; /* while the watcher runs: cancelled when asked to rejoin */
+	/* while the watcher runs: the world's communicator and, with tensor
+	 * parallelism, the TP and DP groups split from it (NULL: none), all
+	 * cancelled when asked to rejoin (a collective blocked on any of them
+	 * with a dead peer must end) */
+	comm_t *comm, *tp_comm, *dp_comm;
 	atomic_bool parked_sent;    /* PARKED went out (the watcher answers the ask at once) */
 	_Atomic int rejoin_attempt; /* REJOIN's attempt, heard by the watcher or s_park; 0: none */
 	int next_attempt;       /* the attempt to rejoin once training stopped; 0: exit */

@@ -73,19 +73,31 @@ def last_step(d, job_id):
     return max((s for s, _, _ in losses(d, job_id)), default=0)
 
 
-def tp_first_loss(d, sharding, arch, tp_loss):
-    """The t = 1 job's first steps against the TP job's step 1: the same
-    logical weights (train.seed) and batch; the GEMMs' bf16 inputs and the
-    sums split differently over the group, so within 2e-2 (the CUDA row's
-    bf16 logits bound, docs/gpu.md), not bitwise."""
+def norm_at_1(d, job_id):
+    doc = d.json("GET", "/v1/jobs/%s/metrics?limit=1000" % job_id)
+    return [r["grad_norm"] for r in doc["metrics"] if int(r["step"]) == 1][0]
+
+
+def tp_first_loss(d, ref, sharding, arch, tp_loss):
+    """The t = 1 job's first steps (one data-parallel replica, as the TP
+    group is) against the TP job's step 1: the same logical weights
+    (train.seed) and batch; the GEMMs' bf16 inputs and the sums split
+    differently over the group, so the loss within 2e-2 (the CUDA row's
+    bf16 logits bound, docs/gpu.md) and the gradient norm within 2%
+    (the trainer's rule: replicated tensors counted once), not bitwise."""
     s = spec("cudaemu-t1", sharding, arch)
+    s["parallel"]["world_size"] = 1  # one data-parallel replica, as at t = 2 x dp = 1
     s["train"]["steps"] = 2
     s["checkpoint"] = {"every_steps": 0}
     one = d.submit(s)["id"]
     d.wait_state(one, {"succeeded"}, timeout=300)
     first = {st: loss for st, loss, _ in losses(d, one)}[1]
     check(abs(first - tp_loss) < 2e-2, "step 1: loss %.6f at tensor 2, %.6f at tensor 1" % (tp_loss, first))
-    log("step 1: loss %.6f at tensor 2, %.6f at tensor 1" % (tp_loss, first))
+    norms = [norm_at_1(d, j) for j in (ref, one)]
+    check(abs(norms[0] - norms[1]) < 2e-2 * norms[1],
+          "step 1: gradient norm %.6f at tensor 2, %.6f at tensor 1 (replicated tensors counted once?)" % tuple(norms))
+    log("step 1: loss %.6f at tensor 2, %.6f at tensor 1; gradient norm %.6f and %.6f"
+        % (tp_loss, first, norms[0], norms[1]))
 
 
 def main(c, args):
@@ -124,7 +136,7 @@ def main(c, args):
     log("uninterrupted (%s, sharding %s, tensor %d): loss %.4f at step 1, %.4f at step %d"
         % (arch, sharding, tensor, want[1], want[STEPS], STEPS))
     if tensor > 1:
-        tp_first_loss(d, sharding, arch, want[1])
+        tp_first_loss(d, ref, sharding, arch, want[1])
     listed = [cp["step"] for cp in d.json("GET", "/v1/jobs/%s/checkpoints" % ref)["checkpoints"]]
     check(listed[:3] == [30, 20, 10], "checkpoints %r" % listed)
 
