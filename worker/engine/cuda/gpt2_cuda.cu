@@ -50,6 +50,14 @@
  * adds each block's rows, and the LM head's GEMMs read and write the
  * block's columns of the logits and dlogits in place (rows the logits' ld
  * apart).
+ *
+ * Tensor parallelism (gpt2_cuda_new_tp, t > 1): the table, the flat
+ * buffers and the arena are a TP rank's (gpt2.c's at the same t: split
+ * tensors cut in t, wte's rows padded; the residual stream and the
+ * LayerNorms at N/t rows, the rest at this rank's heads, features and
+ * vocabulary rows), and forward and backward are gpt2_cuda_tp.cu's; the
+ * struct and the helpers both files use are in gpt2_cuda_priv.h. With
+ * t = 1 nothing here changes.
  */
 #include <errno.h>
 #include "gpt2_cuda.h"
