@@ -31,6 +31,8 @@
  *     gradient exactly 0;
  *   - every step's loss within LOSS_REL of the CPU row's (optim.c's AdamW
  *     there, the same hyper-parameters);
+ *   - FLOPs per token, gradient, state and activation bytes are the
+ *     rank's (6 N_local + 6 L C/t T; below the same model's without TP);
  *   - both ranks counted the same collectives, as many as the steps make
  *     (forward: 2L + 2 all-gathers, 2L + 1 reduce-scatters, 1 all-reduce;
  *     backward: 4L + 2, 2L + 1 and 1).
@@ -178,6 +180,9 @@ typedef struct {
 	float losses[STEPS];
 	model_tp_comm_t vol;
 	int table_ok;
+	double flops;                        /* per token at TT */
+	size_t grad_bytes, act_bytes, state; /* and act_bytes1, state1 of the */
+	size_t act_bytes1, state1;           /* same model without TP */
 } rank_out_t;
 
 static int s_rank_main(int rank, bool fused, const char *kv_dir, const float *p0, const tables_t *tb,
@@ -213,6 +218,19 @@ static int s_rank_main(int rank, bool fused, const char *kv_dir, const float *p0
 			       t[i].numel == tb->t2[i].numel && t[i].shape[0] == tb->t2[i].shape[0] &&
 			       t[i].shape[1] == tb->t2[i].shape[1] && t[i].tp_split == tb->t2[i].tp_split &&
 			       t[i].decay == tb->t2[i].decay;
+	out.flops = model_flops_per_token(g, TT);
+	out.grad_bytes = model_grad_bytes(g);
+	out.act_bytes = model_activation_bytes(g);
+	out.state = model_dev(g)->state_bytes(model_impl(g));
+	{
+		model_options_t m1 = {.max_B = BB, .max_T = TT, .fused_attention = fused};
+		model_t *g1 = NULL;
+		if (model_create("gpt2", MODEL_DEVICE_CUDA, &cfg, &m1, &g1, err, sizeof err) < 0)
+			return 17;
+		out.act_bytes1 = model_activation_bytes(g1);
+		out.state1 = model_dev(g1)->state_bytes(model_impl(g1));
+		model_free(g1);
+	}
 	float *local = calloc(tb->n_local, sizeof(float)), *grads = calloc(tb->n_local, sizeof(float));
 	s_local(tb, rank, local, (float *)p0, false);
 	const model_device_ops_t *dev = model_dev(g);
@@ -619,6 +637,15 @@ static void s_case(bool fused, const tables_t *tb, float *p0, const float *ref_g
 	expect(worst <= LOSS_REL, "%g AdamW steps: worst loss rel err %.3g", STEPS, worst);
 	printf("     losses: gpu %.6f .. %.6f, cpu %.6f .. %.6f\n", out[0].losses[0],
 	       out[0].losses[STEPS - 1], ref_losses[0], ref_losses[STEPS - 1]);
+	const double C2 = (double)s_config(tb->V).n_embd / RANKS;
+	const double flops = 6.0 * (double)tb->n_local + 6.0 * L * C2 * TT;
+	expect(out[0].flops == flops && out[1].flops == flops,
+	       "FLOPs per token are the rank's: %g (6 N_local + 6 L C/t T = %g)", out[0].flops, flops);
+	expect(out[0].grad_bytes == 4 * tb->n_local && out[0].state < out[0].state1,
+	       "gradient bytes 4 per local parameter (%g); state bytes below t 1's (%g)",
+	       (double)out[0].grad_bytes, (double)out[0].state);
+	expect(out[0].act_bytes > 0 && out[0].act_bytes < out[0].act_bytes1,
+	       "activation bytes %g, below t 1's %g", (double)out[0].act_bytes, (double)out[0].act_bytes1);
 	const model_tp_comm_t *v = &out[0].vol;
 	expect(!memcmp(&out[0].vol, &out[1].vol, sizeof out[0].vol),
 	       "both ranks counted the same collectives (%g all-gathers, %g reduce-scatters)",
