@@ -41,10 +41,11 @@
  * not read and written again by kernels of their own; both are bf16, as
  * the GEMMs that read them want.
  *
- * Streaming (ZeRO-2/3, gpt2_cuda.h). Every kernel gets its parameters from
- * gpt2_cuda_p_params_get and its gradient destination from gpt2_cuda_p_grad_begin, which are
- * the model's own buffers, or a range fetched from the caller and a zeroed
- * bucket handed back by gpt2_cuda_p_params_put / gpt2_cuda_p_grad_end. A layer's tensors are
+ * Streaming (ZeRO-2/3, gpt2_cuda.h). Every kernel gets its parameters
+ * from gpt2_cuda_p_params_get and its gradient destination from
+ * gpt2_cuda_p_grad_begin, which are the model's own buffers, or a range
+ * fetched from the caller and a zeroed bucket handed back by
+ * gpt2_cuda_p_params_put / gpt2_cuda_p_grad_end. A layer's tensors are
  * addressed from the layer's first float (P, P16, G), so one code path
  * serves both. wte comes in blocks of rows when streamed: the embedding
  * adds each block's rows, and the LM head's GEMMs read and write the
