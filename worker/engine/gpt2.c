@@ -410,10 +410,17 @@ fail:
 int gpt2_layout(const gpt2_config_t *cfg, gpt2_tensor_t **ret_tensors, int *ret_n,
                 size_t *ret_max_range)
 {
+	return gpt2_layout_tp(cfg, 1, ret_tensors, ret_n, ret_max_range);
+}
+
+int gpt2_layout_tp(const gpt2_config_t *cfg, int tp_size, gpt2_tensor_t **ret_tensors, int *ret_n,
+                   size_t *ret_max_range)
+{
 	gpt2_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return -ENOMEM;
 	m->cfg = *cfg;
+	m->tp_size = tp_size > 1 ? tp_size : 1;
 	m->w.mode = MODEL_STREAM_GRADS;
 	m->tensors = calloc((size_t)(2 + N_LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
 	if (!m->tensors || (s_build_tensor_table(m), !s_build_ranges(m))) {

@@ -121,6 +121,11 @@ void gpt2_tp_comm(const gpt2_t *m, model_tp_comm_t *ret);
 int gpt2_layout(const gpt2_config_t *cfg, gpt2_tensor_t **ret_tensors, int *ret_n,
                 size_t *ret_max_range);
 
+/* gpt2_layout of a TP rank of a group of tp_size (1: none): the local
+ * table gpt2_new_tp makes (the same for every rank of the group). */
+int gpt2_layout_tp(const gpt2_config_t *cfg, int tp_size, gpt2_tensor_t **ret_tensors, int *ret_n,
+                   size_t *ret_max_range);
+
 /* The largest range a streamed model fetches or hands out, in floats. */
 size_t gpt2_max_range(const gpt2_t *m);
 

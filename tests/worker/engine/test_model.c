@@ -7,7 +7,8 @@
  * decay ranges) gives the bits the direct gpt2_* calls give. gpt2_layout
  * gives the table and streamed max range of a model of the same config.
  * Tensor parallelism's refusals (model_options_t.tp): sizes that do not
- * divide, a GPU row, a rank out of range, each naming the number; and a
+ * divide, a GPU row without tp_comm (and none by one with it), a rank out
+ * of range, each naming the number; and a
  * t = 2 part's table (local shape, full_shape, tp_split, the padding).
  */
 #include <errno.h>
@@ -72,9 +73,26 @@ static void s_check_tp(void)
 	      "tp: a sequence length not divisible, named");
 	rc = s_tp_create("gpt2", MODEL_DEVICE_CPU, &cfg, 16, 2, 2, &m, err, sizeof err);
 	check(rc == -EINVAL && strstr(err, "parallel.tensor"), "tp: rank out of range");
-	rc = s_tp_create("gpt2", MODEL_DEVICE_CUDA, &cfg, 16, 0, 2, &m, err, sizeof err);
-	check(rc == -EINVAL && strstr(err, "parallel.tensor (2)") && strstr(err, "parallel.device cuda"),
-	      "tp: a GPU row refuses, naming parallel.tensor and parallel.device");
+	/* a GPU row without tp_comm refuses, naming both; one with it does not
+	 * refuse for TP (it may fail later for want of a GPU) */
+	static const char *const archs[] = {"gpt2", "llama"};
+	for (int i = 0; i < 2; i++) {
+		const model_ops_t *ops = model_find(archs[i], MODEL_DEVICE_CUDA);
+		if (!ops)
+			continue;
+		model_config_t c = base();
+		c.n_head = 4;
+		c.n_kv_head = 2;
+		c.ffn_dim = 32;
+		err[0] = '\0';
+		rc = s_tp_create(archs[i], MODEL_DEVICE_CUDA, &c, 16, 0, 2, &m, err, sizeof err);
+		bool refused = rc == -EINVAL && strstr(err, "parallel.tensor (2)") &&
+			       strstr(err, "parallel.device cuda");
+		check(ops->tp_comm ? !refused : refused,
+		      "tp: a GPU row refuses, naming parallel.tensor and parallel.device, iff it has no tp_comm");
+		model_free(m);
+		m = NULL;
+	}
 	model_config_t ll = base();
 	ll.n_head = 4;
 	ll.n_kv_head = 2;

@@ -41,15 +41,24 @@
  * not read and written again by kernels of their own; both are bf16, as
  * the GEMMs that read them want.
  *
- * Streaming (ZeRO-2/3, gpt2_cuda.h). Every kernel gets its parameters from
- * s_params_get and its gradient destination from s_grad_begin, which are
- * the model's own buffers, or a range fetched from the caller and a zeroed
- * bucket handed back by s_params_put / s_grad_end. A layer's tensors are
+ * Streaming (ZeRO-2/3, gpt2_cuda.h). Every kernel gets its parameters
+ * from gpt2_cuda_p_params_get and its gradient destination from
+ * gpt2_cuda_p_grad_begin, which are the model's own buffers, or a range
+ * fetched from the caller and a zeroed bucket handed back by
+ * gpt2_cuda_p_params_put / gpt2_cuda_p_grad_end. A layer's tensors are
  * addressed from the layer's first float (P, P16, G), so one code path
  * serves both. wte comes in blocks of rows when streamed: the embedding
  * adds each block's rows, and the LM head's GEMMs read and write the
- * block's columns of the logits and dlogits in place (rows s_logits_ld
+ * block's columns of the logits and dlogits in place (rows the logits' ld
  * apart).
+ *
+ * Tensor parallelism (gpt2_cuda_new_tp, t > 1): the table, the flat
+ * buffers and the arena are a TP rank's (gpt2.c's at the same t: split
+ * tensors cut in t, wte's rows padded; the residual stream and the
+ * LayerNorms at N/t rows, the rest at this rank's heads, features and
+ * vocabulary rows), and forward and backward are gpt2_cuda_tp.cu's; the
+ * struct and the helpers both files use are in gpt2_cuda_priv.h. With
+ * t = 1 nothing here changes.
  */
 #include <errno.h>
 #include "gpt2_cuda.h"
@@ -66,107 +75,31 @@
 #include "cuda_gemm.h"
 #include "cuda_kernels.h"
 
-#define N_LAYER_TENSORS 12
-enum {
-	T_LN1_W, T_LN1_B, T_QKV_W, T_QKV_B, T_PROJ_W, T_PROJ_B,
-	T_LN2_W, T_LN2_B, T_FC_W, T_FC_B, T_FCPROJ_W, T_FCPROJ_B,
-};
-
-typedef cuda_segment_t segment_t; /* a run of tensors with the same decay flag */
-
-typedef struct {
-	float *encoded;
-	uint16_t *ln1;
-	float *ln1_mean, *ln1_rstd;
-	float *qkv;        /* per layer; NULL with fused attention */
-	uint16_t *qkv16;   /* fused attention only: (N, 3C) per layer */
-	uint16_t *att;     /* NULL with fused attention */
-	float *att_lse;    /* fused attention only */
-	uint16_t *atty;
-	float *res2;
-	uint16_t *ln2;
-	float *ln2_mean, *ln2_rstd;
-	uint16_t *fch;
-	uint16_t *gelu;
-	float *res3;
-	uint16_t *lnf;
-	float *lnf_mean, *lnf_rstd;
-	uint16_t *logits;
-	uint16_t *dlogits;
-	float *losses, *loss;
-	float *dres;
-	uint16_t *dres16;
-	float *dbig;
-	uint16_t *dbig16;
-	float *dsmall;
-	uint16_t *dsmall16;
-	float *colsum;
-	double *sumsq, *sumsq_scratch;
-	void *att_scratch;
-	int32_t *ids; /* inputs (N), targets (N), uniq (N), starts (N + 1), rows (N) */
-} acts_t;
-
-struct gpt2_cuda {
-	gpt2_config_t cfg;
-	int max_B, max_T;
-	size_t n_params;
-	size_t offsets[N_LAYER_TENSORS]; /* offsets of layer 0's tensors; a layer is `layer_floats` on */
-	size_t layer_floats, off_wpe, off_lnf;
-	segment_t *segs;
-	int n_segs;
-
-	cudaStream_t stream;
-	cuda_gemm_t *gemm;
-	cudaEvent_t staged; /* the last upload of token ids has been read */
-	cudaEvent_t *ready; /* n_layer + 2: gradient ranges final (gpt2_cuda_set_grads_ready) */
-	gpt2_cuda_grads_ready_fn ready_fn;
-	void *ready_ctx;
-	gpt2_cuda_grad_begin_fn stream_begin; /* gradients streamed (no grads buffer): */
-	gpt2_cuda_grad_end_fn stream_end;     /* gpt2_cuda_stream_grads */
-	void *stream_ctx;
-	int wte_rows;                         /* rows of wte per streamed block */
-	gpt2_cuda_params_fetch_fn fetch;      /* parameters streamed (no params buffer): */
-	gpt2_cuda_params_release_fn release;  /* gpt2_cuda_stream_params */
-	void *fetch_ctx;
-	uint16_t *fetched16;                  /* (max_range) bf16 of the range fetched */
-	size_t *order;                        /* streamed: forward's then backward's fetch */
-	int n_fwd, n_bwd;                     /*   order, as [lo, hi) pairs */
-	int pos, end;                         /* the next fetch of the pass, and its last */
-
-	void *state;                 /* one allocation: params, grads, m, v (f32), params16 */
-	float *params, *grads, *mom1, *mom2; /* NULL when left out */
-	uint16_t *params16;                  /* NULL with params */
-	size_t state_bytes;
-
-	void *arena;
-	size_t arena_bytes;
-	acts_t a;
-	cuda_attention_scratch_t att_s;
-
-	int32_t *host_ids;    /* pinned: the same layout as a.ids */
-	int32_t *host_counts; /* (V + 1) */
-	int n_unique;
-
-	int B, T;
-	bool have_targets;
-	bool fused; /* attention by cuda_flash_* (GPT2_CUDA_FUSED_ATTENTION) */
-};
+#include "gpt2_cuda_priv.h"
+extern "C" {
+#include "tp.h"
+}
 
 /* ---- layout ---- */
 
-static size_t s_num_params(const gpt2_config_t *c)
+/* Parameters of a TP rank of t (1: none): wte's rows padded to a multiple
+ * of t and cut in t, the layers' split matrices and biases in t
+ * (model.h's tp_split), the rest whole. */
+static size_t s_num_params(const gpt2_config_t *c, int t)
 {
-	size_t C = (size_t)c->n_embd;
-	return (size_t)c->vocab_size * C + (size_t)c->seq_len * C +
-	       (size_t)c->n_layer * (12 * C * C + 13 * C) + 2 * C;
+	size_t C = (size_t)c->n_embd, Cf = C / (size_t)t;
+	size_t Vl = ((size_t)c->vocab_size + (size_t)t - 1) / (size_t)t;
+	return Vl * C + (size_t)c->seq_len * C + (size_t)c->n_layer * (12 * C * Cf + 7 * Cf + 6 * C) +
+	       2 * C;
 }
 
-/* gpt2.c's s_build_tensor_table, as offsets and decay segments */
+/* gpt2.c's s_build_tensor_table at TP size m->tp, as offsets and decay
+ * segments */
 static bool s_build_table(gpt2_cuda_t *m)
 {
 	const gpt2_config_t *c = &m->cfg;
-	size_t C = (size_t)c->n_embd;
-	size_t sizes[N_LAYER_TENSORS] = {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C, 4 * C * C, C};
+	size_t C = (size_t)c->n_embd, Cf = C / (size_t)m->tp;
+	size_t sizes[N_LAYER_TENSORS] = {C, C, C * 3 * Cf, 3 * Cf, Cf * C, C, C, C, C * 4 * Cf, 4 * Cf, 4 * Cf * C, C};
 	bool decay[N_LAYER_TENSORS] = {false, false, true, false, true, false,
 				       false, false, true, false, true, false};
 	size_t off = 0;
@@ -186,7 +119,7 @@ static bool s_build_table(gpt2_cuda_t *m)
 		}                                                                                 \
 		off += (n);                                                                       \
 	} while (0)
-	ADD((size_t)c->vocab_size * C, true); /* wte */
+	ADD((size_t)m->Vl * C, true); /* wte */
 	m->off_wpe = off;
 	ADD((size_t)c->seq_len * C, true); /* wpe */
 	for (int l = 0; l < c->n_layer; l++)
@@ -195,13 +128,13 @@ static bool s_build_table(gpt2_cuda_t *m)
 				m->offsets[i] = off;
 			ADD(sizes[i], decay[i]);
 		}
-	m->layer_floats = 12 * C * C + 13 * C;
+	m->layer_floats = 12 * C * Cf + 7 * Cf + 6 * C;
 	m->off_lnf = off;
 	ADD(C, false); /* ln_f.weight */
 	ADD(C, false); /* ln_f.bias */
 #undef ADD
 	m->n_params = off;
-	return off == s_num_params(c);
+	return off == s_num_params(c, m->tp);
 }
 
 /* Carve n elements of `size` bytes at *off (256-byte aligned: cuBLASLt's
@@ -223,7 +156,7 @@ static void *s_carve(char *base, size_t *off, size_t n, size_t size)
  * wte in params16 (wpe's) and are never read; the dlogits' padding columns
  * are zeroed once at create and never written, so the products that use
  * them add exact zeros to the gradients that follow wte and to dlnf. */
-static size_t s_logits_ld(int V)
+size_t gpt2_cuda_p_logits_ld(int V)
 {
 	return ((size_t)V + 63) / 64 * 64;
 }
@@ -233,56 +166,71 @@ static size_t s_logits_ld(int V)
  * of them follow wte, else V. */
 static int s_vocab_gemm(const gpt2_cuda_t *m);
 
+/* The arena for (max_B, max_T) on a TP rank of t (1: none), as in gpt2.c:
+ * the residual stream and the LayerNorms hold n = N/t rows (sequence
+ * parallel), the rest all N rows of this rank's H/t heads, 4C/t features
+ * and Vl vocabulary rows. With base NULL, only measures it. */
 static size_t s_layout(acts_t *a, char *base, const gpt2_config_t *cfg, int max_B, int max_T,
-                       bool fused)
+                       bool fused, int t)
 {
-	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
-	size_t H = (size_t)cfg->n_head;
-	size_t N = (size_t)max_B * (size_t)max_T;
+	size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd;
+	size_t V = ((size_t)cfg->vocab_size + (size_t)t - 1) / (size_t)t;
+	size_t H = (size_t)cfg->n_head / (size_t)t, Cf = C / (size_t)t;
+	size_t N = (size_t)max_B * (size_t)max_T, n = (N + (size_t)t - 1) / (size_t)t;
 	size_t f = sizeof(float), h = sizeof(uint16_t);
 	size_t off = 0;
-	a->encoded = (float *)s_carve(base, &off, N * C, f);
-	a->ln1 = (uint16_t *)s_carve(base, &off, L * N * C, h);
-	a->ln1_mean = (float *)s_carve(base, &off, L * N, f);
-	a->ln1_rstd = (float *)s_carve(base, &off, L * N, f);
+	a->encoded = (float *)s_carve(base, &off, n * C, f);
+	a->ln1 = (uint16_t *)s_carve(base, &off, L * n * C, h);
+	a->ln1_mean = (float *)s_carve(base, &off, L * n, f);
+	a->ln1_rstd = (float *)s_carve(base, &off, L * n, f);
 	if (fused) {
 		a->qkv = NULL;
-		a->qkv16 = (uint16_t *)s_carve(base, &off, L * N * 3 * C, h);
+		a->qkv16 = (uint16_t *)s_carve(base, &off, L * N * 3 * Cf, h);
 		a->att = NULL;
 		a->att_lse = (float *)s_carve(base, &off, L * N * H, f);
 	} else {
-		a->qkv = (float *)s_carve(base, &off, L * N * 3 * C, f);
+		a->qkv = (float *)s_carve(base, &off, L * N * 3 * Cf, f);
 		a->qkv16 = NULL;
 		a->att = (uint16_t *)s_carve(base, &off, L * N * H * (size_t)max_T, h);
 		a->att_lse = NULL;
 	}
-	a->atty = (uint16_t *)s_carve(base, &off, L * N * C, h);
-	a->res2 = (float *)s_carve(base, &off, L * N * C, f);
-	a->ln2 = (uint16_t *)s_carve(base, &off, L * N * C, h);
-	a->ln2_mean = (float *)s_carve(base, &off, L * N, f);
-	a->ln2_rstd = (float *)s_carve(base, &off, L * N, f);
-	a->fch = (uint16_t *)s_carve(base, &off, L * N * 4 * C, h);
-	a->gelu = (uint16_t *)s_carve(base, &off, L * N * 4 * C, h);
-	a->res3 = (float *)s_carve(base, &off, L * N * C, f);
-	a->lnf = (uint16_t *)s_carve(base, &off, N * C, h);
-	a->lnf_mean = (float *)s_carve(base, &off, N, f);
-	a->lnf_rstd = (float *)s_carve(base, &off, N, f);
-	a->logits = (uint16_t *)s_carve(base, &off, N * s_logits_ld((int)V), h);
-	a->dlogits = (uint16_t *)s_carve(base, &off, N * s_logits_ld((int)V), h);
+	a->atty = (uint16_t *)s_carve(base, &off, L * N * Cf, h);
+	a->res2 = (float *)s_carve(base, &off, L * n * C, f);
+	a->ln2 = (uint16_t *)s_carve(base, &off, L * n * C, h);
+	a->ln2_mean = (float *)s_carve(base, &off, L * n, f);
+	a->ln2_rstd = (float *)s_carve(base, &off, L * n, f);
+	a->fch = (uint16_t *)s_carve(base, &off, L * N * 4 * Cf, h);
+	a->gelu = (uint16_t *)s_carve(base, &off, L * N * 4 * Cf, h);
+	a->res3 = (float *)s_carve(base, &off, L * n * C, f);
+	a->lnf = (uint16_t *)s_carve(base, &off, n * C, h);
+	a->lnf_mean = (float *)s_carve(base, &off, n, f);
+	a->lnf_rstd = (float *)s_carve(base, &off, n, f);
+	a->logits = (uint16_t *)s_carve(base, &off, N * gpt2_cuda_p_logits_ld((int)V), h);
+	a->dlogits = (uint16_t *)s_carve(base, &off, N * gpt2_cuda_p_logits_ld((int)V), h);
 	a->losses = (float *)s_carve(base, &off, N, f);
 	a->loss = (float *)s_carve(base, &off, 1, f);
-	a->dres = (float *)s_carve(base, &off, N * C, f);
-	a->dres16 = (uint16_t *)s_carve(base, &off, N * C, h);
-	a->dbig = fused ? NULL : (float *)s_carve(base, &off, N * 4 * C, f);
-	a->dbig16 = (uint16_t *)s_carve(base, &off, N * 4 * C, h);
+	a->dres = (float *)s_carve(base, &off, n * C, f);
+	a->dres16 = (uint16_t *)s_carve(base, &off, n * C, h);
+	a->dbig = fused ? NULL : (float *)s_carve(base, &off, N * 4 * Cf, f);
+	a->dbig16 = (uint16_t *)s_carve(base, &off, N * 4 * Cf, h);
 	a->dsmall = (float *)s_carve(base, &off, N * C, f);
 	a->dsmall16 = (uint16_t *)s_carve(base, &off, N * C, h);
-	a->colsum = (float *)s_carve(base, &off, cuda_colsum_scratch_floats((int)N, (int)(4 * C)), f);
+	size_t cs = cuda_colsum_scratch_floats((int)N, (int)(4 * Cf));
+	if (t > 1 && cuda_colsum_scratch_floats((int)N, (int)C) > cs)
+		cs = cuda_colsum_scratch_floats((int)N, (int)C);
+	a->colsum = (float *)s_carve(base, &off, cs, f);
 	a->sumsq = (double *)s_carve(base, &off, 1, sizeof(double));
 	a->sumsq_scratch = (double *)s_carve(base, &off, cuda_sum_squares_scratch(), sizeof(double));
 	a->att_scratch = s_carve(base, &off,
-				 cuda_attention_scratch_bytes(max_B, max_T, (int)C, (int)H, fused), 1);
+				 cuda_attention_scratch_bytes(max_B, max_T, (int)Cf, (int)H, fused), 1);
 	a->ids = (int32_t *)s_carve(base, &off, 5 * N + 1, sizeof(int32_t));
+	a->full16 = NULL;
+	a->dloc = a->ce = NULL;
+	if (t > 1) {
+		a->full16 = (uint16_t *)s_carve(base, &off, N * C, h);
+		a->dloc = (float *)s_carve(base, &off, n * C, f);
+		a->ce = (float *)s_carve(base, &off, ((size_t)t + 4) * N, f);
+	}
 	return off;
 }
 
@@ -297,7 +245,7 @@ static double s_arena_bound(const gpt2_config_t *cfg, double B, double T)
 /* ---- create and free ---- */
 
 /* A call the contract rules out: one line, exit 70 (gpt2_cuda.h). */
-static void s_misuse(const char *what)
+void gpt2_cuda_p_misuse(const char *what)
 {
 	fprintf(stderr, "ringworker: fatal: %s\n", what);
 	exit(CUDA_EXIT_MISUSE);
@@ -317,9 +265,69 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, in
 extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
                              gpt2_cuda_t **ret_model, char *err, size_t errlen)
 {
+	return gpt2_cuda_new_tp(cfg, max_B, max_T, flags, NULL, ret_model, err, errlen);
+}
+
+/* gpt2.c's rules for a TP group (heads and the sequence divide by t), and
+ * the group's device side: the replicated tensors of the local table. */
+static int s_tp_check(const gpt2_config_t *cfg, int max_T, const model_tp_t *tp, char *err,
+                      size_t errlen)
+{
+	static const char *const names[] = {"model.n_head", "the sequence length (sequence parallelism)"};
+	int dims[] = {cfg->n_head, max_T};
+	return tp_check(tp, names, dims, tp && tp->size > 1 ? 2 : 0, err, errlen);
+}
+
+static int s_tp_init(gpt2_cuda_t *m, const model_tp_t *tp, char *err, size_t errlen)
+{
+	if (m->tp <= 1)
+		return 0;
+	model_tensor_t *t = NULL;
+	int n = 0;
+	size_t max_range = 0;
+	if (gpt2_layout_tp(&m->cfg, m->tp, &t, &n, &max_range) < 0) {
+		snprintf(err, errlen, "out of host memory");
+		return -ENOMEM;
+	}
+	int rc = n > 0 && t[n - 1].offset + t[n - 1].numel == m->n_params ? 0 : -EIO;
+	if (rc < 0)
+		snprintf(err, errlen, "internal error: the GPU's tensor-parallel layout is not gpt2.c's");
+	else
+		rc = cuda_tprow_init(&m->tpr, tp, m->stream, t, n, err, errlen);
+	free(t);
+	return rc;
+}
+
+/* Point the fp32 buffers the model holds into its state allocation, one
+ * after the other (n_f32 floats), then the bf16 copy. */
+static void s_point_state(gpt2_cuda_t *m, bool params, bool grads, bool moments, size_t n_f32)
+{
+	float *next = (float *)m->state;
+	if (params) {
+		m->params = next;
+		next += m->n_params;
+	}
+	if (grads) {
+		m->grads = next;
+		next += m->n_params;
+	}
+	if (moments) {
+		m->mom1 = next;
+		m->mom2 = next + m->n_params;
+	}
+	if (params)
+		m->params16 = (uint16_t *)((float *)m->state + n_f32);
+}
+
+extern "C" int gpt2_cuda_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
+                                const model_tp_t *tp, gpt2_cuda_t **ret_model, char *err,
+                                size_t errlen)
+{
 	int code = -EIO;
-	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0)
+	if (gpt2_config_check(cfg, max_B, max_T, err, errlen) < 0 ||
+	    s_tp_check(cfg, max_T, tp, err, errlen) < 0)
 		return -EINVAL;
+	const int t = tp && tp->size > 1 ? tp->size : 1;
 	int n_dev = 0;
 	cudaError_t rc = cudaGetDeviceCount(&n_dev);
 	if (rc != cudaSuccess || n_dev == 0) {
@@ -328,11 +336,11 @@ extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, uns
 			 rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found");
 		return -ENODEV;
 	}
-	double n_params = (double)s_num_params(cfg);
+	double n_params = (double)s_num_params(cfg, t);
 	const bool params = !(flags & GPT2_CUDA_NO_PARAMS), grads = !(flags & GPT2_CUDA_NO_GRADS),
 		   moments = !(flags & GPT2_CUDA_NO_MOMENTS);
 	/* fp32: params, grads, m, v unless left out; the bf16 copy with params */
-	const size_t n_f32 = s_num_params(cfg) * ((params ? 1 : 0) + (grads ? 1 : 0) + (moments ? 2 : 0));
+	const size_t n_f32 = s_num_params(cfg, t) * ((params ? 1 : 0) + (grads ? 1 : 0) + (moments ? 2 : 0));
 	double state = (double)n_f32 * 4.0 + (params ? n_params * 2.0 : 0.0);
 	if (s_arena_bound(cfg, max_B, max_T) > 1e17 || (double)max_B * max_T > 2147483647.0 / 8) {
 		snprintf(err, errlen,
@@ -344,7 +352,7 @@ extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, uns
 	const bool fused = (flags & GPT2_CUDA_FUSED_ATTENTION) &&
 			   cuda_flash_supported(cfg->n_embd, cfg->n_head);
 	acts_t probe;
-	double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T, fused) + (32 << 20);
+	double act = (double)s_layout(&probe, NULL, cfg, max_B, max_T, fused, t) + (32 << 20);
 	size_t free_b = 0, total_b = 0;
 	rc = cudaMemGetInfo(&free_b, &total_b);
 	if (rc != cudaSuccess) {
@@ -370,6 +378,8 @@ extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, uns
 	m->max_B = max_B;
 	m->max_T = max_T;
 	m->fused = fused;
+	m->tp = t;
+	m->Vl = (cfg->vocab_size + t - 1) / t;
 	size_t N = (size_t)max_B * (size_t)max_T;
 	if (!s_build_table(m)) {
 		snprintf(err, errlen, "out of host memory");
@@ -397,28 +407,12 @@ extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, uns
 		code = -ENOMEM;
 		goto fail_cuda;
 	}
-	{
-		float *next = (float *)m->state;
-		if (params) {
-			m->params = next;
-			next += m->n_params;
-		}
-		if (grads) {
-			m->grads = next;
-			next += m->n_params;
-		}
-		if (moments) {
-			m->mom1 = next;
-			m->mom2 = next + m->n_params;
-		}
-	}
-	if (params)
-		m->params16 = (uint16_t *)((float *)m->state + n_f32);
+	s_point_state(m, params, grads, moments, n_f32);
 	if ((rc = cudaMemset(m->state, 0, m->state_bytes)) != cudaSuccess) {
 		snprintf(err, errlen, "CUDA error clearing the parameters: %s", cudaGetErrorString(rc));
 		goto fail_cuda;
 	}
-	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, fused);
+	m->arena_bytes = s_layout(&m->a, NULL, cfg, max_B, max_T, fused, t);
 	if ((rc = cudaMalloc(&m->arena, m->arena_bytes)) != cudaSuccess) {
 		m->arena = NULL;
 		snprintf(err, errlen,
@@ -428,14 +422,14 @@ extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, uns
 		code = -ENOMEM;
 		goto fail_cuda;
 	}
-	s_layout(&m->a, (char *)m->arena, cfg, max_B, max_T, fused);
-	if ((rc = cudaMemset(m->a.dlogits, 0, N * s_logits_ld(cfg->vocab_size) * sizeof(uint16_t))) !=
+	s_layout(&m->a, (char *)m->arena, cfg, max_B, max_T, fused, t);
+	if ((rc = cudaMemset(m->a.dlogits, 0, N * gpt2_cuda_p_logits_ld(m->Vl) * sizeof(uint16_t))) !=
 	    cudaSuccess) {
 		snprintf(err, errlen, "CUDA error clearing the activations: %s", cudaGetErrorString(rc));
 		goto fail_cuda;
 	}
-	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, max_B, max_T, cfg->n_embd, cfg->n_head,
-				     fused);
+	cuda_attention_scratch_carve(&m->att_s, m->a.att_scratch, max_B, max_T, cfg->n_embd / t,
+				     cfg->n_head / t, fused);
 	if ((rc = cudaMallocHost(&m->host_ids, (5 * N + 1) * sizeof(int32_t))) != cudaSuccess) {
 		m->host_ids = NULL;
 		snprintf(err, errlen, "out of pinned host memory for %zu token ids: %s", 5 * N + 1,
@@ -456,6 +450,8 @@ extern "C" int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, uns
 			snprintf(err, errlen, "cannot create CUDA events: %s", cudaGetErrorString(rc));
 			goto fail_cuda;
 		}
+	if ((code = s_tp_init(m, tp, err, errlen)) < 0)
+		goto fail;
 	*ret_model = m;
 	return 0;
 
@@ -473,6 +469,7 @@ extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)
 	if (m->stream)
 		cudaStreamSynchronize(m->stream);
 	cuda_gemm_free(m->gemm);
+	cuda_tprow_free(&m->tpr);
 	if (m->arena)
 		cudaFree(m->arena);
 	if (m->state)
@@ -499,7 +496,7 @@ extern "C" void gpt2_cuda_free(gpt2_cuda_t *m)
 extern "C" void gpt2_cuda_set_grads_ready(gpt2_cuda_t *m, gpt2_cuda_grads_ready_fn fn, void *ctx)
 {
 	if (fn && !m->grads)
-		s_misuse("gpt2_cuda_set_grads_ready on a model without a gradient buffer");
+		gpt2_cuda_p_misuse("gpt2_cuda_set_grads_ready on a model without a gradient buffer");
 	m->ready_fn = fn;
 	m->ready_ctx = ctx;
 }
@@ -509,20 +506,20 @@ extern "C" void gpt2_cuda_stream_grads(gpt2_cuda_t *m, gpt2_cuda_grad_begin_fn b
 {
 	const size_t C = (size_t)m->cfg.n_embd;
 	if (m->grads || !begin || !end)
-		s_misuse("gpt2_cuda_stream_grads needs a model created with GPT2_CUDA_NO_GRADS and both"
+		gpt2_cuda_p_misuse("gpt2_cuda_stream_grads needs a model created with GPT2_CUDA_NO_GRADS and both"
 			 " functions");
 	if (max_range < m->layer_floats || max_range < (size_t)m->cfg.seq_len * C || max_range < C)
-		s_misuse("gpt2_cuda_stream_grads: max_range holds less than a layer, wpe or a wte row");
+		gpt2_cuda_p_misuse("gpt2_cuda_stream_grads: max_range holds less than a layer, wpe or a wte row");
 	m->stream_begin = begin;
 	m->stream_end = end;
 	m->stream_ctx = ctx;
 	size_t rows = max_range / C;
-	m->wte_rows = rows < (size_t)m->cfg.vocab_size ? (int)rows : m->cfg.vocab_size;
+	m->wte_rows = rows < (size_t)m->Vl ? (int)rows : m->Vl; /* local rows (padded) under TP */
 }
 
 /* Where backward adds the gradients [lo, hi): the model's buffer, or a
  * zeroed bucket of the gradient stream. */
-static float *s_grad_begin(gpt2_cuda_t *m, size_t lo, size_t hi)
+float *gpt2_cuda_p_grad_begin(gpt2_cuda_t *m, size_t lo, size_t hi)
 {
 	if (!m->stream_begin)
 		return m->grads + lo;
@@ -531,7 +528,7 @@ static float *s_grad_begin(gpt2_cuda_t *m, size_t lo, size_t hi)
 
 /* The kernels that add into g are enqueued: hand a streamed bucket back
  * behind an event (the callback waits for it before it returns). */
-static void s_grad_end(gpt2_cuda_t *m, float *g, size_t lo, size_t hi)
+void gpt2_cuda_p_grad_end(gpt2_cuda_t *m, float *g, size_t lo, size_t hi)
 {
 	if (!m->stream_end)
 		return;
@@ -544,7 +541,7 @@ extern "C" int gpt2_cuda_stream_params(gpt2_cuda_t *m, gpt2_cuda_params_fetch_fn
                                        char *err, size_t errlen)
 {
 	if (m->params || !m->stream_begin || !fetch || !release)
-		s_misuse("gpt2_cuda_stream_params needs a model created with GPT2_CUDA_NO_PARAMS whose"
+		gpt2_cuda_p_misuse("gpt2_cuda_stream_params needs a model created with GPT2_CUDA_NO_PARAMS whose"
 			 " gradients are streamed, and both functions");
 	size_t max_range = m->wte_rows * (size_t)m->cfg.n_embd;
 	size_t lw = m->layer_floats, wpe = (size_t)m->cfg.seq_len * m->cfg.n_embd;
@@ -560,7 +557,7 @@ extern "C" int gpt2_cuda_stream_params(gpt2_cuda_t *m, gpt2_cuda_params_fetch_fn
 	}
 	/* the fetch orders (gpt2.h): forward wpe, wte blocks, layers, ln_f, wte
 	 * blocks; backward wte blocks, ln_f, layers from the last */
-	const int L = m->cfg.n_layer, V = m->cfg.vocab_size, C = m->cfg.n_embd;
+	const int L = m->cfg.n_layer, V = m->Vl, C = m->cfg.n_embd; /* wte's local rows */
 	const int blocks = (V + m->wte_rows - 1) / m->wte_rows;
 	m->n_fwd = 1 + 2 * blocks + L + 1;
 	m->n_bwd = blocks + 1 + L;
@@ -594,7 +591,7 @@ extern "C" int gpt2_cuda_stream_params(gpt2_cuda_t *m, gpt2_cuda_params_fetch_fn
 }
 
 /* A pass (forward or backward) starts: its fetches are order[pos .. end). */
-static void s_pass(gpt2_cuda_t *m, bool backward)
+void gpt2_cuda_p_pass(gpt2_cuda_t *m, bool backward)
 {
 	m->pos = backward ? m->n_fwd : 0;
 	m->end = backward ? m->n_fwd + m->n_bwd : m->n_fwd;
@@ -603,17 +600,12 @@ static void s_pass(gpt2_cuda_t *m, bool backward)
 /* Parameters [lo, hi) for the kernels about to be enqueued: fp32, and with
  * need16 bf16 (both indexed from lo). The model's own buffers, or a range
  * fetched from the stream (converted to bf16 in fetched16). */
-typedef struct {
-	const float *p;
-	const uint16_t *p16;
-} params_view_t;
-
-static params_view_t s_params_get(gpt2_cuda_t *m, size_t lo, size_t hi, bool need16)
+params_view_t gpt2_cuda_p_params_get(gpt2_cuda_t *m, size_t lo, size_t hi, bool need16)
 {
 	params_view_t v;
 	if (!m->fetch) {
 		if (!m->params)
-			s_misuse("gpt2_cuda: forward or backward on a model without parameters before"
+			gpt2_cuda_p_misuse("gpt2_cuda: forward or backward on a model without parameters before"
 				 " gpt2_cuda_stream_params");
 		v.p = m->params + lo;
 		v.p16 = m->params16 + lo;
@@ -621,7 +613,7 @@ static params_view_t s_params_get(gpt2_cuda_t *m, size_t lo, size_t hi, bool nee
 	}
 	const size_t *at = m->order + 2 * (size_t)m->pos;
 	if (m->pos >= m->end || at[0] != lo || at[1] != hi)
-		s_misuse("gpt2_cuda: parameters fetched out of order");
+		gpt2_cuda_p_misuse("gpt2_cuda: parameters fetched out of order");
 	m->pos++;
 	/* the pass's next range, for the caller to gather meanwhile */
 	const bool last = m->pos >= m->end;
@@ -636,7 +628,7 @@ static params_view_t s_params_get(gpt2_cuda_t *m, size_t lo, size_t hi, bool nee
 
 /* The kernels that read a fetched range are enqueued: wait for them, then
  * hand it back (the next fetch reuses fetched16 and may reuse the slot). */
-static void s_params_put(gpt2_cuda_t *m, params_view_t v)
+void gpt2_cuda_p_params_put(gpt2_cuda_t *m, params_view_t v)
 {
 	if (!m->fetch)
 		return;
@@ -646,7 +638,7 @@ static void s_params_put(gpt2_cuda_t *m, params_view_t v)
 
 /* Gradients [offset, offset + n) are final once the enqueued work is done:
  * record event k and tell the callback. */
-static void s_grads_ready(gpt2_cuda_t *m, int k, size_t offset, size_t n)
+void gpt2_cuda_p_grads_ready(gpt2_cuda_t *m, int k, size_t offset, size_t n)
 {
 	if (!m->ready_fn)
 		return;
@@ -666,7 +658,12 @@ extern "C" size_t gpt2_cuda_num_params(const gpt2_cuda_t *m)
 
 extern "C" size_t gpt2_cuda_state_bytes(const gpt2_cuda_t *m)
 {
-	return m->state_bytes;
+	return m->state_bytes + cuda_tprow_bytes(&m->tpr);
+}
+
+extern "C" void gpt2_cuda_tp_comm(const gpt2_cuda_t *m, model_tp_comm_t *ret)
+{
+	*ret = m->tp > 1 ? m->tpr.vol : model_tp_comm_t{};
 }
 
 extern "C" size_t gpt2_cuda_activation_bytes(const gpt2_cuda_t *m)
@@ -686,7 +683,7 @@ extern "C" bool gpt2_cuda_fused_attention(const gpt2_cuda_t *m)
 
 extern "C" double gpt2_cuda_flops_per_token(const gpt2_cuda_t *m, int T)
 {
-	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * m->cfg.n_embd * (double)T;
+	return 6.0 * (double)m->n_params + 6.0 * m->cfg.n_layer * (m->cfg.n_embd / m->tp) * (double)T;
 }
 
 /* ---- host copies ---- */
@@ -700,7 +697,7 @@ static void s_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind
 extern "C" void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params)
 {
 	if (!m->params)
-		s_misuse("gpt2_cuda_set_params on a model created without parameters");
+		gpt2_cuda_p_misuse("gpt2_cuda_set_params on a model created without parameters");
 	s_copy(m->params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 	cuda_to_bf16(m->params16, m->params, m->n_params, m->stream);
 	CUDA_CHECK(cudaStreamSynchronize(m->stream));
@@ -709,21 +706,21 @@ extern "C" void gpt2_cuda_set_params(gpt2_cuda_t *m, const float *params)
 extern "C" void gpt2_cuda_get_params(gpt2_cuda_t *m, float *ret_params)
 {
 	if (!m->params)
-		s_misuse("gpt2_cuda_get_params on a model created without parameters");
+		gpt2_cuda_p_misuse("gpt2_cuda_get_params on a model created without parameters");
 	s_copy(ret_params, m->params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
 extern "C" void gpt2_cuda_get_grads(gpt2_cuda_t *m, float *ret_grads)
 {
 	if (!m->grads)
-		s_misuse("gpt2_cuda_get_grads on a model created without a gradient buffer");
+		gpt2_cuda_p_misuse("gpt2_cuda_get_grads on a model created without a gradient buffer");
 	s_copy(ret_grads, m->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
 extern "C" void gpt2_cuda_set_moments(gpt2_cuda_t *m, const float *mom1, const float *mom2)
 {
 	if (!m->mom1)
-		s_misuse("gpt2_cuda_set_moments on a model created without AdamW moments");
+		gpt2_cuda_p_misuse("gpt2_cuda_set_moments on a model created without AdamW moments");
 	s_copy(m->mom1, mom1, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 	s_copy(m->mom2, mom2, m->n_params * sizeof(float), cudaMemcpyHostToDevice, m->stream);
 }
@@ -731,18 +728,21 @@ extern "C" void gpt2_cuda_set_moments(gpt2_cuda_t *m, const float *mom1, const f
 extern "C" void gpt2_cuda_get_moments(gpt2_cuda_t *m, float *ret_mom1, float *ret_mom2)
 {
 	if (!m->mom1)
-		s_misuse("gpt2_cuda_get_moments on a model created without AdamW moments");
+		gpt2_cuda_p_misuse("gpt2_cuda_get_moments on a model created without AdamW moments");
 	s_copy(ret_mom1, m->mom1, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 	s_copy(ret_mom2, m->mom2, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, m->stream);
 }
 
 extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
 {
+	if (m->tp > 1)
+		gpt2_cuda_p_misuse("gpt2_cuda_get_logits under tensor parallelism (each rank holds its"
+				   " vocabulary block)");
 	const size_t V = (size_t)m->cfg.vocab_size, n = (size_t)m->B * m->T * V;
 	/* bf16 rows into the back half of the caller's floats, widened from the front */
 	uint16_t *h16 = (uint16_t *)ret_logits + n;
 	CUDA_CHECK(cudaMemcpy2DAsync(h16, V * sizeof(uint16_t), m->a.logits,
-				     s_logits_ld((int)V) * sizeof(uint16_t), V * sizeof(uint16_t),
+				     gpt2_cuda_p_logits_ld((int)V) * sizeof(uint16_t), V * sizeof(uint16_t),
 				     (size_t)m->B * m->T, cudaMemcpyDeviceToHost, m->stream));
 	CUDA_CHECK(cudaStreamSynchronize(m->stream));
 	for (size_t i = 0; i < n; i++) {
@@ -755,7 +755,7 @@ extern "C" void gpt2_cuda_get_logits(gpt2_cuda_t *m, float *ret_logits)
 
 static int s_vocab_gemm(const gpt2_cuda_t *m)
 {
-	const size_t V = (size_t)m->cfg.vocab_size, C = (size_t)m->cfg.n_embd, ld = s_logits_ld((int)V);
+	const size_t V = (size_t)m->cfg.vocab_size, C = (size_t)m->cfg.n_embd, ld = gpt2_cuda_p_logits_ld((int)V);
 	if (!m->params || !m->grads || m->stream_begin || m->n_params < ld * C)
 		return (int)V;
 	return (int)ld;
@@ -786,7 +786,7 @@ static cuda_gemm_args_t s_args(int M, int N, int K, const uint16_t *A, int64_t l
 }
 
 /* s_args's problem, run: for a block of columns used in place */
-static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda,
+void gpt2_cuda_p_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, int64_t lda,
                       bool trans_a, const uint16_t *B, bool trans_b, const float *bias, float *C,
                       int64_t ldc, bool accumulate, float alpha)
 {
@@ -795,15 +795,15 @@ static void s_gemm_ld(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, in
 }
 
 /* the same, dense operands */
-static void s_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
+void gpt2_cuda_p_gemm(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, bool trans_a,
                    const uint16_t *B, bool trans_b, const float *bias, float *C, bool accumulate)
 {
-	s_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate, 1.0f);
+	gpt2_cuda_p_gemm_ld(m, M, N, K, A, 0, trans_a, B, trans_b, bias, C, 0, accumulate, 1.0f);
 }
 
 /* C16 (M, N) = epi(A (M, K) @ op(B) [+ bias16]), bf16 output, rows ldc
  * apart (0: dense), as aux's for the GELU epilogues */
-static void s_gemm16(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, const uint16_t *B,
+void gpt2_cuda_p_gemm16(gpt2_cuda_t *m, int M, int N, int K, const uint16_t *A, const uint16_t *B,
                      bool trans_b, const uint16_t *bias16, uint16_t *C16, int64_t ldc, cuda_gemm_epi_t epi,
                      uint16_t *aux)
 {
@@ -841,7 +841,7 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	for (int n = 0; n < N; n++)
 		if (inputs[n] < 0 || inputs[n] >= V || (targets && (targets[n] < 0 || targets[n] >= V)))
-			s_misuse("gpt2_cuda_forward: token id out of range");
+			gpt2_cuda_p_misuse("gpt2_cuda_forward: token id out of range");
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
 
@@ -862,8 +862,14 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	m->B = B;
 	m->T = T;
 	m->have_targets = false;
+	if (m->tp > 1) {
+		if (T % m->tp != 0)
+			gpt2_cuda_p_misuse("gpt2_cuda_forward: T is not divisible by the tensor-parallel ranks");
+		gpt2_cuda_tp_forward(m, targets != NULL);
+		return;
+	}
 
-	s_pass(m, false);
+	gpt2_cuda_p_pass(m, false);
 	/* wte blocks of the LM head and the embedding: all V rows at once unless
 	 * the parameters are streamed */
 	const int rows = m->fetch ? m->wte_rows : V;
@@ -871,14 +877,14 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 	if (!m->fetch) {
 		cuda_embed_forward(a->encoded, d_inputs, m->params, m->params + m->off_wpe, B, T, C, s);
 	} else { /* wpe, then each wte block's rows added (the same sums) */
-		params_view_t v = s_params_get(m, m->off_wpe, wpe_hi, false);
+		params_view_t v = gpt2_cuda_p_params_get(m, m->off_wpe, wpe_hi, false);
 		cuda_embed_positions_forward(a->encoded, v.p, B, T, C, s);
-		s_params_put(m, v);
+		gpt2_cuda_p_params_put(m, v);
 		for (int v0 = 0; v0 < V; v0 += rows) {
 			const int v1 = rows < V - v0 ? v0 + rows : V;
-			v = s_params_get(m, (size_t)v0 * C, (size_t)v1 * C, false);
+			v = gpt2_cuda_p_params_get(m, (size_t)v0 * C, (size_t)v1 * C, false);
 			cuda_embed_tokens_add(a->encoded, d_inputs, v.p, v0, v1, N, C, s);
-			s_params_put(m, v);
+			gpt2_cuda_p_params_put(m, v);
 		}
 	}
 	const size_t first_layer = wpe_hi; /* after wte and wpe */
@@ -894,41 +900,41 @@ extern "C" void gpt2_cuda_forward(gpt2_cuda_t *m, const int32_t *inputs, const i
 		uint16_t *fch = LAYER_SLICE(a->fch, l, 4 * C);
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
 		const size_t lo = first_layer + (size_t)l * m->layer_floats;
-		params_view_t lp = s_params_get(m, lo, lo + m->layer_floats, true);
+		params_view_t lp = gpt2_cuda_p_params_get(m, lo, lo + m->layer_floats, true);
 #define P(which) (lp.p + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 #define P16(which) (lp.p16 + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 		cuda_layernorm_forward(NULL, ln1, LAYER_SLICE(a->ln1_mean, l, 1),
 				       LAYER_SLICE(a->ln1_rstd, l, 1), x, P(T_LN1_W), P(T_LN1_B), N, C, s);
 		if (m->fused) { /* q, k, v in bf16, read by the flash kernels as they lie */
-			s_gemm16(m, N, 3 * C, C, ln1, P16(T_QKV_W), false, P16(T_QKV_B), qkv16, 0,
+			gpt2_cuda_p_gemm16(m, N, 3 * C, C, ln1, P16(T_QKV_W), false, P16(T_QKV_B), qkv16, 0,
 				 CUDA_GEMM_EPI_NONE, NULL);
 			cuda_flash_forward(NULL, atty, att_lse, qkv16, B, T, C, H, H, s);
 		} else {
-			s_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
+			gpt2_cuda_p_gemm(m, N, 3 * C, C, ln1, false, P16(T_QKV_W), false, P(T_QKV_B), qkv, false);
 			cuda_attention_forward(m->gemm, NULL, atty, att, qkv, &m->att_s, B, T, C, H, s);
 		}
 		s_gemm_residual(m, N, C, C, atty, P16(T_PROJ_W), P(T_PROJ_B), res2, x);
 		cuda_layernorm_forward(NULL, ln2, LAYER_SLICE(a->ln2_mean, l, 1),
 				       LAYER_SLICE(a->ln2_rstd, l, 1), res2, P(T_LN2_W), P(T_LN2_B), N, C, s);
-		s_gemm16(m, N, 4 * C, C, ln2, P16(T_FC_W), false, P16(T_FC_B), gelu, 0, CUDA_GEMM_EPI_GELU,
+		gpt2_cuda_p_gemm16(m, N, 4 * C, C, ln2, P16(T_FC_W), false, P16(T_FC_B), gelu, 0, CUDA_GEMM_EPI_GELU,
 			 fch);
 		s_gemm_residual(m, N, C, 4 * C, gelu, P16(T_FCPROJ_W), P(T_FCPROJ_B), res3, res2);
 #undef P
 #undef P16
-		s_params_put(m, lp);
+		gpt2_cuda_p_params_put(m, lp);
 		x = res3;
 	}
-	params_view_t fp = s_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
+	params_view_t fp = gpt2_cuda_p_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
 	cuda_layernorm_forward(NULL, a->lnf, a->lnf_mean, a->lnf_rstd, x, fp.p, fp.p + C, N, C, s);
-	s_params_put(m, fp);
+	gpt2_cuda_p_params_put(m, fp);
 	/* logits (N, V) = lnf (N, C) @ wte^T, wte (V, C): per block of rows,
 	 * the block's columns of the logits (rows ld apart) */
-	const int64_t ld = (int64_t)s_logits_ld(V);
+	const int64_t ld = (int64_t)gpt2_cuda_p_logits_ld(V);
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : v0 == 0 ? s_vocab_gemm(m) : V - v0;
-		params_view_t v = s_params_get(m, (size_t)v0 * C, (size_t)(v0 + nv) * C, true);
-		s_gemm16(m, N, nv, C, a->lnf, v.p16, true, NULL, a->logits + v0, ld, CUDA_GEMM_EPI_NONE, NULL);
-		s_params_put(m, v);
+		params_view_t v = gpt2_cuda_p_params_get(m, (size_t)v0 * C, (size_t)(v0 + nv) * C, true);
+		gpt2_cuda_p_gemm16(m, N, nv, C, a->lnf, v.p16, true, NULL, a->logits + v0, ld, CUDA_GEMM_EPI_NONE, NULL);
+		gpt2_cuda_p_params_put(m, v);
 	}
 	if (!targets)
 		return;
@@ -956,16 +962,20 @@ extern "C" void gpt2_cuda_zero_grad(gpt2_cuda_t *m)
 extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 {
 	if (!m->have_targets)
-		s_misuse("gpt2_cuda_backward without a forward with targets");
+		gpt2_cuda_p_misuse("gpt2_cuda_backward without a forward with targets");
 	const int L = m->cfg.n_layer, C = m->cfg.n_embd, V = m->cfg.vocab_size, H = m->cfg.n_head;
 	const int B = m->B, T = m->T, N = B * T;
 	const size_t maxN = (size_t)m->max_B * (size_t)m->max_T;
 	acts_t *a = &m->a;
 	cudaStream_t s = m->stream;
 	const int32_t *d_uniq = a->ids + 2 * N, *d_starts = a->ids + 3 * N, *d_rows = a->ids + 4 * N + 1;
+	if (m->tp > 1) {
+		gpt2_cuda_tp_backward(m, loss_scale);
+		return;
+	}
 
-	s_pass(m, true);
-	const int64_t ld = (int64_t)s_logits_ld(V); /* dlogits' row stride */
+	gpt2_cuda_p_pass(m, true);
+	const int64_t ld = (int64_t)gpt2_cuda_p_logits_ld(V); /* dlogits' row stride */
 	/* forward wrote dlogits for a loss scale of 1: the LM head's products
 	 * take loss_scale as their alpha */
 	/* dwte (V, C) += dlogits^T @ lnf (N, C): one GEMM, or per block of wte
@@ -976,30 +986,30 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 	for (int v0 = 0; v0 < V; v0 += rows) {
 		const int nv = rows < V - v0 ? rows : v0 == 0 ? s_vocab_gemm(m) : V - v0;
 		const size_t lo = (size_t)v0 * C, hi = lo + (size_t)nv * C;
-		float *g = s_grad_begin(m, lo, hi);
-		s_gemm_ld(m, nv, C, N, a->dlogits + v0, ld, true, a->lnf, false, NULL, g, 0, true, loss_scale);
-		s_grad_end(m, g, lo, hi);
+		float *g = gpt2_cuda_p_grad_begin(m, lo, hi);
+		gpt2_cuda_p_gemm_ld(m, nv, C, N, a->dlogits + v0, ld, true, a->lnf, false, NULL, g, 0, true, loss_scale);
+		gpt2_cuda_p_grad_end(m, g, lo, hi);
 		if (!m->fetch)
 			continue;
-		params_view_t v = s_params_get(m, lo, hi, true);
-		s_gemm_ld(m, N, C, nv, a->dlogits + v0, ld, false, v.p16, false, NULL, a->dsmall, 0,
+		params_view_t v = gpt2_cuda_p_params_get(m, lo, hi, true);
+		gpt2_cuda_p_gemm_ld(m, N, C, nv, a->dlogits + v0, ld, false, v.p16, false, NULL, a->dsmall, 0,
 			  v0 > 0, loss_scale);
-		s_params_put(m, v);
+		gpt2_cuda_p_params_put(m, v);
 	}
 	if (!m->fetch)
-		s_gemm_ld(m, N, C, s_vocab_gemm(m), a->dlogits, ld, false, m->params16, false, NULL,
+		gpt2_cuda_p_gemm_ld(m, N, C, s_vocab_gemm(m), a->dlogits, ld, false, m->params16, false, NULL,
 			  a->dsmall, 0, false, loss_scale);
 	{
-		params_view_t w = s_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
-		float *g = s_grad_begin(m, m->off_lnf, m->off_lnf + 2 * (size_t)C);
+		params_view_t w = gpt2_cuda_p_params_get(m, m->off_lnf, m->off_lnf + 2 * (size_t)C, false);
+		float *g = gpt2_cuda_p_grad_begin(m, m->off_lnf, m->off_lnf + 2 * (size_t)C);
 		CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
 		cuda_layernorm_backward(a->dres, a->dres16, g, g + C, a->dsmall,
 					LAYER_SLICE(a->res3, L - 1, C), a->lnf_mean, a->lnf_rstd, w.p, N, C,
 					a->colsum, s);
-		s_grad_end(m, g, m->off_lnf, m->off_lnf + 2 * (size_t)C);
-		s_params_put(m, w);
+		gpt2_cuda_p_grad_end(m, g, m->off_lnf, m->off_lnf + 2 * (size_t)C);
+		gpt2_cuda_p_params_put(m, w);
 	}
-	s_grads_ready(m, 0, m->off_lnf, 2 * (size_t)C);
+	gpt2_cuda_p_grads_ready(m, 0, m->off_lnf, 2 * (size_t)C);
 	const size_t first_layer = m->off_wpe + (size_t)m->cfg.seq_len * C; /* after wte and wpe */
 	for (int l = L - 1; l >= 0; l--) {
 		const float *x = l == 0 ? a->encoded : LAYER_SLICE(a->res3, l - 1, C);
@@ -1014,41 +1024,41 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		uint16_t *gelu = LAYER_SLICE(a->gelu, l, 4 * C);
 		const size_t lo = first_layer + (size_t)l * m->layer_floats, hi = lo + m->layer_floats;
 		/* layer l's parameters and gradients, its first tensor's at 0 */
-		params_view_t lp = s_params_get(m, lo, hi, true);
-		float *lg = s_grad_begin(m, lo, hi);
+		params_view_t lp = gpt2_cuda_p_params_get(m, lo, hi, true);
+		float *lg = gpt2_cuda_p_grad_begin(m, lo, hi);
 #define P(which) (lp.p + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 #define P16(which) (lp.p16 + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 #define G(which) (lg + (m->offsets[(which)] - m->offsets[T_LN1_W]))
 		/* MLP: res3 = res2 + gelu(ln2 @ Wfc + bfc) @ Wp + bp; dres holds d res3 */
-		s_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
+		gpt2_cuda_p_gemm(m, 4 * C, C, N, gelu, true, a->dres16, false, NULL, G(T_FCPROJ_W), true);
 		cuda_bias_backward16(G(T_FCPROJ_B), a->dres16, N, C, a->colsum, s);
 		/* GELU's backward in the product's epilogue, then the FC bias's gradient */
-		s_gemm16(m, N, 4 * C, C, a->dres16, P16(T_FCPROJ_W), true, NULL, a->dbig16, 0,
+		gpt2_cuda_p_gemm16(m, N, 4 * C, C, a->dres16, P16(T_FCPROJ_W), true, NULL, a->dbig16, 0,
 			 CUDA_GEMM_EPI_DGELU, fch);
 		cuda_bias_backward16(G(T_FC_B), a->dbig16, N, 4 * C, a->colsum, s);
-		s_gemm(m, C, 4 * C, N, ln2, true, a->dbig16, false, NULL, G(T_FC_W), true);
-		s_gemm16(m, N, C, 4 * C, a->dbig16, P16(T_FC_W), true, NULL, a->dsmall16, 0, CUDA_GEMM_EPI_NONE,
+		gpt2_cuda_p_gemm(m, C, 4 * C, N, ln2, true, a->dbig16, false, NULL, G(T_FC_W), true);
+		gpt2_cuda_p_gemm16(m, N, C, 4 * C, a->dbig16, P16(T_FC_W), true, NULL, a->dsmall16, 0, CUDA_GEMM_EPI_NONE,
 			 NULL);
 		cuda_layernorm_backward16(a->dres, a->dres16, G(T_LN2_W), G(T_LN2_B), a->dsmall16, res2,
 					  LAYER_SLICE(a->ln2_mean, l, 1), LAYER_SLICE(a->ln2_rstd, l, 1),
 					  P(T_LN2_W), N, C, a->colsum, s);
 
 		/* attention: res2 = x + attn(ln1 @ Wqkv + bqkv) @ Wproj + bproj; dres holds d res2 */
-		s_gemm(m, C, C, N, atty, true, a->dres16, false, NULL, G(T_PROJ_W), true);
+		gpt2_cuda_p_gemm(m, C, C, N, atty, true, a->dres16, false, NULL, G(T_PROJ_W), true);
 		cuda_bias_backward16(G(T_PROJ_B), a->dres16, N, C, a->colsum, s);
 		if (m->fused) { /* dqkv in bf16 only, its bias gradient summed on the way */
-			s_gemm16(m, N, C, C, a->dres16, P16(T_PROJ_W), true, NULL, a->dsmall16, 0,
+			gpt2_cuda_p_gemm16(m, N, C, C, a->dres16, P16(T_PROJ_W), true, NULL, a->dsmall16, 0,
 				 CUDA_GEMM_EPI_NONE, NULL);
 			cuda_flash_backward(NULL, a->dbig16, G(T_QKV_B), NULL, a->dsmall16, qkv16, atty,
 					    att_lse, &m->att_s, B, T, C, H, H, s);
 		} else {
-			s_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
+			gpt2_cuda_p_gemm(m, N, C, C, a->dres16, false, P16(T_PROJ_W), true, NULL, a->dsmall, false);
 			cuda_attention_backward(m->gemm, a->dbig, a->dbig16, a->dsmall, qkv, att, &m->att_s,
 						B, T, C, H, s);
 			cuda_bias_backward(G(T_QKV_B), a->dbig, N, 3 * C, a->colsum, s);
 		}
-		s_gemm(m, C, 3 * C, N, ln1, true, a->dbig16, false, NULL, G(T_QKV_W), true);
-		s_gemm16(m, N, C, 3 * C, a->dbig16, P16(T_QKV_W), true, NULL, a->dsmall16, 0, CUDA_GEMM_EPI_NONE,
+		gpt2_cuda_p_gemm(m, C, 3 * C, N, ln1, true, a->dbig16, false, NULL, G(T_QKV_W), true);
+		gpt2_cuda_p_gemm16(m, N, C, 3 * C, a->dbig16, P16(T_QKV_W), true, NULL, a->dsmall16, 0, CUDA_GEMM_EPI_NONE,
 			 NULL);
 		cuda_layernorm_backward16(a->dres, a->dres16, G(T_LN1_W), G(T_LN1_B), a->dsmall16, x,
 					  LAYER_SLICE(a->ln1_mean, l, 1), LAYER_SLICE(a->ln1_rstd, l, 1),
@@ -1056,15 +1066,15 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 #undef P
 #undef P16
 #undef G
-		s_grad_end(m, lg, lo, hi);
-		s_params_put(m, lp);
-		s_grads_ready(m, L - l, lo, m->layer_floats);
+		gpt2_cuda_p_grad_end(m, lg, lo, hi);
+		gpt2_cuda_p_params_put(m, lp);
+		gpt2_cuda_p_grads_ready(m, L - l, lo, m->layer_floats);
 	}
 	{
 		const size_t lo = m->off_wpe, hi = lo + (size_t)m->cfg.seq_len * C;
-		float *g = s_grad_begin(m, lo, hi);
+		float *g = gpt2_cuda_p_grad_begin(m, lo, hi);
 		cuda_embed_positions_backward(g, a->dres, B, T, C, s);
-		s_grad_end(m, g, lo, hi);
+		gpt2_cuda_p_grad_end(m, g, lo, hi);
 	}
 	/* the embedding's part of dwte, per block of rows as the LM head's: the
 	 * run of the (sorted) distinct tokens inside each */
@@ -1076,13 +1086,13 @@ extern "C" void gpt2_cuda_backward(gpt2_cuda_t *m, float loss_scale)
 		while (k1 < m->n_unique && h_uniq[k1] < v1)
 			k1++;
 		const size_t lo = (size_t)v0 * C, hi = (size_t)v1 * C;
-		float *g = s_grad_begin(m, lo, hi);
+		float *g = gpt2_cuda_p_grad_begin(m, lo, hi);
 		cuda_embed_tokens_backward(g, v0, a->dres, d_uniq + k0, d_starts + k0, d_rows, k1 - k0, C,
 					   s);
-		s_grad_end(m, g, lo, hi);
+		gpt2_cuda_p_grad_end(m, g, lo, hi);
 		k0 = k1;
 	}
-	s_grads_ready(m, L + 1, 0, first_layer); /* wte, wpe */
+	gpt2_cuda_p_grads_ready(m, L + 1, 0, first_layer); /* wte, wpe */
 }
 
 extern "C" double gpt2_cuda_sum_squares(gpt2_cuda_t *m, const float *x, size_t n)
@@ -1096,7 +1106,7 @@ extern "C" double gpt2_cuda_sum_squares(gpt2_cuda_t *m, const float *x, size_t n
 extern "C" double gpt2_cuda_grad_norm(gpt2_cuda_t *m)
 {
 	if (!m->grads)
-		s_misuse("gpt2_cuda_grad_norm on a model created without a gradient buffer");
+		gpt2_cuda_p_misuse("gpt2_cuda_grad_norm on a model created without a gradient buffer");
 	return sqrt(gpt2_cuda_sum_squares(m, m->grads, m->n_params));
 }
 
@@ -1139,7 +1149,7 @@ static void s_adamw(gpt2_cuda_t *m, size_t lo, size_t n, float *params, uint16_t
                     float grad_scale)
 {
 	if (lo > m->n_params || n > m->n_params - lo)
-		s_misuse("gpt2_cuda_adamw_range past the end of the parameters");
+		gpt2_cuda_p_misuse("gpt2_cuda_adamw_range past the end of the parameters");
 	cuda_adamw_segments(m->segs, m->n_segs, lo, n, params, params16, grads, mom1, mom2, hp, grad_scale,
 			    m->stream);
 }
@@ -1147,7 +1157,7 @@ static void s_adamw(gpt2_cuda_t *m, size_t lo, size_t n, float *params, uint16_t
 extern "C" void gpt2_cuda_adamw(gpt2_cuda_t *m, const optim_adamw_t *hp, float grad_scale)
 {
 	if (!m->mom1 || !m->grads || !m->params)
-		s_misuse("gpt2_cuda_adamw on a model created without parameters, gradients or AdamW"
+		gpt2_cuda_p_misuse("gpt2_cuda_adamw on a model created without parameters, gradients or AdamW"
 			 " moments");
 	s_adamw(m, 0, m->n_params, m->params, m->params16, m->grads, m->mom1, m->mom2, hp, grad_scale);
 }

@@ -93,6 +93,24 @@ gpt2_cuda_t *gpt2_cuda_create(const gpt2_config_t *cfg, int max_B, int max_T, un
 int gpt2_cuda_new(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
                   gpt2_cuda_t **ret_model, char *err, size_t errlen);
 
+/*
+ * gpt2_cuda_new as TP rank tp->rank of a group of tp->size (NULL or size
+ * 1: gpt2_cuda_new; model.h's model_tp_t, copied, ctx borrowed; its
+ * collectives take device buffers): the local tensor table and flat
+ * layout of gpt2_new_tp's model at the same rank (gpt2_layout_tp), and its
+ * steps (gpt2_tp.c: sequence parallel, vocabulary-parallel embedding and
+ * LM head, replicated gradients all-reduced in backward or, streamed, in
+ * each range before it is handed out). Also -EINVAL when model.n_head or
+ * max_T does not divide by tp->size, the number named in err. Every batch's
+ * T must divide by tp->size (exit 70 otherwise); gpt2_cuda_get_logits is
+ * not available (each rank holds its vocabulary block only).
+ */
+int gpt2_cuda_new_tp(const gpt2_config_t *cfg, int max_B, int max_T, unsigned flags,
+                     const model_tp_t *tp, gpt2_cuda_t **ret_model, char *err, size_t errlen);
+
+/* The TP communication so far (model.h's model_tp_comm_t; zeros without). */
+void gpt2_cuda_tp_comm(const gpt2_cuda_t *m, model_tp_comm_t *ret);
+
 /* Free everything; accepts NULL. */
 void gpt2_cuda_free(gpt2_cuda_t *m);
 
@@ -257,7 +275,8 @@ void gpt2_cuda_adamw_range(gpt2_cuda_t *m, size_t lo, size_t n, float *params, c
  */
 double gpt2_cuda_step(gpt2_cuda_t *m, const optim_adamw_t *hp, double grad_clip);
 
-/* Training FLOPs per token, 6N + 6*L*C*T (gpt2_flops_per_token's formula). */
+/* Training FLOPs per token, 6N + 6*L*C*T (gpt2_flops_per_token's formula;
+ * under TP this rank's: N its parameters, C / t its channels). */
 double gpt2_cuda_flops_per_token(const gpt2_cuda_t *m, int T);
 
 #ifdef __cplusplus

@@ -5,7 +5,9 @@
  * the parameters under MODEL_STREAM_ALL; no_moments the AdamW state), gives
  * the GPU model the tensor table and ranges of the CPU one (gpt2_layout),
  * and speaks model.h's streaming contract: a range of gradients is handed
- * to the trainer only once the kernels that wrote it are done. Compiled
+ * to the trainer only once the kernels that wrote it are done. With
+ * opt->tp of size t > 1 it is TP rank tp->rank (gpt2_cuda_new_tp) and its
+ * table the CPU row's local one at the same t (gpt2_layout_tp). Compiled
  * with the trainer in builds with the CUDA engine (and its emulator).
  */
 #include "gpt2_model.h"
@@ -106,10 +108,10 @@ static int s_create(const model_config_t *cfg, const model_options_t *opt, void 
 		flags |= GPT2_CUDA_NO_PARAMS;
 	r->grads = opt->streaming == MODEL_DENSE;
 	r->moments = !opt->no_moments;
-	int rc = gpt2_cuda_new(cfg, opt->max_B, opt->max_T, flags, &r->m, err, errlen);
+	int rc = gpt2_cuda_new_tp(cfg, opt->max_B, opt->max_T, flags, opt->tp, &r->m, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = gpt2_layout(cfg, &r->tensors, &r->n_tensors, &r->max_range);
+	rc = gpt2_layout_tp(cfg, opt->tp ? opt->tp->size : 1, &r->tensors, &r->n_tensors, &r->max_range);
 	if (rc < 0) {
 		snprintf(err, errlen, "out of host memory");
 		goto fail;
@@ -300,6 +302,12 @@ static bool s_fused_attention(const void *impl)
 	return gpt2_cuda_fused_attention(r->m);
 }
 
+static void s_tp_comm(const void *impl, model_tp_comm_t *ret)
+{
+	const row_t *r = impl;
+	gpt2_cuda_tp_comm(r->m, ret);
+}
+
 static const model_device_ops_t s_dev = {
 	.set_params = s_set_params,
 	.get_params = s_get_params,
@@ -337,4 +345,5 @@ const model_ops_t gpt2_model_cuda = {
 	.grad_bytes = s_grad_bytes,
 	.activation_bytes = s_activation_bytes,
 	.dev = &s_dev,
+	.tp_comm = s_tp_comm,
 };
