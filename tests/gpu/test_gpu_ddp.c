@@ -56,6 +56,7 @@
 #include "comm_kv_dir.h"
 #include "jobspec.h"
 #include "gpt2.h"
+#include "tp_harness.h"
 #include "train.h"
 #include "train_cuda.h"
 
@@ -302,35 +303,11 @@ static double s_rel(double a, double b)
 	return fabs(a - b) / fmax(fabs(b), 1e-30);
 }
 
-/* A child's answer: how many GPUs this process sees (their CUDA_VISIBLE_DEVICES
+/* tp_probe's answer: how many GPUs this process sees (their CUDA_VISIBLE_DEVICES
  * entries into s_visible), or 0 with the reason in `why`. */
 static int s_probe(char *why, size_t n)
 {
-	int fd[2];
-	if (pipe(fd) < 0) {
-		perror("pipe");
-		exit(2);
-	}
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(fd[0]);
-		char err[512];
-		int count = 0;
-		if (comm_nccl_available(err, sizeof err) == 0 && cudaGetDeviceCount(&count) == cudaSuccess)
-			dprintf(fd[1], "%d", count);
-		else
-			dprintf(fd[1], "0 %s", err);
-		_exit(0);
-	}
-	close(fd[1]);
-	char buf[600] = "";
-	ssize_t got = read(fd[0], buf, sizeof buf - 1);
-	close(fd[0]);
-	waitpid(pid, NULL, 0);
-	buf[got > 0 ? got : 0] = '\0';
-	int count = atoi(buf);
-	const char *space = strchr(buf, ' ');
-	snprintf(why, n, "%s", space ? space + 1 : "no answer from the probe");
+	int count = tp_probe(why, n);
 	/* rank r sees the r-th GPU of this process's own list */
 	const char *list = getenv("CUDA_VISIBLE_DEVICES");
 	for (int r = 0; r < count && r < MAX_RANKS; r++) {

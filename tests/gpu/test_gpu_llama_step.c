@@ -53,12 +53,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_util.h"
 #include "llama.h"
 #include "llama_cuda.h"
 #include "llama_layout.h"
 #include "model.h"
 #include "optim.h"
+#include "step_util.h"
 
 #define STEPS 8
 #define BB 3
@@ -71,75 +71,11 @@
 #define STREAM_GRAD_BOUND 1e-3
 #define LOSS_REL 5e-3
 
-static int n_failed;
-
-/* one line: ok or FAIL, what (a format of two numbers) */
-static void expect(bool ok, const char *fmt, double a, double b)
-{
-	char what[160];
-	snprintf(what, sizeof what, fmt, a, b);
-	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-	if (!ok)
-		n_failed++;
-}
+static const step_tokens_t s_tokens = {.seed = 12345, .jumps = 1, .mul = 5, .add = 3};
 
 static model_config_t s_config(bool tied)
 {
-	model_config_t c;
-	memset(&c, 0, sizeof c);
-	c.n_layer = 2;
-	c.n_embd = 64;
-	c.n_head = 4;
-	c.n_kv_head = 2;
-	c.ffn_dim = 96;
-	c.vocab_size = 256;
-	c.seq_len = 64;
-	c.rope_theta = 10000.0;
-	c.rope_scaling.factor = 8.0;
-	c.rope_scaling.low_freq_factor = 1.0;
-	c.rope_scaling.high_freq_factor = 4.0;
-	c.rope_scaling.original_max_position = 16;
-	c.norm_eps = 1e-5;
-	c.tie_embeddings = tied;
-	return c;
-}
-
-static void s_batch(int step, int32_t *in, int32_t *tg, int V)
-{
-	uint32_t r = 12345u + 977u * (uint32_t)step;
-	for (int b = 0; b < BB; b++) {
-		r = r * 1664525u + 1013904223u;
-		int x = (int)(r >> 8) % V;
-		for (int t = 0; t <= TT; t++) {
-			r = r * 1664525u + 1013904223u;
-			int next = (r >> 28) == 0 ? (int)(r >> 8) % V : (5 * x + 3) % V;
-			if (t < TT)
-				in[b * TT + t] = x;
-			if (t > 0)
-				tg[b * TT + t - 1] = x;
-			x = next;
-		}
-	}
-}
-
-static optim_adamw_t s_hp(int step)
-{
-	optim_adamw_t hp = {.lr = LR, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-			    .t = step + 1};
-	return hp;
-}
-
-typedef struct {
-	size_t n_params;
-	int *seen;
-} ready_t;
-
-static void s_ready(void *ctx, model_range_t r, void *ev)
-{
-	ready_t *rd = ctx;
-	gpu_must(cudaEventSynchronize((cudaEvent_t)ev), "ready event");
-	for (size_t i = r.lo; i < r.hi && i < rd->n_params; i++)
-		rd->seen[i]++;
+	return step_llama_config(tied, 96, 256, 64, 16);
 }
 
 /* n steps on the GPU from params; the losses into ret_losses, step 0's
@@ -147,28 +83,23 @@ static void s_ready(void *ctx, model_range_t r, void *ev)
 static void s_run_gpu(const model_config_t *cfg, const float *params, size_t n, float *ret_losses,
                       float *ret_grad0, bool check_ready)
 {
-	char err[256];
 	model_options_t mo = {.max_B = BB, .max_T = TT, .fused_attention = true};
-	model_t *g = NULL;
-	if (model_create("llama", MODEL_DEVICE_CUDA, cfg, &mo, &g, err, sizeof err) < 0) {
-		fprintf(stderr, "FAIL create the CUDA llama: %s\n", err);
-		exit(1);
-	}
+	model_t *g = step_model("llama", MODEL_DEVICE_CUDA, cfg, &mo, "CUDA llama");
 	const model_device_ops_t *dev = model_dev(g);
 	void *impl = model_impl(g);
 	dev->set_params(impl, params);
-	ready_t rd = {n, calloc(n, sizeof(int))};
+	step_ready_t rd = {n, calloc(n, sizeof(int))};
 	int32_t in[BB * TT], tg[BB * TT];
 	for (int s = 0; s < STEPS; s++) {
-		s_batch(s, in, tg, cfg->vocab_size);
+		step_batch(&s_tokens, s, BB, TT, cfg->vocab_size, in, tg);
 		if (check_ready)
-			dev->set_grads_ready(impl, s == 0 ? s_ready : NULL, &rd);
+			dev->set_grads_ready(impl, s == 0 ? step_ready : NULL, &rd);
 		model_zero_grad(g);
 		ret_losses[s] = model_forward(g, in, tg, BB, TT);
 		model_backward(g, 1.0f);
 		if (s == 0 && ret_grad0)
 			gpu_get(ret_grad0, model_grads(g), n * sizeof(float));
-		optim_adamw_t hp = s_hp(s);
+		optim_adamw_t hp = step_adamw(LR, s);
 		dev->adamw(impl, &hp, 1.0f);
 	}
 	if (check_ready) {
@@ -188,11 +119,7 @@ static void s_case(bool tied)
 	model_config_t cfg = s_config(tied);
 	printf("-- llama %s embeddings\n", tied ? "tied" : "untied");
 	model_options_t co = {.max_B = BB, .max_T = TT, .precision = MODEL_PRECISION_FP32};
-	model_t *c = NULL;
-	if (model_create("llama", MODEL_DEVICE_CPU, &cfg, &co, &c, err, sizeof err) < 0) {
-		fprintf(stderr, "FAIL create the CPU llama: %s\n", err);
-		exit(1);
-	}
+	model_t *c = step_model("llama", MODEL_DEVICE_CPU, &cfg, &co, "CPU llama");
 	model_init_params(c, 7);
 	const size_t n = model_num_params(c);
 	int nt_c = 0;
@@ -202,11 +129,7 @@ static void s_case(bool tied)
 	/* the table and the round trip */
 	{
 		model_options_t mo = {.max_B = BB, .max_T = TT, .fused_attention = true};
-		model_t *g = NULL;
-		if (model_create("llama", MODEL_DEVICE_CUDA, &cfg, &mo, &g, err, sizeof err) < 0) {
-			fprintf(stderr, "FAIL create the CUDA llama: %s\n", err);
-			exit(1);
-		}
+		model_t *g = step_model("llama", MODEL_DEVICE_CUDA, &cfg, &mo, "CUDA llama");
 		int nt_g = 0;
 		const model_tensor_t *tg = model_tensors(g, &nt_g);
 		bool same = nt_g == nt_c && model_num_params(g) == n;
@@ -226,7 +149,7 @@ static void s_case(bool tied)
 	{
 		const size_t nl = (size_t)BB * TT * (size_t)cfg.vocab_size;
 		int32_t in0[BB * TT], tg0[BB * TT];
-		s_batch(0, in0, tg0, cfg.vocab_size);
+		step_batch(&s_tokens, 0, BB, TT, cfg.vocab_size, in0, tg0);
 		llama_cuda_t *g = NULL;
 		if (llama_cuda_new(&cfg, BB, TT, true, &g, err, sizeof err) < 0) {
 			fprintf(stderr, "FAIL llama_cuda_new: %s\n", err);
@@ -244,18 +167,7 @@ static void s_case(bool tied)
 	}
 	float lc[STEPS], lg[STEPS], lg2[STEPS];
 	float *gc = malloc(n * sizeof(float)), *gg = malloc(n * sizeof(float));
-	float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
-	int32_t in[BB * TT], tgt[BB * TT];
-	for (int s = 0; s < STEPS; s++) {
-		s_batch(s, in, tgt, cfg.vocab_size);
-		model_zero_grad(c);
-		lc[s] = model_forward(c, in, tgt, BB, TT);
-		model_backward(c, 1.0f);
-		if (s == 0)
-			memcpy(gc, model_grads(c), n * sizeof(float));
-		optim_adamw_t hp = s_hp(s);
-		optim_adamw_update(tc, nt_c, model_params(c), model_grads(c), m, v, 0, n, &hp);
-	}
+	step_cpu_steps(c, tc, nt_c, &s_tokens, BB, TT, cfg.vocab_size, STEPS, LR, lc, gc);
 	s_run_gpu(&cfg, p0, n, lg, gg, true);
 	/* step 0's gradient: normwise, and the worst tensor */
 	double num = 0, den = 0, worst = 0;
@@ -286,53 +198,11 @@ static void s_case(bool tied)
 	expect(lerr <= LOSS_REL, "every step's loss: max rel err %.3g (bound %.3g)", lerr, LOSS_REL);
 	s_run_gpu(&cfg, p0, n, lg2, NULL, false);
 	expect(!memcmp(lg, lg2, sizeof lg), "a second GPU run: the same loss bits, %g steps of %g", (double)STEPS, (double)STEPS);
-	free(p0), free(gc), free(gg), free(m), free(v);
+	free(p0), free(gc), free(gg);
 	model_free(c);
 }
 
 /* ---- streaming ---- */
-
-typedef struct {
-	size_t n, max_range;
-	const float *d_full; /* all parameters, for fetch */
-	float *acc;          /* (n) the gradients handed out, summed */
-	int *count;          /* (n) how often each was handed out */
-	size_t too_big;      /* ranges larger than max_range */
-} streamer_t;
-
-static const float *st_fetch(void *ctx, model_range_t r, model_range_t next)
-{
-	streamer_t *st = ctx;
-	(void)next;
-	st->too_big += r.hi - r.lo > st->max_range;
-	return st->d_full + r.lo;
-}
-
-static void st_release(void *ctx, const float *p)
-{
-	(void)ctx;
-	(void)p;
-}
-
-static float *st_grad_begin(void *ctx, model_range_t r)
-{
-	streamer_t *st = ctx;
-	st->too_big += r.hi - r.lo > st->max_range;
-	return gpu_dup(NULL, (r.hi - r.lo) * sizeof(float));
-}
-
-static void st_grad_end(void *ctx, float *g, model_range_t r)
-{
-	streamer_t *st = ctx;
-	float *h = malloc((r.hi - r.lo) * sizeof(float));
-	gpu_get(h, g, (r.hi - r.lo) * sizeof(float));
-	for (size_t i = r.lo; i < r.hi; i++) {
-		st->acc[i] += h[i - r.lo];
-		st->count[i]++;
-	}
-	free(h);
-	cudaFree(g);
-}
 
 static double s_norm_err(const float *a, const float *b, size_t n)
 {
@@ -359,7 +229,7 @@ static void s_stream_case(bool tied)
 	llama_init_range(&cfg, tab, nt, 11, 0, n, p0);
 	const size_t nl = (size_t)BB * TT * (size_t)cfg.vocab_size;
 	int32_t in[BB * TT], tg[BB * TT];
-	s_batch(3, in, tg, cfg.vocab_size);
+	step_batch(&s_tokens, 3, BB, TT, cfg.vocab_size, in, tg);
 	/* the reference: the same model with its buffers */
 	llama_cuda_t *d = NULL;
 	if (llama_cuda_new(&cfg, BB, TT, true, &d, err, sizeof err) < 0) {
@@ -378,8 +248,8 @@ static void s_stream_case(bool tied)
 	float *d_full = gpu_dup(p0, n * sizeof(float));
 	for (int k = 0; k < 2; k++) {
 		const char *name = k == 0 ? "streamed gradients" : "streamed parameters";
-		streamer_t st = {n, max_range, d_full, calloc(n, sizeof(float)), calloc(n, sizeof(int)), 0};
-		model_stream_t fns = {&st, st_fetch, st_release, st_grad_begin, st_grad_end};
+		step_streamer_t st = {n, max_range, d_full, calloc(n, sizeof(float)), calloc(n, sizeof(int)), 0};
+		model_stream_t fns = step_stream(&st);
 		llama_cuda_t *m = NULL;
 		if (llama_cuda_new_streamed(&cfg, BB, TT, false, modes[k], &fns, &m, err, sizeof err) < 0) {
 			fprintf(stderr, "FAIL llama_cuda_new_streamed: %s\n", err);

@@ -47,28 +47,24 @@
  * ranks.
  * Skips (exit 77) without two usable GPUs.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cuda_runtime.h>
 
 #include "comm.h"
-#include "comm_kv_dir.h"
 #include "gpt2.h"
 #include "model.h"
 #include "optim.h"
+#include "step_util.h"
 #include "tp.h"
+#include "tp_harness.h"
 #include "tpcomm.h"
 
-#define SKIP 77
 #define RANKS 2
 #define STEPS 4
 #define BB 3
@@ -79,17 +75,8 @@
 #define STREAM_LOSS_REL 1e-4
 #define STREAM_GRAD_BOUND 1e-3
 
-static int n_failed;
 static char s_dir[] = "/tmp/test-gpu-tp-gpt2.XXXXXX";
-
-static void expect(bool ok, const char *fmt, double a, double b)
-{
-	char what[200];
-	snprintf(what, sizeof what, fmt, a, b);
-	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-	if (!ok)
-		n_failed++;
-}
+static const step_tokens_t s_tokens = {.seed = 4242, .jumps = 3, .mul = 7, .add = 2};
 
 /* V 67 for the dense cases; V 1001 for the streamed ones, so that wte's
  * 501 local rows come in two blocks (a block is at most a layer's floats,
@@ -104,46 +91,6 @@ static model_config_t s_config(int V)
 	c.vocab_size = V;
 	c.seq_len = TT;
 	return c;
-}
-
-static void s_batch(int step, int32_t *in, int32_t *tg, int V)
-{
-	uint32_t r = 4242u + 977u * (uint32_t)step;
-	for (int b = 0; b < BB; b++) {
-		r = r * 1664525u + 1013904223u;
-		int x = (int)(r >> 8) % V;
-		for (int t = 0; t <= TT; t++) {
-			r = r * 1664525u + 1013904223u;
-			int next = (r >> 28) < 3 ? (int)(r >> 8) % V : (7 * x + 2) % V;
-			if (t < TT)
-				in[b * TT + t] = x;
-			if (t > 0)
-				tg[b * TT + t - 1] = x;
-			x = next;
-		}
-	}
-}
-
-static optim_adamw_t s_hp(int step)
-{
-	optim_adamw_t hp = {.lr = LR, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-			    .t = step + 1};
-	return hp;
-}
-
-/* local <- logical (set) or logical <- local (get) for one tensor */
-typedef struct {
-	float *local, *logical;
-	bool get;
-} map_t;
-
-static void s_map(void *ctx, size_t local, size_t logical, size_t n)
-{
-	map_t *c = ctx;
-	if (c->get)
-		memcpy(c->logical + logical, c->local + local, n * sizeof(float));
-	else
-		memcpy(c->local + local, c->logical + logical, n * sizeof(float));
 }
 
 /* The CPU table at t = 1 (logical offsets) and t = 2 (local). */
@@ -170,11 +117,17 @@ static void s_tables(const model_config_t *cfg, tables_t *tb)
 /* this rank's local buffer from the logical one, or back */
 static void s_local(const tables_t *tb, int rank, float *local, float *logical, bool get)
 {
-	for (int i = 0; i < tb->n2; i++) {
-		map_t c = {local + tb->t2[i].offset, logical + tb->t1[i].offset, get};
-		tp_segments(&tb->t2[i], rank, RANKS, 0, tb->t2[i].numel, s_map, &c);
-	}
+	tp_map_tables(tb->t2, tb->t1, tb->n2, rank, RANKS, local, logical, !get, true);
 }
+
+/* what the parent hands its ranks */
+typedef struct {
+	bool fused;
+	const char *kv_dir;
+	const float *p0;
+	const tables_t *tb;
+	char (*paths)[4200]; /* rank r writes to paths[r] */
+} rank_args_t;
 
 typedef struct {
 	float losses[STEPS];
@@ -185,24 +138,29 @@ typedef struct {
 	size_t act_bytes1, state1;           /* same model without TP */
 } rank_out_t;
 
-static int s_rank_main(int rank, bool fused, const char *kv_dir, const float *p0, const tables_t *tb,
-                       const char *out_path)
+/* tp_rank_join, the reason on stderr where it fails */
+static int s_join(const rank_args_t *a, int rank, tp_rank_t *rk)
 {
 	char err[512];
-	if (cudaSetDevice(rank) != cudaSuccess)
-		return 10;
-	comm_kv_t kv = comm_kv_dir_make(kv_dir);
-	comm_t *comm = comm_nccl_new(&kv, rank, RANKS, rank, 60000, err, sizeof err);
-	if (!comm) {
+	int rc = tp_rank_join(rank, RANKS, a->kv_dir, rk, err, sizeof err);
+	if (rc != 0)
 		fprintf(stderr, "rank %d: %s\n", rank, err);
-		return 11;
-	}
-	tpcomm_t tc;
-	model_tp_t tp;
-	if (tpcomm_init(&tc, comm, &tp) < 0)
-		return 12;
+	return rc;
+}
+
+static int s_rank_main(void *ctx, int rank)
+{
+	const rank_args_t *a = ctx;
+	const bool fused = a->fused;
+	const float *p0 = a->p0;
+	const tables_t *tb = a->tb;
+	char err[512];
+	tp_rank_t rk;
+	int joined = s_join(a, rank, &rk);
+	if (joined != 0)
+		return joined;
 	model_config_t cfg = s_config(tb->V);
-	model_options_t mo = {.max_B = BB, .max_T = TT, .fused_attention = fused, .tp = &tp};
+	model_options_t mo = {.max_B = BB, .max_T = TT, .fused_attention = fused, .tp = &rk.tp};
 	model_t *g = NULL;
 	if (model_create("gpt2", MODEL_DEVICE_CUDA, &cfg, &mo, &g, err, sizeof err) < 0) {
 		fprintf(stderr, "rank %d: model_create: %s\n", rank, err);
@@ -238,7 +196,7 @@ static int s_rank_main(int rank, bool fused, const char *kv_dir, const float *p0
 	dev->set_params(impl, local);
 	int32_t in[BB * TT], tg[BB * TT];
 	for (int s = 0; s < STEPS; s++) {
-		s_batch(s, in, tg, cfg.vocab_size);
+		step_batch(&s_tokens, s, BB, TT, cfg.vocab_size, in, tg);
 		model_zero_grad(g);
 		out.losses[s] = model_forward(g, in, tg, BB, TT);
 		model_backward(g, 1.0f);
@@ -248,20 +206,19 @@ static int s_rank_main(int rank, bool fused, const char *kv_dir, const float *p0
 				       cudaMemcpyDeviceToHost) != cudaSuccess)
 				return 14;
 		}
-		optim_adamw_t hp = s_hp(s);
+		optim_adamw_t hp = step_adamw(LR, s);
 		dev->adamw(impl, &hp, 1.0f);
 	}
 	dev->sync(impl);
 	model_tp_comm(g, &out.vol);
-	int rc = tpcomm_error(&tc) ? 15 : 0;
-	FILE *f = fopen(out_path, "w");
+	int rc = tpcomm_error(&rk.tc) ? 15 : 0;
+	FILE *f = fopen(a->paths[rank], "w");
 	if (!f || fwrite(&out, sizeof out, 1, f) != 1 || fwrite(grads, sizeof(float), tb->n_local, f) != tb->n_local)
 		rc = 16;
 	if (f)
 		fclose(f);
 	model_free(g);
-	tpcomm_free(&tc);
-	comm_free(comm);
+	tp_rank_leave(&rk);
 	free(local);
 	free(grads);
 	return rc;
@@ -353,7 +310,7 @@ static int s_stream_one(model_streaming_t mode, const model_tp_t *tp, const tabl
 	if (mode != MODEL_STREAM_ALL)
 		dev->set_params(model_impl(g), local);
 	int32_t in[BB * TT], tg[BB * TT];
-	s_batch(0, in, tg, cfg.vocab_size);
+	step_batch(&s_tokens, 0, BB, TT, cfg.vocab_size, in, tg);
 	model_zero_grad(g);
 	stream_out_t out = {model_forward(g, in, tg, BB, TT), 0, 0};
 	model_backward(g, 1.0f);
@@ -377,40 +334,32 @@ static int s_stream_one(model_streaming_t mode, const model_tp_t *tp, const tabl
 	return rc;
 }
 
-static int s_stream_rank_main(int rank, const char *kv_dir, const float *p0, const tables_t *tb,
-                              const char *out_path)
+static int s_stream_rank_main(void *ctx, int rank)
 {
-	char err[512];
-	if (cudaSetDevice(rank) != cudaSuccess)
-		return 10;
-	comm_kv_t kv = comm_kv_dir_make(kv_dir);
-	comm_t *comm = comm_nccl_new(&kv, rank, RANKS, rank, 60000, err, sizeof err);
-	if (!comm) {
-		fprintf(stderr, "rank %d: %s\n", rank, err);
-		return 11;
-	}
-	tpcomm_t tc;
-	model_tp_t tp;
-	if (tpcomm_init(&tc, comm, &tp) < 0)
-		return 12;
+	const rank_args_t *a = ctx;
+	const float *p0 = a->p0;
+	const tables_t *tb = a->tb;
+	tp_rank_t rk;
+	int joined = s_join(a, rank, &rk);
+	if (joined != 0)
+		return joined;
 	float *local = calloc(tb->n_local, sizeof(float)), *dev_local = NULL;
 	s_local(tb, rank, local, (float *)p0, false);
 	if (cudaMalloc((void **)&dev_local, tb->n_local * sizeof(float)) != cudaSuccess ||
 	    cudaMemcpy(dev_local, local, tb->n_local * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
 		return 13;
-	FILE *f = fopen(out_path, "w");
+	FILE *f = fopen(a->paths[rank], "w");
 	int rc = f ? 0 : 14;
 	const model_streaming_t modes[] = {MODEL_DENSE, MODEL_STREAM_GRADS, MODEL_STREAM_ALL};
 	for (int i = 0; rc == 0 && i < 3; i++)
-		rc = s_stream_one(modes[i], &tp, tb, local, dev_local, f);
+		rc = s_stream_one(modes[i], &rk.tp, tb, local, dev_local, f);
 	if (f)
 		fclose(f);
-	if (rc == 0 && tpcomm_error(&tc))
+	if (rc == 0 && tpcomm_error(&rk.tc))
 		rc = 15;
 	cudaFree(dev_local);
 	free(local);
-	tpcomm_free(&tc);
-	comm_free(comm);
+	tp_rank_leave(&rk);
 	return rc;
 }
 
@@ -421,29 +370,14 @@ static void s_stream_case(const tables_t *tb, const float *p0)
 	printf("-- t %d, streamed (V %d: wte in blocks)\n", RANKS, tb->V);
 	char kv_dir[4200], paths[RANKS][4200];
 	snprintf(kv_dir, sizeof kv_dir, "%s/kv-stream", s_dir);
-	if (mkdir(kv_dir, 0700) < 0) {
-		perror(kv_dir);
-		exit(2);
-	}
-	pid_t pids[RANKS];
-	for (int r = 0; r < RANKS; r++) {
+	for (int r = 0; r < RANKS; r++)
 		snprintf(paths[r], sizeof paths[r], "%s/stream-rank%d", s_dir, r);
-		fflush(stdout);
-		pids[r] = fork();
-		if (pids[r] < 0) {
-			perror("fork");
-			exit(2);
-		}
-		if (pids[r] == 0)
-			_exit(s_stream_rank_main(r, kv_dir, p0, tb, paths[r]));
-	}
-	int bad = 0;
+	rank_args_t args = {false, kv_dir, p0, tb, paths};
+	int rc[RANKS], bad = 0;
+	tp_fork_ranks(RANKS, kv_dir, s_stream_rank_main, &args, rc);
 	for (int r = 0; r < RANKS; r++) {
-		int status;
-		waitpid(pids[r], &status, 0);
-		int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-		expect(rc == 0, "rank %g exited with %g", r, rc);
-		bad += rc != 0;
+		expect(rc[r] == 0, "rank %g exited with %g", r, rc[r]);
+		bad += rc[r] != 0;
 	}
 	if (bad)
 		return;
@@ -502,30 +436,11 @@ static void s_stream_case(const tables_t *tb, const float *p0)
 static void s_cpu(const model_config_t *cfg, const tables_t *tb, float *p0, float *ret_grad,
                   float *ret_losses)
 {
-	char err[256];
 	model_options_t co = {.max_B = BB, .max_T = TT, .precision = MODEL_PRECISION_BF16};
-	model_t *c = NULL;
-	if (model_create("gpt2", MODEL_DEVICE_CPU, cfg, &co, &c, err, sizeof err) < 0) {
-		fprintf(stderr, "FAIL create the CPU gpt2: %s\n", err);
-		exit(1);
-	}
+	model_t *c = step_model("gpt2", MODEL_DEVICE_CPU, cfg, &co, "CPU gpt2");
 	model_init_params(c, 7);
-	const size_t n = model_num_params(c);
-	memcpy(p0, model_params(c), n * sizeof(float));
-	float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
-	int32_t in[BB * TT], tg[BB * TT];
-	for (int s = 0; s < STEPS; s++) {
-		s_batch(s, in, tg, cfg->vocab_size);
-		model_zero_grad(c);
-		ret_losses[s] = model_forward(c, in, tg, BB, TT);
-		model_backward(c, 1.0f);
-		if (s == 0)
-			memcpy(ret_grad, model_grads(c), n * sizeof(float));
-		optim_adamw_t hp = s_hp(s);
-		optim_adamw_update(tb->t1, tb->n1, model_params(c), model_grads(c), m, v, 0, n, &hp);
-	}
-	free(m);
-	free(v);
+	memcpy(p0, model_params(c), model_num_params(c) * sizeof(float));
+	step_cpu_steps(c, tb->t1, tb->n1, &s_tokens, BB, TT, cfg->vocab_size, STEPS, LR, ret_losses, ret_grad);
 	model_free(c);
 }
 
@@ -573,29 +488,13 @@ static void s_case(bool fused, const tables_t *tb, float *p0, const float *ref_g
 	printf("-- t %d, %s attention\n", RANKS, fused ? "fused" : "gemm");
 	char kv_dir[4200], paths[RANKS][4200];
 	snprintf(kv_dir, sizeof kv_dir, "%s/kv-%s", s_dir, fused ? "fused" : "gemm");
-	if (mkdir(kv_dir, 0700) < 0) {
-		perror(kv_dir);
-		exit(2);
-	}
-	pid_t pids[RANKS];
-	for (int r = 0; r < RANKS; r++) {
+	for (int r = 0; r < RANKS; r++)
 		snprintf(paths[r], sizeof paths[r], "%s/%s-rank%d", s_dir, fused ? "fused" : "gemm", r);
-		fflush(stdout);
-		pids[r] = fork();
-		if (pids[r] < 0) {
-			perror("fork");
-			exit(2);
-		}
-		if (pids[r] == 0)
-			_exit(s_rank_main(r, fused, kv_dir, p0, tb, paths[r]));
-	}
+	rank_args_t args = {fused, kv_dir, p0, tb, paths};
 	int rc[RANKS];
-	for (int r = 0; r < RANKS; r++) {
-		int status;
-		waitpid(pids[r], &status, 0);
-		rc[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	tp_fork_ranks(RANKS, kv_dir, s_rank_main, &args, rc);
+	for (int r = 0; r < RANKS; r++)
 		expect(rc[r] == 0, "rank %g exited with %g", r, rc[r]);
-	}
 	if (rc[0] || rc[1])
 		return;
 	rank_out_t out[RANKS];
@@ -660,27 +559,14 @@ static void s_case(bool fused, const tables_t *tb, float *p0, const float *ref_g
 	free(gl);
 }
 
-/* Visible CUDA devices, probed in a child (the parent stays CUDA-free). */
-static int s_probe(void)
-{
-	pid_t pid = fork();
-	if (pid == 0) {
-		int n = 0;
-		if (cudaGetDeviceCount(&n) != cudaSuccess)
-			n = 0;
-		_exit(n > 100 ? 100 : n);
-	}
-	int status = 0;
-	waitpid(pid, &status, 0);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-}
-
 int main(void)
 {
-	int n_gpus = s_probe();
+	char why[600];
+	int n_gpus = tp_probe(why, sizeof why);
 	if (n_gpus < RANKS) {
-		printf("gpu-tp-gpt2: no CUDA GPU: %d usable, %d needed; skipping\n", n_gpus, RANKS);
-		return SKIP;
+		printf("gpu-tp-gpt2: no CUDA GPU: %d usable, %d needed%s%s; skipping\n", n_gpus, RANKS,
+		       n_gpus ? "" : ": ", n_gpus ? "" : why);
+		return GPU_TEST_SKIP;
 	}
 	if (!mkdtemp(s_dir)) {
 		perror("mkdtemp");
@@ -703,13 +589,8 @@ int main(void)
 	s_tables(&cfg, &tb);
 	p0 = malloc(tb.n_logical * sizeof(float));
 	{
-		char err[256];
 		model_options_t co = {.max_B = BB, .max_T = TT};
-		model_t *c = NULL;
-		if (model_create("gpt2", MODEL_DEVICE_CPU, &cfg, &co, &c, err, sizeof err) < 0) {
-			fprintf(stderr, "FAIL create the CPU gpt2: %s\n", err);
-			return 1;
-		}
+		model_t *c = step_model("gpt2", MODEL_DEVICE_CPU, &cfg, &co, "CPU gpt2");
 		model_init_params(c, 7);
 		memcpy(p0, model_params(c), tb.n_logical * sizeof(float));
 		model_free(c);
@@ -718,10 +599,7 @@ int main(void)
 	free(p0);
 	free(tb.t1);
 	free(tb.t2);
-	char cmd[4200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", s_dir);
+	tp_remove_dir(s_dir);
 	printf("%s\n", n_failed ? "FAILED" : "all passed");
 	return n_failed ? 1 : 0;
 }

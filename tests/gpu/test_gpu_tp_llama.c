@@ -63,19 +63,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cuda_runtime.h>
 
 #include "comm.h"
-#include "comm_kv_dir.h"
-#include "gpu_util.h"
 #include "llama_layout.h"
 #include "model.h"
 #include "optim.h"
+#include "step_util.h"
 #include "tp.h"
+#include "tp_harness.h"
 #include "tpcomm.h"
 
 #define TPN 2
@@ -87,61 +84,11 @@
 #define LOSS_REL 5e-3
 #define STREAM_V 2001 /* 1001 rows a rank, in blocks of llama_stream_rows (578) */
 
-static int n_failed;
-
-static void expect(bool ok, const char *fmt, double a, double b)
-{
-	char what[200];
-	snprintf(what, sizeof what, fmt, a, b);
-	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-	if (!ok)
-		n_failed++;
-}
+static const step_tokens_t s_tokens = {.seed = 4242, .jumps = 1, .mul = 5, .add = 3};
 
 static model_config_t s_config(bool tied)
 {
-	model_config_t c;
-	memset(&c, 0, sizeof c);
-	c.n_layer = 2;
-	c.n_embd = 64;
-	c.n_head = 4;
-	c.n_kv_head = 2;
-	c.ffn_dim = 128;
-	c.vocab_size = 67;
-	c.seq_len = 32;
-	c.rope_theta = 10000.0;
-	c.rope_scaling.factor = 8.0;
-	c.rope_scaling.low_freq_factor = 1.0;
-	c.rope_scaling.high_freq_factor = 4.0;
-	c.rope_scaling.original_max_position = 8;
-	c.norm_eps = 1e-5;
-	c.tie_embeddings = tied;
-	return c;
-}
-
-static void s_batch(int step, int32_t *in, int32_t *tg, int V)
-{
-	uint32_t r = 4242u + 977u * (uint32_t)step;
-	for (int b = 0; b < BB; b++) {
-		r = r * 1664525u + 1013904223u;
-		int x = (int)(r >> 8) % V;
-		for (int t = 0; t <= TT; t++) {
-			r = r * 1664525u + 1013904223u;
-			int next = (r >> 28) == 0 ? (int)(r >> 8) % V : (5 * x + 3) % V;
-			if (t < TT)
-				in[b * TT + t] = x;
-			if (t > 0)
-				tg[b * TT + t - 1] = x;
-			x = next;
-		}
-	}
-}
-
-static optim_adamw_t s_hp(int step)
-{
-	optim_adamw_t hp = {.lr = LR, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-			    .t = step + 1};
-	return hp;
+	return step_llama_config(tied, 128, 67, 32, 8);
 }
 
 /* what a rank leaves in shared memory */
@@ -177,93 +124,6 @@ static float *s_params_of(shared_t *sh, int rank)
 	return s_grads_of(sh, rank) + sh->cap;
 }
 
-/* ---- the map between a rank's local buffer and the logical one ---- */
-
-typedef struct {
-	float *local;        /* at the tensor's local start */
-	float *logical;      /* at the tensor's logical start */
-	bool to_local;
-} map_ctx_t;
-
-static void s_map_seg(void *vctx, size_t local, size_t logical, size_t n)
-{
-	map_ctx_t *c = vctx;
-	if (c->to_local)
-		memcpy(c->local + local, c->logical + logical, n * sizeof(float));
-	else
-		memcpy(c->logical + logical, c->local + local, n * sizeof(float));
-}
-
-/* every tensor of local table lt (rank's part) to or from the logical
- * buffer laid out by full table ft */
-static void s_map(const model_tensor_t *lt, const model_tensor_t *ft, int nt, int rank, float *local,
-                  float *logical, bool to_local, bool replicated_too)
-{
-	for (int i = 0; i < nt; i++) {
-		if (!replicated_too && lt[i].tp_split == MODEL_TP_REPLICATED)
-			continue;
-		map_ctx_t c = {local + lt[i].offset, logical + ft[i].offset, to_local};
-		tp_segments(&lt[i], rank, TPN, 0, lt[i].numel, s_map_seg, &c);
-	}
-}
-
-/* ---- streaming hooks (test_gpu_llama_step.c's, on this rank's buffer) ---- */
-
-typedef struct {
-	size_t n, max_range;
-	const float *d_full; /* the rank's parameters on its device */
-	float *acc;          /* (n) gradients handed out, summed */
-	int *count;          /* (n) how often each was handed out */
-	size_t too_big;
-} streamer_t;
-
-static const float *st_fetch(void *ctx, model_range_t r, model_range_t next)
-{
-	streamer_t *st = ctx;
-	(void)next;
-	st->too_big += r.hi - r.lo > st->max_range;
-	return st->d_full + r.lo;
-}
-
-static void st_release(void *ctx, const float *p)
-{
-	(void)ctx;
-	(void)p;
-}
-
-static float *st_grad_begin(void *ctx, model_range_t r)
-{
-	streamer_t *st = ctx;
-	st->too_big += r.hi - r.lo > st->max_range;
-	return gpu_dup(NULL, (r.hi - r.lo) * sizeof(float));
-}
-
-static void st_grad_end(void *ctx, float *g, model_range_t r)
-{
-	streamer_t *st = ctx;
-	float *h = malloc((r.hi - r.lo) * sizeof(float));
-	gpu_get(h, g, (r.hi - r.lo) * sizeof(float));
-	for (size_t i = r.lo; i < r.hi; i++) {
-		st->acc[i] += h[i - r.lo];
-		st->count[i]++;
-	}
-	free(h);
-	cudaFree(g);
-}
-
-typedef struct {
-	size_t n;
-	int *seen;
-} ready_t;
-
-static void s_ready(void *ctx, model_range_t r, void *ev)
-{
-	ready_t *rd = ctx;
-	gpu_must(cudaEventSynchronize((cudaEvent_t)ev), "ready event");
-	for (size_t i = r.lo; i < r.hi && i < rd->n; i++)
-		rd->seen[i]++;
-}
-
 /* ---- one rank ---- */
 
 typedef struct {
@@ -285,16 +145,16 @@ typedef struct {
 
 /* the model's STEPS steps; step 0's gradient into grads (streamed: what the
  * hooks handed out) */
-static void s_steps(const case_t *k, model_t *g, streamer_t *st, ready_t *rd, float *grads, rank_out_t *o)
+static void s_steps(const case_t *k, model_t *g, step_streamer_t *st, step_ready_t *rd, float *grads, rank_out_t *o)
 {
 	const model_device_ops_t *dev = model_dev(g);
 	void *impl = model_impl(g);
 	const size_t n = model_num_params(g);
 	int32_t in[BB * TT], tg[BB * TT];
 	for (int s = 0; s < STEPS; s++) {
-		s_batch(s, in, tg, k->cfg.vocab_size);
+		step_batch(&s_tokens, s, BB, TT, k->cfg.vocab_size, in, tg);
 		if (rd)
-			dev->set_grads_ready(impl, s == 0 ? s_ready : NULL, rd);
+			dev->set_grads_ready(impl, s == 0 ? step_ready : NULL, rd);
 		model_zero_grad(g);
 		o->losses[s] = model_forward(g, in, tg, BB, TT);
 		model_backward(g, 1.0f);
@@ -304,7 +164,7 @@ static void s_steps(const case_t *k, model_t *g, streamer_t *st, ready_t *rd, fl
 			memcpy(grads, st->acc, n * sizeof(float));
 		if (k->mode != MODEL_DENSE)
 			break; /* the streamed row has no optimizer of its own: one step */
-		optim_adamw_t hp = s_hp(s);
+		optim_adamw_t hp = step_adamw(LR, s);
 		dev->adamw(impl, &hp, 1.0f);
 	}
 	if (k->mode != MODEL_DENSE)
@@ -329,20 +189,14 @@ static void s_steps(const case_t *k, model_t *g, streamer_t *st, ready_t *rd, fl
 	free(g1), free(g2);
 }
 
-static int s_rank_main(const case_t *k, int rank)
+static int s_rank_main(void *ctx, int rank)
 {
+	const case_t *k = ctx;
 	rank_out_t *o = &k->sh->r[rank];
 	char err[512];
-	if (cudaSetDevice(rank) != cudaSuccess)
-		RFAIL("cudaSetDevice(%d) failed", rank);
-	comm_kv_t kv = comm_kv_dir_make(k->kv_dir);
-	comm_t *comm = comm_nccl_new(&kv, rank, TPN, rank, 60000, err, sizeof err);
-	if (!comm)
-		RFAIL("comm_nccl_new: %s", err);
-	tpcomm_t tc = {0};
-	model_tp_t tp;
-	if (tpcomm_init(&tc, comm, &tp) < 0)
-		RFAIL("tpcomm_init failed");
+	tp_rank_t rk;
+	if (tp_rank_join(rank, TPN, k->kv_dir, &rk, err, sizeof err) != 0)
+		RFAIL("%s", err);
 	/* the local table and parameters */
 	model_tensor_t *lt = NULL;
 	int nl = 0;
@@ -350,11 +204,11 @@ static int s_rank_main(const case_t *k, int rank)
 	if (llama_layout_tp(&k->cfg, TPN, &lt, &nl, &n, &max_range) < 0 || nl != k->nt || n > k->sh->cap)
 		RFAIL("llama_layout_tp failed");
 	float *lp = calloc(n, sizeof(float));
-	s_map(lt, k->ft, nl, rank, lp, (float *)(uintptr_t)k->p0, true, true);
+	tp_map_tables(lt, k->ft, nl, rank, TPN, lp, (float *)(uintptr_t)k->p0, true, true);
 	float *d_full = gpu_dup(lp, n * sizeof(float));
-	streamer_t st = {n, max_range, d_full, calloc(n, sizeof(float)), calloc(n, sizeof(int)), 0};
-	model_stream_t fns = {&st, st_fetch, st_release, st_grad_begin, st_grad_end};
-	model_options_t mo = {.max_B = BB, .max_T = TT, .fused_attention = true, .tp = &tp,
+	step_streamer_t st = {n, max_range, d_full, calloc(n, sizeof(float)), calloc(n, sizeof(int)), 0};
+	model_stream_t fns = step_stream(&st);
+	model_options_t mo = {.max_B = BB, .max_T = TT, .fused_attention = true, .tp = &rk.tp,
 			      .streaming = k->mode, .stream = k->mode == MODEL_DENSE ? NULL : &fns,
 			      .no_moments = k->mode != MODEL_DENSE};
 	model_t *g = NULL;
@@ -382,7 +236,7 @@ static int s_rank_main(const case_t *k, int rank)
 	}
 	if (k->mode != MODEL_STREAM_ALL)
 		model_dev(g)->set_params(model_impl(g), lp);
-	ready_t rd = {n, calloc(n, sizeof(int))};
+	step_ready_t rd = {n, calloc(n, sizeof(int))};
 	s_steps(k, g, &st, k->mode == MODEL_DENSE ? &rd : NULL, s_grads_of(k->sh, rank), o);
 	if (k->mode == MODEL_DENSE) {
 		for (size_t i = 0; i < n; i++)
@@ -400,12 +254,11 @@ static int s_rank_main(const case_t *k, int rank)
 	o->ag_calls = vol.allgather_calls;
 	o->rs_calls = vol.reduce_scatter_calls;
 	o->ar_calls = vol.allreduce_calls;
-	if (tpcomm_error(&tc))
-		RFAIL("a collective failed: %s", tc.error_line);
+	if (tpcomm_error(&rk.tc))
+		RFAIL("a collective failed: %s", rk.tc.error_line);
 	model_free(g);
 	cudaFree(d_full);
-	tpcomm_free(&tc);
-	comm_free(comm);
+	tp_rank_leave(&rk);
 	free(lp), free(lt), free(rd.seen), free(st.acc), free(st.count);
 	o->status = 0;
 	return 0;
@@ -415,44 +268,11 @@ static int s_rank_main(const case_t *k, int rank)
 
 static char s_dir[4096];
 
-/* a child's answer: how many GPUs it sees, or 0 with the reason */
-static int s_probe(char *why, size_t n)
-{
-	int fd[2];
-	if (pipe(fd) < 0)
-		exit(2);
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(fd[0]);
-		char err[512];
-		int count = 0;
-		if (comm_nccl_available(err, sizeof err) == 0 && cudaGetDeviceCount(&count) == cudaSuccess)
-			dprintf(fd[1], "%d", count);
-		else
-			dprintf(fd[1], "0 %s", err);
-		_exit(0);
-	}
-	close(fd[1]);
-	char buf[600] = "";
-	ssize_t got = read(fd[0], buf, sizeof buf - 1);
-	close(fd[0]);
-	waitpid(pid, NULL, 0);
-	buf[got > 0 ? got : 0] = '\0';
-	const char *space = strchr(buf, ' ');
-	snprintf(why, n, "%s", space ? space + 1 : "no answer from the probe");
-	return atoi(buf);
-}
-
 /* the CPU row at t = 1: p0, step 0's gradient and every step's loss */
 static model_t *s_cpu(const model_config_t *cfg, float *losses, float **ret_p0, float **ret_g0)
 {
-	char err[256];
 	model_options_t co = {.max_B = BB, .max_T = TT, .precision = MODEL_PRECISION_FP32};
-	model_t *c = NULL;
-	if (model_create("llama", MODEL_DEVICE_CPU, cfg, &co, &c, err, sizeof err) < 0) {
-		fprintf(stderr, "FAIL create the CPU llama: %s\n", err);
-		exit(1);
-	}
+	model_t *c = step_model("llama", MODEL_DEVICE_CPU, cfg, &co, "CPU llama");
 	model_init_params(c, 7);
 	const size_t n = model_num_params(c);
 	int nt = 0;
@@ -460,19 +280,7 @@ static model_t *s_cpu(const model_config_t *cfg, float *losses, float **ret_p0, 
 	*ret_p0 = malloc(n * sizeof(float));
 	*ret_g0 = malloc(n * sizeof(float));
 	memcpy(*ret_p0, model_params(c), n * sizeof(float));
-	float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
-	int32_t in[BB * TT], tg[BB * TT];
-	for (int s = 0; s < STEPS; s++) {
-		s_batch(s, in, tg, cfg->vocab_size);
-		model_zero_grad(c);
-		losses[s] = model_forward(c, in, tg, BB, TT);
-		model_backward(c, 1.0f);
-		if (s == 0)
-			memcpy(*ret_g0, model_grads(c), n * sizeof(float));
-		optim_adamw_t hp = s_hp(s);
-		optim_adamw_update(tc, nt, model_params(c), model_grads(c), m, v, 0, n, &hp);
-	}
-	free(m), free(v);
+	step_cpu_steps(c, tc, nt, &s_tokens, BB, TT, cfg->vocab_size, STEPS, LR, losses, *ret_g0);
 	return c;
 }
 
@@ -483,15 +291,10 @@ static void s_noop_ar(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (
  * collectives are never called) */
 static double s_cpu_flops_t2(const model_config_t *cfg)
 {
-	char err[256];
 	model_tp_t tp = {.rank = 0, .size = TPN, .sequence_parallel = true, .allgather = s_noop_ag,
 			 .reduce_scatter = s_noop_ag, .allreduce = s_noop_ar};
 	model_options_t co = {.max_B = BB, .max_T = TT, .precision = MODEL_PRECISION_FP32, .tp = &tp};
-	model_t *c = NULL;
-	if (model_create("llama", MODEL_DEVICE_CPU, cfg, &co, &c, err, sizeof err) < 0) {
-		fprintf(stderr, "FAIL create the CPU llama at t = 2: %s\n", err);
-		exit(1);
-	}
+	model_t *c = step_model("llama", MODEL_DEVICE_CPU, cfg, &co, "CPU llama at t = 2");
 	double f = model_flops_per_token(c, TT);
 	model_free(c);
 	return f;
@@ -509,7 +312,7 @@ static void s_check_grads(shared_t *sh, const model_tensor_t *ft, int nt, const 
 		exit(1);
 	float *gg = calloc(n, sizeof(float));
 	for (int r = 0; r < TPN; r++)
-		s_map(lt, ft, nl, r, s_grads_of(sh, r), gg, false, r == 0);
+		tp_map_tables(lt, ft, nl, r, TPN, s_grads_of(sh, r), gg, false, r == 0);
 	double num = 0, den = 0, worst = 0;
 	int worst_i = 0;
 	for (int i = 0; i < nt; i++) {
@@ -575,29 +378,19 @@ static void s_case(bool tied, model_streaming_t mode)
 	sh->cap = cap;
 	char kv_dir[4200];
 	snprintf(kv_dir, sizeof kv_dir, "%s/kv-%s-%d", s_dir, tied ? "tied" : "untied", (int)mode);
-	if (mkdir(kv_dir, 0700) < 0) {
-		perror(kv_dir);
-		exit(2);
-	}
 	case_t k = {cfg, mode, p0, ft, nt, kv_dir, sh};
-	pid_t pids[TPN];
 	for (int r = 0; r < TPN; r++) {
 		sh->r[r].status = 2;
 		snprintf(sh->r[r].why, sizeof sh->r[r].why, "the rank did not finish");
-		pids[r] = fork();
-		if (pids[r] == 0)
-			_exit(s_rank_main(&k, r));
 	}
+	int rc[TPN];
+	tp_fork_ranks(TPN, kv_dir, s_rank_main, &k, rc);
 	bool ok = true;
-	for (int r = 0; r < TPN; r++) {
-		int status = 0;
-		waitpid(pids[r], &status, 0);
-		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || sh->r[r].status != 0) {
-			printf("FAIL rank %d: exit %d: %s\n", r, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-			       sh->r[r].why);
+	for (int r = 0; r < TPN; r++)
+		if (rc[r] != 0 || sh->r[r].status != 0) {
+			printf("FAIL rank %d: exit %d: %s\n", r, rc[r], sh->r[r].why);
 			ok = false;
 		}
-	}
 	if (!ok) {
 		n_failed++;
 		goto out;
@@ -675,7 +468,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	char why[600];
-	int count = s_probe(why, sizeof why);
+	int count = tp_probe(why, sizeof why);
 	if (count == 0) {
 		printf("gpu-tp-llama: no CUDA GPU: %s; skipping\n", why);
 		return GPU_TEST_SKIP;
@@ -691,10 +484,7 @@ int main(int argc, char **argv)
 	}
 	s_case(false, mode);
 	s_case(true, mode);
-	char cmd[4200 + 16];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", s_dir);
+	tp_remove_dir(s_dir);
 	if (n_failed) {
 		printf("%d check(s) failed\n", n_failed);
 		return 1;
