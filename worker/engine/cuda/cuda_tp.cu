@@ -11,34 +11,11 @@
 #include <math.h>
 
 #include "cuda_check.h"
-
-typedef __nv_bfloat16 bf16;
-
-#define WARP 32
-#define ROW_BLOCK 256 /* 8 warps, one row each */
+#include "cuda_kernels_priv.h" /* WARP, ROW_BLOCK (8 warps, one row each), the warp reductions */
 
 static unsigned s_row_grid(int N)
 {
 	return (unsigned)((N + ROW_BLOCK / WARP - 1) / (ROW_BLOCK / WARP));
-}
-
-static unsigned s_grid(int n)
-{
-	return (unsigned)((n + ROW_BLOCK - 1) / ROW_BLOCK > 0 ? (n + ROW_BLOCK - 1) / ROW_BLOCK : 1);
-}
-
-__device__ __forceinline__ float s_warp_sum(float v)
-{
-	for (int o = WARP / 2; o > 0; o /= 2)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-__device__ __forceinline__ float s_warp_max(float v)
-{
-	for (int o = WARP / 2; o > 0; o /= 2)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
 }
 
 __device__ __forceinline__ float s_f(const float *p, size_t i)
@@ -95,7 +72,7 @@ extern "C" void cuda_tp_ce_maxof(float *mx, const float *all, int N, int t, cuda
 {
 	if (N <= 0)
 		return;
-	k_maxof<<<s_grid(N), ROW_BLOCK, 0, stream>>>(mx, all, N, t);
+	k_maxof<<<s_grid((size_t)N, ROW_BLOCK), ROW_BLOCK, 0, stream>>>(mx, all, N, t);
 	CUDA_CHECK_LAUNCH();
 }
 
@@ -150,7 +127,7 @@ extern "C" void cuda_tp_ce_finish(float *losses, float *lse, const float *mx, co
 {
 	if (N <= 0)
 		return;
-	k_finish<<<s_grid(N), ROW_BLOCK, 0, stream>>>(losses, lse, mx, red, N);
+	k_finish<<<s_grid((size_t)N, ROW_BLOCK), ROW_BLOCK, 0, stream>>>(losses, lse, mx, red, N);
 	CUDA_CHECK_LAUNCH();
 }
 
