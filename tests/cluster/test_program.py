@@ -237,7 +237,9 @@ def check_rank_killed(d):
 
 def check_coordinator_killed(d):
     """(d) ringmasterd killed -9 and restarted: the program goes on."""
-    job = d.submit(spec("ddp-outage", ["--epochs", "10", "--step-sleep", "0.1"]))["id"]
+    # 6 epochs of 16 steps at 0.1 s: about 10 s, which outlasts the kill, the
+    # 1.5 s check and the restart with room to spare
+    job = d.submit(spec("ddp-outage", ["--epochs", "6", "--step-sleep", "0.1"]))["id"]
     wait_until("both ranks stepping", lambda: len({l["rank"] for l in has_line(d, job, r" restart 0 epoch ")}) == 2, 240)
     pids = program_pids(job)
     check(len(pids) == 2, "program processes of %s: %r" % (job, pids))
