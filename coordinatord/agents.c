@@ -561,6 +561,20 @@ void agents_expire(fabric_t *f, int64_t now)
 	}
 }
 
+void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t now)
+{
+	size_t pos = 0;
+	smap_slot_t *s;
+	while ((s = smap_next(&f->agents, &pos))) {
+		agent_t *a = s->value;
+		if (!a->alive)
+			continue;
+		a->last_seen_mono_us += deaf_us;
+		if (a->last_seen_mono_us > now)
+			a->last_seen_mono_us = now;
+	}
+}
+
 void fabric_key_revoked(fabric_t *f, int64_t key_id)
 {
 	size_t pos = 0;

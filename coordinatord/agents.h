@@ -29,6 +29,10 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
  * freed, the store says so. */
 void agents_expire(fabric_t *f, int64_t now);
 
+/* The loop heard nothing for `deaf_us` that it should have (mono `now`):
+ * every alive agent's silence clock moves on by as much, never past now. */
+void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t now);
+
 /* HEARTBEAT to every alive agent; heartbeats heard since the last call are
  * written to the store. */
 void agents_heartbeat(fabric_t *f);

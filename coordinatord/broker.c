@@ -47,6 +47,9 @@
 #define MAX_GROUP 256
 #define MAX_PARTS 8
 #define POLL_MS 100
+/* A loop iteration that kept the wire unheard for longer than this (see
+ * fabric_deaf) moves the agents' liveness clocks on. */
+#define DEAF_US (100 * 1000)
 /* Frames up to twice the payload limit are read and answered with ERROR 413;
  * a larger frame makes ZeroMQ drop the peer's connection. */
 #define WIRE_MAX_MSG_BYTES (2 * WIRE_MAX_PAYLOAD_BYTES)
@@ -642,6 +645,7 @@ static void *loop_main(void *arg)
 		wd_usec = 0;
 	}
 	log_debug("broker loop started");
+	int64_t polled_us = clock_mono_us(); /* when the last poll returned */
 	while (!atomic_load(&b->stop)) {
 		long timeout_ms = POLL_MS;
 		long fabric_ms = fabric_timeout_ms(b->fabric);
@@ -662,7 +666,16 @@ static void *loop_main(void *arg)
 			{.socket = b->router, .events = ZMQ_POLLIN},
 			{.socket = b->curve ? curve_zap_socket(b->curve) : NULL, .events = ZMQ_POLLIN},
 		};
+		int64_t poll_us = clock_mono_us();
 		int r = zmq_poll(items, b->curve ? 3 : 2, timeout_ms);
+		int64_t now_us = clock_mono_us();
+		/* deaf: the work since the last poll, and any oversleep of this one */
+		int64_t deaf_us = poll_us - polled_us;
+		if (now_us - poll_us > (int64_t)timeout_ms * 1000)
+			deaf_us += now_us - poll_us - (int64_t)timeout_ms * 1000;
+		polled_us = now_us;
+		if (deaf_us > DEAF_US)
+			fabric_deaf(b->fabric, deaf_us);
 		if (r < 0) {
 			if (zmq_errno() == EINTR)
 				continue;

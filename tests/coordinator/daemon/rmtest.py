@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 SPEC = {"name": "tiny", "data": {"train": "data/tiny/train.bin"}}
 
@@ -202,6 +203,20 @@ def problem_of(h, data, status):
     return doc
 
 
+_daemons = []  # run()'s daemons, for on_sigterm
+
+
+def on_sigterm(signum, frame):
+    """meson's timeout sends SIGTERM, and SIGKILL half a second later: say
+    at once where the test was waiting and what the daemons last logged."""
+    text = "killed by SIGTERM (the test's timeout) here:\n" + "".join(traceback.format_stack(frame))
+    for d in _daemons:
+        text += "---- end of %s ----\n%s\n" % (d.log_path, d.logtext()[-1500:])
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    raise Failure("killed by SIGTERM (the test's timeout)")
+
+
 def run(main):
     """Run `main(binary, workdir)` in a temporary folder; exit 0/1."""
     if len(sys.argv) < 2:
@@ -209,7 +224,8 @@ def run(main):
         sys.exit(2)
     binary = os.path.abspath(sys.argv[1])
     workdir = tempfile.mkdtemp(prefix="rm-daemon-test-")
-    daemons = []
+    daemons = _daemons
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         main(binary, workdir, daemons, *sys.argv[2:])
         print("ok")
@@ -218,6 +234,7 @@ def run(main):
         print("FAIL: %s" % e)
         for d in daemons:
             print("---- log of %s ----\n%s" % (d.log_path, d.logtext()))
+        sys.stdout.flush()
         code = 1
     finally:
         for d in daemons:

@@ -82,7 +82,7 @@ def scenario(d, sh):
     wait_log(d, "refused key %s" % x_pub)
     check(full_log(d).count("refused key %s" % x_pub) == 1, "one refusal line per key per minute")
     sh.dealer("p", "agent/p")  # no CURVE at all
-    sh.send("p", "REGISTER", {"node": "p", "devices": cpus(1), "ranks": []})
+    send_refused(sh, "p", "REGISTER", {"node": "p", "devices": cpus(1), "ranks": []})
     sh.silent("p", 800, "REGISTER without CURVE")
     check(workers(d) == {}, "nobody registered: %r" % workers(d))
 

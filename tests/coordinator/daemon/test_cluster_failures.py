@@ -9,11 +9,15 @@ the real ringmasterd (wire_shell.c plays two agents and their ranks):
 - cancel of a running job spread over two nodes: ABORT and KILL the same way;
 - gang placement, priority then FIFO, a job that does not fit holding back
   later jobs of its kind, a job wider than the cluster not holding anyone;
+- the coordinator stopped (SIGSTOP) for longer than the liveness window
+  while a job runs on both agents: the silence is its own, so when it
+  resumes nobody is declared dead and the job runs on;
 - an agent that stops heartbeating: declared dead, its job failed with
   "restart.max_restarts (0) reached: node NAME lost: no heartbeat for 1.0 s",
   the other agent stays alive, the
   dead agent is told to REGISTER, and on REGISTER its stale rank gets KILL;
 - bad agent messages get ERROR; the daemon keeps serving throughout."""
+import signal
 import time
 
 from rmtest import Daemon, check, run
@@ -185,6 +189,31 @@ def scenario(d, sh):
     for j in (later, huge):
         d.json("POST", "/v1/jobs/%s/cancel" % j, expect=200)
     expect_kill(sh, "a1", later)
+
+    # the coordinator stops for 2.5 s (a stalled disk, a paused VM), longer
+    # than the 1.0 s liveness window, while a job runs on both agents, which
+    # beat on into its socket meanwhile
+    jid = d.submit(spec0("paused", world_size=3))["id"]
+    ranks = join_all(d, sh, jid, spawns_of(sh, "a1", 2, jid) + spawns_of(sh, "a2", 1, jid))
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        sh.sleep(2500)
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    sh.sleep(1500)  # the window again, with the coordinator awake
+    with open(d.log_path, "rb") as f:
+        log = f.read().decode("utf-8", "replace")
+    check("declared dead" not in log and "heard nothing for" in log,
+          "a stopped coordinator took its own silence for the agents': %s" % log[-1500:])
+    doc = d.json("GET", "/v1/jobs/" + jid, expect=200)[2]
+    check(doc["state"] == "running", "the job after the pause: %s %r" % (doc["state"], doc.get("state_reason")))
+    _, _, w = d.json("GET", "/v1/workers", expect=200)
+    check(all(x["state"] == "alive" for x in w["workers"]), "workers after the pause %r" % w)
+    d.json("POST", "/v1/jobs/%s/cancel" % jid, expect=200)
+    for name in ranks:
+        sh.expect(name, "ABORT")
+    expect_kill(sh, "a1", jid)
+    expect_kill(sh, "a2", jid)
 
     # agent death: a1 falls silent while its job runs
     jid = d.submit(spec0("lost", world_size=2))["id"]

@@ -295,12 +295,11 @@ int main(void)
 				close_sock(s);
 				continue;
 			}
-			if (sec) {
-				/* a refused handshake leaves no pipe to send on: give up after 1 s
-				 * (answered "ERR send failed") instead of blocking */
-				int sndtimeo = 1000;
-				zmq_setsockopt(s->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
-			}
+			/* a refused handshake (an unknown key, or no CURVE against a
+			 * CURVE broker) leaves no pipe to send on: give up after 1 s
+			 * (answered "ERR send failed") instead of blocking for ever */
+			int sndtimeo = 1000;
+			zmq_setsockopt(s->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
 			if (zmq_connect(s->sock, ep) != 0) {
 				reply("ERR connect: %s", zmq_strerror(zmq_errno()));
 				close_sock(s);

@@ -1,10 +1,17 @@
 """Drive wire_shell (wire_shell.c): agents and ranks over real ZeroMQ DEALER
 sockets against ringmasterd, from the standard library only."""
 import json
+import queue
 import subprocess
+import threading
 import time
 
 from rmtest import Failure, check
+
+# How long wire_shell may take to answer a command beyond the wait the
+# command asks for (recv and sleep): a wedged shell fails the test, naming
+# the command, instead of running into meson's timeout without a word.
+ANSWER_SLACK_S = 30
 
 
 class Shell:
@@ -12,11 +19,28 @@ class Shell:
         self.endpoint = endpoint
         self.proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for out in self.proc.stdout:
+            self.lines.put(out)
+        self.lines.put("")  # end of output: the shell exited
 
     def cmd(self, line):
+        words = line.split(" ")
+        wait_ms = 0
+        if words[0] == "sleep" and len(words) > 1:
+            wait_ms = int(words[1])
+        elif words[0] == "recv" and len(words) > 2:
+            wait_ms = int(words[2])
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
-        out = self.proc.stdout.readline()
+        limit = wait_ms / 1000 + ANSWER_SLACK_S
+        try:
+            out = self.lines.get(timeout=limit)
+        except queue.Empty:
+            raise Failure("wire_shell did not answer within %.0f s (command %r)" % (limit, line[:200]))
         if not out:
             raise Failure("wire_shell exited (command %r)" % line[:200])
         return out.rstrip("\n")
