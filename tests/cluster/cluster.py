@@ -523,6 +523,13 @@ class Cluster:
             print("---- agent %s log ----\n%s" % (a.node, a.logtext()))
 
 
+def on_sigterm(signum, frame):
+    import traceback
+    sys.stderr.write("killed by SIGTERM (the test's timeout?) here:\n" + "".join(traceback.format_stack(frame)))
+    sys.stderr.flush()
+    sys.exit("FAIL: terminated (timeout?)")
+
+
 def run(main):
     """Parse --ringmasterd/--ringworker/--ringctl, run main(cluster, args) in a
     temporary folder, exit 0 (ok), 1 (failure) or 77 (skipped)."""
@@ -536,9 +543,10 @@ def run(main):
     bins = {"ringmasterd": os.path.abspath(args.ringmasterd),
             "ringworker": os.path.abspath(args.ringworker),
             "ringctl": os.path.abspath(args.ringctl) if args.ringctl else None}
-    # meson stops a test that runs too long with SIGTERM: unwind through the
-    # finally below so that processes (and namespaces) are cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("FAIL: terminated (timeout?)"))
+    # meson stops a test that runs too long with SIGTERM: say where it was
+    # waiting, then unwind through the finally below so that processes (and
+    # namespaces) are cleaned up.
+    signal.signal(signal.SIGTERM, on_sigterm)
     workdir = tempfile.mkdtemp(prefix="rm-cluster-test-")
     os.chmod(workdir, 0o755)
     cluster = Cluster(bins, workdir)
