@@ -112,6 +112,7 @@ void agents_touch(agent_t *a)
 {
 	a->last_seen_mono_us = clock_mono_us();
 	a->last_seen_wall_us = clock_wall_us();
+	a->forgiven_us = 0;
 	a->hb_dirty = true;
 }
 
@@ -561,17 +562,21 @@ void agents_expire(fabric_t *f, int64_t now)
 	}
 }
 
-void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t now)
+void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t cap_us, int64_t now)
 {
 	size_t pos = 0;
 	smap_slot_t *s;
 	while ((s = smap_next(&f->agents, &pos))) {
 		agent_t *a = s->value;
-		if (!a->alive)
+		int64_t add = deaf_us;
+		if (add > cap_us - a->forgiven_us)
+			add = cap_us - a->forgiven_us;
+		if (now - a->last_seen_mono_us < add)
+			add = now - a->last_seen_mono_us;
+		if (!a->alive || add <= 0)
 			continue;
-		a->last_seen_mono_us += deaf_us;
-		if (a->last_seen_mono_us > now)
-			a->last_seen_mono_us = now;
+		a->last_seen_mono_us += add;
+		a->forgiven_us += add;
 	}
 }
 

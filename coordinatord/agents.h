@@ -30,8 +30,10 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
 void agents_expire(fabric_t *f, int64_t now);
 
 /* The loop heard nothing for `deaf_us` that it should have (mono `now`):
- * every alive agent's silence clock moves on by as much, never past now. */
-void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t now);
+ * every alive agent's silence clock moves on by as much, never past now,
+ * and by at most `cap_us` in all since the agent last spoke (a coordinator
+ * that stalls again and again still finds a dead node in the end). */
+void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t cap_us, int64_t now);
 
 /* HEARTBEAT to every alive agent; heartbeats heard since the last call are
  * written to the store. */

@@ -47,9 +47,6 @@
 #define MAX_GROUP 256
 #define MAX_PARTS 8
 #define POLL_MS 100
-/* A loop iteration that kept the wire unheard for longer than this (see
- * fabric_deaf) moves the agents' liveness clocks on. */
-#define DEAF_US (100 * 1000)
 /* Frames up to twice the payload limit are read and answered with ERROR 413;
  * a larger frame makes ZeroMQ drop the peer's connection. */
 #define WIRE_MAX_MSG_BYTES (2 * WIRE_MAX_PAYLOAD_BYTES)
@@ -674,8 +671,7 @@ static void *loop_main(void *arg)
 		if (now_us - poll_us > (int64_t)timeout_ms * 1000)
 			deaf_us += now_us - poll_us - (int64_t)timeout_ms * 1000;
 		polled_us = now_us;
-		if (deaf_us > DEAF_US)
-			fabric_deaf(b->fabric, deaf_us);
+		fabric_deaf(b->fabric, deaf_us);
 		if (r < 0) {
 			if (zmq_errno() == EINTR)
 				continue;

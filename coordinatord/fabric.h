@@ -66,10 +66,12 @@ void fabric_tick(fabric_t *f);
 
 /* The loop could not hear the wire for `deaf_us` (it was busy outside its
  * poll, or a poll overslept its timeout: a slow disk under a commit, the
- * process stopped, the machine starved). That silence is the coordinator's,
- * not the agents': their liveness clocks move on by as much, so no node is
- * declared dead for heartbeats still queued on the way in. Call it before
- * fabric_handle_wire() and fabric_tick(). */
+ * process stopped, the machine starved). From one heartbeat interval up,
+ * that silence is the coordinator's, not the agents': their liveness clocks
+ * move on by as much (at most DEAF_FORGIVEN_MAX_US between two messages of
+ * an agent), so no node is declared dead for heartbeats still queued on the
+ * way in. Call it once per loop iteration, before fabric_handle_wire() and
+ * fabric_tick(). */
 void fabric_deaf(fabric_t *f, int64_t deaf_us);
 
 /* Milliseconds until the next timer is due (0 when one is due now). */

@@ -42,6 +42,7 @@ typedef struct attempt attempt_t;
 #define MAX_DEVICES 4096
 #define MAX_BATCH 512              /* wire messages per fabric_handle_wire */
 #define EXPIRY_CHECK_US 100000     /* how often agents' silence is checked */
+#define DEAF_FORGIVEN_MAX_US 60000000 /* coordinator stalls forgiven an agent between its messages */
 #define SCHED_PERIOD_US 1000000    /* scheduling pass even without a change */
 #define KV_MAX_KEY_BYTES 4096
 #define KV_MAX_KEYS 65536
@@ -90,6 +91,7 @@ typedef struct {
 	unsigned mark;     /* scratch for "each agent once" walks */
 	int64_t last_seen_mono_us;
 	int64_t last_seen_wall_us;
+	int64_t forgiven_us; /* coordinator stalls added to last_seen_mono_us since it last spoke */
 	int64_t memory_bytes; /* host memory it offers ranks (REGISTER); 0: unknown, not limited */
 	int64_t key_id;    /* its CURVE key (--broker-auth on; 0: none yet) */
 	char *ckpt_root;   /* REGISTER's checkpoint_root (malloc'ed; NULL: none) */
