@@ -7,6 +7,9 @@
   cancel              `ringctl cancel` leaves no rank process behind
   missing data file   the job fails with the rank's error line
   data outside root   an absolute or '..' data path is refused by the rank
+  SIGSTOP the         2 s, over three liveness windows: the silence is the
+  coordinator         coordinator's own, so after SIGCONT no node is declared
+                      dead and the job trains on in its first attempt
   SIGSTOP an agent    its job fails once the heartbeat timeout passes; after
                       SIGCONT the agent re-registers and its ranks are gone
   SIGTERM an agent    it stops its ranks (the job fails: signal 15) and exits 0
@@ -133,6 +136,34 @@ def fault_cancel(cluster, d):
     log("cancel: rank processes of %s gone %.3f s after ringctl cancel" % (job_id, t_gone - t0))
 
 
+def fault_stop_coordinator(cluster, d):
+    job_id = d.submit(tiny_spec("fault-coord-stop", 2, 4, LONG))["id"]
+    wait_training(d, job_id, 2)
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.0)
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    before = max(d.all_losses(job_id))
+    time.sleep(1.5)  # over two windows with the coordinator awake
+    job = d.job(job_id)
+    after = max(d.all_losses(job_id))
+    log("SIGSTOP of the coordinator for 2 s: job %s, attempt %d, steps %d -> %d in the 1.5 s after" %
+        (job["state"], job["attempt"], before, after))
+    check(job["state"] == "running" and job["attempt"] == 1 and job["restarts"] == 0,
+          "job after the coordinator's stop: %s attempt %s (%r)" % (job["state"], job["attempt"],
+                                                                  job.get("state_reason")))
+    check(after > before, "no step reported after the coordinator woke (%d)" % before)
+    states = {w["node"]: w["state"] for w in d.workers()}
+    check(states == {"f1": "alive", "f2": "alive"}, "workers after the coordinator's stop: %r" % states)
+    text = d.logtext(1000000)
+    check("heard nothing for" in text and "declared dead" not in text,
+          "the coordinator's log after its stop:\n%s" % text[-2000:])
+    d.json("POST", "/v1/jobs/%s/cancel" % job_id)
+    wait_final(d, job_id, 30)
+    wait_no_ranks(job_id, 30)
+
+
 def fault_stop_agent(cluster, d):
     job_id = d.submit(tiny_spec("fault-sigstop", 2, 4, LONG))["id"]
     wait_training(d, job_id, 2)
@@ -197,6 +228,7 @@ def main(cluster, args):
         fault_cancel(cluster, d)
         fault_bad_data(cluster, d)
         fault_escape_data_root(cluster, d)
+        fault_stop_coordinator(cluster, d)
         fault_stop_agent(cluster, d)
         fault_agent_sigterm(cluster, d)
     finally:
