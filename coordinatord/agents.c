@@ -568,14 +568,13 @@ void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t cap_us, int64_t now)
 	smap_slot_t *s;
 	while ((s = smap_next(&f->agents, &pos))) {
 		agent_t *a = s->value;
-		int64_t add = deaf_us;
-		if (add > cap_us - a->forgiven_us)
-			add = cap_us - a->forgiven_us;
-		if (now - a->last_seen_mono_us < add)
-			add = now - a->last_seen_mono_us;
+		int64_t grace = deaf_us;
+		if (grace > cap_us - a->forgiven_us)
+			grace = cap_us - a->forgiven_us;
+		int64_t add = now + grace - a->last_seen_mono_us;
 		if (!a->alive || add <= 0)
 			continue;
-		a->last_seen_mono_us += add;
+		a->last_seen_mono_us += add; /* may lie ahead of now: the grace */
 		a->forgiven_us += add;
 	}
 }

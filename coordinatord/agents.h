@@ -30,9 +30,11 @@ void agents_on_message(fabric_t *f, const char *ident, const char *node, wire_ty
 void agents_expire(fabric_t *f, int64_t now);
 
 /* The loop heard nothing for `deaf_us` that it should have (mono `now`):
- * every alive agent's silence clock moves on by as much, never past now,
- * and by at most `cap_us` in all since the agent last spoke (a coordinator
- * that stalls again and again still finds a dead node in the end). */
+ * every alive agent's silence clock restarts at now + deaf_us. An agent
+ * that gave us up meanwhile reconnects with a backoff that doubles from
+ * 1 s, so its next REGISTER may come up to about deaf_us after we wake.
+ * At most `cap_us` in all is forgiven an agent since it last spoke (a
+ * coordinator that stalls again and again still finds a dead node). */
 void agents_deaf(fabric_t *f, int64_t deaf_us, int64_t cap_us, int64_t now);
 
 /* HEARTBEAT to every alive agent; heartbeats heard since the last call are

@@ -329,8 +329,8 @@ void fabric_deaf(fabric_t *f, int64_t deaf_us)
 	 * read in the next iteration, well inside the dead_after window. */
 	if (deaf_us < (int64_t)f->opt.heartbeat_ms * 1000)
 		return;
-	log_warn("the broker loop heard nothing for %.1f s (busy or stopped): the agents' liveness clocks move on "
-	         "by as much", (double)deaf_us / 1e6);
+	log_warn("the broker loop heard nothing for %.1f s (busy or stopped): the agents have as long again, "
+	         "plus the liveness window, to be heard from", (double)deaf_us / 1e6);
 	agents_deaf(f, deaf_us, DEAF_FORGIVEN_MAX_US, clock_mono_us());
 }
 

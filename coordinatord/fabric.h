@@ -68,9 +68,10 @@ void fabric_tick(fabric_t *f);
  * poll, or a poll overslept its timeout: a slow disk under a commit, the
  * process stopped, the machine starved). From one heartbeat interval up,
  * that silence is the coordinator's, not the agents': their liveness clocks
- * move on by as much (at most DEAF_FORGIVEN_MAX_US between two messages of
- * an agent), so no node is declared dead for heartbeats still queued on the
- * way in. Call it once per loop iteration, before fabric_handle_wire() and
+ * restart from now plus the gap (agents that gave us up meanwhile may be in
+ * a reconnect backoff that long; at most DEAF_FORGIVEN_MAX_US in all
+ * between two messages of an agent), so no node is declared dead for
+ * heartbeats still queued on the way in or for a reconnect under way. Call it once per loop iteration, before fabric_handle_wire() and
  * fabric_tick(). */
 void fabric_deaf(fabric_t *f, int64_t deaf_us);
 

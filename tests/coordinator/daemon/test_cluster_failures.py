@@ -200,7 +200,7 @@ def scenario(d, sh):
         sh.sleep(2500)
     finally:
         d.proc.send_signal(signal.SIGCONT)
-    sh.sleep(1500)  # the window again, with the coordinator awake
+    sh.sleep(4000)  # past the grace it gives on waking (the stall + the 1.0 s window)
     with open(d.log_path, "rb") as f:
         log = f.read().decode("utf-8", "replace")
     check("declared dead" not in log and "heard nothing for" in log,
