@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 
 class Failure(Exception):
@@ -524,7 +525,6 @@ class Cluster:
 
 
 def on_sigterm(signum, frame):
-    import traceback
     sys.stderr.write("killed by SIGTERM (the test's timeout?) here:\n" + "".join(traceback.format_stack(frame)))
     sys.stderr.flush()
     sys.exit("FAIL: terminated (timeout?)")
@@ -564,7 +564,6 @@ def run(main):
         print("FAIL: %s" % e)
         cluster.dump_logs()
     except Exception:
-        import traceback
         traceback.print_exc()
         cluster.dump_logs()
     finally:
